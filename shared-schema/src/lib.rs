@@ -1,1 +1,46 @@
+//! # apiary-schema — the wire contract of Apiary, version 1
+//!
+//! Pure code (no I/O, no async): everything both the on-device agent and the cloud ingest must agree on.
+//!
+//! - [`event`]: the canonical event envelope ([`CanonicalEvent`]) and its closed set of durable kinds
+//!   ([`EventKind`]). Every runtime's native events are mapped onto it.
+//! - [`batch`]: what the agent sends to `POST /v1/batches` ([`Batch`]) and the per-event verdicts it gets
+//!   back ([`BatchResponse`]), plus the session identity bindings that travel with a batch.
+//! - [`json_schema`]: the JSON Schema files under `shared-schema/schema/` are generated from these Rust
+//!   types (`cargo run -p apiary-schema --bin gen-schema`); a test fails when the checked-in files drift.
+//!   [`json_schema::Validator`] compiles them once and is reused for every batch.
+//! - [`hive`]: the adapter for the Hive runtime: classifies all 74 native event types, resolves session,
+//!   parent, colony, worker and role, computes the deterministic `event_id`, and converts Hive's naive local
+//!   timestamps to UTC.
+//! - [`policy`]: the allowlist redaction engine. A versioned, hashed TOML policy; the default ships in the
+//!   binary. Applied by the agent **before** anything is written to disk, and re-checked by the ingest.
+//! - [`scrub`]: secret scrubbing for strings the policy lets through (API keys, bearer tokens, e-mail
+//!   addresses, absolute paths).
+//! - [`pipeline`]: the one entry point both binaries use: native or canonical JSON in, a redacted
+//!   canonical event (or a filter verdict) and a redaction report out.
+//!
+//! ## Invariants
+//! - The same native event always maps to the same `event_id` (UUID v5 over its identity, never its payload).
+//! - A canonical event that left [`policy::Policy::apply`] holds no field the policy does not list, and
+//!   every string it holds has been scrubbed.
+//! - `cached_tokens` and `cache_creation_tokens` are *included in* `input_tokens`; `cost_usd = 0` with tokens
+//!   is `cost_source = "unreported"`, never free.
 
+pub mod batch;
+pub mod event;
+pub mod hive;
+pub mod json_schema;
+pub mod pipeline;
+pub mod policy;
+pub mod scrub;
+
+pub use batch::{Batch, BatchResponse, Rejection, SessionBinding};
+pub use event::{AgentRole, CanonicalEvent, EventKind};
+pub use pipeline::{process_value, Outcome, ProcessOptions};
+pub use policy::{Policy, RedactionReport};
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Schema versions this build accepts (N and N-1; version 1 is the first, so only 1).
+pub const ACCEPTED_SCHEMA_VERSIONS: &[u32] = &[1];

@@ -1,0 +1,137 @@
+//! JSON Schema for the wire contract, generated from the Rust types.
+//!
+//! The files under `shared-schema/schema/v1/` are the published contract. They are written by
+//! `cargo run -p apiary-schema --bin gen-schema` and a test fails when they differ from what the types
+//! generate (drift). [`Validator`] compiles them once; keep one and reuse it.
+
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::batch::{Batch, BatchResponse};
+use crate::event::CanonicalEvent;
+
+/// The published files: (file name under `schema/v1/`, generated content).
+pub fn generated_files() -> Vec<(&'static str, String)> {
+    let pretty =
+        |s: schemars::Schema| serde_json::to_string_pretty(&s).expect("schema serialises") + "\n";
+    vec![
+        (
+            "canonical-event.schema.json",
+            pretty(schemars::schema_for!(CanonicalEvent)),
+        ),
+        ("batch.schema.json", pretty(schemars::schema_for!(Batch))),
+        (
+            "batch-response.schema.json",
+            pretty(schemars::schema_for!(BatchResponse)),
+        ),
+    ]
+}
+
+/// The checked-in schema files, embedded at build time.
+pub const CANONICAL_EVENT_SCHEMA: &str = include_str!("../schema/v1/canonical-event.schema.json");
+pub const BATCH_SCHEMA: &str = include_str!("../schema/v1/batch.schema.json");
+pub const BATCH_RESPONSE_SCHEMA: &str = include_str!("../schema/v1/batch-response.schema.json");
+
+/// Compiled validators for the canonical event and the batch envelope.
+pub struct Validator {
+    event: jsonschema::Validator,
+    envelope: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Validator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Validator")
+    }
+}
+
+impl Validator {
+    /// The process-wide validator, compiled on first use.
+    pub fn shared() -> &'static Validator {
+        static V: OnceLock<Validator> = OnceLock::new();
+        V.get_or_init(Validator::compile)
+    }
+
+    fn compile() -> Validator {
+        let event: Value =
+            serde_json::from_str(CANONICAL_EVENT_SCHEMA).expect("event schema is JSON");
+        let mut envelope: Value = serde_json::from_str(BATCH_SCHEMA).expect("batch schema is JSON");
+        // The envelope is validated without its events; each event is validated on its own so one bad event
+        // gets its own verdict instead of failing the batch.
+        if let Some(props) = envelope
+            .get_mut("properties")
+            .and_then(Value::as_object_mut)
+        {
+            props.insert("events".into(), serde_json::json!({ "type": "array" }));
+        }
+        Validator {
+            event: jsonschema::validator_for(&event).expect("event schema compiles"),
+            envelope: jsonschema::validator_for(&envelope).expect("batch schema compiles"),
+        }
+    }
+
+    /// Validates one canonical event; Err lists the problems (`path: message`), at most 10.
+    pub fn validate_event(&self, value: &Value) -> Result<(), Vec<String>> {
+        collect(&self.event, value)
+    }
+
+    /// Validates a batch envelope, not looking inside `events` beyond it being an array.
+    pub fn validate_envelope(&self, value: &Value) -> Result<(), Vec<String>> {
+        collect(&self.envelope, value)
+    }
+}
+
+fn collect(v: &jsonschema::Validator, value: &Value) -> Result<(), Vec<String>> {
+    if v.is_valid(value) {
+        return Ok(());
+    }
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .take(10)
+        .map(|e| {
+            let path = e.instance_path.to_string();
+            let msg = e.to_string();
+            let msg: String = msg.chars().take(300).collect();
+            if path.is_empty() {
+                msg
+            } else {
+                format!("{path}: {msg}")
+            }
+        })
+        .collect();
+    Err(errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_in_schema_files_match_the_rust_types() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/v1");
+        for (name, content) in generated_files() {
+            let on_disk = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+            assert!(
+                on_disk == content,
+                "schema/v1/{name} drifted from the Rust types: run `cargo run -p apiary-schema --bin gen-schema`"
+            );
+        }
+    }
+
+    #[test]
+    fn validator_accepts_a_serialised_event_and_names_the_bad_field() {
+        let event = serde_json::json!({
+            "schema_version": 1, "event_id": "6a1f5c2e-9b3d-4e7a-8c10-2f4bd5e6a701", "type": "llm.turn",
+            "occurred_at": "2026-11-03T09:15:09.412338Z", "runtime": "hive", "session_id": "s1",
+            "agent_role": "queen", "native_type": "llm_turn_complete", "data": {"input_tokens": 5}
+        });
+        Validator::shared().validate_event(&event).unwrap();
+        let mut bad = event.clone();
+        bad["type"] = "llm.stream".into();
+        let errs = Validator::shared().validate_event(&bad).unwrap_err();
+        assert!(errs[0].contains("/type"), "{errs:?}");
+        let mut extra = event;
+        extra["prompt"] = "hello".into();
+        assert!(Validator::shared().validate_event(&extra).is_err());
+    }
+}

@@ -1,0 +1,421 @@
+//! The allowlist redaction engine.
+//!
+//! A [`Policy`] lists, per canonical [`EventKind`], the `data` fields that may leave the device and the
+//! [`ValueKind`] each may hold (see `policy/default.toml`, which ships in the binary). Applying it:
+//! - drops the whole event when its kind is not in the policy (counted as `policy: kind not allowed`);
+//! - keeps a field only when its path is listed **and** its value has the listed kind; everything else is
+//!   dropped, and only its *path* is reported, never its value;
+//! - scrubs every kept string for secrets ([`crate::scrub`]) and normalises envelope ids.
+//!
+//! Nested objects are addressed with dotted paths (`usage.input_tokens`); a listed path keeps only a
+//! scalar of the listed kind, so an object or array can never ride along under an allowed name.
+//!
+//! The policy is versioned and hashed: the hash is SHA-256 over a canonical JSON form (independent of
+//! comments and key order in the TOML) and travels with every batch. The ingest uses [`Policy::check`] to
+//! refuse any event that holds something the policy does not allow.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::event::{CanonicalEvent, EventKind};
+use crate::scrub;
+
+/// The policy that ships in the binary.
+pub const DEFAULT_POLICY_TOML: &str = include_str!("../../policy/default.toml");
+
+/// What a field may hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ValueKind {
+    Simple(SimpleKind),
+    Enum {
+        #[serde(rename = "enum")]
+        values: Vec<String>,
+    },
+}
+
+/// The scalar kinds (see the header of `policy/default.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SimpleKind {
+    Count,
+    Number,
+    Bool,
+    Id,
+    Name,
+    Word,
+}
+
+/// The on-disk (TOML) form of a policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    policy_version: u32,
+    name: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    allow_widening: bool,
+    #[serde(default)]
+    kinds: BTreeMap<String, BTreeMap<String, ValueKind>>,
+}
+
+/// A loaded, validated policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    name: String,
+    version: u32,
+    kinds: BTreeMap<EventKind, BTreeMap<String, ValueKind>>,
+    hash: String,
+}
+
+/// Errors loading a policy.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("policy is not valid TOML: {0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("policy names an unknown event kind {0:?} (known: {known})", known = known_kinds())]
+    UnknownKind(String),
+    #[error("policy field {kind}.{field}: {why}")]
+    BadField {
+        kind: String,
+        field: String,
+        why: String,
+    },
+    #[error("policy widens the default for {0}; set `allow_widening = true` in it to do that on purpose")]
+    Widens(String),
+}
+
+fn known_kinds() -> String {
+    EventKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why a field was dropped or why [`Policy::check`] refused an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldIssue {
+    /// Dotted path of the field inside `data`.
+    pub path: String,
+    /// `not allowlisted`, or `expected <kind>`.
+    pub why: String,
+}
+
+/// What applying the policy did to one event. Holds paths, never values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RedactionReport {
+    /// Paths kept.
+    pub kept: Vec<String>,
+    /// Paths dropped, with the reason.
+    pub dropped: Vec<FieldIssue>,
+    /// Paths (including envelope fields) whose string value was scrubbed or hashed.
+    pub scrubbed: Vec<String>,
+}
+
+/// The event kind is not in the policy at all: the event must be filtered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("policy does not allow events of kind {0}")]
+pub struct KindNotAllowed(pub EventKind);
+
+impl Policy {
+    /// The policy that ships in the binary.
+    pub fn default_policy() -> Policy {
+        Policy::from_toml(DEFAULT_POLICY_TOML).expect("the shipped default policy is valid")
+    }
+
+    /// Parses and validates a policy. It may list anything; see [`Policy::load_user`] for the
+    /// narrowing-only rule applied to user-supplied files.
+    pub fn from_toml(text: &str) -> Result<Policy, PolicyError> {
+        let file: PolicyFile = toml::from_str(text)?;
+        Policy::from_file(file)
+    }
+
+    /// Loads a user policy: it must only narrow `base` (every field it lists is in `base` with the same
+    /// kind) unless it sets `allow_widening = true`.
+    pub fn load_user(text: &str, base: &Policy) -> Result<Policy, PolicyError> {
+        let file: PolicyFile = toml::from_str(text)?;
+        let allow_widening = file.allow_widening;
+        let policy = Policy::from_file(file)?;
+        if !allow_widening {
+            for (kind, fields) in &policy.kinds {
+                for (path, vk) in fields {
+                    let base_vk = base.kinds.get(kind).and_then(|f| f.get(path));
+                    let narrower = match (base_vk, vk) {
+                        (None, _) => false,
+                        (Some(b), v) if b == v => true,
+                        (Some(ValueKind::Enum { values: b }), ValueKind::Enum { values: v }) => {
+                            v.iter().all(|x| b.contains(x))
+                        }
+                        _ => false,
+                    };
+                    if !narrower {
+                        return Err(PolicyError::Widens(format!("{kind}.{path}")));
+                    }
+                }
+            }
+        }
+        Ok(policy)
+    }
+
+    fn from_file(file: PolicyFile) -> Result<Policy, PolicyError> {
+        let mut kinds = BTreeMap::new();
+        for (name, fields) in &file.kinds {
+            let kind =
+                EventKind::parse(name).ok_or_else(|| PolicyError::UnknownKind(name.clone()))?;
+            for (path, vk) in fields {
+                let bad = |why: &str| PolicyError::BadField {
+                    kind: name.clone(),
+                    field: path.clone(),
+                    why: why.into(),
+                };
+                if path.is_empty() || path.split('.').any(str::is_empty) {
+                    return Err(bad("empty path segment"));
+                }
+                if let ValueKind::Enum { values } = vk {
+                    if values.is_empty() {
+                        return Err(bad("enum has no values"));
+                    }
+                    if values.iter().any(|v| !scrub::is_clean(v)) {
+                        return Err(bad("enum value looks like a secret"));
+                    }
+                }
+            }
+            kinds.insert(kind, fields.clone());
+        }
+        let canonical = serde_json::to_vec(&file_for_hash(&file)).expect("policy serialises");
+        let hash = hex::encode(Sha256::digest(&canonical));
+        Ok(Policy {
+            name: file.name,
+            version: file.policy_version,
+            kinds,
+            hash,
+        })
+    }
+
+    /// SHA-256 (hex) of the policy's canonical form.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The policy's version.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The fields allowed for a kind, if the kind is allowed at all.
+    pub fn fields(&self, kind: EventKind) -> Option<&BTreeMap<String, ValueKind>> {
+        self.kinds.get(&kind)
+    }
+
+    /// Redacts `event` in place: drops every non-allowlisted or ill-typed field, scrubs strings and
+    /// normalises envelope ids. Err when the kind is not allowed at all (the caller filters the event).
+    pub fn apply(&self, event: &mut CanonicalEvent) -> Result<RedactionReport, KindNotAllowed> {
+        let fields = self
+            .kinds
+            .get(&event.kind)
+            .ok_or(KindNotAllowed(event.kind))?;
+        let mut report = RedactionReport::default();
+        normalise_envelope(event, &mut report);
+        let data = std::mem::take(&mut event.data);
+        let mut kept = Map::new();
+        redact_object(data, "", fields, &mut kept, &mut report);
+        event.data = kept;
+        Ok(report)
+    }
+
+    /// Checks, without changing it, that `event` holds nothing this policy would drop or scrub. The ingest
+    /// uses this as defence in depth: any issue rejects the event.
+    pub fn check(&self, event: &CanonicalEvent) -> Result<(), Vec<FieldIssue>> {
+        let mut copy = event.clone();
+        let report = match self.apply(&mut copy) {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(vec![FieldIssue {
+                    path: "type".into(),
+                    why: e.to_string(),
+                }])
+            }
+        };
+        let mut issues = report.dropped;
+        issues.extend(report.scrubbed.into_iter().map(|path| FieldIssue {
+            path,
+            why: "holds a secret-like or non-id value".into(),
+        }));
+        if issues.is_empty() {
+            Ok(())
+        } else {
+            Err(issues)
+        }
+    }
+}
+
+/// The hashed form: everything that changes what the policy lets through, nothing else.
+fn file_for_hash(file: &PolicyFile) -> Value {
+    serde_json::json!({ "policy_version": file.policy_version, "kinds": file.kinds })
+}
+
+fn normalise_envelope(event: &mut CanonicalEvent, report: &mut RedactionReport) {
+    let slots: [(&str, &mut Option<String>); 7] = [
+        ("session_id", &mut event.session_id),
+        ("parent_session_id", &mut event.parent_session_id),
+        ("colony_id", &mut event.colony_id),
+        ("worker_id", &mut event.worker_id),
+        ("node_id", &mut event.node_id),
+        ("execution_id", &mut event.execution_id),
+        ("trace_id", &mut event.trace_id),
+    ];
+    for (name, slot) in slots {
+        if let Some(v) = slot.as_mut() {
+            if let Some(fixed) = normalise_id(v) {
+                *v = fixed;
+                report.scrubbed.push(name.to_string());
+            }
+        }
+    }
+    if !is_word(&event.native_type) {
+        event.native_type =
+            normalise_id(&event.native_type).unwrap_or_else(|| event.native_type.clone());
+        report.scrubbed.push("native_type".into());
+    }
+    if !is_word(&event.runtime) {
+        event.runtime = "unknown".into();
+        report.scrubbed.push("runtime".into());
+    }
+}
+
+fn redact_object(
+    obj: Map<String, Value>,
+    prefix: &str,
+    fields: &BTreeMap<String, ValueKind>,
+    out: &mut Map<String, Value>,
+    report: &mut RedactionReport,
+) {
+    for (key, value) in obj {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        if let Some(vk) = fields.get(&path) {
+            match conform(value, vk) {
+                Ok((v, scrubbed)) => {
+                    if scrubbed {
+                        report.scrubbed.push(path.clone());
+                    }
+                    report.kept.push(path);
+                    out.insert(key, v);
+                }
+                Err(why) => report.dropped.push(FieldIssue { path, why }),
+            }
+        } else if let Value::Object(inner) = value {
+            let nested_prefix = format!("{path}.");
+            if fields.keys().any(|f| f.starts_with(&nested_prefix)) {
+                let mut inner_out = Map::new();
+                redact_object(inner, &path, fields, &mut inner_out, report);
+                if !inner_out.is_empty() {
+                    out.insert(key, Value::Object(inner_out));
+                }
+            } else {
+                report.dropped.push(FieldIssue {
+                    path,
+                    why: "not allowlisted".into(),
+                });
+            }
+        } else {
+            report.dropped.push(FieldIssue {
+                path,
+                why: "not allowlisted".into(),
+            });
+        }
+    }
+}
+
+/// Returns the value as the kind allows it (and whether a string was scrubbed), or why it does not fit.
+fn conform(value: Value, vk: &ValueKind) -> Result<(Value, bool), String> {
+    let expected = |what: &str| Err(format!("expected {what}"));
+    match vk {
+        ValueKind::Simple(SimpleKind::Count) => match value.as_u64() {
+            Some(n) => Ok((Value::from(n), false)),
+            None => expected("count"),
+        },
+        ValueKind::Simple(SimpleKind::Number) => match value.as_f64() {
+            Some(x) if x.is_finite() && value.is_number() => Ok((value, false)),
+            _ => expected("number"),
+        },
+        ValueKind::Simple(SimpleKind::Bool) => match value {
+            Value::Bool(_) => Ok((value, false)),
+            _ => expected("bool"),
+        },
+        ValueKind::Simple(SimpleKind::Id) => match value {
+            Value::String(s) => Ok(match normalise_id(&s) {
+                Some(h) => (Value::String(h), true),
+                None => (Value::String(s), false),
+            }),
+            _ => expected("id"),
+        },
+        ValueKind::Simple(SimpleKind::Name) => match value {
+            Value::String(s)
+                if !s.is_empty()
+                    && s.chars().count() <= 128
+                    && !s.chars().any(char::is_control) =>
+            {
+                match scrub::scrub(&s) {
+                    std::borrow::Cow::Borrowed(_) => Ok((Value::String(s), false)),
+                    std::borrow::Cow::Owned(clean) => Ok((Value::String(clean), true)),
+                }
+            }
+            _ => expected("name (a single line of at most 128 characters)"),
+        },
+        ValueKind::Simple(SimpleKind::Word) => match value {
+            Value::String(s) if is_word(&s) => Ok((Value::String(s), false)),
+            _ => expected("word ([a-z0-9_.-], at most 64)"),
+        },
+        ValueKind::Enum { values } => match value {
+            Value::String(s) if values.iter().any(|v| *v == s) => Ok((Value::String(s), false)),
+            _ => expected(&format!("one of {}", values.join("|"))),
+        },
+    }
+}
+
+/// A lowercase token: `[a-z0-9_.-]{1,64}`.
+pub fn is_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-'))
+}
+
+/// An identifier: `[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}`, with nothing the scrubber would catch.
+pub fn is_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 200
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'@' | b'+' | b'=' | b'-')
+        })
+        && scrub::is_clean(s)
+}
+
+/// `None` when `s` is already a valid id; else its stable hashed form `h:<32 hex>`.
+pub fn normalise_id(s: &str) -> Option<String> {
+    if is_id(s) {
+        None
+    } else {
+        Some(format!(
+            "h:{}",
+            &hex::encode(Sha256::digest(s.as_bytes()))[..32]
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;
