@@ -1,0 +1,45 @@
+//! The interface between the log tailer and the outbox.
+//!
+//! The tailer reads complete lines from one file, processes each with
+//! [`apiary_schema::process_value`] (so redaction happens before anything is written), and hands the
+//! outcomes plus the file's new [`Checkpoint`] to a [`TailSink`], which commits both in **one**
+//! transaction: after a crash, the checkpoint never points past an event that is not in the outbox, nor
+//! before one that is (re-reading would only produce local duplicates anyway, since ids are deterministic).
+
+use std::future::Future;
+
+use apiary_schema::Outcome;
+
+/// Where reading of one file stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Stable key of the source: the path relative to the Hive home.
+    pub source_key: String,
+    /// The file's full path when last read.
+    pub path: String,
+    /// `<dev>:<inode>` of the file when last read; a different one means the file was replaced.
+    pub file_id: String,
+    /// Byte offset just past the last complete line committed.
+    pub offset: u64,
+    /// SHA-256 (hex) of the file's first `min(offset, 4096)` bytes; a mismatch means truncated or rewritten.
+    pub head_hash: String,
+}
+
+/// One line's result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TailItem {
+    /// A line that parsed: kept (redacted) or filtered.
+    Processed(Outcome),
+    /// A line that could not be read: it is counted as received and rejected (dead-lettered with the
+    /// reason and its position, never its content).
+    Malformed { source_key: String, line_no: u64, offset: u64, reason: String },
+}
+
+/// Where tailed lines go. Implemented by the outbox.
+pub trait TailSink: Send + Sync + 'static {
+    /// Commits `items` and `checkpoint` in one transaction; resolves once it is durable.
+    fn commit(&self, items: Vec<TailItem>, checkpoint: Checkpoint) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Every checkpoint stored so far.
+    fn load_checkpoints(&self) -> impl Future<Output = anyhow::Result<Vec<Checkpoint>>> + Send;
+}
