@@ -101,7 +101,8 @@ mod tests {
     fn secrets_are_replaced() {
         let cases = [
             ("key sk-ant-api03-abcdefghijklmnop1234", "key [api-key]"),
-            ("Authorization: Bearer eyJhbGciOi.x.y", "[secret] [bearer]"),
+            ("Authorization: Bearer eyJhbGciOi.x.y", "[secret]"),
+            ("token Bearer abc.def", "token [bearer]"),
             ("mail alice@example.com now", "mail [email] now"),
             ("open /home/alice/src/main.rs please", "open [path] please"),
             ("at ~/notes/todo.md", "at [path]"),
