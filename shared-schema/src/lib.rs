@@ -28,6 +28,7 @@
 
 pub mod batch;
 pub mod event;
+pub mod explain;
 pub mod hive;
 pub mod json_schema;
 pub mod pipeline;

@@ -125,6 +125,7 @@ impl std::str::FromStr for Zone {
 
 /// The result of adapting one native event.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // the event is the common case; boxing it would cost an allocation
 pub enum Adapted {
     Event(CanonicalEvent),
     Filtered {

@@ -379,7 +379,7 @@ fn conform(value: Value, vk: &ValueKind) -> Result<(Value, bool), String> {
             _ => expected("word ([a-z0-9_.-], at most 64)"),
         },
         ValueKind::Enum { values } => match value {
-            Value::String(s) if values.iter().any(|v| *v == s) => Ok((Value::String(s), false)),
+            Value::String(s) if values.contains(&s) => Ok((Value::String(s), false)),
             _ => expected(&format!("one of {}", values.join("|"))),
         },
     }
