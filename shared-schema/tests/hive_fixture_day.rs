@@ -78,7 +78,9 @@ fn both_logs_together_give_each_durable_event_exactly_once() {
 fn usage_totals_match_the_generators_independent_figures() {
     let kept = kept_events();
     let want = &expected()["usage"]["by_model"];
-    let mut got: BTreeMap<String, (u64, u64, u64, u64, u64, f64, u64)> = BTreeMap::new();
+    /// turns, input, output, cached, cache creation, cost, unpriced turns
+    type Totals = (u64, u64, u64, u64, u64, f64, u64);
+    let mut got: BTreeMap<String, Totals> = BTreeMap::new();
     for e in kept
         .values()
         .filter(|e| e.kind == apiary_schema::EventKind::LlmTurn)
