@@ -1,0 +1,43 @@
+//! Locating the workspace's binaries from a test executable.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// `target/<profile>/` of the running test executable.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent()
+        .and_then(|p| p.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// The path of a workspace binary (`apiary-agent`, `apiary-ingest`), built on first use if it is missing
+/// (e.g. when only `cargo test -p tests` ran).
+pub fn path(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let p = profile_dir().join(name);
+    if !p.exists() {
+        BUILT.get_or_init(|| {
+            let release = profile_dir().file_name().is_some_and(|n| n == "release");
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.args([
+                "build",
+                "--bins",
+                "-p",
+                "apiary-agent",
+                "-p",
+                "apiary-ingest",
+            ]);
+            if release {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo build");
+            assert!(status.success(), "cargo build of the binaries failed");
+        });
+    }
+    assert!(p.exists(), "{} not found after building", p.display());
+    p
+}
