@@ -1,0 +1,165 @@
+//! The command line: `migrate`, `serve`, `tenant create`, `token create`, `import`, `retention`.
+//!
+//! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
+//! prints the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
+//! on stdout and progress on stderr. Logs go to stderr. Exit code 0 on success, 1 on failure, 2 on bad
+//! usage (clap).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::auth::Scope;
+use crate::config::IngestSettings;
+use crate::intake::IntakeRules;
+use crate::startup::{shutdown_signal, Application};
+use crate::store::{self, admin, Store};
+
+#[derive(Debug, Parser)]
+#[command(name = "apiary-ingest", version, about = "Apiary cloud ingest")]
+pub struct Cli {
+    /// TOML config file (else $APIARY_CONFIG); APIARY_* variables and flags override it.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the database migrations.
+    Migrate,
+    /// Serve the HTTP API.
+    Serve {
+        /// Address to listen on, e.g. 127.0.0.1:8080 (port 0: any free port).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Manage tenants.
+    Tenant {
+        #[command(subcommand)]
+        action: TenantAction,
+    },
+    /// Manage tokens.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+    /// Load an agent export bundle (gzip NDJSON with a manifest line).
+    Import {
+        file: PathBuf,
+        /// Tenant id (or unique name) the bundle belongs to.
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Drop event partitions older than the retention window now.
+    Retention {
+        /// Override retention_days.
+        #[arg(long)]
+        days: Option<i64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantAction {
+    /// Create a tenant; prints its id on the last line.
+    Create {
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenAction {
+    /// Create a token; prints it (once) on the last line.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// ingest, read or admin; repeat or separate with commas.
+        #[arg(long = "scope", required = true, value_delimiter = ',')]
+        scopes: Vec<String>,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        device: Option<String>,
+    },
+}
+
+/// Loads the settings (defaults → file → env) and applies the flags.
+pub fn settings(cli: &Cli) -> anyhow::Result<IngestSettings> {
+    let mut s = IngestSettings::load(cli.config.as_deref())?;
+    if let Command::Serve { listen: Some(l) } = &cli.command {
+        s.listen = l.clone();
+    }
+    if let Command::Retention { days: Some(d) } = &cli.command {
+        s.retention_days = *d;
+    }
+    s.validate()?;
+    Ok(s)
+}
+
+/// Runs the command.
+pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
+    let pool = Store::connect_lazy(settings.database_url()?, settings.pool_size)?;
+    match cli.command {
+        Command::Migrate => {
+            store::migrate(&pool).await.context("migrate")?;
+            eprintln!("migrations applied");
+        }
+        Command::Serve { .. } => {
+            let app = Application::build(settings, pool.clone()).await?;
+            tracing::info!(port = app.port(), "listening");
+            app.run_until_stopped(shutdown_signal()).await?;
+        }
+        Command::Tenant {
+            action: TenantAction::Create { name },
+        } => {
+            let id = admin::create_tenant(&pool, &name).await?;
+            println!("{id}");
+        }
+        Command::Token {
+            action:
+                TokenAction::Create {
+                    tenant,
+                    scopes,
+                    user,
+                    device,
+                },
+        } => {
+            let scopes = scopes
+                .iter()
+                .map(|s| {
+                    Scope::parse(s.trim())
+                        .with_context(|| format!("unknown scope {s:?} (ingest, read, admin)"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let spec = admin::TokenSpec {
+                tenant,
+                scopes,
+                user_id: user,
+                device_id: device,
+            };
+            let (id, token) = admin::create_token(&pool, &spec).await?;
+            eprintln!("token {id} created; it is shown once, store it now");
+            println!("{token}");
+        }
+        Command::Import { file, tenant } => {
+            let tenant_id = admin::resolve_tenant(&pool, &tenant).await?;
+            let store = Store::new(pool.clone());
+            let rules = IntakeRules::from_settings(&settings);
+            let summary = crate::import::run(&store, &rules, tenant_id, &file).await?;
+            println!("{}", serde_json::to_string(&summary)?);
+        }
+        Command::Retention { .. } => {
+            let store = Store::new(pool.clone());
+            let cutoff = IntakeRules::from_settings(&settings)
+                .oldest_accepted(chrono::Utc::now())
+                .date_naive();
+            let n = store.drop_before(cutoff).await?;
+            println!("dropped {n} partitions before {cutoff}");
+        }
+    }
+    pool.close().await;
+    Ok(())
+}

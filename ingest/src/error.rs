@@ -1,0 +1,134 @@
+//! The one error type of the HTTP API.
+//!
+//! Every failure answers `{"error": {"code", "message"}}` (plus `details` for field-level problems) with
+//! the right status. Internal failures answer 500 with an opaque message; the full cause chain is logged
+//! once, here, and never sent. Not-found and cross-tenant look the same (404), so a caller cannot learn
+//! that another tenant's id exists.
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An API failure, one variant per kind of answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: a malformed request (bad JSON, bad compression, bad query parameter).
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// 422: well-formed JSON that does not match the contract; `details` lists the problems.
+    #[error("{message}")]
+    Invalid {
+        message: String,
+        details: Vec<String>,
+    },
+    /// 401: no token, or an unknown or revoked one.
+    #[error("missing or invalid bearer token")]
+    Unauthenticated,
+    /// 403: the token may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404: no such thing for this tenant.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// 413: body or batch too large.
+    #[error("{0}")]
+    TooLarge(String),
+    /// 415: unsupported Content-Encoding or Content-Type.
+    #[error("{0}")]
+    UnsupportedMedia(String),
+    /// 429: the token's rate limit is exhausted; retry after the given time.
+    #[error("rate limit exceeded")]
+    RateLimited(Duration),
+    /// 503: the database is unreachable or overloaded; retry.
+    #[error("service unavailable")]
+    Unavailable(#[source] anyhow::Error),
+    /// 500: anything else. Opaque to the caller.
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    /// A 400 naming the offending query parameter.
+    pub fn bad_param(param: &str, why: impl std::fmt::Display) -> ApiError {
+        ApiError::BadRequest {
+            code: "invalid_parameter",
+            message: format!("parameter `{param}`: {why}"),
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch"),
+            ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            ApiError::UnsupportedMedia(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+/// Maps database errors: connection trouble is retryable (503), the rest is internal.
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> ApiError {
+        match &e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                ApiError::Unavailable(e.into())
+            }
+            sqlx::Error::Database(db)
+                if db
+                    .code()
+                    .is_some_and(|c| c == "40P01" || c == "40001" || c.starts_with("57P")) =>
+            {
+                ApiError::Unavailable(e.into())
+            }
+            _ => ApiError::Internal(e.into()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        match &self {
+            ApiError::Internal(e) | ApiError::Unavailable(e) => {
+                tracing::error!(error = ?e, status = status.as_u16(), "request failed");
+            }
+            _ => tracing::debug!(code, message = %self, "request refused"),
+        }
+        let mut body = json!({ "error": { "code": code, "message": self.to_string() } });
+        if let ApiError::Invalid { details, .. } = &self {
+            body["error"]["details"] = json!(details);
+        }
+        let mut response = (status, axum::Json(body)).into_response();
+        let retry = match &self {
+            ApiError::RateLimited(d) => Some(d.as_secs_f64().ceil().max(1.0) as u64),
+            ApiError::Unavailable(_) => Some(1),
+            _ => None,
+        };
+        if let Some(secs) = retry {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_str(&secs.to_string()).expect("digits are a valid header"),
+            );
+        }
+        response
+    }
+}
+
+/// An error body as JSON, for responses built outside handlers (timeouts, unknown routes).
+pub fn error_body(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({ "error": { "code": code, "message": message } })),
+    )
+        .into_response()
+}

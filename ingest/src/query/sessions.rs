@@ -1,0 +1,222 @@
+//! Session reads: one session with its derived status and totals, and the queen → colonies → workers tree
+//! with usage rolled up. Every query is bound to one tenant; a session of another tenant is "not found".
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::query::usage::usage_json;
+use crate::rollups::Usage;
+use crate::status::{self, Facts, Thresholds};
+
+/// A stored session joined with its device's liveness.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SessionRow {
+    pub session_id: String,
+    pub user_id: String,
+    pub device_id: String,
+    pub parent_session_id: Option<String>,
+    pub colony_id: Option<String>,
+    pub agent_role: Option<String>,
+    pub worker_id: Option<String>,
+    pub runtime: Option<String>,
+    pub first_seen_at: DateTime<Utc>,
+    pub last_event_at: Option<DateTime<Utc>>,
+    pub last_progress_at: Option<DateTime<Utc>>,
+    pub phase: Option<String>,
+    pub input_state: Option<String>,
+    pub input_at: Option<DateTime<Utc>>,
+    pub status: Option<String>,
+    pub health_signal: Option<String>,
+    pub health_at: Option<DateTime<Utc>>,
+    pub device_heard_at: Option<DateTime<Utc>>,
+}
+
+const SELECT: &str = "SELECT s.session_id, s.user_id, s.device_id, s.parent_session_id, s.colony_id, s.agent_role,
+    s.worker_id, s.runtime, s.first_seen_at, s.last_event_at, s.last_progress_at, s.phase, s.input_state,
+    s.input_at, s.status, s.health_signal, s.health_at,
+    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at
+  FROM sessions s LEFT JOIN devices d ON d.tenant_id = s.tenant_id AND d.device_id = s.device_id";
+
+impl SessionRow {
+    fn facts(&self) -> Facts {
+        Facts {
+            lifecycle: self.status.clone(),
+            phase: self.phase.clone(),
+            input_state: self.input_state.clone(),
+            input_at: self.input_at,
+            health_signal: self.health_signal.clone(),
+            health_at: self.health_at,
+            last_progress_at: self.last_progress_at,
+            last_event_at: self.last_event_at,
+            device_heard_at: self.device_heard_at,
+        }
+    }
+
+    /// The session as JSON, with its derived status and the given totals.
+    pub fn to_json(&self, now: DateTime<Utc>, t: Thresholds, totals: &Usage) -> Value {
+        let status = status::derive(&self.facts(), now, t);
+        let opt = |s: &str| {
+            if s.is_empty() {
+                Value::Null
+            } else {
+                Value::String(s.to_string())
+            }
+        };
+        json!({
+            "session_id": self.session_id, "user_id": opt(&self.user_id), "device_id": opt(&self.device_id),
+            "parent_session_id": self.parent_session_id, "colony_id": self.colony_id,
+            "agent_role": self.agent_role, "worker_id": self.worker_id, "runtime": self.runtime,
+            "phase": self.phase, "status": status, "lifecycle": self.status, "input_state": self.input_state,
+            "health": { "signal": self.health_signal, "at": self.health_at },
+            "first_seen_at": self.first_seen_at, "last_event_at": self.last_event_at,
+            "last_progress_at": self.last_progress_at, "device_last_heard_at": self.device_heard_at,
+            "totals": usage_json(totals),
+        })
+    }
+}
+
+/// One session of the tenant, or 404.
+pub async fn get(pool: &PgPool, tenant: Uuid, id: &str) -> Result<SessionRow, ApiError> {
+    sqlx::query_as::<_, SessionRow>(&format!(
+        "{SELECT} WHERE s.tenant_id = $1 AND s.session_id = $2"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(pool)
+    .await?
+    .ok_or(ApiError::NotFound("session"))
+}
+
+/// All-time totals per session.
+pub async fn totals(
+    pool: &PgPool,
+    tenant: Uuid,
+    ids: &[String],
+) -> Result<HashMap<String, Usage>, ApiError> {
+    let rows: Vec<(String, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT session_id, sum(input_tokens)::int8, sum(output_tokens)::int8, sum(cached_tokens)::int8,
+            sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, sum(llm_calls)::int8,
+            sum(unpriced_turns)::int8, sum(tool_calls)::int8, sum(tool_errors)::int8, sum(events)::int8
+         FROM usage_rollups WHERE tenant_id = $1 AND session_id = ANY($2) GROUP BY session_id",
+    )
+    .bind(tenant)
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let u = Usage {
+                input_tokens: r.1,
+                output_tokens: r.2,
+                cached_tokens: r.3,
+                cache_creation_tokens: r.4,
+                cost_nanos: r.5,
+                llm_calls: r.6,
+                unpriced_turns: r.7,
+                tool_calls: r.8,
+                tool_errors: r.9,
+                events: r.10,
+            };
+            (r.0, u)
+        })
+        .collect())
+}
+
+/// The session and everything below it (children by parent or colony), at most 8 levels deep.
+pub async fn subtree(pool: &PgPool, tenant: Uuid, root: &str) -> Result<Vec<SessionRow>, ApiError> {
+    let sql = format!(
+        "WITH RECURSIVE t(session_id, depth) AS (
+            SELECT session_id, 0 FROM sessions WHERE tenant_id = $1 AND session_id = $2
+          UNION
+            SELECT s.session_id, t.depth + 1 FROM sessions s JOIN t
+              ON s.tenant_id = $1 AND s.session_id <> t.session_id
+             AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id)
+            WHERE t.depth < 8)
+         {SELECT} WHERE s.tenant_id = $1 AND s.session_id IN (SELECT session_id FROM t)"
+    );
+    let rows = sqlx::query_as::<_, SessionRow>(&sql)
+        .bind(tenant)
+        .bind(root)
+        .fetch_all(pool)
+        .await?;
+    if rows.is_empty() {
+        return Err(ApiError::NotFound("session"));
+    }
+    Ok(rows)
+}
+
+/// Builds the tree JSON: each node has its own `usage`, `totals` (itself and everything below) and its
+/// children grouped by colony.
+pub fn tree_json(
+    root: &str,
+    rows: &[SessionRow],
+    usage: &HashMap<String, Usage>,
+    now: DateTime<Utc>,
+    t: Thresholds,
+) -> Value {
+    let by_id: HashMap<&str, &SessionRow> =
+        rows.iter().map(|r| (r.session_id.as_str(), r)).collect();
+    let mut children: HashMap<&str, Vec<&SessionRow>> = HashMap::new();
+    for r in rows {
+        let parent = r.parent_session_id.as_deref().or(r.colony_id.as_deref());
+        if let Some(p) = parent.filter(|p| *p != r.session_id && by_id.contains_key(p)) {
+            if r.session_id != root {
+                children.entry(p).or_default().push(r);
+            }
+        }
+    }
+    fn node(
+        r: &SessionRow,
+        children: &HashMap<&str, Vec<&SessionRow>>,
+        usage: &HashMap<String, Usage>,
+        now: DateTime<Utc>,
+        t: Thresholds,
+        depth: usize,
+    ) -> (Value, Usage) {
+        let own = usage.get(&r.session_id).copied().unwrap_or_default();
+        let mut total = own;
+        let mut colonies: BTreeMap<String, (Vec<Value>, Usage)> = BTreeMap::new();
+        for c in children.get(r.session_id.as_str()).into_iter().flatten() {
+            if depth >= 8 {
+                break;
+            }
+            let (v, sub) = node(c, children, usage, now, t, depth + 1);
+            total.add(&sub);
+            let key = c.colony_id.clone().unwrap_or_else(|| r.session_id.clone());
+            let entry = colonies.entry(key).or_default();
+            entry.0.push(v);
+            entry.1.add(&sub);
+        }
+        let mut v = r.to_json(now, t, &own);
+        v["usage"] = Value::Object(usage_json(&own));
+        v["totals"] = Value::Object(usage_json(&total));
+        v["colonies"] = colonies
+            .into_iter()
+            .map(|(id, (workers, u))| json!({ "colony_id": id, "totals": usage_json(&u), "workers": workers }))
+            .collect();
+        (v, total)
+    }
+    match by_id.get(root) {
+        Some(r) => node(r, &children, usage, now, t, 0).0,
+        None => Value::Null,
+    }
+}
+
+/// True when the tenant has a session in, or usage for, the colony.
+pub async fn colony_exists(pool: &PgPool, tenant: Uuid, colony: &str) -> Result<bool, ApiError> {
+    let found: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant_id = $1 AND (colony_id = $2 OR session_id = $2))
+             OR EXISTS (SELECT 1 FROM usage_rollups WHERE tenant_id = $1 AND colony_id = $2)",
+    )
+    .bind(tenant)
+    .bind(colony)
+    .fetch_one(pool)
+    .await?;
+    Ok(found)
+}

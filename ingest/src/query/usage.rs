@@ -1,0 +1,351 @@
+//! Usage queries over `usage_rollups`: parameters, SQL, and JSON rows.
+//!
+//! Buckets: the rollup's 15-minute buckets are folded into hour, day or month buckets with
+//! `date_trunc(unit, bucket, tz)` — Postgres' zone-aware truncation, correct across DST changes (a local
+//! day may be 23 or 25 hours long) and exact in every zone because every UTC offset in use is a multiple
+//! of 15 minutes. `from` and `to` must therefore fall on 15-minute boundaries.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, DurationRound, NaiveDate, NaiveDateTime, TimeDelta, TimeZone, Utc};
+use chrono_tz::Tz;
+use serde_json::{json, Map, Value};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::rollups::Usage;
+
+/// A dimension to group by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dim {
+    Tenant,
+    User,
+    Model,
+    Colony,
+    Session,
+    Device,
+}
+
+impl Dim {
+    fn parse(s: &str) -> Option<Dim> {
+        Some(match s {
+            "tenant" => Dim::Tenant,
+            "user" => Dim::User,
+            "model" => Dim::Model,
+            "colony" => Dim::Colony,
+            "session" => Dim::Session,
+            "device" => Dim::Device,
+            _ => return None,
+        })
+    }
+    /// (SQL expression, JSON field name)
+    fn column(self) -> (&'static str, &'static str) {
+        match self {
+            Dim::Tenant => ("tenant_id::text", "tenant_id"),
+            Dim::User => ("user_id", "user_id"),
+            Dim::Model => ("model", "model"),
+            Dim::Colony => ("colony_id", "colony_id"),
+            Dim::Session => ("session_id", "session_id"),
+            Dim::Device => ("device_id", "device_id"),
+        }
+    }
+}
+
+/// Bucket size of the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    Hour,
+    Day,
+    Month,
+    Total,
+}
+
+/// A restriction to part of a tenant's usage.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// The tenant (or every tenant, for admin `group_by=tenant`).
+    Tenant { all_tenants: bool },
+    /// These sessions.
+    Sessions(Vec<String>),
+    /// One colony's workers.
+    Colony(String),
+}
+
+/// A parsed usage request.
+#[derive(Debug, Clone)]
+pub struct UsageQuery {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub group_by: Vec<Dim>,
+    pub granularity: Granularity,
+    pub tz: Tz,
+}
+
+impl UsageQuery {
+    /// Parses `from`, `to`, `group_by`, `granularity`, `tz`; a bad one is a 400 naming it.
+    pub fn parse(p: &BTreeMap<String, String>, now: DateTime<Utc>) -> Result<UsageQuery, ApiError> {
+        for k in p.keys() {
+            if !["from", "to", "group_by", "granularity", "tz"].contains(&k.as_str()) {
+                return Err(ApiError::bad_param(k, "unknown parameter"));
+            }
+        }
+        let tz: Tz = match p.get("tz").map(String::as_str) {
+            None | Some("") => Tz::UTC,
+            Some(s) => s.parse().map_err(|_| {
+                ApiError::bad_param("tz", format!("{s:?} is not an IANA time zone"))
+            })?,
+        };
+        let granularity = match p.get("granularity").map(String::as_str) {
+            None | Some("") | Some("total") => Granularity::Total,
+            Some("hour") => Granularity::Hour,
+            Some("day") => Granularity::Day,
+            Some("month") => Granularity::Month,
+            Some(s) => {
+                return Err(ApiError::bad_param(
+                    "granularity",
+                    format!("{s:?} is not one of hour, day, month, total"),
+                ))
+            }
+        };
+        let mut group_by = vec![];
+        for part in p
+            .get("group_by")
+            .map(String::as_str)
+            .unwrap_or("")
+            .split(',')
+        {
+            let part = part.trim();
+            if part.is_empty() {
+                continue;
+            }
+            let d = Dim::parse(part).ok_or_else(|| {
+                ApiError::bad_param(
+                    "group_by",
+                    format!("{part:?} is not one of tenant, user, model, colony, session, device"),
+                )
+            })?;
+            if !group_by.contains(&d) {
+                group_by.push(d);
+            }
+        }
+        let quarter = TimeDelta::minutes(15);
+        let default_to = now.duration_trunc(quarter).expect("in range") + quarter;
+        let to = match p.get("to") {
+            Some(s) => parse_time("to", s, tz)?,
+            None => default_to,
+        };
+        let from = match p.get("from") {
+            Some(s) => parse_time("from", s, tz)?,
+            None => to - TimeDelta::days(30),
+        };
+        if from >= to {
+            return Err(ApiError::bad_param("from", "must be before `to`"));
+        }
+        if to - from > TimeDelta::days(50 * 366) {
+            return Err(ApiError::bad_param(
+                "to",
+                "the range may span at most fifty years",
+            ));
+        }
+        Ok(UsageQuery {
+            from,
+            to,
+            group_by,
+            granularity,
+            tz,
+        })
+    }
+}
+
+/// RFC 3339, or a local date / date-time in `tz`; must fall on a 15-minute boundary.
+fn parse_time(name: &str, s: &str, tz: Tz) -> Result<DateTime<Utc>, ApiError> {
+    let local = |n: NaiveDateTime| {
+        tz.from_local_datetime(&n)
+            .earliest()
+            .map(|t| t.with_timezone(&Utc))
+            .ok_or_else(|| {
+                ApiError::bad_param(name, format!("{s:?} does not exist in {tz} (DST gap)"))
+            })
+    };
+    let t = if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        t.with_timezone(&Utc)
+    } else if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        local(d.and_hms_opt(0, 0, 0).expect("midnight"))?
+    } else if let Ok(n) = NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S") {
+        local(n)?
+    } else {
+        return Err(ApiError::bad_param(
+            name,
+            format!("{s:?} is not an RFC 3339 time or a YYYY-MM-DD date"),
+        ));
+    };
+    if t.duration_trunc(TimeDelta::minutes(15)).ok() != Some(t) {
+        return Err(ApiError::bad_param(
+            name,
+            "must fall on a 15-minute boundary (the rollup grain)",
+        ));
+    }
+    Ok(t)
+}
+
+/// One answer row: the bucket start, the group keys, and the sums.
+#[derive(Debug, Clone)]
+pub struct UsageRow {
+    pub bucket: Option<DateTime<Utc>>,
+    pub keys: Vec<String>,
+    pub usage: Usage,
+}
+
+/// Runs the query for `tenant_id` within `scope`.
+pub async fn run(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    scope: &Scope,
+    q: &UsageQuery,
+) -> Result<Vec<UsageRow>, ApiError> {
+    let bucket = match q.granularity {
+        Granularity::Hour => "date_trunc('hour', bucket, $4)",
+        Granularity::Day => "date_trunc('day', bucket, $4)",
+        Granularity::Month => "date_trunc('month', bucket, $4)",
+        Granularity::Total => "NULL::timestamptz",
+    };
+    let (tenant_cond, extra) = match scope {
+        Scope::Tenant { all_tenants: true } => ("$1::uuid IS NOT NULL", "$5::text[] IS NULL"),
+        Scope::Tenant { all_tenants: false } => ("tenant_id = $1", "$5::text[] IS NULL"),
+        Scope::Sessions(_) => ("tenant_id = $1", "session_id = ANY($5::text[])"),
+        Scope::Colony(_) => ("tenant_id = $1", "colony_id = ($5::text[])[1]"),
+    };
+    let dims: Vec<&str> = q.group_by.iter().map(|d| d.column().0).collect();
+    let dim_list: String = dims.iter().map(|d| format!(", {d}")).collect();
+    let group: String = (2..dims.len() + 2).map(|i| format!(", {i}")).collect();
+    let sql = format!(
+        "SELECT {bucket} AS b{dim_list}, sum(input_tokens)::int8, sum(output_tokens)::int8, \
+         sum(cached_tokens)::int8, sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, \
+         sum(llm_calls)::int8, sum(unpriced_turns)::int8, sum(tool_calls)::int8, sum(tool_errors)::int8, \
+         sum(events)::int8 \
+         FROM usage_rollups WHERE {tenant_cond} AND bucket >= $2 AND bucket < $3 AND {extra} \
+         AND $4::text IS NOT NULL GROUP BY 1{group} ORDER BY 1{group}"
+    );
+    let filter: Option<Vec<String>> = match scope {
+        Scope::Tenant { .. } => None,
+        Scope::Sessions(s) => Some(s.clone()),
+        Scope::Colony(c) => Some(vec![c.clone()]),
+    };
+    let rows = sqlx::query(&sql)
+        .bind(tenant_id)
+        .bind(q.from)
+        .bind(q.to)
+        .bind(q.tz.name())
+        .bind(filter)
+        .fetch_all(pool)
+        .await?;
+    let n = dims.len();
+    rows.iter()
+        .map(|r| {
+            let keys = (0..n)
+                .map(|i| r.try_get::<String, _>(i + 1))
+                .collect::<Result<Vec<_>, _>>()?;
+            let s = |i: usize| r.try_get::<i64, _>(n + 1 + i);
+            Ok(UsageRow {
+                bucket: r.try_get(0)?,
+                keys,
+                usage: Usage {
+                    input_tokens: s(0)?,
+                    output_tokens: s(1)?,
+                    cached_tokens: s(2)?,
+                    cache_creation_tokens: s(3)?,
+                    cost_nanos: s(4)?,
+                    llm_calls: s(5)?,
+                    unpriced_turns: s(6)?,
+                    tool_calls: s(7)?,
+                    tool_errors: s(8)?,
+                    events: s(9)?,
+                },
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()
+        .map_err(ApiError::from)
+}
+
+/// The sums as JSON (cost in USD, and exactly in nano-dollars).
+pub fn usage_json(u: &Usage) -> Map<String, Value> {
+    let v = json!({
+        "input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "cached_tokens": u.cached_tokens,
+        "cache_creation_tokens": u.cache_creation_tokens, "cost_usd": u.cost_nanos as f64 / 1e9,
+        "cost_nanos": u.cost_nanos, "llm_calls": u.llm_calls, "unpriced_turns": u.unpriced_turns,
+        "tool_calls": u.tool_calls, "tool_errors": u.tool_errors, "events": u.events,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// The response body: rows (bucket in the requested zone, keys, sums) and totals.
+pub fn response_json(q: &UsageQuery, rows: &[UsageRow]) -> Value {
+    let mut totals = Usage::default();
+    let out: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            totals.add(&r.usage);
+            let mut m = Map::new();
+            let bucket = r.bucket.unwrap_or(q.from).with_timezone(&q.tz).to_rfc3339();
+            m.insert("bucket".into(), bucket.into());
+            for (d, k) in q.group_by.iter().zip(&r.keys) {
+                let v = if k.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(k.clone())
+                };
+                m.insert(d.column().1.into(), v);
+            }
+            m.extend(usage_json(&r.usage));
+            Value::Object(m)
+        })
+        .collect();
+    let gran = match q.granularity {
+        Granularity::Hour => "hour",
+        Granularity::Day => "day",
+        Granularity::Month => "month",
+        Granularity::Total => "total",
+    };
+    let group: Vec<&str> = q.group_by.iter().map(|d| d.column().1).collect();
+    json!({
+        "from": q.from.with_timezone(&q.tz).to_rfc3339(), "to": q.to.with_timezone(&q.tz).to_rfc3339(),
+        "tz": q.tz.name(), "granularity": gran, "group_by": group, "rows": out, "totals": usage_json(&totals),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn local_dates_resolve_in_the_zone_and_misaligned_times_name_the_parameter() {
+        let now = Utc::now();
+        let q = UsageQuery::parse(
+            &params(&[
+                ("from", "2026-11-03"),
+                ("to", "2026-11-04"),
+                ("tz", "Asia/Kolkata"),
+            ]),
+            now,
+        )
+        .unwrap();
+        assert_eq!(q.from.to_rfc3339(), "2026-11-02T18:30:00+00:00");
+        let err = UsageQuery::parse(&params(&[("from", "2026-11-03T10:07:00Z")]), now).unwrap_err();
+        assert!(err.to_string().contains("`from`"), "{err}");
+        let err = UsageQuery::parse(&params(&[("tz", "Mars/Olympus")]), now).unwrap_err();
+        assert!(err.to_string().contains("`tz`"), "{err}");
+        let err = UsageQuery::parse(&params(&[("group_by", "user,prompt")]), now).unwrap_err();
+        assert!(err.to_string().contains("`group_by`"), "{err}");
+    }
+}

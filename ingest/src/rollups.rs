@@ -1,0 +1,252 @@
+//! Usage rollups: what one event adds, the 15-minute rollup key, and the sorted upsert.
+//!
+//! ## What an event adds ([`Usage::of`])
+//! - every stored event: `events` + 1;
+//! - `llm.turn`: `llm_calls` + 1 and its tokens. `cached_tokens` and `cache_creation_tokens` are already
+//!   *included in* `input_tokens`; they are summed in their own columns and never added to input again.
+//!   `cost_usd` is summed in integer nano-dollars (rounded half away from zero at the 9th decimal), so sums
+//!   are exact and order-independent. A turn whose `cost_source` is `unreported` (or, without
+//!   `cost_source`, has no cost or a zero cost with tokens) counts in `unpriced_turns`: its cost is unknown,
+//!   not free;
+//! - `tool.call` with `status = completed`: `tool_calls` + 1, and `tool_errors` + 1 when `is_error`.
+//!
+//! ## Grain and key
+//! `(tenant_id, bucket, user_id, device_id, colony_id, session_id, model)`, `bucket` = `effective_at`
+//! floored to 15 minutes (see the migration for why 15 minutes makes day buckets exact in every zone).
+//!
+//! ## Exactness under concurrency
+//! Only events whose key was newly inserted into `event_keys` in the same transaction reach [`upsert`], so a
+//! duplicate can never be counted. The batch is pre-aggregated per key in a `BTreeMap` and upserted in that
+//! (sorted) order; every transaction locks rollup rows in the same global order, so concurrent batches
+//! touching the same rows wait for each other instead of deadlocking.
+
+use std::collections::BTreeMap;
+
+use apiary_schema::{CanonicalEvent, EventKind};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+/// Largest token count accepted in one event (a bigger one is a producer bug, rejected).
+const MAX_TOKENS: u64 = 1_000_000_000_000;
+/// Largest cost accepted in one event, in USD.
+const MAX_COST_USD: f64 = 1_000_000.0;
+
+/// Additive usage totals (one event's contribution, or a sum).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cached_tokens: i64,
+    pub cache_creation_tokens: i64,
+    pub cost_nanos: i64,
+    pub llm_calls: i64,
+    pub unpriced_turns: i64,
+    pub tool_calls: i64,
+    pub tool_errors: i64,
+    pub events: i64,
+}
+
+impl Usage {
+    /// What one stored event adds. Err (a rejection reason) when a value is out of range.
+    pub fn of(event: &CanonicalEvent) -> Result<Usage, String> {
+        let mut u = Usage {
+            events: 1,
+            ..Usage::default()
+        };
+        match event.kind {
+            EventKind::LlmTurn => {
+                let tokens = |key: &str| -> Result<i64, String> {
+                    let n = event.data_u64(key);
+                    if n > MAX_TOKENS {
+                        return Err(format!("data.{key} is out of range"));
+                    }
+                    Ok(n as i64)
+                };
+                u.input_tokens = tokens("input_tokens")?;
+                u.output_tokens = tokens("output_tokens")?;
+                u.cached_tokens = tokens("cached_tokens")?;
+                u.cache_creation_tokens = tokens("cache_creation_tokens")?;
+                u.llm_calls = 1;
+                let cost = event
+                    .data
+                    .get("cost_usd")
+                    .and_then(serde_json::Value::as_f64);
+                if let Some(c) = cost {
+                    u.cost_nanos = cost_nanos(c).ok_or("data.cost_usd is out of range")?;
+                }
+                let unpriced = match event.data_str("cost_source") {
+                    Some("unreported") => true,
+                    Some(_) => false,
+                    None => {
+                        cost.is_none()
+                            || (u.cost_nanos == 0 && u.input_tokens + u.output_tokens > 0)
+                    }
+                };
+                u.unpriced_turns = i64::from(unpriced);
+            }
+            EventKind::ToolCall if event.data_str("status") == Some("completed") => {
+                u.tool_calls = 1;
+                let is_error = event
+                    .data
+                    .get("is_error")
+                    .and_then(serde_json::Value::as_bool);
+                u.tool_errors = i64::from(is_error == Some(true));
+            }
+            _ => {}
+        }
+        Ok(u)
+    }
+
+    pub fn add(&mut self, o: &Usage) {
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        self.cached_tokens += o.cached_tokens;
+        self.cache_creation_tokens += o.cache_creation_tokens;
+        self.cost_nanos += o.cost_nanos;
+        self.llm_calls += o.llm_calls;
+        self.unpriced_turns += o.unpriced_turns;
+        self.tool_calls += o.tool_calls;
+        self.tool_errors += o.tool_errors;
+        self.events += o.events;
+    }
+}
+
+/// USD → nano-dollars, exactly as Postgres' `round(x::numeric * 1e9)` would round the decimal that
+/// serde_json writes for `x` (shortest round-trip digits). None when negative, not finite or too large.
+pub fn cost_nanos(x: f64) -> Option<i64> {
+    if !x.is_finite() || !(0.0..=MAX_COST_USD).contains(&x) {
+        return None;
+    }
+    let text = format!("{x}");
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let int: i64 = int.parse().ok()?;
+    let digits: Vec<u8> = frac.bytes().map(|b| b - b'0').collect();
+    let mut nanos = int * 1_000_000_000;
+    let mut scale = 100_000_000;
+    for d in digits.iter().take(9) {
+        nanos += i64::from(*d) * scale;
+        scale /= 10;
+    }
+    if digits.get(9).is_some_and(|d| *d >= 5) {
+        nanos += 1;
+    }
+    Some(nanos)
+}
+
+/// The 15-minute bucket an instant falls in.
+pub fn bucket_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(TimeDelta::minutes(15)).expect("in range")
+}
+
+/// A rollup row's key (within a tenant). Empty strings stand for "none".
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RollupKey {
+    pub bucket: DateTime<Utc>,
+    pub user_id: String,
+    pub device_id: String,
+    pub colony_id: String,
+    pub session_id: String,
+    pub model: String,
+}
+
+/// Adds the pre-aggregated rows to `usage_rollups`, in key order (see the module notes).
+pub async fn upsert(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    rows: &BTreeMap<RollupKey, Usage>,
+) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let n = rows.len();
+    let mut buckets = Vec::with_capacity(n);
+    let mut dims: [Vec<&str>; 5] = Default::default();
+    let mut nums: [Vec<i64>; 10] = Default::default();
+    for (k, u) in rows {
+        buckets.push(k.bucket);
+        for (col, v) in dims.iter_mut().zip([
+            &k.user_id,
+            &k.device_id,
+            &k.colony_id,
+            &k.session_id,
+            &k.model,
+        ]) {
+            col.push(v.as_str());
+        }
+        let vals = [
+            u.input_tokens,
+            u.output_tokens,
+            u.cached_tokens,
+            u.cache_creation_tokens,
+            u.cost_nanos,
+            u.llm_calls,
+            u.unpriced_turns,
+            u.tool_calls,
+            u.tool_errors,
+            u.events,
+        ];
+        for (col, v) in nums.iter_mut().zip(vals) {
+            col.push(v);
+        }
+    }
+    let [users, devices, colonies, sessions, models] = dims;
+    let mut q = sqlx::query(UPSERT_SQL)
+        .bind(tenant_id)
+        .bind(buckets)
+        .bind(users)
+        .bind(devices)
+        .bind(colonies)
+        .bind(sessions)
+        .bind(models);
+    for col in nums {
+        q = q.bind(col);
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// The rollup upsert: rows come in the (sorted) array order; `unnest` preserves it.
+const UPSERT_SQL: &str = "
+INSERT INTO usage_rollups AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model,
+    input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
+    tool_calls, tool_errors, events)
+SELECT $1, u.* FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+    $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
+    $16::int8[], $17::int8[]) AS u
+ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model) DO UPDATE SET
+    input_tokens = r.input_tokens + EXCLUDED.input_tokens,
+    output_tokens = r.output_tokens + EXCLUDED.output_tokens,
+    cached_tokens = r.cached_tokens + EXCLUDED.cached_tokens,
+    cache_creation_tokens = r.cache_creation_tokens + EXCLUDED.cache_creation_tokens,
+    cost_nanos = r.cost_nanos + EXCLUDED.cost_nanos,
+    llm_calls = r.llm_calls + EXCLUDED.llm_calls,
+    unpriced_turns = r.unpriced_turns + EXCLUDED.unpriced_turns,
+    tool_calls = r.tool_calls + EXCLUDED.tool_calls,
+    tool_errors = r.tool_errors + EXCLUDED.tool_errors,
+    events = r.events + EXCLUDED.events";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_is_converted_to_nanos_like_postgres_rounds_the_decimal() {
+        assert_eq!(cost_nanos(0.02958), Some(29_580_000));
+        assert_eq!(cost_nanos(1.0), Some(1_000_000_000));
+        assert_eq!(cost_nanos(1e-7), Some(100));
+        assert_eq!(cost_nanos(0.0000000005), Some(1));
+        assert_eq!(cost_nanos(0.0000000004), Some(0));
+        assert_eq!(cost_nanos(-1.0), None);
+        assert_eq!(cost_nanos(f64::NAN), None);
+    }
+
+    #[test]
+    fn buckets_are_quarter_hours() {
+        let t: DateTime<Utc> = "2026-11-03T10:44:59.9Z".parse().unwrap();
+        assert_eq!(
+            bucket_of(t),
+            "2026-11-03T10:30:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+    }
+}

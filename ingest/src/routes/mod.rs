@@ -1,0 +1,31 @@
+//! HTTP routes, one file per group. Every `/v1` route authenticates with a bearer token (the
+//! [`Principal`](crate::auth::Principal) extractor, which also applies the per-token rate limit) and is
+//! scoped to the token's tenant.
+
+mod batches;
+mod devices;
+pub mod openapi;
+mod ops;
+mod sessions;
+mod usage;
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::startup::AppState;
+
+/// Every route.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/batches", post(batches::post_batch))
+        .route("/v1/usage", get(usage::get_usage))
+        .route("/v1/sessions/{id}", get(sessions::get_session))
+        .route("/v1/sessions/{id}/usage", get(sessions::get_session_usage))
+        .route("/v1/sessions/{id}/tree", get(sessions::get_session_tree))
+        .route("/v1/colonies/{id}/usage", get(sessions::get_colony_usage))
+        .route("/v1/devices", get(devices::get_devices))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(openapi::get_openapi))
+}

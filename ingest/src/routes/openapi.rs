@@ -1,0 +1,143 @@
+//! `GET /openapi.json`: the OpenAPI 3.1 document, built in code next to the routes it describes. The
+//! batch request and response schemas are the published JSON Schema files of `apiary-schema`, embedded
+//! as they are, so they cannot drift from the wire types. A test checks that every route of
+//! [`super::router`] is documented.
+
+use axum::Json;
+use serde_json::{json, Value};
+
+/// Paths documented here (the test compares them with the router).
+pub const PATHS: [&str; 11] = [
+    "/v1/batches",
+    "/v1/usage",
+    "/v1/sessions/{id}",
+    "/v1/sessions/{id}/usage",
+    "/v1/sessions/{id}/tree",
+    "/v1/colonies/{id}/usage",
+    "/v1/devices",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.json",
+];
+
+pub async fn get_openapi() -> Json<Value> {
+    Json(document())
+}
+
+fn embedded(schema: &str) -> Value {
+    let mut v: Value = serde_json::from_str(schema).expect("published schema is JSON");
+    if let Some(o) = v.as_object_mut() {
+        o.remove("$schema");
+    }
+    v
+}
+
+fn errors(codes: &[&str]) -> Value {
+    let mut m = serde_json::Map::new();
+    for c in codes {
+        m.insert(
+            (*c).into(),
+            json!({ "$ref": "#/components/responses/Error" }),
+        );
+    }
+    Value::Object(m)
+}
+
+fn read_op(summary: &str, params: Value, ok: &str) -> Value {
+    let mut responses = errors(&["400", "401", "403", "404", "429"]);
+    responses["200"] = json!({ "description": ok, "content": { "application/json": { "schema": { "type": "object" } } } });
+    json!({ "get": { "summary": summary, "security": [{ "bearer": [] }], "parameters": params, "responses": responses } })
+}
+
+fn usage_params() -> Value {
+    json!([
+        { "name": "from", "in": "query", "description": "RFC 3339 time or YYYY-MM-DD (local midnight in tz); on a 15-minute boundary. Default: `to` minus 30 days.", "schema": { "type": "string" } },
+        { "name": "to", "in": "query", "description": "Exclusive end, same forms. Default: the next 15-minute boundary.", "schema": { "type": "string" } },
+        { "name": "group_by", "in": "query", "description": "Comma-separated: tenant (admin only; spans every tenant), user, model, colony, session, device.", "schema": { "type": "string" } },
+        { "name": "granularity", "in": "query", "schema": { "type": "string", "enum": ["hour", "day", "month", "total"], "default": "total" } },
+        { "name": "tz", "in": "query", "description": "IANA zone for buckets, e.g. Asia/Kolkata. Default UTC.", "schema": { "type": "string" } }
+    ])
+}
+
+fn id_param(what: &str) -> Value {
+    json!({ "name": "id", "in": "path", "required": true, "description": what, "schema": { "type": "string", "maxLength": 200 } })
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut id_and_usage = usage_params();
+    id_and_usage
+        .as_array_mut()
+        .expect("array")
+        .insert(0, id_param("session id"));
+    let mut colony_params = usage_params();
+    colony_params
+        .as_array_mut()
+        .expect("array")
+        .insert(0, id_param("colony id"));
+    let mut batch_responses = errors(&[
+        "400", "401", "403", "408", "413", "415", "422", "429", "503",
+    ]);
+    batch_responses["200"] = json!({ "description": "Per-event verdicts. Replaying a batch changes nothing.",
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/BatchResponse" } } } });
+    json!({
+        "openapi": "3.1.0",
+        "info": { "title": "Apiary ingest", "version": env!("CARGO_PKG_VERSION"),
+            "description": "Batch intake of canonical agent events, usage rollups and session status. Errors are {\"error\": {\"code\", \"message\"}}." },
+        "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "schemas": {
+                "Batch": embedded(apiary_schema::json_schema::BATCH_SCHEMA),
+                "BatchResponse": embedded(apiary_schema::json_schema::BATCH_RESPONSE_SCHEMA),
+                "Error": { "type": "object", "required": ["error"], "properties": { "error": {
+                    "type": "object", "required": ["code", "message"],
+                    "properties": { "code": { "type": "string" }, "message": { "type": "string" },
+                        "details": { "type": "array", "items": { "type": "string" } } } } } }
+            },
+            "responses": { "Error": { "description": "An error.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } } }
+        },
+        "paths": {
+            "/v1/batches": { "post": {
+                "summary": "Ingest a batch of canonical events (scope ingest). Content-Encoding gzip or zstd accepted.",
+                "security": [{ "bearer": [] }],
+                "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Batch" } } } },
+                "responses": batch_responses } },
+            "/v1/usage": read_op("Usage rows (bucket, group keys, sums) and totals; exact sums of the stored events.", usage_params(), "Usage"),
+            "/v1/sessions/{id}": read_op("A session: identity, phase, status (active|idle|stalled|failed|completed|offline), health, totals.", json!([id_param("session id")]), "Session"),
+            "/v1/sessions/{id}/usage": read_op("A session's usage (default: all time, by model).", id_and_usage, "Usage"),
+            "/v1/sessions/{id}/tree": read_op("The session → colonies → workers, with usage rolled up.", json!([id_param("session id")]), "Tree"),
+            "/v1/colonies/{id}/usage": read_op("A colony's usage: its workers (default: all time, by session).", colony_params, "Usage"),
+            "/v1/devices": read_op("Devices: last heartbeat, backlog, agent version, online.", json!([]), "Devices"),
+            "/healthz": { "get": { "summary": "Liveness.", "responses": { "200": { "description": "Up." } } } },
+            "/readyz": { "get": { "summary": "Database reachable and migrations applied.", "responses": { "200": { "description": "Ready." }, "503": { "$ref": "#/components/responses/Error" } } } },
+            "/metrics": { "get": { "summary": "Prometheus metrics.", "responses": { "200": { "description": "Text format.", "content": { "text/plain": {} } } } } },
+            "/openapi.json": { "get": { "summary": "This document.", "responses": { "200": { "description": "OpenAPI 3.1." } } } }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_path_is_in_the_document_and_the_router_source() {
+        let doc = document();
+        let paths = doc["paths"].as_object().unwrap();
+        assert_eq!(paths.len(), PATHS.len());
+        let router_src = include_str!("mod.rs");
+        for p in PATHS {
+            assert!(paths.contains_key(p), "{p} missing from the document");
+            assert!(
+                router_src.contains(&format!("\"{p}\"")),
+                "{p} is not routed"
+            );
+        }
+        assert_eq!(
+            router_src.matches(".route(").count(),
+            PATHS.len(),
+            "a route is not documented"
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! Building and running the HTTP server: shared state, the router and its layers, background maintenance
+//! (partitions ahead, retention), and graceful shutdown.
+//!
+//! Shutdown: when the `shutdown` future passed to [`Application::run_until_stopped`] resolves (SIGTERM or
+//! Ctrl-C in production, anything in tests), the listener stops accepting, requests in flight finish
+//! (each batch commits or rolls back as a whole), and the process gives up after `shutdown_timeout_secs`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apiary_schema::Policy;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tower_http::trace::TraceLayer;
+
+use crate::auth::TokenGuard;
+use crate::config::IngestSettings;
+use crate::error::error_body;
+use crate::intake::IntakeRules;
+use crate::metrics::Metrics;
+use crate::routes;
+use crate::status::Thresholds;
+use crate::store::Store;
+
+/// What every handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub store: Arc<Store>,
+    pub settings: Arc<IngestSettings>,
+    pub tokens: Arc<TokenGuard>,
+    pub metrics: Arc<Metrics>,
+    /// The server-side allowlist, re-applied to every event.
+    pub policy: Arc<Policy>,
+    pub rules: Arc<IntakeRules>,
+}
+
+impl AppState {
+    pub fn new(settings: IngestSettings, pool: PgPool) -> AppState {
+        let tokens = TokenGuard::new(
+            Duration::from_secs(settings.token_cache_secs),
+            settings.rate_limit_per_sec,
+            settings.rate_limit_burst,
+        );
+        AppState {
+            store: Arc::new(Store::new(pool.clone())),
+            pool,
+            rules: Arc::new(IntakeRules::from_settings(&settings)),
+            settings: Arc::new(settings),
+            tokens: Arc::new(tokens),
+            metrics: Arc::new(Metrics::default()),
+            policy: Arc::new(Policy::default_policy()),
+        }
+    }
+
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            stall_after: chrono::Duration::seconds(self.settings.stall_after_secs),
+            offline_after: chrono::Duration::seconds(self.settings.offline_after_secs),
+        }
+    }
+}
+
+/// The router with every route and layer.
+pub fn router(state: AppState) -> Router {
+    routes::router()
+        .fallback(|| async { error_body(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            error_body(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Answers 408 (JSON) when a request takes longer than `request_timeout_secs`; its work is dropped, so a
+/// batch's transaction rolls back.
+async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = Duration::from_secs(state.settings.request_timeout_secs);
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => error_body(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "the request took too long; retry",
+        ),
+    }
+}
+
+/// A bound, ready-to-run server.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Binds `settings.listen` (port 0 picks a free port) with the given pool.
+    pub async fn build(settings: IngestSettings, pool: PgPool) -> anyhow::Result<Application> {
+        use anyhow::Context as _;
+        let listener = TcpListener::bind(&settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        Ok(Application {
+            listener,
+            state: AppState::new(settings, pool),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, then drains within `shutdown_timeout_secs`.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let state = self.state.clone();
+        let maintenance = tokio::spawn(run_maintenance(state.clone()));
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: draining requests in flight");
+            let _ = stop_tx.send(true);
+        };
+        let app = router(state.clone());
+        let server = axum::serve(self.listener, app).with_graceful_shutdown(signal);
+        let grace = Duration::from_secs(state.settings.shutdown_timeout_secs);
+        let deadline = async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        };
+        let result = tokio::select! {
+            r = server => r.map_err(anyhow::Error::from),
+            _ = deadline => {
+                tracing::warn!("requests still in flight after the shutdown timeout; exiting anyway");
+                Ok(())
+            }
+        };
+        maintenance.abort();
+        state.pool.close().await;
+        result
+    }
+}
+
+/// Every hour: create the partitions of the next days, and drop those past retention.
+async fn run_maintenance(state: AppState) {
+    let mut tick = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tick.tick().await;
+        let now = chrono::Utc::now();
+        if let Err(e) = state.store.ensure_ahead(now, 3).await {
+            tracing::warn!(error = %e, "could not create event partitions ahead");
+        }
+        let cutoff = state.rules.oldest_accepted(now).date_naive();
+        match state.store.drop_before(cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(dropped = n, %cutoff, "retention dropped event partitions"),
+            Err(e) => tracing::warn!(error = %e, "retention failed"),
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,369 @@
+//! Stores a checked batch in ONE transaction, in a fixed table order with sorted keys in each step:
+//!
+//! 1. `event_keys` (sorted by event_id): `INSERT … ON CONFLICT DO NOTHING RETURNING event_id` — the
+//!    returned ids are the new events; everything else is a duplicate and goes no further.
+//! 2. `sessions` (sorted by session_id): identity and state facts from the new events and the bindings.
+//! 3. `events`: the new events, with the identity the session row holds.
+//! 4. `usage_rollups` (sorted by key): the new events pre-aggregated per rollup key.
+//! 5. `devices` (sorted by device_id): liveness and the latest heartbeat.
+//!
+//! Every transaction takes its row locks in that same global order, so concurrent batches (two replicas
+//! receiving the same batch at the same moment included) wait for each other and never deadlock; the
+//! loser of a race on an event key sees the winner's commit and counts the event as a duplicate.
+
+use std::collections::{BTreeMap, HashSet};
+
+use apiary_schema::{BatchResponse, EventKind};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::sessions::{self, SessionUpdate};
+use super::Store;
+use crate::error::ApiError;
+use crate::intake::{CheckedBatch, ReadyEvent};
+use crate::rollups::{self, bucket_of, RollupKey, Usage};
+
+/// Who sent the batch, as far as storing it is concerned.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    pub tenant_id: Uuid,
+    /// The token's user binding (default user of new sessions).
+    pub user_id: Option<String>,
+    /// False for imports: they say nothing about whether the device is alive now.
+    pub live: bool,
+}
+
+/// Stores a batch; returns the verdicts. Nothing is stored when it fails.
+pub async fn write(
+    store: &Store,
+    sender: &Sender,
+    batch: CheckedBatch,
+) -> Result<BatchResponse, ApiError> {
+    write_once(store, sender, batch).await.map_err(|e| {
+        if let ApiError::Internal(inner) = &e {
+            // 23514 on insert into a partitioned table: no partition for the row (dropped by retention
+            // on another replica, or a stale cache). Forget the cache; the retry re-creates it.
+            let missing_partition = inner
+                .downcast_ref::<sqlx::Error>()
+                .and_then(|s| s.as_database_error())
+                .is_some_and(|d| d.code().as_deref() == Some("23514"));
+            if missing_partition {
+                store.forget_partitions();
+                return ApiError::Unavailable(anyhow::anyhow!("event partition missing; retry"));
+            }
+        }
+        e
+    })
+}
+
+async fn write_once(
+    store: &Store,
+    sender: &Sender,
+    batch: CheckedBatch,
+) -> Result<BatchResponse, ApiError> {
+    let CheckedBatch {
+        received_at,
+        device_id,
+        agent_version,
+        bindings,
+        events,
+        rejected,
+    } = batch;
+    let total = events.len();
+    let mut seen = HashSet::with_capacity(total);
+    let mut events: Vec<ReadyEvent> = events
+        .into_iter()
+        .filter(|e| seen.insert(e.event.event_id))
+        .collect();
+    events.sort_by_key(|e| e.event.event_id);
+    store
+        .ensure_days(events.iter().map(|e| e.effective_at.date_naive()))
+        .await?;
+
+    let mut tx = store.pool.begin().await?;
+    let ids: Vec<Uuid> = events.iter().map(|e| e.event.event_id).collect();
+    let times: Vec<DateTime<Utc>> = events.iter().map(|e| e.effective_at).collect();
+    let new_ids: HashSet<Uuid> = sqlx::query_scalar(
+        "INSERT INTO event_keys (tenant_id, event_id, effective_at) \
+         SELECT $1, u.id, u.t FROM unnest($2::uuid[], $3::timestamptz[]) AS u(id, t) \
+         ON CONFLICT DO NOTHING RETURNING event_id",
+    )
+    .bind(sender.tenant_id)
+    .bind(&ids)
+    .bind(&times)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect();
+    events.retain(|e| new_ids.contains(&e.event.event_id));
+
+    let default_user = sender.user_id.clone().unwrap_or_default();
+    let default_device = device_id.clone().unwrap_or_default();
+    let mut updates: BTreeMap<String, SessionUpdate> = BTreeMap::new();
+    for b in &bindings {
+        let u = updates.entry(b.session_id.clone()).or_insert_with(|| {
+            SessionUpdate::new(
+                b.user_id.clone().unwrap_or_else(|| default_user.clone()),
+                b.device_id
+                    .clone()
+                    .unwrap_or_else(|| default_device.clone()),
+                b.first_seen_at,
+            )
+        });
+        u.bind(b);
+    }
+    for e in &events {
+        if let Some(sid) = &e.event.session_id {
+            updates
+                .entry(sid.clone())
+                .or_insert_with(|| {
+                    SessionUpdate::new(default_user.clone(), default_device.clone(), e.effective_at)
+                })
+                .fold(&e.event, e.effective_at);
+        }
+    }
+    inherit_identity(&mut tx, sender.tenant_id, &bindings, &mut updates).await?;
+    let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;
+
+    let mut rows = EventRows::default();
+    let mut rollup: BTreeMap<RollupKey, Usage> = BTreeMap::new();
+    for e in &events {
+        let (user, device) = match &e.event.session_id {
+            Some(s) => identity.get(s).cloned().unwrap_or_default(),
+            None => (default_user.clone(), default_device.clone()),
+        };
+        let model = if e.event.kind == EventKind::LlmTurn {
+            e.event.data_str("model").unwrap_or("").to_string()
+        } else {
+            String::new()
+        };
+        let key = RollupKey {
+            bucket: bucket_of(e.effective_at),
+            user_id: user.clone(),
+            device_id: device.clone(),
+            colony_id: e.event.colony_id.clone().unwrap_or_default(),
+            session_id: e.event.session_id.clone().unwrap_or_default(),
+            model: model.clone(),
+        };
+        rollup.entry(key).or_default().add(&e.usage);
+        rows.push(e, user, device, model);
+    }
+    rows.insert(&mut tx, sender.tenant_id, received_at).await?;
+    rollups::upsert(&mut tx, sender.tenant_id, &rollup).await?;
+    upsert_device(
+        &mut tx,
+        sender,
+        received_at,
+        device_id,
+        agent_version,
+        &events,
+    )
+    .await?;
+    tx.commit().await?;
+
+    let accepted = events.len() as u64;
+    Ok(BatchResponse {
+        accepted,
+        duplicates: total as u64 - accepted,
+        rejected,
+    })
+}
+
+/// A session with no binding of its own (a worker, usually) takes the user and device of its parent
+/// (or colony's queen), from this batch's bindings or from the stored parent.
+async fn inherit_identity(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tenant_id: Uuid,
+    bindings: &[apiary_schema::SessionBinding],
+    updates: &mut BTreeMap<String, SessionUpdate>,
+) -> Result<(), sqlx::Error> {
+    let bound: HashSet<&str> = bindings.iter().map(|b| b.session_id.as_str()).collect();
+    let parent_of = |u: &SessionUpdate| u.parent_session_id.clone().or_else(|| u.colony_id.clone());
+    let orphans: Vec<(String, String)> = updates
+        .iter()
+        .filter(|(id, _)| !bound.contains(id.as_str()))
+        .filter_map(|(id, u)| parent_of(u).filter(|p| p != id).map(|p| (id.clone(), p)))
+        .collect();
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let mut known: std::collections::HashMap<String, (String, String)> = updates
+        .iter()
+        .filter(|(id, _)| bound.contains(id.as_str()))
+        .map(|(id, u)| (id.clone(), (u.user_id.clone(), u.device_id.clone())))
+        .collect();
+    let missing: Vec<&str> = orphans
+        .iter()
+        .map(|o| o.1.as_str())
+        .filter(|p| !known.contains_key(*p))
+        .collect();
+    if !missing.is_empty() {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT session_id, user_id, device_id FROM sessions WHERE tenant_id = $1 AND session_id = ANY($2)",
+        )
+        .bind(tenant_id)
+        .bind(&missing)
+        .fetch_all(&mut **tx)
+        .await?;
+        known.extend(rows.into_iter().map(|(s, u, d)| (s, (u, d))));
+    }
+    for (id, parent) in orphans {
+        if let (Some((user, device)), Some(u)) = (known.get(&parent), updates.get_mut(&id)) {
+            if !user.is_empty() {
+                u.user_id.clone_from(user);
+            }
+            if !device.is_empty() {
+                u.device_id.clone_from(device);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Column arrays for the `events` insert.
+#[derive(Default)]
+struct EventRows<'a> {
+    effective_at: Vec<DateTime<Utc>>,
+    event_id: Vec<Uuid>,
+    occurred_at: Vec<DateTime<Utc>>,
+    text: [Vec<Option<&'a str>>; 11],
+    owned: [Vec<String>; 3],
+    data: Vec<&'a str>,
+}
+
+impl<'a> EventRows<'a> {
+    fn push(&mut self, e: &'a ReadyEvent, user: String, device: String, model: String) {
+        let ev = &e.event;
+        self.effective_at.push(e.effective_at);
+        self.event_id.push(ev.event_id);
+        self.occurred_at.push(ev.occurred_at);
+        let role = ev.agent_role.map(|r| match r {
+            apiary_schema::AgentRole::Queen => "queen",
+            apiary_schema::AgentRole::Worker => "worker",
+        });
+        let cols = [
+            Some(ev.kind.as_str()),
+            Some(ev.runtime.as_str()),
+            Some(ev.native_type.as_str()),
+            ev.session_id.as_deref(),
+            ev.colony_id.as_deref(),
+            ev.parent_session_id.as_deref(),
+            ev.worker_id.as_deref(),
+            role,
+            ev.node_id.as_deref(),
+            ev.execution_id.as_deref(),
+            ev.trace_id.as_deref(),
+        ];
+        for (col, v) in self.text.iter_mut().zip(cols) {
+            col.push(v);
+        }
+        for (col, v) in self.owned.iter_mut().zip([user, device, model]) {
+            col.push(v);
+        }
+        self.data.push(&e.data_json);
+    }
+
+    async fn insert(
+        self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        tenant_id: Uuid,
+        received_at: DateTime<Utc>,
+    ) -> Result<(), sqlx::Error> {
+        if self.event_id.is_empty() {
+            return Ok(());
+        }
+        let mut q = sqlx::query(INSERT_EVENTS_SQL)
+            .bind(tenant_id)
+            .bind(received_at)
+            .bind(self.effective_at)
+            .bind(self.event_id)
+            .bind(self.occurred_at);
+        for col in self.text {
+            q = q.bind(col);
+        }
+        for col in self.owned {
+            q = q.bind(col);
+        }
+        q.bind(self.data).execute(&mut **tx).await?;
+        Ok(())
+    }
+}
+
+const INSERT_EVENTS_SQL: &str = "
+INSERT INTO events (tenant_id, received_at, effective_at, event_id, occurred_at, kind, runtime, native_type,
+    session_id, colony_id, parent_session_id, worker_id, agent_role, node_id, execution_id, trace_id, user_id,
+    device_id, model, data)
+SELECT $1, $2, u.effective_at, u.event_id, u.occurred_at, u.kind, u.runtime, u.native_type,
+    COALESCE(u.session_id, ''), COALESCE(u.colony_id, ''), u.parent_session_id, u.worker_id, u.agent_role,
+    u.node_id, u.execution_id, u.trace_id, u.user_id, u.device_id, u.model, u.data::jsonb
+FROM unnest($3::timestamptz[], $4::uuid[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[],
+    $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
+    $18::text[], $19::text[], $20::text[])
+    AS u(effective_at, event_id, occurred_at, kind, runtime, native_type, session_id, colony_id,
+         parent_session_id, worker_id, agent_role, node_id, execution_id, trace_id, user_id, device_id, model,
+         data)";
+
+/// Liveness of the sending device and its latest heartbeat (by event time).
+async fn upsert_device(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sender: &Sender,
+    received_at: DateTime<Utc>,
+    device_id: Option<String>,
+    agent_version: Option<String>,
+    events: &[ReadyEvent],
+) -> Result<(), sqlx::Error> {
+    let Some(device_id) = device_id else {
+        return Ok(());
+    };
+    let beat = events
+        .iter()
+        .filter(|e| e.event.kind == EventKind::AgentHeartbeat)
+        .max_by_key(|e| e.effective_at);
+    let live = sender.live.then_some(received_at);
+    let num = |k: &str| {
+        beat.and_then(|b| b.event.data.get(k))
+            .and_then(serde_json::Value::as_i64)
+    };
+    let version = beat
+        .and_then(|b| b.event.data_str("agent_version").map(str::to_string))
+        .or(agent_version);
+    sqlx::query(
+        "INSERT INTO devices AS d (tenant_id, device_id, user_id, first_seen_at, last_seen_at,
+            last_heartbeat_at, heartbeat_event_at, agent_version, backlog_events, backlog_bytes,
+            oldest_pending_age_seconds, sync_state)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (tenant_id, device_id) DO UPDATE SET
+            last_seen_at = GREATEST(d.last_seen_at, EXCLUDED.last_seen_at),
+            last_heartbeat_at = GREATEST(d.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
+            agent_version = COALESCE(EXCLUDED.agent_version, d.agent_version),
+            backlog_events = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
+                OR d.heartbeat_event_at IS NULL THEN COALESCE(EXCLUDED.backlog_events, d.backlog_events)
+                ELSE d.backlog_events END,
+            backlog_bytes = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
+                OR d.heartbeat_event_at IS NULL THEN COALESCE(EXCLUDED.backlog_bytes, d.backlog_bytes)
+                ELSE d.backlog_bytes END,
+            oldest_pending_age_seconds = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
+                OR d.heartbeat_event_at IS NULL
+                THEN COALESCE(EXCLUDED.oldest_pending_age_seconds, d.oldest_pending_age_seconds)
+                ELSE d.oldest_pending_age_seconds END,
+            sync_state = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
+                OR d.heartbeat_event_at IS NULL THEN COALESCE(EXCLUDED.sync_state, d.sync_state)
+                ELSE d.sync_state END,
+            heartbeat_event_at = GREATEST(d.heartbeat_event_at, EXCLUDED.heartbeat_event_at)",
+    )
+    .bind(sender.tenant_id)
+    .bind(&device_id)
+    .bind(sender.user_id.clone().unwrap_or_default())
+    .bind(received_at)
+    .bind(live)
+    .bind(beat.and(live))
+    .bind(beat.map(|b| b.effective_at))
+    .bind(version)
+    .bind(num("backlog_events"))
+    .bind(num("backlog_bytes"))
+    .bind(beat.and_then(|b| b.event.data.get("oldest_pending_age_seconds")).and_then(serde_json::Value::as_f64))
+    .bind(beat.and_then(|b| b.event.data_str("sync_state").map(str::to_string)))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
