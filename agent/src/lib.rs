@@ -1,5 +1,41 @@
 //! # apiary-agent — the on-device sidecar
 //!
-//! (Design notes to be completed by the agent's owner: intake → redact → outbox → push.)
+//! ```text
+//! producers ──POST /v1/events──▶ http::events ─┐  parse → apiary_schema::process_value (classify, adapt,
+//! Hive logs ──tail (tail/)─────▶ TailSink ─────┤  redact) on the producer's side, then
+//!                                              ▼
+//!                         outbox (one writer thread, group commit, SQLite WAL, synchronous=FULL)
+//!                           │ events (pending → tombstones), counters, usage, sessions, consent,
+//!                           │ dead letters, checkpoints
+//!                           ├──▶ claim / ack / reject / fail ──▶ push loop (issue 5; online + sync on only)
+//!                           ├──▶ export bundle (air-gapped)
+//!                           └──▶ local API: status, usage, metrics, sync toggle; CLI: status, follow
+//! ```
+//!
+//! ## Modules
+//! - [`config`]: layered settings (defaults → TOML → `APIARY_*` → flags) and their validation.
+//! - [`outbox`]: the durable store and its invariants (ack after commit, one terminal outcome per event,
+//!   counters that add up, bounded disk, full-disk recovery, consent, dedup). The push loop's API lives
+//!   in [`outbox::delivery`]; the export format in [`outbox::export`].
+//! - [`http`]: the loopback API (bearer token from `DIR/agent.token`, mode 0600).
+//! - [`tail`]: following Hive's own JSONL logs; the outbox implements its [`tail::TailSink`].
+//! - [`identity`]: identity defaults and explicit session registration.
+//! - [`app`]: `run` — wiring, start-up and ordered shutdown on a cancellation token.
+//! - [`cli`]: the subcommands; [`telemetry`]: logging.
+//!
+//! ## Data directory
+//! `DIR/outbox.db` (+ `-wal`, `-shm`), `DIR/agent.token` (0600), `DIR/agent.addr` (while running),
+//! `DIR/agent.toml` (optional config).
+//!
+//! ## Modes
+//! `online`: pushes run only while sync is enabled (consent). `airgapped`: no socket to the ingest is ever
+//! opened, sync cannot be enabled; the outbox buffers up to its cap and `export` writes a bundle.
 
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod identity;
+pub mod outbox;
 pub mod tail;
+pub mod telemetry;

@@ -1,0 +1,186 @@
+//! `apiary-agent run`: wires the outbox, the local API, the Hive log tailer (and, in online mode, the
+//! push loop) together and runs them until the shutdown token is cancelled.
+//!
+//! Start-up order: policy → outbox (migrated) → token file → bind the listener (so `DIR/agent.addr`, which
+//! tells the CLI where the running agent listens, is written only once the port is known). Shutdown
+//! order: stop accepting requests and let the ones in flight finish (bounded by [`SHUTDOWN_GRACE`]), stop
+//! the tailer between two commits, then close the outbox (the writer commits what is queued and exits).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use apiary_schema::hive::Zone;
+use apiary_schema::Policy;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Mode, Settings};
+use crate::http::{self, AppState};
+use crate::outbox::Outbox;
+
+/// How long in-flight requests may take to finish after shutdown was asked for.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A built, bound agent.
+pub struct Application {
+    settings: Settings,
+    data_dir: PathBuf,
+    outbox: Outbox,
+    listener: tokio::net::TcpListener,
+    state: AppState,
+}
+
+/// The redaction policy in force: the shipped default, narrowed by `policy_file` if set.
+pub fn load_policy(settings: &Settings) -> anyhow::Result<Policy> {
+    let default = Policy::default_policy();
+    match &settings.policy_file {
+        None => Ok(default),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading policy_file {}", path.display()))?;
+            Policy::load_user(&text, &default)
+                .with_context(|| format!("loading policy_file {}", path.display()))
+        }
+    }
+}
+
+/// Opens the outbox of `data_dir` with `settings`.
+pub fn open_outbox(
+    data_dir: &Path,
+    settings: &Settings,
+    policy: &Policy,
+) -> anyhow::Result<Outbox> {
+    Outbox::open(
+        &data_dir.join("outbox.db"),
+        settings.outbox.clone(),
+        settings.identity.clone(),
+        policy,
+    )
+    .context("opening the outbox")
+}
+
+impl Application {
+    /// Opens everything and binds the listener.
+    pub async fn build(data_dir: &Path, settings: Settings) -> anyhow::Result<Application> {
+        let policy = Arc::new(load_policy(&settings)?);
+        let zone: Zone = settings
+            .zone
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!(e))?;
+        let outbox = open_outbox(data_dir, &settings, &policy)?;
+        let token = http::load_or_create_token(data_dir)
+            .with_context(|| format!("creating {}", data_dir.join("agent.token").display()))?;
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("binding the local API to {}", settings.listen))?;
+        let addr = listener.local_addr()?;
+        std::fs::write(data_dir.join("agent.addr"), addr.to_string())
+            .context("writing agent.addr")?;
+        let state = AppState {
+            outbox: outbox.clone(),
+            token: Arc::new(token),
+            policy,
+            zone,
+            intake: settings.intake.clone(),
+            mode: settings.mode,
+            started_at: std::time::Instant::now(),
+            stats: Arc::default(),
+        };
+        tracing::info!(%addr, mode = ?settings.mode, device_id = outbox.device_id(),
+            policy_hash = outbox.policy_hash(), "apiary-agent started");
+        Ok(Application {
+            settings,
+            data_dir: data_dir.to_path_buf(),
+            outbox,
+            listener,
+            state,
+        })
+    }
+
+    /// The bound local API address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// Runs until `shutdown` is cancelled, then shuts down in order (see the module notes).
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Application {
+            settings,
+            data_dir,
+            outbox,
+            listener,
+            state,
+        } = self;
+        // Hive log tailing is wired once `tail::run_until_stopped` lands.
+        let tail: Option<tokio::task::JoinHandle<anyhow::Result<()>>> = None;
+        if settings.hive_home.is_some() {
+            tracing::warn!("hive_home is set but this build cannot tail Hive logs yet");
+        }
+        match settings.mode {
+            Mode::Airgapped => {
+                tracing::info!("air-gapped: no connection to the ingest is ever opened")
+            }
+            Mode::Online => {
+                tracing::info!("online: pushes start once sync is enabled (push loop: see issue 5)")
+            }
+        }
+        let app = http::router(state);
+        let stop = shutdown.clone();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            stop.cancelled().await;
+        });
+        let served = tokio::spawn(async move { server.await });
+        shutdown.cancelled().await;
+        tracing::info!("shutting down");
+        match tokio::time::timeout(SHUTDOWN_GRACE, served).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "local API stopped with an error"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "local API task failed"),
+            Err(_) => {
+                tracing::warn!("requests still in flight after the grace period; leaving them")
+            }
+        }
+        if let Some(tail) = tail {
+            match tokio::time::timeout(SHUTDOWN_GRACE, tail).await {
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "tailer stopped with an error"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "tailer task failed"),
+                _ => {}
+            }
+        }
+        outbox.close().await;
+        let _ = std::fs::remove_file(data_dir.join("agent.addr"));
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// A token cancelled on SIGTERM or Ctrl-C.
+pub fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing the SIGTERM handler");
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        t.cancel();
+    });
+    token
+}

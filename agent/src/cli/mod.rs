@@ -1,0 +1,196 @@
+//! The command line. Every subcommand takes `--data-dir` (or `APIARY_DATA_DIR`) and `--config`.
+//!
+//! Subcommands other than `run` work on the outbox file directly (SQLite serialises them with a running
+//! agent; the running agent re-reads the sync switch at every commit), so they work whether or not the
+//! agent is running. `status` also asks the running agent (via `DIR/agent.addr` and `DIR/agent.token`)
+//! for its live health when it can.
+
+mod commands;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Mode, Overrides, Settings};
+
+/// apiary-agent — on-device telemetry sidecar: intake, redaction, durable outbox, push.
+#[derive(Debug, Parser)]
+#[command(name = "apiary-agent", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// The agent's data directory (outbox.db, agent.token, agent.toml).
+    #[arg(long, env = "APIARY_DATA_DIR", value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// Config file (default: DIR/agent.toml if it exists). Keys can be overridden by APIARY_* variables.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent: local API, Hive log tailing, outbox (and pushes when sync is on).
+    Run {
+        #[command(flatten)]
+        common: Common,
+        /// Local API address (loopback only); overrides `listen`.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Follow Hive's logs under this directory; overrides `hive_home`.
+        #[arg(long, value_name = "DIR")]
+        hive_home: Option<PathBuf>,
+        /// online or airgapped; overrides `mode`.
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<Mode>,
+    },
+    /// Show sync state, counts by outcome, backlog and health.
+    Status {
+        #[command(flatten)]
+        common: Common,
+        /// Print JSON instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Turn uploading on or off (consent).
+    Sync {
+        #[command(subcommand)]
+        action: SyncAction,
+    },
+    /// Write every pending event to a bundle file for `apiary-ingest import` and mark them exported.
+    Export {
+        #[command(flatten)]
+        common: Common,
+        /// The bundle to write (gzip NDJSON: a manifest line, then one canonical event per line).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Stream committed events as they arrive, like `tail -f`.
+    Follow {
+        #[command(flatten)]
+        common: Common,
+        /// Only this session.
+        #[arg(long, value_name = "S")]
+        session: Option<String>,
+        /// Only this canonical type (e.g. llm.turn).
+        #[arg(long = "type", value_name = "T")]
+        kind: Option<String>,
+        /// Start from the first event still in the outbox instead of the last 10.
+        #[arg(long)]
+        from_start: bool,
+    },
+    /// Redaction policy tools.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SyncAction {
+    /// Enable uploads (records consent with the time and the policy hash).
+    Enable {
+        #[command(flatten)]
+        common: Common,
+        /// The ingest's base URL, e.g. https://apiary.example.com
+        #[arg(long, value_name = "URL")]
+        endpoint: String,
+        /// A file holding the ingest token (the token itself is never stored by the agent).
+        #[arg(long, value_name = "F")]
+        token_file: PathBuf,
+        /// Also upload the events captured while sync was off.
+        #[arg(long)]
+        include_backlog: bool,
+    },
+    /// Disable uploads at once.
+    Disable {
+        #[command(flatten)]
+        common: Common,
+        /// Also delete every pending event.
+        #[arg(long)]
+        purge: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyAction {
+    /// For each native event in FILE (NDJSON), show what the policy keeps and what it drops.
+    Explain {
+        /// An NDJSON file of Hive-native or canonical events (`-` for stdin).
+        file: PathBuf,
+        /// One JSON object per line instead of a listing.
+        #[arg(long)]
+        json: bool,
+        /// Zone of naive timestamps (local, UTC, or an IANA name); default from config.
+        #[arg(long, value_name = "Z")]
+        zone: Option<String>,
+        /// Data directory, to use its config's policy_file and zone.
+        #[arg(long, env = "APIARY_DATA_DIR", value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Config file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "online" => Ok(Mode::Online),
+        "airgapped" | "air-gapped" => Ok(Mode::Airgapped),
+        _ => Err("expected online or airgapped".into()),
+    }
+}
+
+/// Loads the layered settings for a subcommand.
+pub fn settings(common: &Common, flags: &Overrides) -> anyhow::Result<Settings> {
+    Ok(Settings::load(
+        &common.data_dir,
+        common.config.as_deref(),
+        std::env::vars(),
+        flags,
+    )?)
+}
+
+/// Runs one command line to completion.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run {
+            common,
+            listen,
+            hive_home,
+            mode,
+        } => {
+            let flags = Overrides {
+                listen,
+                hive_home,
+                mode,
+            };
+            commands::run(&common, &flags).await
+        }
+        Command::Status { common, json } => commands::status(&common, json).await,
+        Command::Sync { action } => commands::sync(action).await,
+        Command::Export { common, out } => commands::export(&common, &out).await,
+        Command::Follow {
+            common,
+            session,
+            kind,
+            from_start,
+        } => commands::follow(&common, session, kind, from_start).await,
+        Command::Policy {
+            action:
+                PolicyAction::Explain {
+                    file,
+                    json,
+                    zone,
+                    data_dir,
+                    config,
+                },
+        } => commands::explain(&file, json, zone, data_dir, config),
+    }
+}

@@ -1,0 +1,367 @@
+//! Layered configuration: defaults → TOML file → `APIARY_*` environment → command-line flags.
+//!
+//! The file is `--config FILE`, else `DIR/agent.toml` when it exists. Every key can be overridden by an
+//! environment variable named `APIARY_` + the key path in upper case with `.` → `_`
+//! (`outbox.max_bytes` → `APIARY_OUTBOX_MAX_BYTES`, `mode` → `APIARY_MODE`). Unknown keys in the file are
+//! an error (a typo must not silently fall back to a default). Invalid combinations fail at start-up with
+//! a message that says how to fix them ([`Settings::validate`]).
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `mode` | `online` | `online` or `airgapped` (never opens a socket to the ingest; use `export`) |
+//! | `listen` | `127.0.0.1:4319` | local API address (loopback only) |
+//! | `hive_home` | unset | follow Hive's logs under this directory |
+//! | `zone` | `local` | zone of naive producer timestamps (`local`, `UTC`, an IANA name) |
+//! | `policy_file` | unset | a user redaction policy (may only narrow the default) |
+//! | `log_format` | `text` | `text` or `json` |
+//! | `identity.user_id`, `identity.tenant_id`, `identity.device_id` | unset | identity defaults for new sessions |
+//! | `outbox.max_bytes` | 536870912 | cap on the outbox's used bytes |
+//! | `outbox.overflow` | `reject` | `reject` (503 + Retry-After) or `drop_oldest` |
+//! | `outbox.dedup_retention_hours` | 168 | how long settled ids are remembered for local dedup |
+//! | `outbox.retry_after_secs` | 5 | Retry-After given to refused producers |
+//! | `outbox.sqlite_max_page_count` | unset | testing: simulate a full disk |
+//! | `intake.max_body_bytes` | 16777216 | larger request bodies get 413 |
+//! | `intake.max_line_bytes` | 1048576 | larger NDJSON lines get a per-line error |
+//! | `push.batch_max_events`, `push.batch_max_bytes` | 1000, 4194304 | push batch bounds |
+//! | `push.heartbeat_secs` | 30 | heartbeat interval |
+//! | `push.request_timeout_secs` | 30 | per-request timeout |
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::identity::IdentityDefaults;
+use crate::outbox::OutboxSettings;
+
+/// All settings of the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub mode: Mode,
+    pub listen: SocketAddr,
+    pub hive_home: Option<PathBuf>,
+    pub zone: String,
+    pub policy_file: Option<PathBuf>,
+    pub log_format: LogFormat,
+    pub identity: IdentityDefaults,
+    pub outbox: OutboxSettings,
+    pub intake: IntakeSettings,
+    pub push: PushSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::Online,
+            listen: SocketAddr::from(([127, 0, 0, 1], 4319)),
+            hive_home: None,
+            zone: "local".into(),
+            policy_file: None,
+            log_format: LogFormat::Text,
+            identity: IdentityDefaults::default(),
+            outbox: OutboxSettings::default(),
+            intake: IntakeSettings::default(),
+            push: PushSettings::default(),
+        }
+    }
+}
+
+/// Online pushes to the ingest when sync is enabled; air-gapped never opens a socket to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Online,
+    Airgapped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// HTTP intake limits (section `[intake]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntakeSettings {
+    pub max_body_bytes: usize,
+    pub max_line_bytes: usize,
+}
+
+impl Default for IntakeSettings {
+    fn default() -> Self {
+        IntakeSettings {
+            max_body_bytes: 16 * 1024 * 1024,
+            max_line_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// Push loop settings (section `[push]`; used by the push loop).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PushSettings {
+    pub batch_max_events: usize,
+    pub batch_max_bytes: usize,
+    pub heartbeat_secs: u64,
+    pub request_timeout_secs: u64,
+}
+
+impl Default for PushSettings {
+    fn default() -> Self {
+        PushSettings {
+            batch_max_events: 1000,
+            batch_max_bytes: 4 * 1024 * 1024,
+            heartbeat_secs: 30,
+            request_timeout_secs: 30,
+        }
+    }
+}
+
+/// The kind of value a key holds, for parsing environment variables.
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    Int,
+}
+
+/// Every key an environment variable may set.
+const KEYS: &[(&str, Kind)] = &[
+    ("mode", Kind::Str),
+    ("listen", Kind::Str),
+    ("hive_home", Kind::Str),
+    ("zone", Kind::Str),
+    ("policy_file", Kind::Str),
+    ("log_format", Kind::Str),
+    ("identity.user_id", Kind::Str),
+    ("identity.tenant_id", Kind::Str),
+    ("identity.device_id", Kind::Str),
+    ("outbox.max_bytes", Kind::Int),
+    ("outbox.overflow", Kind::Str),
+    ("outbox.dedup_retention_hours", Kind::Int),
+    ("outbox.retry_after_secs", Kind::Int),
+    ("outbox.sqlite_max_page_count", Kind::Int),
+    ("intake.max_body_bytes", Kind::Int),
+    ("intake.max_line_bytes", Kind::Int),
+    ("push.batch_max_events", Kind::Int),
+    ("push.batch_max_bytes", Kind::Int),
+    ("push.heartbeat_secs", Kind::Int),
+    ("push.request_timeout_secs", Kind::Int),
+];
+
+/// The environment variable of a key.
+pub fn env_name(key: &str) -> String {
+    format!("APIARY_{}", key.replace('.', "_").to_uppercase())
+}
+
+/// Configuration failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("environment variable {var}: {why}")]
+    Env { var: String, why: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Command-line overrides (flags win over everything).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub hive_home: Option<PathBuf>,
+    pub mode: Option<Mode>,
+}
+
+impl Settings {
+    /// Loads defaults → file → environment (`env` is usually `std::env::vars()`) → flags, and validates.
+    pub fn load(
+        data_dir: &Path,
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        flags: &Overrides,
+    ) -> Result<Settings, ConfigError> {
+        let default_file = data_dir.join("agent.toml");
+        let file = file
+            .map(Path::to_path_buf)
+            .or_else(|| default_file.exists().then_some(default_file));
+        let mut table = match &file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                toml::from_str::<toml::Table>(&text).map_err(|e| ConfigError::Parse {
+                    path: path.display().to_string(),
+                    source: Box::new(e),
+                })?
+            }
+            None => toml::Table::new(),
+        };
+        apply_env(&mut table, env)?;
+        let mut settings: Settings =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Parse {
+                    path: file
+                        .as_ref()
+                        .map_or("(environment)".into(), |p| p.display().to_string()),
+                    source: Box::new(e),
+                })?;
+        if let Some(listen) = flags.listen {
+            settings.listen = listen;
+        }
+        if let Some(home) = &flags.hive_home {
+            settings.hive_home = Some(home.clone());
+        }
+        if let Some(mode) = flags.mode {
+            settings.mode = mode;
+        }
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Rejects invalid combinations with a message that says how to fix them.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if !self.listen.ip().is_loopback() {
+            return bad(format!(
+                "listen = {} is not a loopback address; the local API only listens on loopback \
+                 (e.g. listen = \"127.0.0.1:4319\")",
+                self.listen
+            ));
+        }
+        if self.outbox.max_bytes < 1024 * 1024 {
+            return bad("outbox.max_bytes must be at least 1048576 (1 MiB)".into());
+        }
+        if self.intake.max_line_bytes > self.intake.max_body_bytes {
+            return bad("intake.max_line_bytes cannot exceed intake.max_body_bytes".into());
+        }
+        if self.push.batch_max_events == 0 || self.push.batch_max_bytes < 1024 {
+            return bad("push.batch_max_events must be ≥ 1 and push.batch_max_bytes ≥ 1024".into());
+        }
+        if let Err(e) = self.zone.parse::<apiary_schema::hive::Zone>() {
+            return bad(format!(
+                "zone: {e} (use \"local\", \"UTC\" or an IANA name like \"Europe/Paris\")"
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), ConfigError> {
+    let vars: std::collections::HashMap<String, String> = env.into_iter().collect();
+    for (key, kind) in KEYS {
+        let var = env_name(key);
+        let Some(raw) = vars.get(&var) else { continue };
+        let value = match kind {
+            Kind::Str => toml::Value::String(raw.clone()),
+            Kind::Int => {
+                toml::Value::Integer(raw.trim().parse().map_err(|_| ConfigError::Env {
+                    var: var.clone(),
+                    why: format!("{raw:?} is not an integer"),
+                })?)
+            }
+        };
+        let mut parts: Vec<&str> = key.split('.').collect();
+        let leaf = parts.pop().expect("keys are not empty");
+        let mut t = &mut *table;
+        for part in parts {
+            t = t
+                .entry(part)
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                .as_table_mut()
+                .ok_or_else(|| ConfigError::Env {
+                    var: var.clone(),
+                    why: format!("`{part}` in the config file is not a table"),
+                })?;
+        }
+        t.insert(leaf.to_string(), value);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn layers_apply_in_order_defaults_file_env_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(
+            &file,
+            "mode = \"airgapped\"\nlisten = \"127.0.0.1:5000\"\n[outbox]\nmax_bytes = 2000000\n[identity]\nuser_id = \"alice\"\n",
+        )
+        .unwrap();
+        let s = Settings::load(dir.path(), None, env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(s.mode, Mode::Airgapped);
+        assert_eq!(s.outbox.max_bytes, 2_000_000);
+        assert_eq!(s.identity.user_id.as_deref(), Some("alice"));
+        let e = env(&[
+            ("APIARY_OUTBOX_MAX_BYTES", "3000000"),
+            ("APIARY_LISTEN", "127.0.0.1:6000"),
+        ]);
+        let flags = Overrides {
+            listen: Some("127.0.0.1:7000".parse().unwrap()),
+            ..Overrides::default()
+        };
+        let s = Settings::load(dir.path(), Some(&file), e, &flags).unwrap();
+        assert_eq!(s.outbox.max_bytes, 3_000_000);
+        assert_eq!(s.listen.port(), 7000);
+        assert_eq!(s.outbox.overflow, crate::outbox::Overflow::Reject);
+    }
+
+    #[test]
+    fn typos_and_bad_values_fail_with_a_clear_message() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("agent.toml"), "[outbox]\nmax_byte = 1\n").unwrap();
+        let err = Settings::load(dir.path(), None, env(&[]), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("max_byte"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let e = env(&[("APIARY_OUTBOX_MAX_BYTES", "lots")]);
+        let err = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("APIARY_OUTBOX_MAX_BYTES"), "{err}");
+        let e = env(&[("APIARY_LISTEN", "0.0.0.0:4319")]);
+        let err = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("loopback"), "{err}");
+    }
+
+    #[test]
+    fn every_key_has_an_environment_variable_that_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = env(&[
+            ("APIARY_OUTBOX_OVERFLOW", "drop_oldest"),
+            ("APIARY_IDENTITY_TENANT_ID", "acme"),
+            ("APIARY_HIVE_HOME", "/tmp/hive"),
+        ]);
+        let s = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap();
+        assert_eq!(s.outbox.overflow, crate::outbox::Overflow::DropOldest);
+        assert_eq!(s.identity.tenant_id.as_deref(), Some("acme"));
+        assert_eq!(s.hive_home, Some(PathBuf::from("/tmp/hive")));
+        assert_eq!(
+            env_name("push.heartbeat_secs"),
+            "APIARY_PUSH_HEARTBEAT_SECS"
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! One API error type for the local API.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::outbox::OutboxError;
+
+/// Everything a local API call can fail with; each maps to one status.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or wrong bearer token (see DIR/agent.token)")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("request body is {got} bytes or more; the limit is {limit} (intake.max_body_bytes)")]
+    TooLarge { got: u64, limit: usize },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Outbox(e) => match e {
+                OutboxError::Full { .. } => (StatusCode::SERVICE_UNAVAILABLE, "outbox_full"),
+                OutboxError::DiskFull => (StatusCode::SERVICE_UNAVAILABLE, "disk_full"),
+                OutboxError::SessionConflict(_) => (StatusCode::CONFLICT, "session_conflict"),
+                e if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+                _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.parts();
+        let message = if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %self, "local API request failed");
+            "internal error; see the agent's log".to_string()
+        } else {
+            self.to_string()
+        };
+        let mut resp = (
+            status,
+            Json(json!({"error": {"code": code, "message": message}})),
+        )
+            .into_response();
+        if let ApiError::Outbox(e) = &self {
+            if let Some(after) = e.retry_after().filter(|_| status.is_server_error()) {
+                let secs = after.as_secs().max(1).to_string();
+                if let Ok(v) = HeaderValue::from_str(&secs) {
+                    resp.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+            }
+        }
+        resp
+    }
+}

@@ -1,0 +1,106 @@
+//! Sessions, status, the sync toggle and local usage.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{ApiError, AppState};
+use crate::config::Mode;
+use crate::identity::SessionRegistration;
+use crate::outbox::SyncChange;
+
+/// Parses a JSON body into `T`, turning every failure into a 400 that says what is wrong.
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::BadRequest(crate::outbox::store::sanitize_reason(&format!(
+            "invalid request body: {e}"
+        )))
+    })
+}
+
+pub async fn post_session(
+    State(state): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    let registration: SessionRegistration = parse(&body)?;
+    registration.validate().map_err(ApiError::BadRequest)?;
+    let binding = state.outbox.register_session(registration).await?;
+    Ok((StatusCode::OK, Json(binding)))
+}
+
+/// The body of `GET /v1/status`.
+pub async fn status_json(state: &AppState) -> Result<Value, ApiError> {
+    let status = state.outbox.status().await?;
+    let mut v = serde_json::to_value(&status).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    v["mode"] = json!(state.mode);
+    v["agent_version"] = json!(env!("CARGO_PKG_VERSION"));
+    v["uptime_seconds"] = json!(state.started_at.elapsed().as_secs());
+    Ok(v)
+}
+
+pub async fn get_status(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(status_json(&state).await?))
+}
+
+/// `PUT /v1/sync`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SyncToggle {
+    enabled: bool,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    token_file: Option<String>,
+    #[serde(default)]
+    include_backlog: bool,
+    #[serde(default)]
+    purge: bool,
+}
+
+pub async fn put_sync(
+    State(state): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let toggle: SyncToggle = parse(&body)?;
+    let change = if toggle.enabled {
+        if state.mode == Mode::Airgapped {
+            return Err(ApiError::Conflict(
+                "mode is airgapped: sync cannot be enabled (use `apiary-agent export`)".into(),
+            ));
+        }
+        let current = state.outbox.status().await?.stored.sync;
+        let endpoint = toggle.endpoint.or(current.endpoint);
+        let token_file = toggle.token_file.or(current.token_file);
+        let (Some(endpoint), Some(token_file)) = (endpoint, token_file) else {
+            return Err(ApiError::BadRequest(
+                "the first enable needs \"endpoint\" and \"token_file\"".into(),
+            ));
+        };
+        SyncChange::Enable {
+            endpoint,
+            token_file,
+            include_backlog: toggle.include_backlog,
+        }
+    } else {
+        SyncChange::Disable {
+            purge: toggle.purge,
+        }
+    };
+    let report = state.outbox.set_sync(change).await?;
+    Ok(Json(json!(report)))
+}
+
+pub async fn get_session_usage(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    match state.outbox.session_usage(&id).await? {
+        Some(u) => Ok(Json(json!(u))),
+        None => Err(ApiError::NotFound(format!(
+            "session {id} is not known here"
+        ))),
+    }
+}

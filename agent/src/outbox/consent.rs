@@ -1,0 +1,154 @@
+//! Consent: the sync switch and its history.
+//!
+//! Sync is **off** on a fresh outbox. Enabling records a `consent_log` row with the time and the hash of
+//! the policy in force (what the user agreed to ship), plus the endpoint and token file the push loop
+//! will use (the token itself is never stored here). Events committed while sync is off are `held`:
+//! they are never uploaded unless sync is enabled with `include_backlog`, which releases the held rows
+//! pending at that moment. Disabling stops claims at once (the next claim returns `SyncOff`); with
+//! `purge`, every pending row becomes a `purged` tombstone.
+//!
+//! The push loop can *pause* sync (`paused_reason`, e.g. `re-authenticate` after a 401/403) without
+//! withdrawing consent; enabling again clears the pause.
+
+use rusqlite::params;
+use serde::{Deserialize, Serialize};
+
+use super::store::{self, state};
+use super::writer::{Ctx, Op, Reply};
+use super::OutboxError;
+
+/// A change of the sync switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum SyncChange {
+    Enable {
+        endpoint: String,
+        token_file: String,
+        #[serde(default)]
+        include_backlog: bool,
+    },
+    Disable {
+        #[serde(default)]
+        purge: bool,
+    },
+    /// Set by the push loop (401/403: `re-authenticate`); `None` clears it.
+    Pause { reason: Option<String> },
+}
+
+/// What a change did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SyncReport {
+    pub enabled: bool,
+    /// Held rows released for upload (`include_backlog`).
+    pub released: u64,
+    /// Pending rows purged.
+    pub purged: u64,
+}
+
+pub(crate) struct SetSync {
+    pub change: SyncChange,
+    pub reply: Reply<SyncReport>,
+}
+
+impl Op for SetSync {
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+        self.reply.reset();
+        let mut report = SyncReport::default();
+        let hash = ctx.state.policy_hash.clone();
+        match &self.change {
+            SyncChange::Enable {
+                endpoint,
+                token_file,
+                include_backlog,
+            } => {
+                ctx.conn.execute(
+                    "UPDATE sync_state SET enabled = 1, endpoint = ?1, token_file = ?2,
+                        include_backlog = ?3, policy_hash = ?4, changed_at = ?5, paused_reason = NULL
+                     WHERE id = 1",
+                    params![endpoint, token_file, include_backlog, hash, ctx.now_ms],
+                )?;
+                if *include_backlog {
+                    report.released = ctx.conn.execute(
+                        "UPDATE events SET held = 0 WHERE state = 0 AND held = 1",
+                        [],
+                    )? as u64;
+                }
+                log(
+                    ctx,
+                    "enable",
+                    Some(endpoint),
+                    *include_backlog,
+                    0,
+                    report.released,
+                )?;
+                ctx.sync_enabled = true;
+                report.enabled = true;
+            }
+            SyncChange::Disable { purge } => {
+                ctx.conn.execute(
+                    "UPDATE sync_state SET enabled = 0, changed_at = ?1, paused_reason = NULL WHERE id = 1",
+                    [ctx.now_ms],
+                )?;
+                if *purge {
+                    report.purged = try_purge(ctx)?;
+                }
+                log(ctx, "disable", None, false, report.purged, 0)?;
+                ctx.sync_enabled = false;
+            }
+            SyncChange::Pause { reason } => {
+                ctx.conn.execute(
+                    "UPDATE sync_state SET paused_reason = ?1 WHERE id = 1",
+                    [reason],
+                )?;
+                report.enabled = ctx.sync_enabled;
+            }
+        }
+        self.reply.set(Ok(report));
+        Ok(())
+    }
+    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
+        self.reply.send(committed);
+    }
+}
+
+fn log(
+    ctx: &mut Ctx<'_>,
+    action: &str,
+    endpoint: Option<&String>,
+    include_backlog: bool,
+    purged: u64,
+    released: u64,
+) -> rusqlite::Result<()> {
+    ctx.conn.execute(
+        "INSERT INTO consent_log (at, action, policy_hash, endpoint, include_backlog, purged, released)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            ctx.now_ms,
+            action,
+            ctx.state.policy_hash,
+            endpoint,
+            include_backlog,
+            purged as i64,
+            released as i64
+        ],
+    )?;
+    Ok(())
+}
+
+/// Every pending row becomes a `purged` tombstone.
+fn try_purge(ctx: &mut Ctx<'_>) -> rusqlite::Result<u64> {
+    let (n, bytes): (i64, i64) = ctx.conn.query_row(
+        "SELECT count(*), coalesce(sum(bytes), 0) FROM events WHERE state = 0",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    ctx.conn.execute(
+        "UPDATE events SET state = ?1, body = NULL, done_at = ?2 WHERE state = 0",
+        params![state::PURGED, ctx.now_ms],
+    )?;
+    ctx.count(store::PURGED, n);
+    ctx.count(store::PENDING, -n);
+    ctx.count(store::PENDING_BYTES, -bytes);
+    tracing::info!(purged = n, "pending events purged");
+    Ok(n as u64)
+}

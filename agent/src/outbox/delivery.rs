@@ -1,0 +1,395 @@
+//! The push loop's side of the outbox: claim a batch, then settle every claimed event exactly once —
+//! ack (delivered or duplicate), reject (dead letter) or fail (retry later).
+//!
+//! - **claim** returns only *uploadable* rows: pending, not held (captured while sync was off without
+//!   `--include-backlog`), due (`next_attempt_at <= now`), not already claimed, and redacted under one
+//!   policy (a batch carries one policy hash). Nothing is returned while sync is off or paused. Bounded by
+//!   count and bytes (at least one event, so an event larger than the byte bound still goes out). Claims
+//!   live in memory with a lease ([`super::writer::CLAIM_LEASE`]); a restart or an expired lease makes the
+//!   rows claimable again — the ingest dedups by event id, so a re-send is harmless.
+//! - **ack** turns pending rows into tombstones (`delivered` or `duplicate`), **reject** copies the redacted
+//!   event into `dead_letters` with the reason, **fail** bumps `attempts` and sets `next_attempt_at` and
+//!   `last_error` (persisted: a restart neither resets nor hammers). Settling a row that is no longer
+//!   pending (evicted, purged, exported, settled twice) changes nothing and is reported as `not_pending`.
+
+use std::time::Duration;
+
+use apiary_schema::{AgentRole, CanonicalEvent, EventKind, SessionBinding};
+use chrono::{TimeZone, Utc};
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::item::PreparedEvent;
+use super::store::{self, state};
+use super::writer::{Ctx, Op, Reply};
+use super::{intake, sessions, OutboxError};
+
+/// Namespace of ids of events the agent makes itself (UUID v5).
+pub const AGENT_NAMESPACE: Uuid = Uuid::from_u128(0x3c9e_0b51_77d4_4f0a_9a6e_5d21_c4b8_e902);
+
+/// How much one claim may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimLimits {
+    pub max_events: usize,
+    /// Sum of the events' JSON sizes.
+    pub max_bytes: usize,
+}
+
+/// Why a claim came back empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Idle {
+    SyncOff,
+    Paused,
+    NothingDue,
+}
+
+/// A claimed batch.
+#[derive(Debug, Clone, Default)]
+pub struct Claimed {
+    pub events: Vec<ClaimedEvent>,
+    /// Bindings of every session the events reference (and of their parents).
+    pub sessions: Vec<SessionBinding>,
+    /// The policy the events were redacted under.
+    pub policy_hash: String,
+    /// Set when `events` is empty.
+    pub idle: Option<Idle>,
+}
+
+/// One claimed event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedEvent {
+    pub event_id: Uuid,
+    /// The redacted canonical event, JSON.
+    pub body: String,
+    /// Send attempts so far.
+    pub attempts: u32,
+}
+
+impl Claimed {
+    /// Ids of the claimed events.
+    pub fn ids(&self) -> Vec<Uuid> {
+        self.events.iter().map(|e| e.event_id).collect()
+    }
+
+    /// The `POST /v1/batches` body, built by splicing the stored JSON (no re-serialisation).
+    pub fn batch_json(&self, batch_id: Uuid, agent: &apiary_schema::batch::AgentInfo) -> String {
+        let head = serde_json::json!({
+            "schema_version": apiary_schema::SCHEMA_VERSION,
+            "batch_id": batch_id,
+            "sent_at": Utc::now(),
+            "agent": agent,
+            "policy_hash": self.policy_hash,
+            "sessions": self.sessions,
+        })
+        .to_string();
+        let mut out = String::with_capacity(
+            head.len() + self.events.iter().map(|e| e.body.len() + 1).sum::<usize>() + 16,
+        );
+        out.push_str(&head[..head.len() - 1]);
+        out.push_str(",\"events\":[");
+        for (i, e) in self.events.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&e.body);
+        }
+        out.push_str("]}");
+        out
+    }
+}
+
+/// The push loop's verdict for one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Stored by the ingest.
+    Delivered,
+    /// The ingest already had it.
+    Duplicate,
+}
+
+/// How settling went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SettleReport {
+    /// Rows that left `pending` (or were rescheduled, for `fail`).
+    pub settled: u64,
+    /// Ids that were not pending any more; nothing changed for them.
+    pub not_pending: u64,
+}
+
+pub(crate) struct Claim {
+    pub limits: ClaimLimits,
+    pub reply: Reply<Claimed>,
+}
+
+impl Op for Claim {
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+        self.reply.reset();
+        let claimed = try_claim(ctx, self.limits)?;
+        self.reply.set(Ok(claimed));
+        Ok(())
+    }
+    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
+        self.reply.send(committed);
+    }
+}
+
+fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed> {
+    let mut out = Claimed::default();
+    let paused: Option<String> = ctx.conn.query_row(
+        "SELECT paused_reason FROM sync_state WHERE id = 1",
+        [],
+        |r| r.get(0),
+    )?;
+    if !ctx.sync_enabled || paused.is_some() {
+        out.idle = Some(if ctx.sync_enabled {
+            Idle::Paused
+        } else {
+            Idle::SyncOff
+        });
+        return Ok(out);
+    }
+    let mut policy = None;
+    let mut bytes = 0usize;
+    let mut session_ids = std::collections::BTreeSet::new();
+    {
+        let mut stmt = ctx.conn.prepare_cached(
+            "SELECT event_id, body, attempts, policy_id, session_id FROM events
+             WHERE state = 0 AND held = 0 AND next_attempt_at <= ?1 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query([ctx.now_ms])?;
+        while let Some(row) = rows.next()? {
+            let id = Uuid::from_slice(&row.get::<_, Vec<u8>>(0)?).unwrap_or_default();
+            if ctx.state.is_in_flight(&id, ctx.delta) {
+                continue;
+            }
+            let body: String = row.get(1)?;
+            let policy_id: i64 = row.get(3)?;
+            if *policy.get_or_insert(policy_id) != policy_id {
+                break;
+            }
+            if !out.events.is_empty() && bytes + body.len() > limits.max_bytes {
+                break;
+            }
+            bytes += body.len();
+            if let Some(s) = row.get::<_, Option<String>>(4)? {
+                session_ids.insert(s);
+            }
+            ctx.delta.claimed.push(id);
+            out.events.push(ClaimedEvent {
+                event_id: id,
+                body,
+                attempts: row.get::<_, i64>(2)? as u32,
+            });
+            if out.events.len() >= limits.max_events {
+                break;
+            }
+        }
+    }
+    if out.events.is_empty() {
+        out.idle = Some(Idle::NothingDue);
+        return Ok(out);
+    }
+    out.policy_hash = ctx.conn.query_row(
+        "SELECT hash FROM policies WHERE id = ?1",
+        [policy.unwrap_or_default()],
+        |r| r.get(0),
+    )?;
+    out.sessions = sessions::bindings_for(ctx.conn, session_ids.iter().map(String::as_str))?;
+    Ok(out)
+}
+
+/// What settling does to each id.
+pub(crate) enum SettleKind {
+    Ack(Vec<(Uuid, Delivery)>),
+    Reject(Vec<(Uuid, String)>),
+    Fail {
+        ids: Vec<Uuid>,
+        delay: Duration,
+        error: String,
+    },
+    /// Give claims back without counting an attempt.
+    Release(Vec<Uuid>),
+}
+
+pub(crate) struct Settle {
+    pub kind: SettleKind,
+    pub reply: Reply<SettleReport>,
+}
+
+impl Op for Settle {
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+        self.reply.reset();
+        let mut report = SettleReport::default();
+        match &self.kind {
+            SettleKind::Ack(acks) => {
+                for (id, d) in acks {
+                    let (st, counter) = match d {
+                        Delivery::Delivered => (state::DELIVERED, store::DELIVERED),
+                        Delivery::Duplicate => (state::DUPLICATE, store::DUPLICATE),
+                    };
+                    tally(&mut report, try_finish_row(ctx, id, st, counter)?.is_some());
+                }
+            }
+            SettleKind::Reject(rejections) => {
+                for (id, reason) in rejections {
+                    let body = try_finish_row(ctx, id, state::REJECTED, store::REJECTED)?;
+                    if let Some(body) = &body {
+                        let src = "ingest";
+                        let id_bytes = Some(id.as_bytes().as_slice());
+                        store::insert_dead_letter(
+                            ctx.conn,
+                            ctx.now_ms,
+                            id_bytes,
+                            src,
+                            None,
+                            None,
+                            reason,
+                            Some(body),
+                        )?;
+                        ctx.count(&format!("{}rejected", store::DROPS_UNREPORTED), 1);
+                    }
+                    tally(&mut report, body.is_some());
+                }
+            }
+            SettleKind::Fail { ids, delay, error } => {
+                let next = ctx.now_ms + delay.as_millis() as i64;
+                let mut stmt = ctx.conn.prepare_cached(
+                    "UPDATE events SET attempts = attempts + 1, next_attempt_at = ?2, last_error = ?3
+                     WHERE event_id = ?1 AND state = 0",
+                )?;
+                for id in ids {
+                    let n = stmt.execute(params![id.as_bytes().as_slice(), next, error])?;
+                    tally(&mut report, n == 1);
+                }
+            }
+            SettleKind::Release(ids) => report.settled = ids.len() as u64,
+        }
+        let ids: Vec<Uuid> = match &self.kind {
+            SettleKind::Ack(a) => a.iter().map(|(id, _)| *id).collect(),
+            SettleKind::Reject(r) => r.iter().map(|(id, _)| *id).collect(),
+            SettleKind::Fail { ids, .. } | SettleKind::Release(ids) => ids.clone(),
+        };
+        ctx.delta.settled.extend(ids);
+        self.reply.set(Ok(report));
+        Ok(())
+    }
+    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
+        self.reply.send(committed);
+    }
+    fn weight(&self) -> usize {
+        match &self.kind {
+            SettleKind::Ack(v) => v.len(),
+            SettleKind::Reject(v) => v.len(),
+            SettleKind::Fail { ids, .. } | SettleKind::Release(ids) => ids.len(),
+        }
+    }
+}
+
+fn tally(report: &mut SettleReport, settled: bool) {
+    if settled {
+        report.settled += 1;
+    } else {
+        report.not_pending += 1;
+    }
+}
+
+/// Moves a pending row to a terminal state (a tombstone). Returns its body when it was pending.
+pub(crate) fn try_finish_row(
+    ctx: &mut Ctx<'_>,
+    id: &Uuid,
+    to_state: i64,
+    counter: &str,
+) -> rusqlite::Result<Option<String>> {
+    let id_bytes = id.as_bytes().as_slice();
+    let found: Option<(String, i64)> = ctx
+        .conn
+        .prepare_cached("SELECT body, bytes FROM events WHERE event_id = ?1 AND state = 0")?
+        .query_row([id_bytes], |r| {
+            Ok((
+                r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                r.get(1)?,
+            ))
+        })
+        .optional()?;
+    if found.is_some() {
+        ctx.conn
+            .prepare_cached(
+                "UPDATE events SET state = ?2, done_at = ?3, last_error = NULL, body = NULL
+                 WHERE event_id = ?1",
+            )?
+            .execute(params![id_bytes, to_state, ctx.now_ms])?;
+    }
+    let Some((body, bytes)) = found else {
+        return Ok(None);
+    };
+    ctx.count(counter, 1);
+    ctx.count(store::PENDING, -1);
+    ctx.count(store::PENDING_BYTES, -bytes);
+    Ok(Some(body))
+}
+
+/// Turns unreported drops (evictions, dead letters) into `outbox.dropped` events, one per reason.
+pub(crate) struct DropReport {
+    pub reply: Reply<Vec<Uuid>>,
+}
+
+impl Op for DropReport {
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+        self.reply.reset();
+        let counters = store::read_counter_map(ctx.conn)?;
+        let device = ctx.state.defaults.device_id.clone().unwrap_or_default();
+        let mut made = Vec::new();
+        for (name, n) in counters {
+            let Some(reason) = name.strip_prefix(store::DROPS_UNREPORTED) else {
+                continue;
+            };
+            if n <= 0 {
+                continue;
+            }
+            let seq: i64 = store::get_meta(ctx.conn, "drop_report_seq")?
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+                + 1;
+            store::set_meta(ctx.conn, "drop_report_seq", &seq.to_string())?;
+            let event = dropped_event(&device, seq, reason, n, ctx.now_ms);
+            intake::try_insert_event(ctx, &PreparedEvent::new(&event))?;
+            ctx.count(store::RECEIVED, 1);
+            ctx.count(&name, -n);
+            made.push(event.event_id);
+        }
+        self.reply.set(Ok(made));
+        Ok(())
+    }
+    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
+        self.reply.send(committed);
+    }
+}
+
+fn dropped_event(device: &str, seq: i64, reason: &str, n: i64, now_ms: i64) -> CanonicalEvent {
+    let name = format!("{device}:outbox.dropped:{seq}:{reason}");
+    let mut data = serde_json::Map::new();
+    data.insert("reason".into(), reason.into());
+    data.insert("count".into(), n.into());
+    CanonicalEvent {
+        schema_version: apiary_schema::SCHEMA_VERSION,
+        event_id: Uuid::new_v5(&AGENT_NAMESPACE, name.as_bytes()),
+        kind: EventKind::OutboxDropped,
+        occurred_at: Utc
+            .timestamp_millis_opt(now_ms)
+            .single()
+            .unwrap_or_default(),
+        runtime: "apiary-agent".into(),
+        session_id: None,
+        parent_session_id: None,
+        colony_id: None,
+        worker_id: None,
+        agent_role: None::<AgentRole>,
+        node_id: None,
+        execution_id: None,
+        trace_id: None,
+        native_type: "outbox.dropped".into(),
+        data,
+    }
+}

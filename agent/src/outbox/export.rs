@@ -1,0 +1,247 @@
+//! Air-gapped export: every pending event, whether or not sync is enabled, into one bundle file.
+//!
+//! ## Bundle format (version 1) — read by `apiary-ingest import`
+//! A gzip stream of NDJSON (UTF-8, `\n` line ends):
+//! 1. line 1 is the manifest, `{"manifest": {...}}`:
+//!    - `format`: `"apiary-export"`, `format_version`: 1, `schema_version`: the canonical event version (1)
+//!    - `created_at` (RFC 3339 UTC), `agent_version`, `device_id`
+//!    - `policy_hash`: the policy the events were redacted under (when several were, the first of
+//!      `policy_hashes`); `policy_hashes`: all of them
+//!    - `sessions`: a [`SessionBinding`] for every session the events reference, and their parents
+//!    - `counts`: `{"events": n, "by_type": {"llm.turn": n, ...}, "held": n}` (`held`: captured while sync
+//!      was off)
+//!    - `checksum`: `{"algorithm": "sha256", "over": "event_lines", "value": hex}` — SHA-256 over the
+//!      bytes of lines 2..n exactly as written, each including its trailing `\n`
+//! 2. lines 2..n: one redacted canonical event each (the same JSON the push loop would send), in commit
+//!    order.
+//!
+//! An importer should verify the checksum and the count before loading anything, then load the events
+//! with the same dedup by `(tenant, event_id)` as `POST /v1/batches`, so importing a bundle twice — or a
+//! bundle whose events were also pushed — changes nothing.
+//!
+//! ## Outcome
+//! The exported rows become `exported` tombstones in the same transaction that wrote the file (the file is
+//! written to `FILE.tmp`, fsynced and renamed before the commit). A crash before the commit leaves the
+//! rows pending, so a second export contains them again: harmless, the importer dedups. `exported` is a
+//! terminal outcome of its own: received = delivered + duplicate + rejected + filtered + evicted + purged +
+//! exported + pending.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use apiary_schema::SessionBinding;
+use chrono::Utc;
+use flate2::write::GzEncoder;
+use rusqlite::params;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::store::{self, state};
+use super::writer::{Ctx, Op, Reply};
+use super::{sessions, OutboxError};
+
+/// The `manifest` object of a bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub format_version: u32,
+    pub schema_version: u32,
+    pub created_at: chrono::DateTime<Utc>,
+    pub agent_version: String,
+    pub device_id: Option<String>,
+    pub policy_hash: String,
+    pub policy_hashes: Vec<String>,
+    pub sessions: Vec<SessionBinding>,
+    pub counts: ManifestCounts,
+    pub checksum: Checksum,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct ManifestCounts {
+    pub events: u64,
+    pub by_type: BTreeMap<String, u64>,
+    pub held: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Checksum {
+    pub algorithm: String,
+    pub over: String,
+    pub value: String,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportReport {
+    pub path: PathBuf,
+    pub events: u64,
+    pub file_bytes: u64,
+    pub checksum: String,
+}
+
+pub(crate) struct Export {
+    pub out: PathBuf,
+    pub reply: Reply<ExportReport>,
+}
+
+impl Op for Export {
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+        self.reply.reset();
+        let manifest = try_build_manifest(ctx)?;
+        let result = match write_bundle(ctx, &self.out, &manifest) {
+            Ok(report) => report,
+            Err(e) => {
+                self.reply.set(Err(e));
+                return Ok(());
+            }
+        };
+        let (n, bytes): (i64, i64) = ctx.conn.query_row(
+            "SELECT count(*), coalesce(sum(bytes), 0) FROM events WHERE state = 0",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        ctx.conn.execute(
+            "UPDATE events SET state = ?1, body = NULL, done_at = ?2 WHERE state = 0",
+            params![state::EXPORTED, ctx.now_ms],
+        )?;
+        ctx.count(store::EXPORTED, n);
+        ctx.count(store::PENDING, -n);
+        ctx.count(store::PENDING_BYTES, -bytes);
+        self.reply.set(Ok(result));
+        Ok(())
+    }
+    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
+        self.reply.send(committed);
+    }
+}
+
+/// Pass 1: counts, sessions, policies and the checksum of the event lines.
+fn try_build_manifest(ctx: &mut Ctx<'_>) -> rusqlite::Result<Manifest> {
+    let mut counts = ManifestCounts::default();
+    let mut hasher = Sha256::new();
+    let mut session_ids = BTreeSet::new();
+    let mut policy_ids = BTreeSet::new();
+    {
+        let mut stmt = ctx.conn.prepare(
+            "SELECT body, kind, session_id, held, policy_id FROM events WHERE state = 0 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let body: String = r.get(0)?;
+            hasher.update(body.as_bytes());
+            hasher.update(b"\n");
+            counts.events += 1;
+            *counts.by_type.entry(r.get(1)?).or_default() += 1;
+            if let Some(s) = r.get::<_, Option<String>>(2)? {
+                session_ids.insert(s);
+            }
+            counts.held += r.get::<_, i64>(3)? as u64;
+            policy_ids.insert(r.get::<_, i64>(4)?);
+        }
+    }
+    let mut policy_hashes = Vec::new();
+    for id in policy_ids {
+        policy_hashes.push(ctx.conn.query_row(
+            "SELECT hash FROM policies WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )?);
+    }
+    Ok(Manifest {
+        format: "apiary-export".into(),
+        format_version: 1,
+        schema_version: apiary_schema::SCHEMA_VERSION,
+        created_at: Utc::now(),
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        device_id: ctx.state.defaults.device_id.clone(),
+        policy_hash: policy_hashes
+            .first()
+            .cloned()
+            .unwrap_or_else(|| ctx.state.policy_hash.clone()),
+        policy_hashes,
+        sessions: sessions::bindings_for(ctx.conn, session_ids.iter().map(String::as_str))?,
+        counts,
+        checksum: Checksum {
+            algorithm: "sha256".into(),
+            over: "event_lines".into(),
+            value: hex::encode(hasher.finalize()),
+        },
+    })
+}
+
+/// Pass 2: writes `FILE.tmp`, fsyncs, renames to `FILE`.
+fn write_bundle(
+    ctx: &mut Ctx<'_>,
+    out: &Path,
+    manifest: &Manifest,
+) -> Result<ExportReport, OutboxError> {
+    let tmp = out.with_extension("tmp");
+    let io = |e: std::io::Error| OutboxError::Export(format!("{}: {e}", out.display()));
+    let file = std::fs::File::create(&tmp).map_err(io)?;
+    let mut gz = GzEncoder::new(
+        std::io::BufWriter::new(file),
+        flate2::Compression::default(),
+    );
+    let head = serde_json::json!({ "manifest": manifest });
+    writeln!(gz, "{head}").map_err(io)?;
+    let sql = |e: rusqlite::Error| OutboxError::Export(e.to_string());
+    let mut stmt = ctx
+        .conn
+        .prepare("SELECT body FROM events WHERE state = 0 ORDER BY seq")
+        .map_err(sql)?;
+    let mut rows = stmt.query([]).map_err(sql)?;
+    while let Some(r) = rows.next().map_err(sql)? {
+        let body: String = r.get(0).map_err(sql)?;
+        gz.write_all(body.as_bytes()).map_err(io)?;
+        gz.write_all(b"\n").map_err(io)?;
+    }
+    let file = gz
+        .finish()
+        .map_err(io)?
+        .into_inner()
+        .map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    let file_bytes = file.metadata().map_err(io)?.len();
+    std::fs::rename(&tmp, out).map_err(io)?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(ExportReport {
+        path: out.to_path_buf(),
+        events: manifest.counts.events,
+        file_bytes,
+        checksum: manifest.checksum.value.clone(),
+    })
+}
+
+/// Reads a bundle back (for tests and for tools): the manifest and the event lines, checksum verified.
+pub fn read_bundle(path: &Path) -> Result<(Manifest, Vec<String>), String> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut lines = std::io::BufReader::new(flate2::read::GzDecoder::new(file)).lines();
+    let head = lines
+        .next()
+        .ok_or("empty bundle")?
+        .map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_str(&head).map_err(|e| e.to_string())?;
+    let manifest: Manifest =
+        serde_json::from_value(v["manifest"].clone()).map_err(|e| e.to_string())?;
+    let mut hasher = Sha256::new();
+    let mut events = Vec::new();
+    for line in lines {
+        let line = line.map_err(|e| e.to_string())?;
+        hasher.update(line.as_bytes());
+        hasher.update(b"\n");
+        events.push(line);
+    }
+    if hex::encode(hasher.finalize()) != manifest.checksum.value {
+        return Err("checksum mismatch".into());
+    }
+    if events.len() as u64 != manifest.counts.events {
+        return Err("event count mismatch".into());
+    }
+    Ok((manifest, events))
+}

@@ -1,0 +1,248 @@
+//! The intake op: commits a producer's items (and, for the tailer, its checkpoint) in one transaction.
+//!
+//! ## Capacity
+//! Before writing, the op measures the database (`(page_count - freelist_count) * page_size`) and adds an
+//! estimate of what it is about to write (body bytes + [`ROW_OVERHEAD`] per event). Over `max_bytes`:
+//! 1. the oldest tombstones are pruned first (dedup memory is the cheapest thing to give up);
+//! 2. then, under `overflow = "reject"`, the whole submission is refused ([`OutboxError::Full`], HTTP 503
+//!    with Retry-After): nothing of it is received, the producer keeps it and retries;
+//! 3. under `overflow = "drop_oldest"`, the oldest pending events are deleted until about as many bytes
+//!    as the submission needs are free (never more than 4× its size per submission, so a lowered cap
+//!    converges over several submissions instead of emptying the outbox at once). Each is counted
+//!    `evicted` and as an unreported drop, later reported upstream as an `outbox.dropped` event.
+//!
+//! The cap is therefore enforced within one submission's size; SQLite reuses the freed space.
+
+use super::item::{Item, PreparedEvent};
+use super::store::{self, state};
+use super::writer::{Ctx, Op, Reply};
+use super::{sessions, OutboxError, Overflow, SubmitReport};
+use crate::tail::sink::Checkpoint;
+
+/// Estimated bytes a row costs beyond its body (row header, event_id and partial index entries).
+pub const ROW_OVERHEAD: u64 = 150;
+/// Tombstones pruned per attempt when the cap is reached.
+const PRUNE_CHUNK: i64 = 20_000;
+
+pub(crate) struct Submit {
+    pub items: Vec<Item>,
+    pub checkpoint: Option<Checkpoint>,
+    pub reply: Reply<SubmitReport>,
+}
+
+impl Submit {
+    fn estimate(&self) -> u64 {
+        self.items
+            .iter()
+            .map(|i| match i {
+                Item::Kept(e) => e.body.len() as u64 + ROW_OVERHEAD,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    fn kept(&self) -> i64 {
+        self.items
+            .iter()
+            .filter(|i| matches!(i, Item::Kept(_)))
+            .count() as i64
+    }
+}
+
+impl Op for Submit {
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+        self.reply.reset();
+        let mut report = SubmitReport::default();
+        if let Room::Refused(e) = try_make_room(ctx, self.estimate(), &mut report)? {
+            ctx.count(store::REFUSED, self.kept());
+            self.reply.set(Err(e));
+            return Ok(());
+        }
+        for item in &self.items {
+            try_insert_item(ctx, item, &mut report)?;
+        }
+        ctx.count(store::RECEIVED, self.items.len() as i64);
+        if let Some(cp) = &self.checkpoint {
+            try_save_checkpoint(ctx, cp)?;
+        }
+        self.reply.set(Ok(report));
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
+        self.reply.send(committed);
+    }
+
+    fn weight(&self) -> usize {
+        self.items.len().max(1)
+    }
+}
+
+enum Room {
+    Available,
+    Refused(OutboxError),
+}
+
+/// Checks the cap; prunes tombstones, then refuses or evicts per the overflow policy.
+fn try_make_room(
+    ctx: &mut Ctx<'_>,
+    estimate: u64,
+    report: &mut SubmitReport,
+) -> rusqlite::Result<Room> {
+    if estimate == 0 {
+        return Ok(Room::Available);
+    }
+    let max = ctx.settings.max_bytes;
+    let mut used = store::used_bytes(ctx.conn)?;
+    if used + estimate <= max {
+        return Ok(Room::Available);
+    }
+    if store::prune_tombstones_before(ctx.conn, i64::MAX, PRUNE_CHUNK)? > 0 {
+        used = store::used_bytes(ctx.conn)?;
+        if used + estimate <= max {
+            return Ok(Room::Available);
+        }
+    }
+    match ctx.settings.overflow {
+        Overflow::Reject => Ok(Room::Refused(OutboxError::Full {
+            retry_after: std::time::Duration::from_secs(ctx.settings.retry_after_secs),
+        })),
+        Overflow::DropOldest => {
+            let need = (used + estimate - max).min(estimate * 4).max(estimate);
+            report.evicted = try_evict(ctx, need)?;
+            Ok(Room::Available)
+        }
+    }
+}
+
+/// Deletes the oldest pending events until about `need` bytes are freed. Returns how many.
+fn try_evict(ctx: &mut Ctx<'_>, need: u64) -> rusqlite::Result<u64> {
+    let mut victims = Vec::new();
+    let mut freed = 0u64;
+    {
+        let mut stmt = ctx
+            .conn
+            .prepare_cached("SELECT seq, bytes FROM events WHERE state = 0 ORDER BY seq")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let (seq, bytes): (i64, i64) = (row.get(0)?, row.get(1)?);
+            victims.push((seq, bytes));
+            freed += bytes as u64 + ROW_OVERHEAD;
+            if freed >= need {
+                break;
+            }
+        }
+    }
+    let mut delete = ctx
+        .conn
+        .prepare_cached("DELETE FROM events WHERE seq = ?1")?;
+    let mut bytes_total = 0i64;
+    for (seq, bytes) in &victims {
+        delete.execute([seq])?;
+        bytes_total += bytes;
+    }
+    let n = victims.len() as i64;
+    ctx.count(store::EVICTED, n);
+    ctx.count(store::PENDING, -n);
+    ctx.count(store::PENDING_BYTES, -bytes_total);
+    ctx.count(&format!("{}evicted", store::DROPS_UNREPORTED), n);
+    if n > 0 {
+        tracing::warn!(evicted = n, "outbox full: oldest pending events evicted");
+    }
+    Ok(n as u64)
+}
+
+fn try_insert_item(
+    ctx: &mut Ctx<'_>,
+    item: &Item,
+    report: &mut SubmitReport,
+) -> rusqlite::Result<()> {
+    match item {
+        Item::Kept(e) => {
+            if try_insert_event(ctx, e)? {
+                report.accepted += 1;
+            } else {
+                report.duplicates += 1;
+                ctx.count(store::DUPLICATE, 1);
+            }
+        }
+        Item::Filtered { reason } => {
+            report.filtered += 1;
+            ctx.count(store::FILTERED, 1);
+            ctx.count(&format!("filtered.{reason}"), 1);
+        }
+        Item::Malformed {
+            source,
+            line_no,
+            offset,
+            reason,
+        } => {
+            report.rejected += 1;
+            store::insert_dead_letter(
+                ctx.conn, ctx.now_ms, None, source, *line_no, *offset, reason, None,
+            )?;
+            ctx.count(store::REJECTED, 1);
+            ctx.count(&format!("{}malformed", store::DROPS_UNREPORTED), 1);
+        }
+    }
+    Ok(())
+}
+
+/// Inserts one event; false when its id is already in the outbox (a duplicate).
+pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite::Result<bool> {
+    let inserted = ctx
+        .conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO events
+                (event_id, state, held, kind, session_id, occurred_at, received_at, policy_id, bytes, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?
+        .execute(rusqlite::params![
+            e.event_id.as_bytes().as_slice(),
+            state::PENDING,
+            i64::from(!ctx.sync_enabled),
+            e.kind.as_str(),
+            e.session_id,
+            e.occurred_at_ms,
+            ctx.now_ms,
+            ctx.state.policy_id,
+            e.body.len() as i64,
+            e.body
+        ])?
+        == 1;
+    if !inserted {
+        return Ok(false);
+    }
+    ctx.count(store::PENDING, 1);
+    ctx.count(store::PENDING_BYTES, e.body.len() as i64);
+    if let Some(session) = &e.session_id {
+        sessions::try_bind_on_first_sight(ctx, session, e.parent_session_id.as_deref())?;
+        if let Some((model, u)) = &e.usage {
+            ctx.delta
+                .usage
+                .entry((session.clone(), model.clone()))
+                .or_default()
+                .add(u);
+        }
+    }
+    Ok(true)
+}
+
+fn try_save_checkpoint(ctx: &mut Ctx<'_>, cp: &Checkpoint) -> rusqlite::Result<()> {
+    ctx.conn
+        .prepare_cached(
+            r#"INSERT INTO checkpoints (source_key, path, file_id, "offset", head_hash, updated_at)
+               VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+               ON CONFLICT(source_key) DO UPDATE SET path = ?2, file_id = ?3, "offset" = ?4,
+                   head_hash = ?5, updated_at = ?6"#,
+        )?
+        .execute(rusqlite::params![
+            cp.source_key,
+            cp.path,
+            cp.file_id,
+            cp.offset as i64,
+            cp.head_hash,
+            ctx.now_ms
+        ])?;
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! The outbox's SQLite schema and its migrations.
+//!
+//! Migrations are numbered from 1; `PRAGMA user_version` holds the last one applied. Each runs in its
+//! own transaction together with the `user_version` bump, so a crash mid-migration leaves the previous
+//! version intact. A database newer than this build refuses to open (downgrades are not supported).
+//!
+//! ## Tables (version 1)
+//! - `events`: one row per distinct `event_id` ever committed (within the dedup retention). `state` 0 is
+//!   pending (the row holds the redacted canonical JSON in `body`); any other state is terminal and the
+//!   row is a *tombstone* (`body` NULL) kept only so that a second copy is recognised as a duplicate.
+//!   `held` = 1 marks an event captured while sync was off (never uploaded unless the backlog is
+//!   included). `attempts`, `next_attempt_at`, `last_error` are the persisted retry state of the push loop.
+//! - `counters`: persisted outcome counters (`received`, `delivered`, ...; see [`super::Counters`]) and
+//!   informational ones (`filtered.<reason>`, `refused`, `drops_unreported.<reason>`).
+//! - `usage`: local per-(session, model) totals, updated in the same transaction as the events, so
+//!   `GET /v1/usage/sessions/{id}` keeps working after rows are delivered and their bodies dropped.
+//! - `sessions`: the session registry (identity bound when a session is first seen or registered).
+//! - `sync_state` (one row) and `consent_log` (history): sync on/off, endpoint, token file, consent
+//!   time and the policy hash consented to.
+//! - `dead_letters`: why an event (or an unreadable line) was rejected; holds at most the already
+//!   redacted canonical event, never raw input.
+//! - `checkpoints`: the log tailer's per-file read positions (committed with the events read).
+//! - `policies`: the policy hashes events were redacted under (`events.policy_id` references one).
+//! - `meta`: key/value (device id, last push result).
+
+use rusqlite::{Connection, Transaction};
+
+/// Every migration, in order; index + 1 is its version.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE events (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id        BLOB    NOT NULL UNIQUE,
+    state           INTEGER NOT NULL DEFAULT 0,
+    held            INTEGER NOT NULL DEFAULT 0,
+    kind            TEXT    NOT NULL,
+    session_id      TEXT,
+    occurred_at     INTEGER NOT NULL,
+    received_at     INTEGER NOT NULL,
+    policy_id       INTEGER NOT NULL,
+    bytes           INTEGER NOT NULL,
+    body            TEXT,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    done_at         INTEGER
+);
+CREATE INDEX events_pending ON events(seq) WHERE state = 0;
+CREATE INDEX events_uploadable ON events(seq) WHERE state = 0 AND held = 0;
+CREATE INDEX events_tombstones ON events(seq) WHERE state <> 0;
+
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+
+CREATE TABLE usage (
+    session_id            TEXT    NOT NULL,
+    model                 TEXT    NOT NULL,
+    parent_session_id     TEXT,
+    llm_calls             INTEGER NOT NULL DEFAULT 0,
+    input_tokens          INTEGER NOT NULL DEFAULT 0,
+    output_tokens         INTEGER NOT NULL DEFAULT 0,
+    cached_tokens         INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd              REAL    NOT NULL DEFAULT 0,
+    unpriced_turns        INTEGER NOT NULL DEFAULT 0,
+    credits               REAL    NOT NULL DEFAULT 0,
+    tool_calls_started    INTEGER NOT NULL DEFAULT 0,
+    tool_calls            INTEGER NOT NULL DEFAULT 0,
+    tool_errors           INTEGER NOT NULL DEFAULT 0,
+    events                INTEGER NOT NULL DEFAULT 0,
+    first_at              INTEGER,
+    last_at               INTEGER,
+    PRIMARY KEY (session_id, model)
+) WITHOUT ROWID;
+CREATE INDEX usage_parent ON usage(parent_session_id);
+
+CREATE TABLE sessions (
+    session_id        TEXT PRIMARY KEY,
+    user_id           TEXT,
+    tenant_id         TEXT,
+    device_id         TEXT,
+    parent_session_id TEXT,
+    first_seen_at     INTEGER NOT NULL,
+    registered        INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+
+CREATE TABLE sync_state (
+    id              INTEGER PRIMARY KEY CHECK (id = 1),
+    enabled         INTEGER NOT NULL DEFAULT 0,
+    endpoint        TEXT,
+    token_file      TEXT,
+    include_backlog INTEGER NOT NULL DEFAULT 0,
+    policy_hash     TEXT,
+    changed_at      INTEGER,
+    paused_reason   TEXT
+);
+INSERT INTO sync_state (id, enabled) VALUES (1, 0);
+
+CREATE TABLE consent_log (
+    id              INTEGER PRIMARY KEY,
+    at              INTEGER NOT NULL,
+    action          TEXT    NOT NULL,
+    policy_hash     TEXT    NOT NULL,
+    endpoint        TEXT,
+    include_backlog INTEGER NOT NULL DEFAULT 0,
+    purged          INTEGER NOT NULL DEFAULT 0,
+    released        INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TABLE dead_letters (
+    id        INTEGER PRIMARY KEY,
+    at        INTEGER NOT NULL,
+    event_id  BLOB,
+    source    TEXT    NOT NULL,
+    line_no   INTEGER,
+    byte_offset INTEGER,
+    reason    TEXT    NOT NULL,
+    body      TEXT
+);
+
+CREATE TABLE checkpoints (
+    source_key TEXT PRIMARY KEY,
+    path       TEXT    NOT NULL,
+    file_id    TEXT    NOT NULL,
+    "offset"   INTEGER NOT NULL,
+    head_hash  TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE policies (
+    id            INTEGER PRIMARY KEY,
+    hash          TEXT NOT NULL UNIQUE,
+    name          TEXT NOT NULL,
+    version       INTEGER NOT NULL,
+    first_used_at INTEGER NOT NULL
+);
+
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+"#];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database to [`SCHEMA_VERSION`]. Returns the version it found.
+pub fn migrate(conn: &mut Connection) -> Result<i64, MigrateError> {
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(MigrateError::TooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = i as i64 + 1;
+        let tx = conn.transaction()?;
+        try_apply(&tx, sql, version)?;
+        tx.commit()?;
+        tracing::info!(version, "outbox schema migrated");
+    }
+    Ok(found)
+}
+
+fn try_apply(tx: &Transaction<'_>, sql: &str, version: i64) -> rusqlite::Result<()> {
+    tx.execute_batch(sql)?;
+    tx.pragma_update(None, "user_version", version)
+}
+
+/// Why the schema could not be brought up to date.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("the outbox was written by a newer agent (schema {found}, this build knows {supported}); upgrade the agent")]
+    TooNew { found: i64, supported: i64 },
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_once_and_record_the_version() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), 0);
+        assert_eq!(migrate(&mut conn).unwrap(), SCHEMA_VERSION);
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_newer_database_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        assert!(matches!(
+            migrate(&mut conn),
+            Err(MigrateError::TooNew { .. })
+        ));
+    }
+}

@@ -1,0 +1,281 @@
+//! SQL helpers shared by the ops (all run inside the writer's transaction unless noted).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+
+use super::writer::Delta;
+use super::{Counters, OutboxSettings};
+
+/// Outcome counter names. `received = delivered + duplicate + rejected + filtered + evicted + purged +
+/// exported + pending`.
+pub const RECEIVED: &str = "received";
+pub const DELIVERED: &str = "delivered";
+pub const DUPLICATE: &str = "duplicate";
+pub const REJECTED: &str = "rejected";
+pub const FILTERED: &str = "filtered";
+pub const EVICTED: &str = "evicted";
+pub const PURGED: &str = "purged";
+pub const EXPORTED: &str = "exported";
+pub const PENDING: &str = "pending";
+pub const PENDING_BYTES: &str = "pending_bytes";
+/// Submissions refused at the door (cap reached under `reject`): not received, the producer retries.
+pub const REFUSED: &str = "refused";
+/// Drops not yet reported upstream as `outbox.dropped`, by reason.
+pub const DROPS_UNREPORTED: &str = "drops_unreported.";
+
+/// Row states of `events`.
+pub mod state {
+    pub const PENDING: i64 = 0;
+    pub const DELIVERED: i64 = 1;
+    pub const DUPLICATE: i64 = 2;
+    pub const REJECTED: i64 = 3;
+    pub const EVICTED: i64 = 4;
+    pub const PURGED: i64 = 5;
+    pub const EXPORTED: i64 = 6;
+}
+
+/// Opens the writing connection with the pragmas the outbox relies on.
+///
+/// - `journal_mode = WAL`: readers (status, follow, the CLI) never block the writer and vice versa.
+/// - `synchronous = FULL`: the WAL is fsynced at every commit, so an acknowledged event survives power
+///   loss, not only a process crash. NORMAL would survive SIGKILL but could lose the last commits on power
+///   loss — which would break "2xx only after commit" for the producer. Group commit amortises the fsync
+///   over everything queued meanwhile, which is what makes FULL affordable.
+/// - `busy_timeout = 5 s`: the CLI (sync, export) may write while `run` is running.
+/// - `foreign_keys` off, `temp_store = MEMORY`, a bounded page cache (`cache_size = -8192`, 8 MiB) so the
+///   agent's memory does not grow with the backlog.
+pub fn open_writer(path: &Path, settings: &OutboxSettings) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -8192)?;
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+    if let Some(pages) = settings.sqlite_max_page_count {
+        conn.pragma_update(None, "max_page_count", pages)?;
+    }
+    Ok(conn)
+}
+
+/// Opens a read-only connection (status, usage, follow, export reads in other processes).
+pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "cache_size", -2048)?;
+    Ok(conn)
+}
+
+pub fn sync_enabled(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT enabled FROM sync_state WHERE id = 1")?
+        .query_row([], |r| r.get::<_, i64>(0))
+        .map(|v| v != 0)
+}
+
+/// Bytes in use: (page_count - freelist_count) * page_size.
+pub fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
+    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    Ok(((pages - free).max(0) * size) as u64)
+}
+
+pub fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = ?2",
+    )?
+    .execute(params![key, value])?;
+    Ok(())
+}
+
+pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()
+}
+
+/// Writes the group's counter and usage deltas.
+pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<()> {
+    let mut counters = conn.prepare_cached(
+        "INSERT INTO counters (name, value) VALUES (?1, ?2)
+         ON CONFLICT(name) DO UPDATE SET value = value + ?2",
+    )?;
+    for (name, n) in &delta.counters {
+        counters.execute(params![name, n])?;
+    }
+    let mut usage = conn.prepare_cached(
+        "INSERT INTO usage (session_id, model, parent_session_id, llm_calls, input_tokens, output_tokens,
+            cached_tokens, cache_creation_tokens, cost_usd, unpriced_turns, credits, tool_calls_started,
+            tool_calls, tool_errors, events, first_at, last_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+         ON CONFLICT(session_id, model) DO UPDATE SET
+            parent_session_id = coalesce(parent_session_id, ?3),
+            llm_calls = llm_calls + ?4, input_tokens = input_tokens + ?5, output_tokens = output_tokens + ?6,
+            cached_tokens = cached_tokens + ?7, cache_creation_tokens = cache_creation_tokens + ?8,
+            cost_usd = cost_usd + ?9, unpriced_turns = unpriced_turns + ?10, credits = credits + ?11,
+            tool_calls_started = tool_calls_started + ?12, tool_calls = tool_calls + ?13,
+            tool_errors = tool_errors + ?14, events = events + ?15,
+            first_at = min(first_at, ?16), last_at = max(last_at, ?17)",
+    )?;
+    for ((session, model), u) in &delta.usage {
+        usage.execute(params![
+            session,
+            model,
+            u.parent_session_id,
+            u.llm_calls,
+            u.input_tokens,
+            u.output_tokens,
+            u.cached_tokens,
+            u.cache_creation_tokens,
+            u.cost_usd,
+            u.unpriced_turns,
+            u.credits,
+            u.tool_calls_started,
+            u.tool_calls,
+            u.tool_errors,
+            u.events,
+            u.first_at,
+            u.last_at
+        ])?;
+    }
+    Ok(())
+}
+
+/// Every counter as stored.
+pub fn read_counter_map(conn: &Connection) -> rusqlite::Result<BTreeMap<String, i64>> {
+    let mut stmt = conn.prepare_cached("SELECT name, value FROM counters")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+pub fn read_counters(conn: &Connection) -> rusqlite::Result<Counters> {
+    let m = read_counter_map(conn)?;
+    let g = |k: &str| m.get(k).copied().unwrap_or(0).max(0) as u64;
+    Ok(Counters {
+        received: g(RECEIVED),
+        delivered: g(DELIVERED),
+        duplicate: g(DUPLICATE),
+        rejected: g(REJECTED),
+        filtered: g(FILTERED),
+        evicted: g(EVICTED),
+        purged: g(PURGED),
+        exported: g(EXPORTED),
+        pending: g(PENDING),
+        pending_bytes: g(PENDING_BYTES),
+        refused: g(REFUSED),
+    })
+}
+
+/// Deletes up to `limit` of the oldest tombstones finished before `cutoff_ms` (`i64::MAX` = any age).
+pub fn prune_tombstones_before(
+    conn: &Connection,
+    cutoff_ms: i64,
+    limit: i64,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM events WHERE seq IN (
+            SELECT seq FROM events WHERE state <> 0 AND done_at < ?1 ORDER BY seq LIMIT ?2)",
+    )?
+    .execute(params![cutoff_ms, limit])
+}
+
+/// Inserts a dead-letter row.
+#[allow(clippy::too_many_arguments)]
+pub fn insert_dead_letter(
+    conn: &Connection,
+    at_ms: i64,
+    event_id: Option<&[u8]>,
+    source: &str,
+    line_no: Option<u64>,
+    offset: Option<u64>,
+    reason: &str,
+    body: Option<&str>,
+) -> rusqlite::Result<()> {
+    let reason = sanitize_reason(reason);
+    conn.prepare_cached(
+        "INSERT INTO dead_letters (at, event_id, source, line_no, byte_offset, reason, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        at_ms,
+        event_id,
+        source,
+        line_no.map(|n| n as i64),
+        offset.map(|n| n as i64),
+        reason,
+        body
+    ])?;
+    Ok(())
+}
+
+/// The id of `hash` in `policies`, inserting it when new.
+pub fn ensure_policy(
+    conn: &Connection,
+    hash: &str,
+    name: &str,
+    version: u32,
+    now_ms: i64,
+) -> rusqlite::Result<i64> {
+    conn.execute(
+        "INSERT OR IGNORE INTO policies (hash, name, version, first_used_at) VALUES (?1, ?2, ?3, ?4)",
+        params![hash, name, version, now_ms],
+    )?;
+    conn.query_row("SELECT id FROM policies WHERE hash = ?1", [hash], |r| {
+        r.get(0)
+    })
+}
+
+/// Makes an error message safe to store and show: quoted values are replaced (serde quotes the
+/// offending input in some messages, e.g. `invalid type: string "…"`), backquoted names are kept only
+/// when they look like identifiers, and the message is cut to 300 characters.
+pub fn sanitize_reason(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len().min(320));
+    let mut chars = reason.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' | '`' => {
+                let mut inner = String::new();
+                for d in chars.by_ref() {
+                    if d == c {
+                        break;
+                    }
+                    inner.push(d);
+                }
+                let identifier = c == '`'
+                    && !inner.is_empty()
+                    && inner.len() <= 64
+                    && inner
+                        .chars()
+                        .all(|d| d.is_ascii_alphanumeric() || "_.:-".contains(d));
+                out.push(c);
+                out.push_str(if identifier { &inner } else { "…" });
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+        if out.len() >= 300 {
+            out.push('…');
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitized_reasons_never_hold_quoted_input() {
+        let r =
+            sanitize_reason("invalid type: string \"zzcanary9001 secret\", expected u32 at `seq`");
+        assert_eq!(r, "invalid type: string \"…\", expected u32 at `seq`");
+        let r = sanitize_reason("unknown variant `zzcanary 9002 with spaces`, expected one of");
+        assert!(!r.contains("zzcanary"), "{r}");
+        assert!(sanitize_reason(&"x".repeat(1000)).chars().count() <= 302);
+    }
+}
