@@ -121,6 +121,9 @@ struct Bucket {
 
 const MAX_ENTRIES: usize = 100_000;
 
+/// tenant, scopes, user, device
+type TokenRow = (Uuid, Vec<String>, Option<String>, Option<String>);
+
 impl TokenGuard {
     pub fn new(cache_for: Duration, rate_per_sec: f64, burst: f64) -> TokenGuard {
         TokenGuard {
@@ -140,7 +143,7 @@ impl TokenGuard {
                 return Ok(p.clone());
             }
         }
-        let row: Option<(Uuid, Vec<String>, Option<String>, Option<String>)> = sqlx::query_as(
+        let row: Option<TokenRow> = sqlx::query_as(
             "SELECT tenant_id, scopes, user_id, device_id FROM api_tokens \
              WHERE token_hash = $1 AND revoked_at IS NULL",
         )

@@ -92,13 +92,16 @@ pub async fn get(pool: &PgPool, tenant: Uuid, id: &str) -> Result<SessionRow, Ap
     .ok_or(ApiError::NotFound("session"))
 }
 
+/// session id and the ten sums of [`Usage`], in field order.
+type TotalsRow = (String, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
+
 /// All-time totals per session.
 pub async fn totals(
     pool: &PgPool,
     tenant: Uuid,
     ids: &[String],
 ) -> Result<HashMap<String, Usage>, ApiError> {
-    let rows: Vec<(String, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
+    let rows: Vec<TotalsRow> = sqlx::query_as(
         "SELECT session_id, sum(input_tokens)::int8, sum(output_tokens)::int8, sum(cached_tokens)::int8,
             sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, sum(llm_calls)::int8,
             sum(unpriced_turns)::int8, sum(tool_calls)::int8, sum(tool_errors)::int8, sum(events)::int8

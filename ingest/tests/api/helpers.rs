@@ -1,0 +1,218 @@
+//! Spawning the app and typed request helpers.
+
+use std::io::Write;
+
+use apiary_ingest::config::IngestSettings;
+use apiary_ingest::startup::Application;
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+pub struct TestApp {
+    pub base: String,
+    pub pool: PgPool,
+    pub client: reqwest::Client,
+}
+
+/// A tenant with an ingest token and a read token.
+pub struct Tenant {
+    pub id: Uuid,
+    pub ingest: String,
+    pub read: String,
+}
+
+/// Settings for tests: any port, generous rate limit, retention long enough for fixed historical dates.
+pub fn test_settings() -> IngestSettings {
+    IngestSettings {
+        listen: "127.0.0.1:0".into(),
+        rate_limit_per_sec: 10_000.0,
+        rate_limit_burst: 10_000.0,
+        retention_days: 36_500,
+        max_body_bytes: 1024 * 1024,
+        max_decompressed_bytes: 4 * 1024 * 1024,
+        max_batch_events: 2_000,
+        ..IngestSettings::default()
+    }
+}
+
+pub async fn spawn_app(pool: PgPool) -> TestApp {
+    spawn_app_with(pool, test_settings()).await
+}
+
+pub async fn spawn_app_with(pool: PgPool, settings: IngestSettings) -> TestApp {
+    let app = Application::build(settings, pool.clone())
+        .await
+        .expect("app builds");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    TestApp {
+        base,
+        pool,
+        client: reqwest::Client::new(),
+    }
+}
+
+impl TestApp {
+    pub async fn tenant(&self, name: &str) -> Tenant {
+        self.tenant_bound(name, None, None).await
+    }
+
+    pub async fn tenant_bound(
+        &self,
+        name: &str,
+        user: Option<&str>,
+        device: Option<&str>,
+    ) -> Tenant {
+        use apiary_ingest::auth::Scope;
+        use apiary_ingest::store::admin::{create_tenant, create_token, TokenSpec};
+        let id = create_tenant(&self.pool, name).await.unwrap();
+        let spec = |scopes: Vec<Scope>| TokenSpec {
+            tenant: id.to_string(),
+            scopes,
+            user_id: user.map(str::to_string),
+            device_id: device.map(str::to_string),
+        };
+        let ingest = create_token(&self.pool, &spec(vec![Scope::Ingest]))
+            .await
+            .unwrap()
+            .1;
+        let read = create_token(&self.pool, &spec(vec![Scope::Read]))
+            .await
+            .unwrap()
+            .1;
+        Tenant { id, ingest, read }
+    }
+
+    pub async fn token(&self, tenant: Uuid, scopes: &[&str]) -> String {
+        use apiary_ingest::auth::Scope;
+        let spec = apiary_ingest::store::admin::TokenSpec {
+            tenant: tenant.to_string(),
+            scopes: scopes.iter().map(|s| Scope::parse(s).unwrap()).collect(),
+            user_id: None,
+            device_id: None,
+        };
+        apiary_ingest::store::admin::create_token(&self.pool, &spec)
+            .await
+            .unwrap()
+            .1
+    }
+
+    /// POSTs raw bytes to /v1/batches with the given Content-Encoding.
+    pub async fn post_raw(
+        &self,
+        token: &str,
+        body: Vec<u8>,
+        encoding: Option<&str>,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .client
+            .post(format!("{}/v1/batches", self.base))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(e) = encoding {
+            req = req.header("content-encoding", e);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    /// POSTs a batch, gzip-compressed.
+    pub async fn post_batch(&self, token: &str, batch: &Value) -> (StatusCode, Value) {
+        self.post_raw(
+            token,
+            gzip(&serde_json::to_vec(batch).unwrap()),
+            Some("gzip"),
+        )
+        .await
+    }
+
+    pub async fn get(&self, token: &str, path: &str) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .get(format!("{}{}", self.base, path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+}
+
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+/// A batch envelope around `events`, sent now.
+pub fn batch(events: Vec<Value>, sessions: Vec<Value>) -> Value {
+    batch_sent_at(events, sessions, Utc::now())
+}
+
+pub fn batch_sent_at(events: Vec<Value>, sessions: Vec<Value>, sent_at: DateTime<Utc>) -> Value {
+    json!({
+        "schema_version": 1, "batch_id": Uuid::new_v4(), "sent_at": sent_at,
+        "agent": { "device_id": "dev-1", "agent_version": "0.1.0" }, "policy_hash": "test",
+        "sessions": sessions, "events": events,
+    })
+}
+
+pub fn binding(session: &str, user: &str) -> Value {
+    json!({ "session_id": session, "user_id": user, "first_seen_at": "2026-01-01T00:00:00Z" })
+}
+
+/// A canonical event.
+pub fn event(kind: &str, session: Option<&str>, at: DateTime<Utc>, data: Value) -> Value {
+    let mut e = json!({
+        "schema_version": 1, "event_id": Uuid::new_v4(), "type": kind, "occurred_at": at,
+        "runtime": "hive", "native_type": "test_event", "data": data,
+    });
+    if let Some(s) = session {
+        e["session_id"] = s.into();
+        e["agent_role"] = "queen".into();
+    }
+    e
+}
+
+pub fn llm(
+    session: &str,
+    at: DateTime<Utc>,
+    model: &str,
+    input: u64,
+    output: u64,
+    cost: f64,
+) -> Value {
+    event(
+        "llm.turn",
+        Some(session),
+        at,
+        json!({ "model": model, "input_tokens": input, "output_tokens": output, "cached_tokens": input / 2,
+                "cost_usd": cost, "cost_source": if cost > 0.0 { "reported" } else { "unreported" } }),
+    )
+}
+
+pub fn tool(session: &str, at: DateTime<Utc>, is_error: bool) -> Value {
+    event(
+        "tool.call",
+        Some(session),
+        at,
+        json!({ "tool_name": "read_file", "status": "completed", "is_error": is_error }),
+    )
+}
+
+pub fn ts(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}

@@ -1,0 +1,13 @@
+//! API tests: the real server on port 0, a fresh database per test (`#[sqlx::test]` reads DATABASE_URL;
+//! `scripts/test.sh` provides one).
+
+mod helpers;
+
+mod bad_input;
+mod batches;
+mod cross_tenant;
+mod exactness;
+mod import;
+mod ops;
+mod sessions;
+mod usage;
