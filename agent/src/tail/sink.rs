@@ -32,13 +32,22 @@ pub enum TailItem {
     Processed(Outcome),
     /// A line that could not be read: it is counted as received and rejected (dead-lettered with the
     /// reason and its position, never its content).
-    Malformed { source_key: String, line_no: u64, offset: u64, reason: String },
+    Malformed {
+        source_key: String,
+        line_no: u64,
+        offset: u64,
+        reason: String,
+    },
 }
 
 /// Where tailed lines go. Implemented by the outbox.
 pub trait TailSink: Send + Sync + 'static {
     /// Commits `items` and `checkpoint` in one transaction; resolves once it is durable.
-    fn commit(&self, items: Vec<TailItem>, checkpoint: Checkpoint) -> impl Future<Output = anyhow::Result<()>> + Send;
+    fn commit(
+        &self,
+        items: Vec<TailItem>,
+        checkpoint: Checkpoint,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// Every checkpoint stored so far.
     fn load_checkpoints(&self) -> impl Future<Output = anyhow::Result<Vec<Checkpoint>>> + Send;
