@@ -9,14 +9,32 @@
 //! - [`procs`]: child processes that are killed when dropped, with their output kept for failure reports.
 //! - [`proxy`]: a TCP proxy of our own between agent and ingest that delays, resets, blackholes and
 //!   injects HTTP 503/429 bursts.
+//! - [`stack`]: `apiary-ingest serve` processes, tenants and tokens made through the CLI, typed query API.
+//! - [`agent`]: `apiary-agent run` processes, their local API (status counters, intake) and CLI.
+//! - [`fixture`]: the Hive fixture day replayed into a HIVE_HOME, as NDJSON, or as canonical batches.
+//! - [`expect`]: what `/v1/usage` must answer for the fixture day, and the comparison.
+//! - [`scan`]: a dump of the cloud database searched for values that must never leave the device.
+//!
+//! Every process is owned by a value that kills it when dropped, so a failing (panicking) test leaves
+//! nothing running; every test gets its own database and temp directories.
 
+pub mod agent;
 pub mod bins;
 pub mod db;
+pub mod expect;
+pub mod fixture;
 pub mod procs;
 pub mod proxy;
+pub mod scan;
+pub mod stack;
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests on one machine).
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local addr").port()
+}
+
+/// Whether the full fault loops were asked for (`APIARY_FULL_FAULTS=1`).
+pub fn full_faults() -> bool {
+    std::env::var("APIARY_FULL_FAULTS").is_ok_and(|v| v == "1")
 }

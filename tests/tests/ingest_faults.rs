@@ -1,0 +1,160 @@
+//! Ingest-only faults, with batches built here as an agent would build them: two replicas receiving the
+//! same batch at the same moment, and an ingest SIGKILLed in the middle of a batch. Each ends with exact
+//! rollups (nothing lost, nothing counted twice).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tests::expect::assert_fixture_usage;
+use tests::fixture;
+use tests::stack::{Api, Cloud};
+
+const DEVICE: &str = "dev-e2e-test";
+
+fn verdicts(v: &Value) -> (u64, u64, usize) {
+    (
+        v["accepted"].as_u64().unwrap_or(0),
+        v["duplicates"].as_u64().unwrap_or(0),
+        v["rejected"].as_array().map_or(0, Vec::len),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_receiving_the_same_batch_at_once_store_it_once() {
+    let cloud = Cloud::start().await.unwrap();
+    let replica = cloud.replica().await.unwrap();
+    let events = fixture::canonical_events();
+    let expected = tests::expect::Expected::load();
+    assert_eq!(
+        events.len() as i64,
+        expected.durable_event_count(),
+        "harness: fixture events"
+    );
+    let apis = [
+        cloud.ingest_api(),
+        Api::new(&replica.url(), &cloud.tenant.ingest_token),
+    ];
+    let mut bodies = vec![];
+    for chunk in events.chunks(50) {
+        let body = Arc::new(fixture::batch_body(chunk, DEVICE));
+        bodies.push(body.clone());
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let sends = apis.iter().cloned().map(|api| {
+            let (body, barrier) = (body.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                api.post_batch(&body).await
+            })
+        });
+        let answers: Vec<(u16, Value)> = futures_join(sends.collect())
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let (mut acc, mut dup) = (0, 0);
+        for (status, v) in &answers {
+            assert_eq!(*status, 200, "{v}");
+            let (a, d, r) = verdicts(v);
+            assert_eq!((a + d, r), (chunk.len() as u64, 0), "{v}");
+            acc += a;
+            dup += d;
+        }
+        assert_eq!(
+            (acc, dup),
+            (chunk.len() as u64, chunk.len() as u64),
+            "each event accepted by exactly one replica: {answers:?}"
+        );
+    }
+    let n = expected.durable_event_count();
+    assert_fixture_usage(
+        &cloud.read_api(),
+        &cloud.admin_api(),
+        &cloud.tenant.id,
+        DEVICE,
+        n,
+    )
+    .await
+    .unwrap();
+    // A replay through either replica changes nothing.
+    for body in &bodies {
+        let (status, v) = apis[1].post_batch(body).await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(verdicts(&v).0, 0, "replay accepted something: {v}");
+    }
+    assert_fixture_usage(
+        &cloud.read_api(),
+        &cloud.admin_api(),
+        &cloud.tenant.id,
+        DEVICE,
+        n,
+    )
+    .await
+    .unwrap();
+    tests::scan::assert_clean(&cloud.db.url).await.unwrap();
+}
+
+async fn futures_join<T>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = vec![];
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_killed_mid_batch_and_restarted_stores_the_batch_once() {
+    let mut cloud = Cloud::start().await.unwrap();
+    let rounds: u64 = if tests::full_faults() { 10 } else { 3 };
+    let per_batch = 3000u64;
+    let mut killed_in_flight = 0;
+    for round in 0..rounds {
+        let events = fixture::synthetic_canonical(
+            "session_e2e_killed_ingest",
+            round * per_batch + 1,
+            per_batch,
+        );
+        let body = Arc::new(fixture::batch_body(&events, DEVICE));
+        let api = cloud.ingest_api();
+        let send = {
+            let body = body.clone();
+            tokio::spawn(async move { api.post_batch(&body).await })
+        };
+        // Kill somewhere in the request: 30, 120, 210… ms after sending began.
+        tokio::time::sleep(Duration::from_millis(30 + (90 * round) % 500)).await;
+        cloud.ingest.kill();
+        let first = send.await.unwrap();
+        if first.is_err() {
+            killed_in_flight += 1;
+        }
+        cloud.ingest.restart().await.unwrap();
+        let (status, v) = cloud.ingest_api().post_batch(&body).await.unwrap();
+        assert_eq!(status, 200, "{v}");
+        let (a, d, r) = verdicts(&v);
+        assert_eq!((a + d, r), (per_batch, 0), "{v}");
+        if let Ok((200, v1)) = &first {
+            assert_eq!(verdicts(v1).0 + a, per_batch, "first {v1}, second {v}");
+        }
+        let usage = cloud
+            .read_api()
+            .usage(
+                "session",
+                "total",
+                "2026-01-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+            )
+            .await
+            .unwrap();
+        let t = &usage["totals"];
+        let want = (round + 1) * per_batch;
+        assert_eq!(t["llm_calls"].as_u64(), Some(want), "round {round}: {t}");
+        assert_eq!(
+            t["input_tokens"].as_u64(),
+            Some(100 * want),
+            "round {round}: {t}"
+        );
+        assert_eq!(t["events"].as_u64(), Some(want), "round {round}: {t}");
+    }
+    eprintln!("ingest killed with the batch in flight in {killed_in_flight}/{rounds} rounds");
+    assert!(killed_in_flight > 0, "no kill hit a batch in flight");
+}
