@@ -65,8 +65,8 @@ impl Validator {
             props.insert("events".into(), serde_json::json!({ "type": "array" }));
         }
         Validator {
-            event: jsonschema::validator_for(&event).expect("event schema compiles"),
-            envelope: jsonschema::validator_for(&envelope).expect("batch schema compiles"),
+            event: compile_one(&event),
+            envelope: compile_one(&envelope),
         }
     }
 
@@ -75,10 +75,42 @@ impl Validator {
         collect(&self.event, value)
     }
 
+    /// The instance paths (e.g. `/type`, `/data`) where a canonical event breaks the schema, without the
+    /// messages (which quote values); `(root)` for the object itself (e.g. a missing required field).
+    pub fn invalid_paths(&self, value: &Value) -> Vec<String> {
+        let mut paths: Vec<String> = self
+            .event
+            .iter_errors(value)
+            .take(10)
+            .map(|e| match &e.kind {
+                jsonschema::error::ValidationErrorKind::Required { property } => {
+                    format!(
+                        "{}/{} (missing)",
+                        e.instance_path,
+                        property.as_str().unwrap_or("?")
+                    )
+                }
+                _ if e.instance_path.to_string().is_empty() => "(root)".to_string(),
+                _ => e.instance_path.to_string(),
+            })
+            .collect();
+        paths.dedup();
+        paths
+    }
+
     /// Validates a batch envelope, not looking inside `events` beyond it being an array.
     pub fn validate_envelope(&self, value: &Value) -> Result<(), Vec<String>> {
         collect(&self.envelope, value)
     }
+}
+
+/// Formats (`uuid`, `date-time`) are asserted too: serde would refuse them later anyway, and the
+/// validator can say where without quoting the value.
+fn compile_one(schema: &Value) -> jsonschema::Validator {
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+        .expect("schema compiles")
 }
 
 fn collect(v: &jsonschema::Validator, value: &Value) -> Result<(), Vec<String>> {

@@ -68,8 +68,8 @@ pub fn is_canonical(value: &Value) -> bool {
 /// Processes one event (native Hive or canonical).
 pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome, ProcessError> {
     let event = if is_canonical(value) {
-        let event: CanonicalEvent = serde_json::from_value(value.clone())
-            .map_err(|e| ProcessError::Canonical(e.to_string()))?;
+        let event: CanonicalEvent =
+            serde_json::from_value(value.clone()).map_err(|_| canonical_error(value))?;
         event
             .check_envelope()
             .map_err(|e| ProcessError::Canonical(e.to_string()))?;
@@ -96,6 +96,17 @@ pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome
     redact(event, opts.policy)
 }
 
+/// Describes why a canonical event does not parse by the paths of the offending fields only: serde's and
+/// the validator's own messages quote values, and error texts end up in logs and dead letters.
+fn canonical_error(value: &Value) -> ProcessError {
+    let paths = crate::json_schema::Validator::shared().invalid_paths(value);
+    if paths.is_empty() {
+        ProcessError::Canonical("a field has the wrong type or an out-of-range value".into())
+    } else {
+        ProcessError::Canonical(format!("invalid or missing fields at {}", paths.join(", ")))
+    }
+}
+
 /// Applies the policy to a canonical event.
 pub fn redact(mut event: CanonicalEvent, policy: &Policy) -> Result<Outcome, ProcessError> {
     match policy.apply(&mut event) {
@@ -107,5 +118,32 @@ pub fn redact(mut event: CanonicalEvent, policy: &Policy) -> Result<Outcome, Pro
             native_type: event.native_type,
             reason: FilterReason::KindNotAllowed,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn errors_never_quote_the_input() {
+        let policy = Policy::default_policy();
+        let opts = ProcessOptions::new(&policy);
+        let bad_native = json!({"type": "llm_turn_complete", "execution_id": "s", "timestamp": "zzcanary1 /home/a"});
+        let bad_canonical =
+            json!({"schema_version": 1, "event_id": "zzcanary2", "type": "llm.turn", "data": {}});
+        let wrong_type = json!({"schema_version": "zzcanary3", "event_id": "6a1f5c2e-9b3d-4e7a-8c10-2f4bd5e6a701"});
+        for v in [bad_native, bad_canonical, wrong_type] {
+            let err = process_value(&v, &opts).unwrap_err().to_string();
+            assert!(!err.contains("zzcanary") && !err.contains("/home"), "{err}");
+        }
+        let err = process_value(
+            &json!({"schema_version": 1, "event_id": "x", "type": "llm.turn"}),
+            &opts,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("/event_id"), "{err}");
     }
 }
