@@ -224,3 +224,58 @@ pub async fn assert_fixture_usage(
     }
     Ok(())
 }
+
+/// The agent's `GET /v1/usage/sessions/{queen}` totals (the queen and her workers, from local data) equal
+/// the fixture's per-queen-tree totals, for every queen session of the day.
+pub async fn assert_local_usage(agent: &crate::agent::Agent) -> anyhow::Result<()> {
+    let expected = Expected::load();
+    let trees = expected.json["usage"]["by_queen_tree"]
+        .as_object()
+        .expect("by_queen_tree");
+    let http = crate::stack::client();
+    for (queen, want) in trees {
+        let url = format!("http://{}/v1/usage/sessions/{queen}", agent.addr);
+        let v: Value = http
+            .get(&url)
+            .bearer_auth(&agent.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let got = Sums::from_usage(&v["totals"]);
+        anyhow::ensure!(
+            got == Sums::from_fixture(want),
+            "agent local usage of {queen}: got {got:?}, want {:?}",
+            Sums::from_fixture(want)
+        );
+    }
+    Ok(())
+}
+
+/// Lines of the day (both logs).
+pub fn day_line_count() -> u64 {
+    fixture::day_files()
+        .iter()
+        .map(|f| f.lines.len() as u64)
+        .sum()
+}
+
+/// Durable events of the debug log that name no session (no `execution_id`, no `data.session_id`): a
+/// producer posting what the runtime emits cannot attribute them (only a per-session log's directory can).
+pub fn durable_debug_events_without_session() -> i64 {
+    let expected = Expected::load();
+    let durable: Vec<&str> = expected.json["durable_types"]
+        .as_array()
+        .expect("durable_types")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let files = fixture::day_files();
+    files[0]
+        .lines
+        .iter()
+        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+        .filter(|v| durable.contains(&v["type"].as_str().unwrap_or("")))
+        .filter(|v| v["execution_id"].is_null() && v["data"]["session_id"].is_null())
+        .count() as i64
+}

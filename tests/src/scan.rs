@@ -90,3 +90,21 @@ pub async fn assert_clean(db_url: &str) -> anyhow::Result<usize> {
     );
     Ok(text.len())
 }
+
+/// Asserts the agent's outbox files (`outbox.db`, `-wal`) hold none of [`FORBIDDEN`] (redaction happens
+/// before the commit, so no page of the file may ever have held one).
+pub fn assert_outbox_clean(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    for name in ["outbox.db", "outbox.db-wal"] {
+        let Ok(bytes) = std::fs::read(data_dir.join(name)) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let hits = forbidden_in(&text);
+        anyhow::ensure!(
+            hits.is_empty(),
+            "sensitive values in {name}:\n{}",
+            hits.join("\n")
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! Consent and air-gapped mode, black box: nothing reaches the ingest while sync is off (the agent points
+//! at our proxy, whose connection counter must stay 0); the backlog captured before consent stays local
+//! unless `sync enable --include-backlog`; an air-gapped agent's `export` bundle loaded with
+//! `apiary-ingest import` gives the fixture's totals, and importing it twice changes nothing.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::Value;
+use tests::agent::Agent;
+use tests::expect::{self, assert_fixture_usage, Expected};
+use tests::fixture;
+use tests::proxy::FaultProxy;
+use tests::scan;
+use tests::stack::{ingest_cli, Cloud};
+
+/// Settings that make a wrongly running push loop show up within the waits below.
+const FAST_PUSH: &[(&str, &str)] = &[
+    ("APIARY_PUSH_HEARTBEAT_SECS", "1"),
+    ("APIARY_PUSH_HEARTBEAT_INTERVAL_SECS", "1"),
+    ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
+];
+
+async fn cloud_llm_calls(cloud: &Cloud) -> u64 {
+    let v = cloud
+        .read_api()
+        .usage(
+            "session",
+            "total",
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+        )
+        .await
+        .unwrap();
+    v["totals"]["llm_calls"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_reaches_the_ingest_before_consent() {
+    let cloud = Cloud::start().await.unwrap();
+    let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
+    let data = cloud.dir.path().join("agent");
+    // The endpoint is configured (as the desktop would at sign-in) but sync was never enabled.
+    let agent = Agent::start_with(&data, None, FAST_PUSH).await.unwrap();
+    let (status, v) = agent
+        .post_events(fixture::synthetic_turns("session_consent_a", 1, 200))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{v}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(proxy.connections.load(Ordering::Relaxed), 0);
+    let c = agent.counters().await.unwrap();
+    assert_eq!((c.pending, c.delivered), (200, 0), "{c:?}");
+    c.assert_balanced();
+    let status = agent.status().await.unwrap();
+    assert_eq!(status["sync"]["enabled"], false, "{status}");
+    assert_eq!(cloud_llm_calls(&cloud).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
+async fn nothing_reaches_the_ingest_after_sync_disable() {
+    let cloud = Cloud::start().await.unwrap();
+    let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
+    let agent = Agent::start_with(&cloud.dir.path().join("agent"), None, FAST_PUSH)
+        .await
+        .unwrap();
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent.sync_enable(&proxy.url(), &token_file, false).unwrap();
+    agent
+        .post_events(fixture::synthetic_turns("session_consent_b", 1, 100))
+        .await
+        .unwrap();
+    agent
+        .wait_counters(Duration::from_secs(30), "delivered", |c| c.delivered == 100)
+        .await
+        .unwrap();
+    agent.cli(&["sync", "disable"]).unwrap();
+    // Let a push in flight at the moment of disabling finish, then nothing more may connect.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = proxy.connections.load(Ordering::Relaxed);
+    agent
+        .post_events(fixture::synthetic_turns("session_consent_b", 101, 100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        proxy.connections.load(Ordering::Relaxed),
+        before,
+        "connected after disable"
+    );
+    assert_eq!(cloud_llm_calls(&cloud).await, 100);
+    let c = agent.counters().await.unwrap();
+    assert_eq!((c.delivered, c.pending), (100, 100), "{c:?}");
+    c.assert_balanced();
+    // --purge deletes what is pending; the counters still add up.
+    agent.cli(&["sync", "disable", "--purge"]).unwrap();
+    let c = agent.counters().await.unwrap();
+    assert_eq!((c.pending, c.purged), (0, 100), "{c:?}");
+    c.assert_balanced();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
+async fn backlog_from_before_consent_stays_local_unless_include_backlog() {
+    let cloud = Cloud::start().await.unwrap();
+    let agent = Agent::start_with(&cloud.dir.path().join("agent"), None, FAST_PUSH)
+        .await
+        .unwrap();
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    // 300 events captured before consent.
+    agent
+        .post_events(fixture::synthetic_turns("session_backlog", 1, 300))
+        .await
+        .unwrap();
+    agent
+        .sync_enable(&cloud.ingest.url(), &token_file, false)
+        .unwrap();
+    // 50 after consent: only these go up.
+    agent
+        .post_events(fixture::synthetic_turns("session_after_consent", 1, 50))
+        .await
+        .unwrap();
+    agent
+        .wait_counters(
+            Duration::from_secs(30),
+            "post-consent events delivered",
+            |c| c.delivered == 50,
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cloud_llm_calls(&cloud).await,
+        50,
+        "the backlog must stay local"
+    );
+    let c = agent.counters().await.unwrap();
+    assert_eq!((c.delivered, c.pending), (50, 300), "{c:?}");
+    c.assert_balanced();
+    // Explicitly including the backlog sends it, once.
+    agent
+        .sync_enable(&cloud.ingest.url(), &token_file, true)
+        .unwrap();
+    let c = agent
+        .wait_counters(Duration::from_secs(30), "backlog delivered", |c| {
+            c.pending == 0
+        })
+        .await
+        .unwrap();
+    assert_eq!(c.delivered, 350, "{c:?}");
+    c.assert_balanced();
+    assert_eq!(cloud_llm_calls(&cloud).await, 350);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "export/import format mismatch: `apiary-ingest import` of an `apiary-agent export` bundle fails \
+            with `not an export bundle: the manifest has no sha256 checksum` (the agent writes \
+            manifest.checksum = {algorithm, over, value}; the ingest reads a string at \
+            manifest.sha256 | events_sha256 | checksum)"]
+async fn airgapped_export_then_import_gives_the_fixture_totals_once() {
+    let cloud = Cloud::start().await.unwrap();
+    let home = cloud.dir.path().join("hive");
+    std::fs::create_dir_all(&home).unwrap();
+    // Air-gapped; identity configured on the device (an import has no token user to fall back on).
+    let env = [
+        ("APIARY_MODE", "airgapped"),
+        ("APIARY_IDENTITY_USER_ID", "alice"),
+    ];
+    let agent = Agent::start_with(&cloud.dir.path().join("agent"), Some(&home), &env)
+        .await
+        .unwrap();
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    let refused = agent.sync_enable(&cloud.ingest.url(), &token_file, false);
+    assert!(refused.is_err(), "air-gapped mode must refuse sync enable");
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || fixture::write_day(&h, Duration::from_millis(2), 20))
+        .await
+        .unwrap()
+        .unwrap();
+    let durable = Expected::load().durable_event_count() as u64;
+    let lines = expect::day_line_count();
+    agent
+        .wait_counters(Duration::from_secs(30), "day tailed", |c| {
+            c.received >= lines && c.pending == durable
+        })
+        .await
+        .unwrap();
+    let bundle = cloud.dir.path().join("bundle.ndjson.gz");
+    agent
+        .cli(&["export", "--out", &bundle.to_string_lossy()])
+        .unwrap();
+    let c = agent.counters().await.unwrap();
+    assert_eq!((c.exported, c.pending), (durable, 0), "{c:?}");
+    c.assert_balanced();
+    let device = agent.status().await.unwrap()["device_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (url, tenant) = (cloud.db.url.clone(), cloud.tenant.id.clone());
+    let b = bundle.clone();
+    let summaries: Vec<Value> = tokio::task::spawn_blocking(move || {
+        (0..2)
+            .map(|_| {
+                let out = ingest_cli(&url, &["import", &b.to_string_lossy(), "--tenant", &tenant])
+                    .unwrap();
+                serde_json::from_str(&tests::procs::last_line(&out)).unwrap()
+            })
+            .collect()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        summaries[0]["accepted"].as_u64(),
+        Some(durable),
+        "{summaries:?}"
+    );
+    assert_eq!(summaries[1]["accepted"].as_u64(), Some(0), "{summaries:?}");
+    assert_eq!(
+        summaries[1]["duplicates"].as_u64(),
+        Some(durable),
+        "{summaries:?}"
+    );
+    assert_fixture_usage(
+        &cloud.read_api(),
+        &cloud.admin_api(),
+        &cloud.tenant.id,
+        &device,
+        durable as i64,
+    )
+    .await
+    .unwrap();
+    scan::assert_clean(&cloud.db.url).await.unwrap();
+}
