@@ -119,11 +119,17 @@ impl Application {
             listener,
             state,
         } = self;
-        // Hive log tailing is wired once `tail::run_until_stopped` lands.
-        let tail: Option<tokio::task::JoinHandle<anyhow::Result<()>>> = None;
-        if settings.hive_home.is_some() {
-            tracing::warn!("hive_home is set but this build cannot tail Hive logs yet");
-        }
+        let tail = settings.hive_home.clone().map(|home| {
+            let mut tail_settings = crate::tail::TailSettings::new(home, state.policy.clone());
+            tail_settings.zone = state.zone;
+            tail_settings.max_line_bytes = settings.intake.max_line_bytes;
+            let sink = Arc::new(outbox.clone());
+            tokio::spawn(crate::tail::run_until_stopped(
+                tail_settings,
+                sink,
+                shutdown.clone(),
+            ))
+        });
         match settings.mode {
             Mode::Airgapped => {
                 tracing::info!("air-gapped: no connection to the ingest is ever opened")
