@@ -158,6 +158,11 @@ impl Agent {
         self.proc.take()?.terminate(timeout)
     }
 
+    /// The process id (0 when not running).
+    pub fn pid(&self) -> u32 {
+        self.proc.as_ref().map_or(0, Proc::pid)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.proc.as_mut().is_some_and(Proc::is_running)
     }

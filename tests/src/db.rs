@@ -16,6 +16,12 @@ impl TestDb {
         let admin_url = std::env::var("DATABASE_URL").map_err(|_| {
             anyhow::anyhow!("DATABASE_URL is not set: run the tests with ./scripts/test.sh")
         })?;
+        TestDb::create_on(&admin_url).await
+    }
+
+    /// Creates `apiary_t_<random>` on the server of `admin_url` (e.g. a [`PrivatePg`]).
+    pub async fn create_on(admin_url: &str) -> anyhow::Result<TestDb> {
+        let admin_url = admin_url.to_string();
         let name = format!("apiary_t_{}", uuid::Uuid::new_v4().simple());
         let mut conn = PgConnection::connect(&admin_url).await?;
         sqlx::query(&format!("CREATE DATABASE {name}"))
@@ -56,6 +62,72 @@ impl Drop for TestDb {
             })
         })
         .join();
+    }
+}
+
+/// A private PostgreSQL cluster (`scripts/pg.sh` with `APIARY_PG_FORCE_PRIVATE=1`) that a test may stop
+/// and start — never the shared server. Stopped when dropped; its directory goes with the temp dir.
+pub struct PrivatePg {
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`
+    pub url: String,
+    dir: std::path::PathBuf,
+    port_base: u16,
+    _tmp: tempfile::TempDir,
+}
+
+impl PrivatePg {
+    /// initdb + start on a free port (a few seconds).
+    pub fn start() -> anyhow::Result<PrivatePg> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir()?;
+        // initdb and postgres run as user `postgres`: it must be able to reach the cluster dir.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))?;
+        let mut pg = PrivatePg {
+            url: String::new(),
+            dir: tmp.path().join("pg"),
+            port_base: crate::free_port(),
+            _tmp: tmp,
+        };
+        pg.start_again()?;
+        Ok(pg)
+    }
+
+    fn script(&self, arg: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pg.sh"))
+            .arg(arg)
+            .env("APIARY_PG_FORCE_PRIVATE", "1")
+            .env("APIARY_PG_DIR", &self.dir)
+            .env("APIARY_PG_PORT_BASE", self.port_base.to_string())
+            .env_remove("DATABASE_URL");
+        cmd
+    }
+
+    /// Starts the (existing) cluster again on the same port.
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        let out = crate::procs::run(&mut self.script("start"))?;
+        let url = out
+            .lines()
+            .find_map(|l| l.strip_prefix("export DATABASE_URL="))
+            .ok_or_else(|| anyhow::anyhow!("pg.sh start printed no DATABASE_URL: {out}"))?;
+        anyhow::ensure!(
+            url.contains(&format!(":{}/", self.port_base)),
+            "the private cluster came up on another port than {}: {url}",
+            self.port_base
+        );
+        self.url = url.trim_matches('\'').to_string();
+        Ok(())
+    }
+
+    /// Stops it (fast shutdown: open connections are cut).
+    pub fn stop(&self) -> anyhow::Result<()> {
+        crate::procs::run(&mut self.script("stop")).map(|_| ())
+    }
+}
+
+impl Drop for PrivatePg {
+    fn drop(&mut self) {
+        let _ = self.stop();
     }
 }
 

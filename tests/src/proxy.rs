@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -41,6 +41,8 @@ pub struct FaultProxy {
     pub injected: Arc<AtomicU64>,
     /// Connections accepted so far.
     pub connections: Arc<AtomicU64>,
+    /// When each connection was accepted and what was done to it (for Retry-After checks).
+    pub log: Arc<Mutex<Vec<(Instant, Fault)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -53,7 +55,13 @@ impl FaultProxy {
         let (generation, gen_rx) = watch::channel(0u64);
         let injected = Arc::new(AtomicU64::new(0));
         let connections = Arc::new(AtomicU64::new(0));
-        let (st, inj, conns) = (state.clone(), injected.clone(), connections.clone());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (st, inj, conns, lg) = (
+            state.clone(),
+            injected.clone(),
+            connections.clone(),
+            log.clone(),
+        );
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 conns.fetch_add(1, Ordering::Relaxed);
@@ -83,6 +91,9 @@ impl FaultProxy {
                     Fault::Inject { .. } => Fault::Pass,
                     other => other,
                 };
+                lg.lock()
+                    .expect("proxy log")
+                    .push((Instant::now(), fault.clone()));
                 let (rx, inj) = (gen_rx.clone(), inj.clone());
                 tokio::spawn(handle(client, upstream, fault, rx, inj));
             }
@@ -93,6 +104,7 @@ impl FaultProxy {
             generation,
             injected,
             connections,
+            log,
             task,
         })
     }

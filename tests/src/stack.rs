@@ -275,7 +275,11 @@ pub struct Cloud {
 
 impl Cloud {
     pub async fn start() -> anyhow::Result<Cloud> {
-        let db = crate::db::TestDb::create().await?;
+        Cloud::start_with(crate::db::TestDb::create().await?).await
+    }
+
+    /// The same on a given test database (e.g. on a private cluster).
+    pub async fn start_with(db: crate::db::TestDb) -> anyhow::Result<Cloud> {
         let dir = tempfile::tempdir()?;
         let url = db.url.clone();
         let tenant = tokio::task::spawn_blocking(move || -> anyhow::Result<Tenant> {
@@ -308,5 +312,65 @@ impl Cloud {
     /// Another `serve` process on the same database.
     pub async fn replica(&self) -> anyhow::Result<Ingest> {
         Ingest::start(&self.db.url, self.dir.path()).await
+    }
+}
+
+/// What the cloud holds for one session of synthetic turns (see [`crate::fixture::synthetic_turns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// `llm_calls` of `/v1/usage` for the session.
+    pub llm_calls: i64,
+    /// `input_tokens` of `/v1/usage` for the session.
+    pub input_tokens: i64,
+    /// Rows of the `events` table for the session.
+    pub rows: i64,
+    /// Distinct event ids among them.
+    pub distinct: i64,
+}
+
+impl Cloud {
+    /// Rollups and raw rows of one session.
+    pub async fn stored(&self, session: &str) -> anyhow::Result<Stored> {
+        let v = self
+            .read_api()
+            .usage(
+                "session",
+                "total",
+                "2026-01-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+            )
+            .await?;
+        let row = v["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["session_id"] == session))
+            .cloned()
+            .unwrap_or_default();
+        let pool = self.db.pool().await?;
+        let (rows, distinct): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(DISTINCT event_id) FROM events WHERE session_id = $1",
+        )
+        .bind(session)
+        .fetch_one(&pool)
+        .await?;
+        pool.close().await;
+        Ok(Stored {
+            llm_calls: row["llm_calls"].as_i64().unwrap_or(0),
+            input_tokens: row["input_tokens"].as_i64().unwrap_or(0),
+            rows,
+            distinct,
+        })
+    }
+
+    /// Asserts the session holds exactly `n` synthetic turns: nothing lost, nothing counted twice.
+    pub async fn assert_exactly(&self, session: &str, n: i64) -> anyhow::Result<()> {
+        let s = self.stored(session).await?;
+        let want = Stored {
+            llm_calls: n,
+            input_tokens: 100 * n,
+            rows: n,
+            distinct: n,
+        };
+        anyhow::ensure!(s == want, "session {session}: stored {s:?}, want {want:?}");
+        Ok(())
     }
 }
