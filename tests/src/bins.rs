@@ -4,14 +4,16 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// `target/<profile>/` of the running test executable.
+/// `target/<profile>/` of the running executable: a test (`target/<profile>/deps/<test>-<hash>`) or a
+/// binary of this package (`target/<profile>/bench-e2e`).
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/<test>-<hash>
-    exe.parent()
-        .and_then(|p| p.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
+    let dir = exe.parent().expect("the executable's directory");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("target/<profile>").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// The path of a workspace binary (`apiary-agent`, `apiary-ingest`), built on first use if it is missing
