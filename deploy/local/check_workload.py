@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Checks what workload.py wrote, from the files alone (python3, stdlib only):
+
+    python3 deploy/local/check_workload.py --out .apiary/demo/hive
+
+* every line parses, with Hive's key order and timestamp format; no partial last line;
+* per session log: seq strictly increases over the non-delta lines (one bus per queen session);
+* worker lines: stream_id = "worker:<execution_id>", colony_id = the queen session (the directory);
+* every durable event of the debug log is in a session log with the same identity;
+* sensitive markers (zzcanary..., paths, emails, keys) sit only below sensitive data keys;
+* cached + cache_creation <= input tokens; tool calls pair up by tool_use_id;
+* usage recomputed from the logs (durable events, deduplicated by (session, stream, seq, type, timestamp)
+  the way Apiary identifies Hive events) equals expected.json by user, model, colony and session;
+* the status story holds: the stalled worker ends on node_stalled, the idle queen on client_input_requested,
+  failed/completed sessions end the way their status says.
+Exit 0 when all hold; 1 with a list of failures otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workload as w  # noqa: E402  (constants only)
+
+KEYS = ["type", "stream_id", "node_id", "execution_id", "data", "timestamp", "correlation_id", "colony_id", "seq"]
+TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?$")
+FAIL: list[str] = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAIL.append(msg)
+
+
+def walk(obj, path=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from walk(v, path + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from walk(v, path + (i,))
+    elif isinstance(obj, str):
+        yield path, obj
+
+
+def parse(path: Path) -> list[dict]:
+    raw = path.read_bytes()
+    check(raw.endswith(b"\n"), f"{path}: ends in a partial line")
+    out = []
+    for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            FAIL.append(f"{path}:{n}: not JSON ({e})")
+            continue
+        keys = list(d)
+        check(keys[:9] == KEYS and set(keys[9:]) <= {"run_id"}, f"{path}:{n}: keys {keys}")
+        check(TS_RE.match(d.get("timestamp", "")) is not None, f"{path}:{n}: timestamp {d.get('timestamp')}")
+        check(isinstance(d.get("seq"), int) and d["seq"] >= 1, f"{path}:{n}: seq")
+        for p, s in walk(d):
+            if any(pat in s for pat in w.LEAK_PATTERNS):
+                # skill_installed: a path in a non-content field, as Hive writes it (an allowlist drops it anyway)
+                check(len(p) >= 2 and p[0] == "data" and any(k in w.SENSITIVE_KEYS | {"skill_installed"}
+                                                              for k in p[1:] if isinstance(k, str)),
+                      f"{path}:{n}: sensitive text outside a sensitive key at {'.'.join(map(str, p))}")
+        out.append(d)
+    return out
+
+
+def usage_add(m, d):
+    data = d["data"]
+    if d["type"] == "llm_turn_complete":
+        for k in ("input_tokens", "output_tokens", "cached_tokens", "cache_creation_tokens"):
+            m[k] += data[k]
+        check(data["cached_tokens"] + data["cache_creation_tokens"] <= data["input_tokens"],
+              f"cached + cache_creation > input in {d['execution_id']} seq {d['seq']}")
+        cost = Decimal(repr(float(data["cost_usd"])))
+        m["cost_nanos"] += int(cost * Decimal(1_000_000_000))
+        m["llm_calls"] += 1
+        m["unpriced_turns"] += int(cost == 0 and data["input_tokens"] + data["output_tokens"] > 0)
+    elif d["type"] == "tool_call_completed":
+        m["tool_calls"] += 1
+        m["tool_errors"] += int(bool(data["is_error"]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="check workload.py output")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    exp = json.loads((args.out / "expected.json").read_text())
+    users = sorted(exp["files"])
+    events: dict[tuple, tuple[str, dict]] = {}  # identity -> (user, line)
+    debug_events: list[tuple[str, tuple, dict]] = []
+    last_durable: dict[str, dict] = {}
+    for user in users:
+        home = args.out / user
+        for rel in exp["files"][user]:
+            path = home / rel
+            check(path.is_file(), f"{path}: missing")
+            if not path.is_file():
+                continue
+            lines = parse(path)
+            parts = Path(rel).parts
+            hint = parts[-2] if len(parts) >= 3 and parts[-3] == "sessions" else None
+            prev_seq = 0
+            for d in lines:
+                sess = d["execution_id"] or d["data"].get("session_id") or hint
+                if hint is not None and d["type"] not in w.DELTA_TYPES:
+                    check(d["seq"] > prev_seq, f"{path}: seq {d['seq']} after {prev_seq}")
+                    prev_seq = d["seq"]
+                if hint is not None and d["execution_id"] and (d["stream_id"] or "").startswith("worker:"):
+                    check(d["stream_id"] == f"worker:{d['execution_id']}", f"{path}: worker stream {d['stream_id']}")
+                    check(d["colony_id"] == hint, f"{path}: worker colony_id {d['colony_id']} != {hint}")
+                if d["type"] not in w.DURABLE_TYPES or sess is None:
+                    continue
+                ident = (sess, d["stream_id"], d["seq"], d["type"], d["timestamp"])
+                if hint is None:
+                    debug_events.append((user, ident, d))
+                    continue
+                check(ident not in events, f"{path}: duplicate identity {ident}")
+                events[ident] = (user, d)
+                last_durable[sess] = d
+    for user, ident, d in debug_events:
+        check(ident in events, f"debug log of {user}: {ident} is in no session log")
+        if ident in events:
+            check(events[ident][1]["data"] == d["data"], f"debug log of {user}: {ident} data differs")
+
+    keys = w.USAGE_KEYS
+    by_user, by_model, by_colony, by_session = (defaultdict(lambda: dict.fromkeys(keys, 0)) for _ in range(4))
+    started: dict[str, int] = defaultdict(int)
+    for (sess, *_), (user, d) in events.items():
+        for m in (by_user[user], by_session[sess]):
+            usage_add(m, d)
+        if d["type"] == "llm_turn_complete":
+            usage_add(by_model[d["data"]["model"]], d)
+        if d["type"] in ("llm_turn_complete", "tool_call_completed"):
+            usage_add(by_colony[d["colony_id"] or ""], d)
+        if d["type"] == "tool_call_started":
+            started[d["data"]["tool_use_id"]] += 1
+        if d["type"] == "tool_call_completed":
+            started[d["data"]["tool_use_id"]] -= 1
+
+    def same(name, got, want):
+        for k in keys:
+            check(got.get(k, 0) == want.get(k, 0), f"{name}: {k} recomputed {got.get(k, 0)} != expected {want.get(k, 0)}")
+
+    for u in users:
+        same(f"user {u}", by_user[u], exp["by_user"][u])
+    check(set(by_model) == set(exp["by_model"]), f"models {sorted(by_model)} != {sorted(exp['by_model'])}")
+    for m, v in exp["by_model"].items():
+        same(f"model {m}", by_model[m], v)
+    check(set(by_colony) == set(exp["by_colony"]), f"colonies {sorted(by_colony)} != {sorted(exp['by_colony'])}")
+    for c, v in exp["by_colony"].items():
+        same(f"colony {c or '(none)'}", by_colony[c], v)
+    for sid, meta in exp["sessions"].items():
+        same(f"session {sid}", by_session[sid], meta["usage"])
+        last = last_durable.get(sid)
+        check(last is not None, f"session {sid}: no durable event")
+        if last is None:
+            continue
+        want_last = {"stalled": {"node_stalled"}, "idle": {"client_input_requested"},
+                     "failed": {"subagent_report", "execution_failed"},
+                     "completed": {"execution_completed", "subagent_report"},
+                     "active": {"llm_turn_complete", "tool_call_completed"}}[meta["status"]]
+        check(last["type"] in want_last, f"session {sid} ({meta['status']}): last durable event is {last['type']}")
+    open_calls = [k for k, v in started.items() if v != 0]
+    check(len(open_calls) <= 1, f"unpaired tool calls: {open_calls}")  # the idle queen's ask_user is still open
+    n_files = sum(len(v) for v in exp["files"].values())
+    if FAIL:
+        for f in FAIL[:50]:
+            print(f"FAIL {f}")
+        print(f"{len(FAIL)} failure(s)")
+        return 1
+    print(f"ok: {n_files} files, {len(events)} durable events ({len(debug_events)} also in the debug log), "
+          f"{len(exp['sessions'])} sessions; totals, statuses and privacy markers as expected.json says")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Small helpers for deploy/local/demo.sh (python3, stdlib only).
+
+    demo_util.py free-port                       print a free TCP port on 127.0.0.1
+    demo_util.py db-url URL NAME                 print URL with its database replaced by NAME
+    demo_util.py wait-http URL [--pid P] [--log F] [--timeout S]
+                                                 wait until GET URL answers 2xx (fail early if P dies)
+    demo_util.py wait-agent DIR [--pid P] [--log F] [--timeout S]
+                                                 wait until the agent of data dir DIR answers GET /v1/status
+    demo_util.py wait-drained --expected F --timeout S USER=DIR[:PID] ...
+                                                 wait until every agent has read its Hive logs and
+                                                 delivered everything (nothing pending)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+
+def say(msg: str):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped by the shell) is not alive
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def log_tail(path: str | None, n=15) -> str:
+    if not path:
+        return ""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return ""
+    return "\n".join("    | " + line for line in lines)
+
+
+def get_json(url: str, token: str | None = None, timeout=2.0):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as r:
+        return r.status, json.loads(r.read() or b"null")
+
+
+def cmd_free_port(_):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        print(s.getsockname()[1])
+
+
+def cmd_db_url(a):
+    u = urllib.parse.urlsplit(a.url)
+    print(urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + a.name, u.query, u.fragment)))
+
+
+def cmd_wait_http(a):
+    deadline = time.monotonic() + a.timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if not alive(a.pid):
+            say(f"error: the process (pid {a.pid}) exited while waiting for {a.url}; last log lines:\n"
+                f"{log_tail(a.log)}")
+            return 1
+        try:
+            code, _ = get_json(a.url)
+            if 200 <= code < 300:
+                return 0
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            last = str(e)
+        time.sleep(0.2)
+    say(f"error: {a.url} did not answer within {a.timeout:g}s ({last}); last log lines:\n{log_tail(a.log)}")
+    return 1
+
+
+def agent_status(data_dir: Path):
+    addr = (data_dir / "agent.addr").read_text().strip()
+    token = (data_dir / "agent.token").read_text().strip()
+    _, v = get_json(f"http://{addr}/v1/status", token)
+    return addr, v
+
+
+def cmd_wait_agent(a):
+    d = Path(a.dir)
+    deadline = time.monotonic() + a.timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if not alive(a.pid):
+            say(f"error: apiary-agent (pid {a.pid}) exited; last log lines:\n{log_tail(a.log)}")
+            return 1
+        try:
+            addr, _ = agent_status(d)
+            print(addr)
+            return 0
+        except (OSError, ValueError, urllib.error.URLError) as e:
+            last = str(e)
+        time.sleep(0.2)
+    say(f"error: the agent in {d} did not answer GET /v1/status within {a.timeout:g}s ({last}); last log lines:\n"
+        f"{log_tail(a.log)}")
+    return 1
+
+
+def n(v, *path):
+    for p in path:
+        v = (v or {}).get(p) if isinstance(v, dict) else None
+    return v if isinstance(v, (int, float)) else 0
+
+
+def cmd_wait_drained(a):
+    exp = json.loads(Path(a.expected).read_text())
+    agents = []
+    for spec in a.agents:
+        user, _, rest = spec.partition("=")
+        d, _, pid = rest.partition(":")
+        need = exp["by_user"].get(user, {}).get("events", 0)
+        agents.append({"user": user, "dir": Path(d), "pid": int(pid) if pid else None, "need": need,
+                       "received": None, "stable_since": None, "done": False, "v": None})
+    start = time.monotonic()
+    deadline = start + a.timeout
+    next_line = start
+    while True:
+        now = time.monotonic()
+        for ag in agents:
+            if not alive(ag["pid"]):
+                say(f"error: the agent of {ag['user']} (pid {ag['pid']}) exited; see its log")
+                return 1
+            try:
+                _, v = agent_status(ag["dir"])
+            except (OSError, ValueError, urllib.error.URLError) as e:
+                ag["err"] = str(e)
+                continue
+            ag["v"] = v
+            received = n(v, "counters", "received")
+            if received != ag["received"]:
+                ag["received"], ag["stable_since"] = received, now
+            delivered = n(v, "counters", "delivered")
+            paused = (v.get("sync") or {}).get("paused_reason")
+            if paused:
+                say(f"error: {ag['user']}'s agent paused sync: {paused} (see its log and `apiary-agent status`)")
+                return 1
+            ag["done"] = (n(v, "pending_events") == 0 and delivered >= ag["need"]
+                          and now - ag["stable_since"] >= a.quiet)
+        if all(ag["done"] for ag in agents):
+            for ag in agents:
+                v = ag["v"]
+                c = v.get("counters", {})
+                say(f"    {ag['user']:<8} received {c.get('received', 0):>4}  delivered {c.get('delivered', 0):>4}  "
+                    f"duplicate {c.get('duplicate', 0):>4}  filtered {c.get('filtered', 0):>4}  "
+                    f"rejected {c.get('rejected', 0)}  pending {v.get('pending_events', 0)}  "
+                    f"balanced {v.get('balanced')}")
+            return 0
+        if now >= deadline:
+            say(f"error: not everything was delivered within {a.timeout:g}s (APIARY_DEMO_TIMEOUT):")
+            for ag in agents:
+                v = ag["v"] or {}
+                c = v.get("counters", {})
+                say(f"    {ag['user']}: received {c.get('received')}, delivered {c.get('delivered')} "
+                    f"(needs >= {ag['need']}), pending {v.get('pending_events')}, sync "
+                    f"{json.dumps(v.get('sync'))}, last push {json.dumps(v.get('last_push'))}, "
+                    f"health {json.dumps(v.get('health'))} {ag.get('err', '')}")
+            return 1
+        if now >= next_line:
+            say("    " + "   ".join(
+                f"{ag['user']}: {n(ag['v'], 'counters', 'delivered')}/{ag['need']} delivered, "
+                f"{n(ag['v'], 'pending_events')} pending" for ag in agents) + f"   ({now - start:.0f}s)")
+            next_line = now + 3
+        time.sleep(0.3)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("free-port").set_defaults(fn=cmd_free_port)
+    p = sub.add_parser("db-url")
+    p.add_argument("url")
+    p.add_argument("name")
+    p.set_defaults(fn=cmd_db_url)
+    p = sub.add_parser("wait-http")
+    p.add_argument("url")
+    p.add_argument("--pid", type=int)
+    p.add_argument("--log")
+    p.add_argument("--timeout", type=float, default=30)
+    p.set_defaults(fn=cmd_wait_http)
+    p = sub.add_parser("wait-agent")
+    p.add_argument("dir")
+    p.add_argument("--pid", type=int)
+    p.add_argument("--log")
+    p.add_argument("--timeout", type=float, default=30)
+    p.set_defaults(fn=cmd_wait_agent)
+    p = sub.add_parser("wait-drained")
+    p.add_argument("--expected", required=True)
+    p.add_argument("--timeout", type=float, default=120)
+    p.add_argument("--quiet", type=float, default=2.0, help="seconds without newly received events")
+    p.add_argument("agents", nargs="+", metavar="USER=DIR[:PID]")
+    p.set_defaults(fn=cmd_wait_drained)
+    a = ap.parse_args(argv)
+    return a.fn(a) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

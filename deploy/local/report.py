@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""What a product dashboard shows, read from the ingest's query API (python3, stdlib only).
+
+    python3 deploy/local/report.py --url http://127.0.0.1:8080 --token-file .apiary/demo/read.token \
+                                   [--expected .apiary/demo/hive/expected.json] [--from ... --to ... --tz ...]
+
+Prints usage by user, by model and by colony (tokens in / cached / cache writes / out, cost, unpriced turns,
+LLM calls, tool calls, tool errors, events), every session's status (phase, health, last event), device
+liveness (last heartbeat, backlog, agent version), and, with --expected, one line comparing the dashboard
+with the totals the workload generator computed itself.
+
+Uses only the read API: GET /v1/usage (group_by user, model, colony, session+user), GET /v1/sessions/{id},
+GET /v1/devices, with a `read`-scope bearer token.
+Exit status: 0 printed (and matches --expected when given), 1 mismatch, 2 the API could not be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+USAGE_KEYS = ["input_tokens", "output_tokens", "cached_tokens", "cache_creation_tokens", "cost_nanos",
+              "llm_calls", "unpriced_turns", "tool_calls", "tool_errors"]
+COLUMNS = [("llm calls", "llm_calls"), ("input tok", "input_tokens"), ("cached", "cached_tokens"),
+           ("cache write", "cache_creation_tokens"), ("output tok", "output_tokens"), ("cost USD", "cost"),
+           ("unpriced", "unpriced_turns"), ("tool calls", "tool_calls"), ("tool err", "tool_errors"),
+           ("events", "events")]
+
+
+class ApiFailure(Exception):
+    pass
+
+
+class Api:
+    def __init__(self, base: str, token: str, timeout: float = 15.0):
+        self.base, self.token, self.timeout = base.rstrip("/"), token, timeout
+
+    def get(self, path: str, **params):
+        q = {k: v for k, v in params.items() if v is not None}
+        url = self.base + path + ("?" + urllib.parse.urlencode(q) if q else "")
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}",
+                                                   "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return json.loads(r.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            body = e.read().decode("utf-8", "replace")
+            try:
+                err = json.loads(body)["error"]
+                detail = f"{err.get('code')}: {err.get('message')}"
+            except (ValueError, KeyError, TypeError):
+                detail = body[:300]
+            raise ApiFailure(f"GET {path} -> HTTP {e.code} ({detail})") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise ApiFailure(f"GET {url} failed: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------------------
+def num(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def cost_str(row: dict) -> str:
+    nanos = row.get("cost_nanos")
+    if nanos is None:
+        usd = row.get("cost_usd") or 0.0
+    else:
+        usd = nanos / 1e9
+    return f"{usd:,.4f}"
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None, indent="  ") -> str:
+    right = right or set()
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    def fmt(r):
+        cells = [str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        return (indent + "  ".join(cells)).rstrip()
+    out = [fmt(headers), indent + "  ".join("-" * w for w in widths)]
+    out += [fmt(r) for r in rows]
+    return "\n".join(out)
+
+
+def usage_cells(row: dict) -> list[str]:
+    cells = []
+    for _, key in COLUMNS:
+        cells.append(cost_str(row) if key == "cost" else num(row.get(key, 0)))
+    return cells
+
+
+def when(ts: str | None, now: datetime) -> str:
+    if not ts:
+        return "-"
+    try:
+        t = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return ts
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    age = (now - t).total_seconds()
+    local = t.astimezone()
+    if age < 0:
+        ago = "in the future"
+    elif age < 90:
+        ago = f"{age:.0f}s ago"
+    elif age < 5400:
+        ago = f"{age / 60:.0f} min ago"
+    else:
+        ago = f"{age / 3600:.1f} h ago"
+    return f"{local.strftime('%H:%M:%S')} ({ago})"
+
+
+def short(sid: str | None, keep=6) -> str:
+    """session_20261122_011819_70890a33 -> ..._011819_70890a33 (date dropped; still unique in a day)."""
+    if not sid:
+        return "-"
+    parts = sid.split("_")
+    if len(parts) == 4 and parts[0] == "session":
+        return f"{parts[2]}_{parts[3]}"
+    return sid if len(sid) <= 24 else sid[:10] + "…" + sid[-keep:]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comparison with expected.json
+# ---------------------------------------------------------------------------------------------------------
+def compare(name: str, got: dict | None, want: dict, problems: list[str]) -> bool:
+    if got is None:
+        problems.append(f"{name}: missing from the dashboard")
+        return False
+    bad = [f"{k} {got.get(k, 0)} != {want.get(k, 0)}" for k in USAGE_KEYS if got.get(k, 0) != want.get(k, 0)]
+    if bad:
+        problems.append(f"{name}: " + ", ".join(bad))
+        return False
+    return True
+
+
+def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, totals: dict, sessions: dict
+                   ) -> tuple[str, list[str], list[str]]:
+    problems: list[str] = []
+    notes: list[str] = []
+    parts = []
+    ok = sum(compare(f"user {u}", by_user.get(u), w, problems) for u, w in exp["by_user"].items())
+    extra = sorted(set(by_user) - set(exp["by_user"]) - {None})
+    for u in extra:
+        if any(by_user[u].get(k) for k in USAGE_KEYS):
+            problems.append(f"user {u}: on the dashboard but not in the workload")
+    parts.append(f"by user {ok}/{len(exp['by_user'])}")
+    ok = sum(compare(f"model {m}", by_model.get(m), w, problems) for m, w in exp["by_model"].items())
+    parts.append(f"by model {ok}/{len(exp['by_model'])}")
+    ok = 0
+    for c, w in exp["by_colony"].items():
+        ok += compare(f"colony {c or '(none)'}", by_colony.get(c or None), w, problems)
+    parts.append(f"by colony {ok}/{len(exp['by_colony'])}")
+    tot_ok = compare("totals", totals, exp["totals"], problems)
+    parts.append("totals " + ("ok" if tot_ok else "DIFFER"))
+    ok = 0
+    for sid, meta in exp["sessions"].items():
+        s = sessions.get(sid)
+        want = meta["status"]
+        if s is None:
+            problems.append(f"session {sid} ({meta['label']}): not on the dashboard")
+            continue
+        got = s.get("status")
+        if got == want:
+            ok += 1
+        elif want == "active" and got == "idle":
+            ok += 1
+            notes.append(f"{meta['label']}: idle rather than active (quiet for longer than the ingest's "
+                         f"stall_after, in phase independent)")
+        else:
+            problems.append(f"session {short(sid)} ({meta['label']}): status {got}, expected {want}")
+        if s.get("user_id") != meta["user"]:
+            problems.append(f"session {short(sid)}: user {s.get('user_id')}, expected {meta['user']}")
+        if (s.get("parent_session_id") or None) != meta["parent"]:
+            problems.append(f"session {short(sid)}: parent {s.get('parent_session_id')}, expected {meta['parent']}")
+    for sid in sorted(set(sessions) - set(exp["sessions"])):
+        problems.append(f"session {sid}: on the dashboard but not in the workload")
+    parts.append(f"statuses {ok}/{len(exp['sessions'])}")
+    return ", ".join(parts), problems, notes
+
+
+# ---------------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Print the Apiary dashboard from the ingest's read API.")
+    ap.add_argument("--url", required=True, help="ingest base URL, e.g. http://127.0.0.1:8080")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--token-file", type=Path, help="file holding a read-scope token")
+    g.add_argument("--token", help="a read-scope token (prefer --token-file)")
+    ap.add_argument("--expected", type=Path, help="expected.json from workload.py: print a match line")
+    ap.add_argument("--from", dest="from_", help="usage range start (RFC 3339 or YYYY-MM-DD; default: 30 days)")
+    ap.add_argument("--to", help="usage range end (default: now)")
+    ap.add_argument("--tz", help="IANA zone for the range and buckets (default: the ingest's, UTC)")
+    args = ap.parse_args(argv)
+
+    token = args.token if args.token else args.token_file.read_text().strip()
+    api = Api(args.url, token)
+    rng = {"from": args.from_, "to": args.to, "tz": args.tz, "granularity": "total"}
+    now = datetime.now(timezone.utc)
+    try:
+        u_user = api.get("/v1/usage", group_by="user", **rng)
+        u_model = api.get("/v1/usage", group_by="model", **rng)
+        u_colony = api.get("/v1/usage", group_by="colony", **rng)
+        u_session = api.get("/v1/usage", group_by="session,user", **rng)
+        sessions = {}
+        for row in u_session["rows"]:
+            sid = row.get("session_id")
+            if sid:
+                sessions[sid] = api.get(f"/v1/sessions/{urllib.parse.quote(sid, safe='')}")
+        devices = api.get("/v1/devices")["devices"]
+    except ApiFailure as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError, ValueError) as e:
+        print(f"report: unexpected response shape: {e!r}", file=sys.stderr)
+        return 2
+
+    by_user = {r.get("user_id"): r for r in u_user["rows"]}
+    by_model = {r.get("model"): r for r in u_model["rows"]}
+    by_colony = {r.get("colony_id"): r for r in u_colony["rows"]}
+    totals = u_user["totals"]
+    exp = json.loads(args.expected.read_text()) if args.expected else None
+    labels = {sid: m["label"] for sid, m in (exp or {}).get("sessions", {}).items()}
+
+    out = []
+    zone = datetime.now().astimezone().tzname()
+    out.append(f"Apiary dashboard — {args.url}   usage {u_user.get('from', '?')} .. {u_user.get('to', '?')}"
+               f"   (times below in local time, {zone})")
+    hdr = [c for c, _ in COLUMNS]
+    right = set(range(1, len(hdr) + 1))
+
+    out.append("\nUsage by user")
+    rows = [[r.get("user_id") or "(no user)"] + usage_cells(r) for r in u_user["rows"]]
+    rows.append(["total"] + usage_cells(totals))
+    out.append(table(["user"] + hdr, rows, right))
+
+    out.append("\nUsage by model   (cached and cache-write tokens are part of input; unpriced = turns whose "
+               "provider reported no cost)")
+    rows = [[r.get("model")] + usage_cells(r) for r in u_model["rows"] if r.get("model")]
+    rest = [r for r in u_model["rows"] if not r.get("model")]
+    if rest:
+        rows.append(["(not an LLM call)"] + usage_cells(rest[0]))
+    out.append(table(["model"] + hdr, rows, right))
+
+    out.append("\nUsage by colony   (a colony is identified by the queen session that forked it; its "
+               "usage is its workers')")
+    rows = []
+    for r in u_colony["rows"]:
+        cid = r.get("colony_id")
+        if cid:
+            queen = sessions.get(cid, {})
+            workers = [s for s in sessions.values() if s.get("colony_id") == cid and s.get("session_id") != cid]
+            states = {}
+            for w in workers:
+                states[w.get("status")] = states.get(w.get("status"), 0) + 1
+            wdesc = f"{len(workers)} (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")"
+            rows.append([short(cid), queen.get("user_id") or "-", wdesc] + usage_cells(r))
+        else:
+            rows.append(["(queens' own usage)", "-", "-"] + usage_cells(r))
+    out.append(table(["colony", "user", "workers"] + hdr, rows, set(range(3, len(hdr) + 3))))
+
+    counts = {}
+    for s in sessions.values():
+        counts[s.get("status")] = counts.get(s.get("status"), 0) + 1
+    out.append(f"\nSessions ({len(sessions)}): " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(),
+                                                                                         key=lambda kv: str(kv[0]))))
+    queens = sorted((s for s in sessions.values() if not s.get("parent_session_id")),
+                    key=lambda s: (s.get("user_id") or "", s.get("first_seen_at") or ""))
+    children = {}
+    for s in sessions.values():
+        p = s.get("parent_session_id")
+        if p:
+            children.setdefault(p, []).append(s)
+    orphans = [s for s in sessions.values() if s.get("parent_session_id") and s["parent_session_id"] not in sessions]
+    rows = []
+
+    def srow(s, prefix):
+        health = (s.get("health") or {}).get("signal") or "-"
+        t = s.get("totals") or {}
+        label = labels.get(s["session_id"], "")
+        return [s.get("user_id") or "-", prefix + short(s["session_id"]), s.get("agent_role") or "-",
+                s.get("phase") or "-", (s.get("status") or "?").upper() if s.get("status") in ("stalled", "failed")
+                else s.get("status") or "?", health, when(s.get("last_event_at"), now),
+                num(t.get("llm_calls", 0)), num(t.get("tool_calls", 0)), cost_str(t), label]
+    for q in queens + orphans:
+        rows.append(srow(q, ""))
+        kids = sorted(children.get(q["session_id"], []), key=lambda s: s.get("first_seen_at") or "")
+        for i, k in enumerate(kids):
+            rows.append(srow(k, "└ " if i == len(kids) - 1 else "├ "))
+    out.append(table(["user", "session", "role", "phase", "status", "last health signal", "last event",
+                      "llm", "tools", "cost USD", "(workload label)" if labels else ""], rows, {7, 8, 9}))
+
+    out.append(f"\nDevices ({len(devices)})")
+    rows = []
+    for d in devices:
+        age = d.get("oldest_pending_age_seconds")
+        rows.append([d.get("device_id"), d.get("user_id") or "-", "online" if d.get("online") else "OFFLINE",
+                     when(d.get("last_heartbeat_at"), now), when(d.get("last_seen_at"), now),
+                     num(d.get("backlog_events")), "-" if age is None else f"{age:.0f}s",
+                     d.get("agent_version") or "-", d.get("sync_state") or "-"])
+    out.append(table(["device", "user", "liveness", "last heartbeat", "last batch", "backlog", "oldest pending",
+                      "agent", "sync"], rows, {5}))
+
+    code = 0
+    if exp is not None:
+        summary, problems, notes = check_expected(exp, by_user, by_model, by_colony, totals, sessions)
+        verdict = "MATCH" if not problems else "MISMATCH"
+        out.append(f"\nDashboard vs expected.json (computed by the workload generator from what it wrote): "
+                   f"{summary} -> {verdict}")
+        for n in notes:
+            out.append(f"  note: {n}")
+        for p in problems:
+            out.append(f"  - {p}")
+        if problems:
+            code = 1
+    print("\n".join(out))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
