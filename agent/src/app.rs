@@ -3,8 +3,9 @@
 //!
 //! Start-up order: policy → outbox (migrated) → token file → bind the listener (so `DIR/agent.addr`, which
 //! tells the CLI where the running agent listens, is written only once the port is known). Shutdown
-//! order: stop accepting requests and let the ones in flight finish (bounded by [`SHUTDOWN_GRACE`]), stop
-//! the tailer between two commits, then close the outbox (the writer commits what is queued and exits).
+//! order: stop accepting requests and let the ones in flight finish (bounded by [`SHUTDOWN_GRACE`]), let
+//! the push loop finish the batches in flight (bounded by `push.shutdown_grace_ms`), stop the tailer
+//! between two commits, then close the outbox (the writer commits what is queued and exits).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -130,14 +131,20 @@ impl Application {
                 shutdown.clone(),
             ))
         });
-        match settings.mode {
+        let push = match settings.mode {
             Mode::Airgapped => {
-                tracing::info!("air-gapped: no connection to the ingest is ever opened")
+                tracing::info!("air-gapped: no connection to the ingest is ever opened");
+                None
             }
             Mode::Online => {
-                tracing::info!("online: pushes start once sync is enabled (push loop: see issue 5)")
+                tracing::info!("online: pushes run while sync is enabled");
+                let pusher = crate::push::Pusher::new(outbox.clone(), settings.push.clone())
+                    .context("starting the push loop")?;
+                Some(tokio::spawn(
+                    Arc::new(pusher).run_until_stopped(shutdown.clone()),
+                ))
             }
-        }
+        };
         let app = http::router(state);
         let stop = shutdown.clone();
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -152,6 +159,14 @@ impl Application {
             Ok(Err(e)) => tracing::warn!(error = %e, "local API task failed"),
             Err(_) => {
                 tracing::warn!("requests still in flight after the grace period; leaving them")
+            }
+        }
+        if let Some(push) = push {
+            // The push loop gives batches in flight `push.shutdown_grace_ms` itself.
+            let grace =
+                Duration::from_millis(settings.push.shutdown_grace_ms) + Duration::from_secs(1);
+            if tokio::time::timeout(grace, push).await.is_err() {
+                tracing::warn!("push loop did not stop in time");
             }
         }
         if let Some(tail) = tail {

@@ -22,9 +22,13 @@
 //! | `outbox.sqlite_max_page_count` | unset | testing: simulate a full disk |
 //! | `intake.max_body_bytes` | 16777216 | larger request bodies get 413 |
 //! | `intake.max_line_bytes` | 1048576 | larger NDJSON lines get a per-line error |
-//! | `push.batch_max_events`, `push.batch_max_bytes` | 1000, 4194304 | push batch bounds |
-//! | `push.heartbeat_secs` | 30 | heartbeat interval |
-//! | `push.request_timeout_secs` | 30 | per-request timeout |
+//! | `push.batch_max_events`, `push.batch_max_bytes` | 1000, 4194304 | push batch bounds (uncompressed JSON) |
+//! | `push.concurrency` | 2 | batches in flight at once |
+//! | `push.connect_timeout_ms`, `push.request_timeout_ms` | 5000, 30000 | HTTP timeouts |
+//! | `push.backoff_base_ms`, `push.backoff_cap_ms` | 1000, 300000 | retry backoff (exponential, full jitter) |
+//! | `push.poll_interval_ms` | 100 | how often an idle push loop looks for new events |
+//! | `push.heartbeat_interval_secs` | 30 | heartbeat interval |
+//! | `push.shutdown_grace_ms` | 10000 | time given to batches in flight at shutdown |
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -99,26 +103,7 @@ impl Default for IntakeSettings {
     }
 }
 
-/// Push loop settings (section `[push]`; used by the push loop).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PushSettings {
-    pub batch_max_events: usize,
-    pub batch_max_bytes: usize,
-    pub heartbeat_secs: u64,
-    pub request_timeout_secs: u64,
-}
-
-impl Default for PushSettings {
-    fn default() -> Self {
-        PushSettings {
-            batch_max_events: 1000,
-            batch_max_bytes: 4 * 1024 * 1024,
-            heartbeat_secs: 30,
-            request_timeout_secs: 30,
-        }
-    }
-}
+pub use crate::push::PushSettings;
 
 /// The kind of value a key holds, for parsing environment variables.
 #[derive(Clone, Copy)]
@@ -147,8 +132,14 @@ const KEYS: &[(&str, Kind)] = &[
     ("intake.max_line_bytes", Kind::Int),
     ("push.batch_max_events", Kind::Int),
     ("push.batch_max_bytes", Kind::Int),
-    ("push.heartbeat_secs", Kind::Int),
-    ("push.request_timeout_secs", Kind::Int),
+    ("push.concurrency", Kind::Int),
+    ("push.connect_timeout_ms", Kind::Int),
+    ("push.request_timeout_ms", Kind::Int),
+    ("push.backoff_base_ms", Kind::Int),
+    ("push.backoff_cap_ms", Kind::Int),
+    ("push.poll_interval_ms", Kind::Int),
+    ("push.heartbeat_interval_secs", Kind::Int),
+    ("push.shutdown_grace_ms", Kind::Int),
 ];
 
 /// The environment variable of a key.
@@ -360,8 +351,8 @@ mod tests {
         assert_eq!(s.identity.tenant_id.as_deref(), Some("acme"));
         assert_eq!(s.hive_home, Some(PathBuf::from("/tmp/hive")));
         assert_eq!(
-            env_name("push.heartbeat_secs"),
-            "APIARY_PUSH_HEARTBEAT_SECS"
+            env_name("push.heartbeat_interval_secs"),
+            "APIARY_PUSH_HEARTBEAT_INTERVAL_SECS"
         );
     }
 }

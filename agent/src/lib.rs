@@ -37,5 +37,6 @@ pub mod config;
 pub mod http;
 pub mod identity;
 pub mod outbox;
+pub mod push;
 pub mod tail;
 pub mod telemetry;

@@ -1,0 +1,246 @@
+//! One `POST /v1/batches`: gzip, bearer token, and a classification of what came back.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use apiary_schema::BatchResponse;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use secrecy::{ExposeSecret, SecretString};
+
+use super::backoff::parse_retry_after;
+
+/// What the ingest (or the network) said about a batch.
+#[derive(Debug)]
+pub enum SendResult {
+    /// 2xx with per-event verdicts.
+    Verdicts(BatchResponse),
+    /// Worth retrying later: connection error, timeout, 408, 429, 5xx, or an unreadable 2xx.
+    Retry {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    /// 413: the batch is too large; split it.
+    TooLarge,
+    /// 401/403: the token is not (or no longer) good; stop and ask the user to re-authenticate.
+    Unauthorized { status: u16, message: String },
+    /// Another 4xx for the whole batch: some event in it is unacceptable.
+    Refused { status: u16, message: String },
+}
+
+/// Errors before anything was sent.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error("cannot read the token file {path}: {source}")]
+    TokenFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the token file {0} is empty")]
+    EmptyToken(String),
+    #[error("invalid endpoint {0:?}: {1}")]
+    Endpoint(String, String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    #[error(transparent)]
+    Outbox(#[from] crate::outbox::OutboxError),
+}
+
+/// Reads the bearer token (trimmed). Never logged.
+pub fn read_token(path: &Path) -> Result<SecretString, PushError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PushError::TokenFile {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(PushError::EmptyToken(path.display().to_string()));
+    }
+    Ok(SecretString::from(token.to_string()))
+}
+
+/// `<endpoint>/v1/batches`, validated.
+pub fn batches_url(endpoint: &str) -> Result<reqwest::Url, PushError> {
+    let base = endpoint.trim_end_matches('/');
+    let url = reqwest::Url::parse(&format!("{base}/v1/batches"))
+        .map_err(|e| PushError::Endpoint(endpoint.into(), e.to_string()))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(PushError::Endpoint(
+            endpoint.into(),
+            format!("scheme {other} is not http or https"),
+        )),
+    }
+}
+
+/// Builds the shared HTTP client (rustls, no OpenSSL).
+pub fn http_client(
+    connect_timeout: Duration,
+    request_timeout: Duration,
+) -> Result<reqwest::Client, PushError> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .timeout(request_timeout)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .user_agent(concat!("apiary-agent/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| PushError::Client(e.to_string()))
+}
+
+/// Gzip-compresses a body.
+pub fn gzip(body: &[u8]) -> Vec<u8> {
+    let mut enc = GzEncoder::new(Vec::with_capacity(body.len() / 6 + 64), Compression::fast());
+    enc.write_all(body).expect("writing to a Vec cannot fail");
+    enc.finish().expect("finishing a Vec cannot fail")
+}
+
+/// Sends one batch body and classifies the answer.
+#[tracing::instrument(skip_all, fields(url = %url, bytes = body.len()))]
+pub async fn send(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    token: &SecretString,
+    body: &[u8],
+) -> SendResult {
+    let response = client
+        .post(url.clone())
+        .bearer_auth(token.expose_secret())
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(reqwest::header::CONTENT_ENCODING, "gzip")
+        .body(gzip(body))
+        .send()
+        .await;
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => {
+            let kind = if e.is_timeout() {
+                "timeout"
+            } else if e.is_connect() {
+                "connect"
+            } else {
+                "transport"
+            };
+            return SendResult::Retry {
+                reason: format!("{kind}: {}", error_chain(&e)),
+                retry_after: None,
+            };
+        }
+    };
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after);
+    let text = match response.text().await {
+        Ok(t) => t,
+        Err(e) => {
+            return SendResult::Retry {
+                reason: format!("reading the response: {}", error_chain(&e)),
+                retry_after,
+            }
+        }
+    };
+    classify(status, &text, retry_after)
+}
+
+/// Classifies a status and body.
+pub fn classify(status: u16, body: &str, retry_after: Option<Duration>) -> SendResult {
+    let message = || error_message(body);
+    match status {
+        200..=299 => match serde_json::from_str::<BatchResponse>(body) {
+            Ok(v) => SendResult::Verdicts(v),
+            Err(e) => SendResult::Retry {
+                reason: format!("unreadable {status} response: {e}"),
+                retry_after,
+            },
+        },
+        408 | 429 | 500..=599 => SendResult::Retry {
+            reason: format!("HTTP {status}: {}", message()),
+            retry_after,
+        },
+        413 => SendResult::TooLarge,
+        401 | 403 => SendResult::Unauthorized {
+            status,
+            message: message(),
+        },
+        _ => SendResult::Refused {
+            status,
+            message: message(),
+        },
+    }
+}
+
+/// `error.message` of an ingest error body, else the body's start.
+fn error_message(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| body.chars().take(200).collect())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_classified_as_the_contract_says() {
+        let ok = r#"{"accepted": 2, "duplicates": 1, "rejected": []}"#;
+        assert!(matches!(classify(200, ok, None), SendResult::Verdicts(v) if v.accepted == 2));
+        for s in [408, 429, 500, 502, 503, 504] {
+            assert!(
+                matches!(
+                    classify(s, "", Some(Duration::from_secs(3))),
+                    SendResult::Retry {
+                        retry_after: Some(_),
+                        ..
+                    }
+                ),
+                "{s}"
+            );
+        }
+        assert!(matches!(classify(413, "", None), SendResult::TooLarge));
+        assert!(
+            matches!(classify(401, r#"{"error":{"code":"unauthorized","message":"bad token"}}"#, None),
+            SendResult::Unauthorized { status: 401, message } if message == "bad token")
+        );
+        assert!(matches!(
+            classify(403, "", None),
+            SendResult::Unauthorized { .. }
+        ));
+        assert!(matches!(
+            classify(422, "", None),
+            SendResult::Refused { status: 422, .. }
+        ));
+        assert!(
+            matches!(classify(200, "<html>", None), SendResult::Retry { .. }),
+            "an unreadable 2xx is retried"
+        );
+    }
+
+    #[test]
+    fn endpoints_must_be_http_urls() {
+        assert_eq!(
+            batches_url("https://ingest.example/").unwrap().as_str(),
+            "https://ingest.example/v1/batches"
+        );
+        assert!(batches_url("ftp://x").is_err());
+        assert!(batches_url("not a url").is_err());
+    }
+}
