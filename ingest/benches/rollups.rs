@@ -1,1 +1,244 @@
-fn main() {}
+//! Rollup query benchmark: 10M events over 30 days for 50 tenants, generated with SQL (generate_series)
+//! straight into `events`, rolled up with the same rules as the ingest (an INSERT … SELECT … GROUP BY
+//! into `usage_rollups`), then every tenant-scoped group_by × granularity × zone through the real query
+//! code (`query::usage::run`), against a raw scan of `events` for the same question.
+//!
+//! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench rollups`
+//! Knobs (env): BENCH_EVENTS (default 10_000_000); BENCH_KEEP=1 keeps the database
+//! `apiary_bench_rollups` and reuses it on the next run (generation takes a few minutes).
+//!
+//! Data shape: 50,000 sessions of 200 events each (~66 minutes per session, start spread over 30 days),
+//! 20 users and 20 devices per tenant, 3 models, 40% of sessions are colony workers; 60% llm.turn, 30%
+//! tool.call, 10% health.signal.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use apiary_ingest::query::usage::{self, UsageQuery};
+use chrono::{DurationRound, TimeDelta, Utc};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgPool};
+use uuid::Uuid;
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+const GENERATE: &str = "
+INSERT INTO events (tenant_id, effective_at, event_id, occurred_at, received_at, kind, runtime, native_type,
+    session_id, user_id, device_id, colony_id, agent_role, model, data)
+SELECT t.tenant_id, g.at, md5(g.i::text)::uuid, g.at, g.at, g.kind, 'hive', 'bench',
+    'session_' || g.s, 'user_' || (g.s / 50) % 20, 'device_' || (g.s / 50) % 20,
+    CASE WHEN g.s % 5 IN (1, 2) THEN 'session_' || (g.s - g.s % 5) ELSE '' END,
+    CASE WHEN g.s % 5 IN (1, 2) THEN 'worker' ELSE 'queen' END,
+    CASE WHEN g.kind = 'llm.turn' THEN g.model ELSE '' END,
+    CASE g.kind
+      WHEN 'llm.turn' THEN jsonb_build_object('model', g.model, 'input_tokens', g.i % 9973, 'output_tokens', g.i % 997,
+          'cached_tokens', g.i % 499, 'cache_creation_tokens', 0, 'cost_usd', (g.i % 10007) / 1000000.0,
+          'cost_source', CASE WHEN g.i % 17 = 0 THEN 'unreported' ELSE 'reported' END)
+      WHEN 'tool.call' THEN jsonb_build_object('tool_name', 'read_file', 'status', 'completed', 'is_error', g.i % 13 = 0)
+      ELSE jsonb_build_object('signal', 'retry') END
+FROM (
+    SELECT i, i / 200 AS s,
+        $1::timestamptz + (((i / 200) * 7919) % (29 * 86400)) * interval '1 second' + (i % 200) * interval '20 seconds' AS at,
+        CASE WHEN i % 10 < 6 THEN 'llm.turn' WHEN i % 10 < 9 THEN 'tool.call' ELSE 'health.signal' END AS kind,
+        (ARRAY['claude-sonnet-4-5', 'gpt-5', 'gemini-2.5-pro'])[1 + (i / 200 + i % 3) % 3] AS model
+    FROM generate_series($2::bigint, $3::bigint - 1) AS i
+) g JOIN (SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) - 1 AS n FROM tenants) t ON t.n = g.s % 50";
+
+const ROLL_UP: &str = "
+INSERT INTO usage_rollups
+SELECT tenant_id, date_bin('15 minutes', effective_at, '2000-01-01'), user_id, device_id, colony_id, session_id, model,
+    COALESCE(sum((data->>'input_tokens')::int8) FILTER (WHERE kind = 'llm.turn'), 0),
+    COALESCE(sum((data->>'output_tokens')::int8) FILTER (WHERE kind = 'llm.turn'), 0),
+    COALESCE(sum((data->>'cached_tokens')::int8) FILTER (WHERE kind = 'llm.turn'), 0),
+    COALESCE(sum((data->>'cache_creation_tokens')::int8) FILTER (WHERE kind = 'llm.turn'), 0),
+    COALESCE(sum(round((data->>'cost_usd')::numeric * 1000000000)) FILTER (WHERE kind = 'llm.turn'), 0),
+    count(*) FILTER (WHERE kind = 'llm.turn'),
+    count(*) FILTER (WHERE kind = 'llm.turn' AND data->>'cost_source' = 'unreported'),
+    count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed'),
+    count(*) FILTER (WHERE kind = 'tool.call' AND (data->>'is_error')::bool),
+    count(*)
+FROM events GROUP BY 1, 2, 3, 4, 5, 6, 7";
+
+async fn generate(pool: &PgPool, total: i64, start: chrono::DateTime<Utc>) -> anyhow::Result<()> {
+    for i in 0..50 {
+        apiary_ingest::store::admin::create_tenant(pool, &format!("tenant-{i:02}")).await?;
+    }
+    let store = apiary_ingest::store::Store::new(pool.clone());
+    store
+        .ensure_days(start.date_naive().iter_days().take(32))
+        .await?;
+    let t0 = Instant::now();
+    let chunk = 1_000_000i64;
+    let mut from = 0;
+    while from < total {
+        let to = (from + chunk).min(total);
+        sqlx::query(GENERATE)
+            .bind(start)
+            .bind(from)
+            .bind(to)
+            .execute(pool)
+            .await?;
+        eprintln!(
+            "generated {to} events ({:.0} s)",
+            t0.elapsed().as_secs_f64()
+        );
+        from = to;
+    }
+    let t1 = Instant::now();
+    sqlx::query(ROLL_UP).execute(pool).await?;
+    sqlx::query("VACUUM ANALYZE usage_rollups")
+        .execute(pool)
+        .await?;
+    sqlx::query("ANALYZE events").execute(pool).await?;
+    eprintln!("rolled up in {:.0} s", t1.elapsed().as_secs_f64());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let total: i64 = std::env::var("BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
+    let keep = std::env::var("BENCH_KEEP").is_ok_and(|v| v == "1");
+    let db = "apiary_bench_rollups";
+    let mut admin = sqlx::PgConnection::connect(&url).await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(db)
+            .fetch_one(&mut admin)
+            .await?;
+    let db_url = format!(
+        "{}/{db}",
+        url.rsplit_once('/').expect("URL with a database").0
+    );
+    let start = (Utc::now() - TimeDelta::days(30)).duration_trunc(TimeDelta::days(1))?;
+    let reuse = exists && keep;
+    if exists && !reuse {
+        sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await?;
+    }
+    if !reuse {
+        sqlx::query(&format!("CREATE DATABASE {db}"))
+            .execute(&mut admin)
+            .await?;
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&db_url)
+        .await?;
+    apiary_ingest::store::migrate(&pool).await?;
+    if !reuse {
+        generate(&pool, total, start).await?;
+    }
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&pool)
+        .await?;
+    let rollup_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM usage_rollups")
+        .fetch_one(&pool)
+        .await?;
+    let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+        .fetch_all(&pool)
+        .await?;
+    let (first, last): (chrono::DateTime<Utc>, chrono::DateTime<Utc>) =
+        sqlx::query_as("SELECT min(bucket), max(bucket) FROM usage_rollups")
+            .fetch_one(&pool)
+            .await?;
+    println!("rollup benchmark: {events} events, {} tenants, {rollup_rows} rollup rows ({:.1} events per row), {} .. {}",
+        tenants.len(), events as f64 / rollup_rows as f64, first, last);
+
+    let groups = [
+        "",
+        "user",
+        "model",
+        "colony",
+        "session",
+        "device",
+        "user,model",
+    ];
+    let grans = ["hour", "day", "month", "total"];
+    let zones = ["UTC", "Asia/Kolkata", "America/New_York", "Asia/Kathmandu"];
+    let now = Utc::now();
+    let mut all = vec![];
+    let mut by_group: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
+    let mut i = 0usize;
+    for g in groups {
+        for gran in grans {
+            for tz in zones {
+                let mut p = BTreeMap::new();
+                p.insert("from".to_string(), "2020-01-01T00:00:00Z".to_string());
+                p.insert(
+                    "to".to_string(),
+                    (now.duration_trunc(TimeDelta::minutes(15))? + TimeDelta::days(1)).to_rfc3339(),
+                );
+                p.insert("group_by".to_string(), g.to_string());
+                p.insert("granularity".to_string(), gran.to_string());
+                p.insert("tz".to_string(), tz.to_string());
+                let q = UsageQuery::parse(&p, now).map_err(|e| anyhow::anyhow!("{e}"))?;
+                for _ in 0..5 {
+                    let tenant = tenants[i % tenants.len()];
+                    i += 1;
+                    let t0 = Instant::now();
+                    let rows = usage::run(
+                        &pool,
+                        tenant,
+                        &usage::Scope::Tenant { all_tenants: false },
+                        &q,
+                    )
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let d = t0.elapsed();
+                    assert!(!rows.is_empty());
+                    all.push(d);
+                    by_group
+                        .entry(format!(
+                            "{:>10} {:>5}",
+                            if g.is_empty() { "(none)" } else { g },
+                            gran
+                        ))
+                        .or_default()
+                        .push(d);
+                }
+            }
+        }
+    }
+    all.sort();
+    println!("  {} tenant-scoped queries over the whole 30 days (7 group_by x 4 granularities x 4 zones x 5 tenants):", all.len());
+    println!(
+        "  ALL: p50 {:?}  p95 {:?}  max {:?}",
+        pct(&all, 0.5),
+        pct(&all, 0.95),
+        all[all.len() - 1]
+    );
+    for (k, mut v) in by_group {
+        v.sort();
+        println!("  {k}: p50 {:?}  p95 {:?}", pct(&v, 0.5), pct(&v, 0.95));
+    }
+    // The same question answered by scanning raw events (what the rollups save).
+    let mut raw = vec![];
+    for (n, tenant) in tenants.iter().take(5).enumerate() {
+        let t0 = Instant::now();
+        let _: Vec<(Option<chrono::DateTime<Utc>>, String, Option<i64>)> = sqlx::query_as(
+            "SELECT date_trunc('day', effective_at, 'Asia/Kolkata'), model, sum((data->>'input_tokens')::int8)
+             FROM events WHERE tenant_id = $1 GROUP BY 1, 2")
+            .bind(tenant).fetch_all(&pool).await?;
+        raw.push(t0.elapsed());
+        if n == 0 {
+            raw.clear(); // the first one warms the cache
+        }
+    }
+    raw.sort();
+    println!("  raw scan of events (tenant, day in Asia/Kolkata x model): p50 {:?}; ratio raw / rollup p50 = {:.0}x",
+        pct(&raw, 0.5), pct(&raw, 0.5).as_secs_f64() / pct(&all, 0.5).as_secs_f64());
+    pool.close().await;
+    if !keep {
+        sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,7 +1,8 @@
 //! `apiary-ingest import FILE --tenant T`: loads an air-gapped agent's export bundle.
 //!
-//! Bundle format (written by `apiary-agent export`): gzip NDJSON. Line 1 is `{"manifest": {...}}` with the
-//! device, the session bindings, the policy hash, the event count and a SHA-256 over the event lines;
+//! Bundle format (written by `apiary-agent export`, see `agent/src/outbox/export.rs`): gzip NDJSON. Line 1
+//! is `{"manifest": {...}}` with `device_id`, `agent_version`, `sessions` (bindings), `policy_hash`,
+//! `counts.events` and `checksum: {"algorithm": "sha256", "over": "event_lines", "value"}`;
 //! every following line is one canonical event. The checksum is verified over the whole file before
 //! anything is stored (it covers the bytes after the manifest line; a bundle whose last line lacks the
 //! newline is accepted too). Events then go through exactly the batch path of `POST /v1/batches` — same
@@ -77,10 +78,25 @@ impl Manifest {
             .or_else(|| m.get("events"))
             .or_else(|| m.get("counts").and_then(|c| c.get("events")))
             .and_then(Value::as_u64);
-        let sha256 = s("sha256")
-            .or_else(|| s("events_sha256"))
-            .or_else(|| s("checksum"))
-            .map(|c| c.trim_start_matches("sha256:").to_ascii_lowercase());
+        // `checksum: {"algorithm": "sha256", "over": "event_lines", "value": hex}` (agent bundle v1), or a
+        // plain hex string under `sha256` / `checksum`.
+        let sha256 = match m.get("checksum") {
+            Some(Value::Object(c)) => {
+                let algo = c
+                    .get("algorithm")
+                    .and_then(Value::as_str)
+                    .unwrap_or("sha256");
+                if !algo.eq_ignore_ascii_case("sha256") {
+                    return Err(ImportError::Format(format!(
+                        "checksum algorithm {algo:?} is not supported"
+                    )));
+                }
+                c.get("value").and_then(Value::as_str).map(str::to_string)
+            }
+            Some(Value::String(c)) => Some(c.clone()),
+            _ => s("sha256"),
+        }
+        .map(|c| c.trim_start_matches("sha256:").to_ascii_lowercase());
         Ok(Manifest {
             device_id,
             agent_version: s("agent_version").unwrap_or_else(|| "unknown".into()),

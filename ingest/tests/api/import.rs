@@ -18,8 +18,10 @@ fn write_bundle(
     let body: String = events.iter().map(|e| format!("{e}\n")).collect();
     let sum = hex::encode(Sha256::digest(body.as_bytes()));
     let manifest = json!({ "manifest": {
-        "format": "apiary-export", "version": 1, "device_id": "dev-air", "agent_version": "0.1.0",
-        "policy_hash": "abc", "sessions": [binding("q1", "alice")], "event_count": events.len(), "sha256": sum } });
+        "format": "apiary-export", "format_version": 1, "schema_version": 1, "device_id": "dev-air", "agent_version": "0.1.0",
+        "policy_hash": "abc", "sessions": [binding("q1", "alice")],
+        "counts": { "events": events.len(), "by_type": {}, "held": 0 },
+        "checksum": { "algorithm": "sha256", "over": "event_lines", "value": sum } } });
     let body = if tamper {
         body.replace("read_file", "read_fil3")
     } else {
