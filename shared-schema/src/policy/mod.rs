@@ -359,6 +359,8 @@ fn conform(value: Value, vk: &ValueKind) -> Result<(Value, bool), String> {
                 Some(h) => (Value::String(h), true),
                 None => (Value::String(s), false),
             }),
+            // Runtimes number some ids (Hive's task ids); ids travel as strings.
+            Value::Number(n) if n.is_u64() => Ok((Value::String(n.to_string()), false)),
             _ => expected("id"),
         },
         ValueKind::Simple(SimpleKind::Name) => match value {

@@ -86,6 +86,17 @@ fn secret_like_ids_are_hashed_and_names_scrubbed() {
 }
 
 #[test]
+fn numeric_ids_travel_as_strings() {
+    let policy = Policy::default_policy();
+    let task = json!({"type": "task_updated", "stream_id": "queen", "execution_id": null,
+        "data": {"session_id": "s1", "task_id": 12, "task": {"subject": "zzcanary"}, "status": "in_progress"},
+        "timestamp": "2026-11-03T10:00:00", "seq": 5});
+    let (event, _) = kept(&policy, &task);
+    assert_eq!(event.data["task_id"], "12");
+    assert!(policy.check(&event).is_ok());
+}
+
+#[test]
 fn check_refuses_fields_outside_the_policy() {
     let policy = Policy::default_policy();
     let (mut event, _) = kept(&policy, &tool_completed());
