@@ -193,7 +193,7 @@ async fn bad_lines_get_per_line_errors_and_good_lines_are_kept() {
     let text = b.to_string();
     assert!(!text.contains("zzcanary"), "an error leaks content: {text}");
     let st = app.outbox.status().await.unwrap().stored;
-    assert_eq!((st.pending_events, st.dead_letters), (3, 7));
+    assert_eq!((st.pending_events, st.dead_letters), (3, 7), "{st:?}");
     assert!(st.balanced);
     let dl = app
         .outbox

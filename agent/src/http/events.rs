@@ -250,3 +250,71 @@ fn push_error(out: &mut Parsed, line: Option<u64>, index: Option<u64>, error: St
     });
     out.errors.push(EventError { line, index, error });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apiary_schema::hive::Zone;
+    use apiary_schema::Policy;
+
+    const TURN: &str = r#"{"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": "s1", "data": {"model": "m", "input_tokens": 5, "output_tokens": 1, "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.1}, "timestamp": "2026-11-03T10:15:09.412338", "seq": SEQ}"#;
+
+    fn turn(seq: u32) -> String {
+        TURN.replace("SEQ", &seq.to_string())
+    }
+
+    fn parse(body: &[u8]) -> Parsed {
+        let policy = Policy::default_policy();
+        let opts = ProcessOptions {
+            policy: &policy,
+            zone: Zone::Utc,
+            source_identity: None,
+            session_hint: None,
+        };
+        parse_body(body, &opts, 4096)
+    }
+
+    fn kept(p: &Parsed) -> usize {
+        p.items
+            .iter()
+            .filter(|i| matches!(i, Item::Kept(_)))
+            .count()
+    }
+
+    #[test]
+    fn ndjson_pretty_objects_and_arrays_all_split_into_events() {
+        let ndjson = format!("{}\n\n{}\n", turn(1), turn(2));
+        assert_eq!(kept(&parse(ndjson.as_bytes())), 2);
+        let v: Value = serde_json::from_str(&turn(3)).unwrap();
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        let p = parse(pretty.as_bytes());
+        assert_eq!((kept(&p), p.errors.len()), (1, 0));
+        let arr = format!("  [{}, {}, 7]", turn(4), turn(5));
+        let p = parse(arr.as_bytes());
+        assert_eq!(kept(&p), 2);
+        assert_eq!(p.errors[0].index, Some(2));
+    }
+
+    #[test]
+    fn a_bad_line_gets_its_own_error_and_the_rest_is_kept() {
+        let body = format!("{}\n{{oops\n{}\n{}\n", turn(1), turn(2), "x".repeat(5000));
+        let p = parse(body.as_bytes());
+        assert_eq!(kept(&p), 2);
+        let lines: Vec<_> = p.errors.iter().map(|e| e.line).collect();
+        assert_eq!(lines, vec![Some(2), Some(4)]);
+        assert!(p.errors[1].error.contains("over the limit"));
+        assert_eq!(
+            p.items.len(),
+            4,
+            "malformed lines are items too (dead-lettered)"
+        );
+    }
+
+    #[test]
+    fn an_event_over_the_line_limit_is_refused_even_when_it_is_valid_json() {
+        let big = turn(1).replace("\"m\"", &format!("\"{}\"", "m".repeat(5000)));
+        let p = parse(format!("{}\n{big}\n", turn(2)).as_bytes());
+        assert_eq!((kept(&p), p.errors.len()), (1, 1));
+        assert_eq!(p.errors[0].line, Some(2));
+    }
+}

@@ -1,6 +1,7 @@
 //! [`Outbox`]: the cloneable async handle over the writer thread and a read connection.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,6 +39,14 @@ struct Inner {
     policy_hash: String,
     device_id: String,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    stop_checkpointer: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_checkpointer.store(true, Ordering::Relaxed);
+    }
 }
 
 /// `GET /v1/status` and `apiary-agent status`: what is stored plus the writer's live health.
@@ -98,6 +107,12 @@ impl Outbox {
             .name("outbox-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| open_err(&e))?;
+        let stop_checkpointer = Arc::new(AtomicBool::new(false));
+        let (db, stop) = (path.to_path_buf(), stop_checkpointer.clone());
+        let checkpointer = std::thread::Builder::new()
+            .name("outbox-checkpointer".into())
+            .spawn(move || super::checkpointer::run(&db, stop))
+            .map_err(|e| open_err(&e))?;
         Ok(Outbox {
             inner: Arc::new(Inner {
                 tx: Mutex::new(Some(tx)),
@@ -108,6 +123,8 @@ impl Outbox {
                 policy_hash: policy.hash().to_string(),
                 device_id,
                 thread: Mutex::new(Some(thread)),
+                checkpointer: Mutex::new(Some(checkpointer)),
+                stop_checkpointer,
             }),
         })
     }
@@ -347,6 +364,16 @@ impl Outbox {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(t) = thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        self.inner.stop_checkpointer.store(true, Ordering::Relaxed);
+        let checkpointer = self
+            .inner
+            .checkpointer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(t) = checkpointer {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
     }

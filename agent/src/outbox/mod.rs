@@ -28,6 +28,7 @@
 //! [`Outbox::fail`] / [`Outbox::release`]). Call [`Outbox::enqueue_drop_report`] periodically and
 //! [`Outbox::record_push`] after each attempt. See [`delivery`].
 
+mod checkpointer;
 pub mod consent;
 pub mod delivery;
 pub mod export;

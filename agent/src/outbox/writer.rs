@@ -68,8 +68,14 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// Adds `n` to a persisted counter (flushed at the end of the group).
     pub fn count(&mut self, name: &str, n: i64) {
-        if n != 0 {
-            *self.delta.counters.entry(name.to_string()).or_default() += n;
+        if n == 0 {
+            return;
+        }
+        match self.delta.counters.get_mut(name) {
+            Some(v) => *v += n,
+            None => {
+                self.delta.counters.insert(name.to_string(), n);
+            }
         }
     }
 }
@@ -139,6 +145,9 @@ pub struct Health {
     pub at_cap: bool,
     /// When the last group committed.
     pub last_commit_at: Option<DateTime<Utc>>,
+    /// Group commits since start, and the ops they carried (ops / commits = the grouping factor).
+    pub commits: u64,
+    pub ops_committed: u64,
 }
 
 pub(crate) type SharedHealth = Arc<Mutex<Health>>;
@@ -232,11 +241,11 @@ impl Writer {
         store::flush_delta(&tx, &delta)?;
         let used = store::used_bytes(&tx)?;
         tx.commit()?;
-        self.record_success(used);
+        self.record_success(used, jobs.len());
         Ok(delta)
     }
 
-    fn record_success(&self, used_bytes: u64) {
+    fn record_success(&self, used_bytes: u64, ops: usize) {
         let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
         if h.state != "ok" {
             tracing::info!(was = h.state, "outbox writes recovered");
@@ -246,6 +255,8 @@ impl Writer {
         h.last_error = None;
         h.used_bytes = used_bytes;
         h.last_commit_at = Some(Utc::now());
+        h.commits += 1;
+        h.ops_committed += ops as u64;
     }
 
     fn record_failure(&self, e: rusqlite::Error) -> OutboxError {
@@ -364,5 +375,57 @@ impl<T> Reply<T> {
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(result);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::outbox::{IdentityDefaults, Item, Outbox, OutboxSettings, PreparedEvent};
+    use apiary_schema::{EventKind, Policy};
+    use uuid::Uuid;
+
+    fn item(n: u128) -> Item {
+        Item::Kept(PreparedEvent {
+            event_id: Uuid::from_u128(n),
+            kind: EventKind::ToolCall,
+            session_id: Some("s".into()),
+            parent_session_id: None,
+            occurred_at_ms: 0,
+            body: format!("{{\"n\":{n}}}"),
+            usage: None,
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_submissions_share_commits_and_all_resolve_after_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = Policy::default_policy();
+        let outbox = Outbox::open(
+            &dir.path().join("o.db"),
+            OutboxSettings::default(),
+            IdentityDefaults::default(),
+            &policy,
+        )
+        .unwrap();
+        let tasks: Vec<_> = (0..400u128)
+            .map(|n| {
+                let o = outbox.clone();
+                tokio::spawn(async move { o.submit(vec![item(n)]).await })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap().unwrap().accepted, 1);
+        }
+        let h = outbox.health();
+        assert_eq!(h.ops_committed, 400);
+        assert!(
+            h.commits < 400,
+            "no grouping happened: {} commits",
+            h.commits
+        );
+        let st = outbox.status().await.unwrap().stored;
+        assert_eq!(st.pending_events, 400);
+        outbox.close().await;
+        assert!(outbox.submit(vec![item(1)]).await.is_err(), "closed");
     }
 }

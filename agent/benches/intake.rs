@@ -1,0 +1,335 @@
+//! Intake benchmark — a program that prints figures (`cargo bench -p apiary-agent --bench intake`).
+//!
+//! 1. **Throughput**: durable HTTP NDJSON intake of realistic Hive events (the durable lines of the
+//!    fixture day, replicated with shifted `seq` so every event id is new) into the real `apiary-agent`
+//!    binary, against raw rusqlite batched inserts (1000 rows per transaction, same schema, same pragmas,
+//!    same prepared rows) in the same run. Medians of several runs, and their ratio.
+//! 2. **Latency**: p50/p99/max ack latency with 10k events/s offered open-loop (20 events per request
+//!    every 2 ms, measured from the scheduled send time, so a stall is not hidden).
+//! 3. **Memory**: the agent's RSS (VmRSS, and peak VmHWM) with a 1M-event backlog.
+//!
+//! Environment: `BENCH_EVENTS` (per throughput run, default 200000), `BENCH_RUNS` (default 5),
+//! `BENCH_BACKLOG` (default 1000000), `BENCH_DIR` (where data dirs go, default the system temp dir).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use apiary_agent::outbox::{schema, store, Item, OutboxSettings, PreparedEvent};
+use apiary_schema::hive::Zone;
+use apiary_schema::{process_value, Policy, ProcessOptions};
+use serde_json::Value;
+
+const BODY_EVENTS: usize = 1000;
+const CONNECTIONS: usize = 4;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `n` realistic durable Hive lines.
+fn realistic_lines(n: usize) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hive/day");
+    let text = std::fs::read_to_string(root.join("event_logs/20261103_090000.jsonl")).unwrap();
+    let policy = Policy::default_policy();
+    let opts = ProcessOptions {
+        policy: &policy,
+        zone: Zone::Utc,
+        source_identity: None,
+        session_hint: None,
+    };
+    let templates: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["seq"].is_u64())
+        .filter(|v| {
+            matches!(
+                process_value(v, &opts),
+                Ok(apiary_schema::Outcome::Kept { .. })
+            )
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    let mut replica = 0u64;
+    while out.len() < n {
+        replica += 1;
+        for t in &templates {
+            let mut v = t.clone();
+            v["seq"] = (t["seq"].as_u64().unwrap() + replica * 100_000).into();
+            out.push(v.to_string());
+            if out.len() == n {
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn prepared(lines: &[String]) -> Vec<PreparedEvent> {
+    let policy = Policy::default_policy();
+    let opts = ProcessOptions {
+        policy: &policy,
+        zone: Zone::Utc,
+        source_identity: None,
+        session_hint: None,
+    };
+    lines
+        .iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            match Item::from_outcome(&process_value(&v, &opts).unwrap()) {
+                Item::Kept(e) => e,
+                _ => unreachable!(),
+            }
+        })
+        .collect()
+}
+
+/// Raw rusqlite: the same rows into the same schema, 1000 per transaction, synchronous=FULL.
+fn raw_rate(rows: &[PreparedEvent], dir: &Path) -> f64 {
+    let path = dir.join("raw.db");
+    let mut conn = store::open_writer(&path, &OutboxSettings::default()).unwrap();
+    // Plain SQLite: checkpoints run inside commits (the agent moves them to a thread of their own).
+    conn.pragma_update(None, "wal_autocheckpoint", 1000)
+        .unwrap();
+    schema::migrate(&mut conn).unwrap();
+    let start = Instant::now();
+    for chunk in rows.chunks(BODY_EVENTS) {
+        let tx = conn.transaction().unwrap();
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO events (event_id, state, held, kind, session_id, occurred_at,
+                        received_at, policy_id, bytes, body) VALUES (?1, 0, 1, ?2, ?3, ?4, ?5, 1, ?6, ?7)",
+                )
+                .unwrap();
+            for e in chunk {
+                stmt.execute(rusqlite::params![
+                    e.event_id.as_bytes().as_slice(),
+                    e.kind.as_str(),
+                    e.session_id,
+                    e.occurred_at_ms,
+                    e.occurred_at_ms,
+                    e.body.len() as i64,
+                    e.body
+                ])
+                .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    rows.len() as f64 / start.elapsed().as_secs_f64()
+}
+
+struct Agent {
+    child: Child,
+    base: String,
+    token: String,
+}
+
+impl Agent {
+    fn start(dir: &Path) -> Agent {
+        let child = Command::new(env!("CARGO_BIN_EXE_apiary-agent"))
+            .args(["run", "--data-dir"])
+            .arg(dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .env("APIARY_ZONE", "UTC")
+            .env("APIARY_OUTBOX_MAX_BYTES", (8u64 << 30).to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(addr) = std::fs::read_to_string(dir.join("agent.addr")) {
+                let token = std::fs::read_to_string(dir.join("agent.token")).unwrap();
+                return Agent {
+                    child,
+                    base: format!("http://{}", addr.trim()),
+                    token: token.trim().to_string(),
+                };
+            }
+            assert!(Instant::now() < deadline, "agent did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// (VmRSS, VmHWM) in MiB.
+    fn rss_mib(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Posts `bodies` over `CONNECTIONS` connections; returns events/s.
+async fn post_all(agent: &Agent, bodies: &[bytes::Bytes], events: usize) -> f64 {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let url = format!("{}/v1/events", agent.base);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let (client, url, next, token) = (
+            client.clone(),
+            url.clone(),
+            next.clone(),
+            agent.token.clone(),
+        );
+        let bodies = bodies.to_vec();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else { break };
+                let r = client
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success(), "{}", r.status());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    events as f64 / start.elapsed().as_secs_f64()
+}
+
+fn bodies(lines: &[String], per_body: usize) -> Vec<bytes::Bytes> {
+    lines
+        .chunks(per_body)
+        .map(|c| bytes::Bytes::from(c.join("\n")))
+        .collect()
+}
+
+/// Open-loop: `per_req` events every `every`, for `total` events; returns sorted latencies (ms).
+async fn latencies(agent: &Agent, lines: &[String], per_req: usize, every: Duration) -> Vec<f64> {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let url = format!("{}/v1/events", agent.base);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for (i, body) in bodies(lines, per_req).into_iter().enumerate() {
+        let at = start + every * i as u32;
+        tokio::time::sleep_until(at).await;
+        let (client, url, token) = (client.clone(), url.clone(), agent.token.clone());
+        tasks.push(tokio::spawn(async move {
+            let r = client
+                .post(&url)
+                .bearer_auth(&token)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+            at.elapsed().as_secs_f64() * 1000.0
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let n = env_usize("BENCH_EVENTS", 200_000);
+    let runs = env_usize("BENCH_RUNS", 5);
+    let backlog = env_usize("BENCH_BACKLOG", 1_000_000);
+    let base = std::env::var("BENCH_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("intake benchmark: {n} realistic durable Hive events per run, {runs} runs, {CONNECTIONS} connections, {BODY_EVENTS} events per body");
+    let lines = realistic_lines(n.max(backlog));
+    let rows = prepared(&lines[..n]);
+    let bytes: usize = rows.iter().map(|r| r.body.len()).sum();
+    println!("  mean canonical event: {} bytes", bytes / n);
+    let body_set = bodies(&lines[..n], BODY_EVENTS);
+    let (mut raw, mut http) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        let r = raw_rate(&rows, dir.path());
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        let agent = Agent::start(dir.path());
+        let h = rt.block_on(post_all(&agent, &body_set, n));
+        agent.stop();
+        println!(
+            "  run {}: raw rusqlite {:>9.0} ev/s   HTTP intake {:>9.0} ev/s",
+            run + 1,
+            r,
+            h
+        );
+        raw.push(r);
+        http.push(h);
+    }
+    let (raw_m, http_m) = (median(raw), median(http));
+    println!("throughput (median): raw {raw_m:.0} ev/s, HTTP durable intake {http_m:.0} ev/s, ratio {:.2}", http_m / raw_m);
+
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let agent = Agent::start(dir.path());
+    let offered = &lines[n..n + 100_000.min(lines.len() - n)];
+    let lat = rt.block_on(latencies(&agent, offered, 20, Duration::from_millis(2)));
+    println!(
+        "ack latency at 10k ev/s offered (20 ev/request every 2 ms, {} requests): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lat.len(), pct(&lat, 0.5), pct(&lat, 0.99), lat[lat.len() - 1]
+    );
+    agent.stop();
+
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let agent = Agent::start(dir.path());
+    let (idle_rss, _) = agent.rss_mib();
+    let backlog_bodies = bodies(&lines[..backlog], BODY_EVENTS);
+    let rate = rt.block_on(post_all(&agent, &backlog_bodies, backlog));
+    let (rss, hwm) = agent.rss_mib();
+    let status = rt.block_on(async {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let r = client
+            .get(format!("{}/v1/status", agent.base))
+            .bearer_auth(&agent.token)
+            .send()
+            .await
+            .unwrap();
+        r.json::<Value>().await.unwrap()
+    });
+    let (rss_after_status, _) = agent.rss_mib();
+    println!(
+        "RSS with a {} event backlog: {rss:.1} MiB (idle at start {idle_rss:.1} MiB, peak {hwm:.1} MiB, after a status query {rss_after_status:.1} MiB); filled at {rate:.0} ev/s; outbox {} MiB used",
+        status["pending_events"], status["used_bytes"].as_u64().unwrap_or(0) >> 20
+    );
+    agent.stop();
+}
