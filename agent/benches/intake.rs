@@ -131,6 +131,7 @@ struct Agent {
 }
 
 impl Agent {
+    #[allow(clippy::zombie_processes)] // waited for in `stop`
     fn start(dir: &Path) -> Agent {
         let child = Command::new(env!("CARGO_BIN_EXE_apiary-agent"))
             .args(["run", "--data-dir"])

@@ -69,6 +69,7 @@ pub struct Agent {
 
 impl Agent {
     /// Starts `apiary-agent run` in `dir` with extra env vars and waits until it listens.
+    #[allow(clippy::zombie_processes)] // the child is waited for by `Agent`'s Drop, or before the panic
     pub fn start(dir: &Path, env: &[(&str, &str)]) -> Agent {
         let _ = std::fs::remove_file(dir.join("agent.addr"));
         let mut cmd = Command::new(bin());
@@ -82,7 +83,7 @@ impl Agent {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("spawn apiary-agent");
+        let mut child = cmd.spawn().expect("spawn apiary-agent");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(addr) = std::fs::read_to_string(dir.join("agent.addr")) {
@@ -95,7 +96,11 @@ impl Agent {
                     };
                 }
             }
-            assert!(Instant::now() < deadline, "agent did not start");
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("agent did not start");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
