@@ -17,8 +17,12 @@ fn profile_dir() -> PathBuf {
 }
 
 /// The path of a workspace binary (`apiary-agent`, `apiary-ingest`), built on first use if it is missing
-/// (e.g. when only `cargo test -p tests` ran).
+/// (e.g. when only `cargo test -p tests` ran). `APIARY_TEST_BIN_DIR` points at another directory of
+/// binaries (e.g. a release build) and is used as is.
 pub fn path(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("APIARY_TEST_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
     static BUILT: OnceLock<()> = OnceLock::new();
     let p = profile_dir().join(name);
     if !p.exists() {

@@ -100,7 +100,6 @@ async fn device_id(agent: &Agent) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
 async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
     let cloud = Cloud::start().await.unwrap();
     let home = cloud.dir.path().join("hive");
@@ -144,7 +143,6 @@ async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
 async fn hive_day_posted_to_http_intake_reaches_the_cloud_exactly() {
     let cloud = Cloud::start().await.unwrap();
     let agent = Agent::start(&cloud.dir.path().join("agent"), None)

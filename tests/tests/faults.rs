@@ -26,9 +26,7 @@ const FAST_RETRY: &[(&str, &str)] = &[
     ("APIARY_PUSH_BACKOFF_CAP_MS", "1000"),
     ("APIARY_PUSH_CONNECT_TIMEOUT_MS", "1000"),
     ("APIARY_PUSH_REQUEST_TIMEOUT_MS", "3000"),
-    ("APIARY_PUSH_REQUEST_TIMEOUT_SECS", "3"),
     ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
-    ("APIARY_PUSH_HEARTBEAT_SECS", "3600"),
     ("APIARY_PUSH_HEARTBEAT_INTERVAL_SECS", "3600"),
     ("APIARY_PUSH_SHUTDOWN_GRACE_MS", "1000"),
 ];
@@ -72,9 +70,11 @@ async fn produce(agent: &mut Agent, session: &str, seq0: u64, n: u64, per: u64) 
     let mut seq = seq0;
     while seq < seq0 + n {
         let k = per.min(seq0 + n - seq);
+        // The same bytes on every retry (the turns carry their creation time, part of their identity).
+        let body = synthetic_turns(session, seq, k);
         loop {
             requests += 1;
-            match agent.post_events(synthetic_turns(session, seq, k)).await {
+            match agent.post_events(body.clone()).await {
                 Ok((200, _)) => break,
                 Ok((s, v)) if s >= 500 => {
                     let _ = v;
@@ -104,13 +104,12 @@ fn kill_9(pid: u32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
 async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
     let cloud = Cloud::start().await.unwrap();
     let mut agent = synced_agent(&cloud, &cloud.ingest.url(), &[]).await;
     let session = "session_e2e_kill_intake";
     let (n, cycles) = (1000u64, cycles(5) as u64);
-    let mut kills = 0;
+    let (mut kills, mut retries) = (0, 0);
     for cycle in 0..cycles {
         // A producer posts (retrying what was not acknowledged) while a killer strikes 10–150 ms in.
         let delay = Duration::from_millis(rand::thread_rng().gen_range(10..150));
@@ -119,7 +118,7 @@ async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
             tokio::time::sleep(delay).await;
             kill_9(pid)
         });
-        produce(&mut agent, session, 1 + cycle * n, n, 50).await;
+        retries += produce(&mut agent, session, 1 + cycle * n, n, 50).await - n / 50;
         if killer.await.unwrap() {
             kills += 1;
         }
@@ -128,6 +127,7 @@ async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
         }
         agent.counters().await.unwrap().assert_balanced();
     }
+    eprintln!("{kills}/{cycles} kills landed; {retries} unacknowledged requests re-sent");
     assert!(kills > 0, "no kill landed");
     drained(&agent, n * cycles, Duration::from_secs(120)).await;
     cloud
@@ -136,63 +136,83 @@ async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
         .unwrap();
 }
 
+/// An agent holding a backlog of `n` turns of `session`, taken in with sync off, then sync enabled with
+/// `--include-backlog`: the push loop starts on a full outbox.
+async fn agent_with_backlog(cloud: &Cloud, extra: &[(&str, &str)], session: &str, n: u64) -> Agent {
+    let env: Vec<(&str, &str)> = FAST_RETRY.iter().chain(extra).copied().collect();
+    let mut agent = Agent::start_with(&cloud.dir.path().join("agent"), None, &env)
+        .await
+        .unwrap();
+    produce(&mut agent, session, 1, n, 1000).await;
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent
+        .sync_enable(&cloud.ingest.url(), &token_file, true)
+        .unwrap();
+    agent
+}
+
+/// Waits until the push loop made progress since `before` delivered events; the counters then.
+async fn progressed(agent: &Agent, before: u64) -> Counters {
+    agent
+        .wait_counters(Duration::from_secs(30), "push progress", |c| {
+            c.delivered > before || c.pending == 0
+        })
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
 async fn agent_sigkilled_during_push_loses_and_doubles_nothing() {
     let cloud = Cloud::start().await.unwrap();
-    // Small batches so that a kill lands between a send and its settlement.
-    let mut agent = synced_agent(
-        &cloud,
-        &cloud.ingest.url(),
-        &[("APIARY_PUSH_BATCH_MAX_EVENTS", "100")],
-    )
-    .await;
-    let session = "session_e2e_kill_push";
     let cycles = cycles(5) as u64;
-    let total = 600 * cycles;
-    produce(&mut agent, session, 1, total, 1000).await;
+    let total = 1000 * cycles;
+    let session = "session_e2e_kill_push";
+    // Small batches, so that kills land between sends and their settlements.
+    let extra = [("APIARY_PUSH_BATCH_MAX_EVENTS", "50")];
+    let mut agent = agent_with_backlog(&cloud, &extra, session, total).await;
+    let mut mid_push = 0;
     for _ in 0..cycles {
         let before = agent.counters().await.unwrap().delivered;
-        // Kill as soon as the push loop made progress (a batch settled, others in flight).
-        agent
-            .wait_counters(Duration::from_secs(30), "some progress", |c| {
-                c.delivered > before || c.pending == 0
-            })
-            .await
-            .unwrap();
+        let c = progressed(&agent, before).await;
         agent.kill_hard();
+        if c.pending > 0 {
+            mid_push += 1;
+        }
         agent.restart().await.unwrap();
         agent.counters().await.unwrap().assert_balanced();
     }
+    eprintln!("{mid_push}/{cycles} kills landed with a push under way");
+    assert!(mid_push >= 2, "too few kills landed mid-push: {mid_push}");
     drained(&agent, total, Duration::from_secs(120)).await;
     cloud.assert_exactly(session, total as i64).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
 async fn ingest_killed_and_restarted_while_the_agent_pushes() {
     let mut cloud = Cloud::start().await.unwrap();
-    let mut agent = synced_agent(
-        &cloud,
-        &cloud.ingest.url(),
-        &[("APIARY_PUSH_BATCH_MAX_EVENTS", "500")],
-    )
-    .await;
+    let cycles = cycles(3) as u64;
+    let total = 2000 * cycles;
     let session = "session_e2e_kill_ingest";
-    let total = 3000;
-    produce(&mut agent, session, 1, total, 1000).await;
-    for _ in 0..cycles(3) {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+    let extra = [("APIARY_PUSH_BATCH_MAX_EVENTS", "200")];
+    let agent = agent_with_backlog(&cloud, &extra, session, total).await;
+    let mut mid_push = 0;
+    for _ in 0..cycles {
+        let before = agent.counters().await.unwrap().delivered;
+        let c = progressed(&agent, before).await;
         cloud.ingest.kill();
+        if c.pending > 0 {
+            mid_push += 1;
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
         cloud.ingest.restart().await.unwrap();
     }
+    eprintln!("{mid_push}/{cycles} ingest kills landed with a push under way");
+    assert!(mid_push >= 1, "no ingest kill landed mid-push");
     drained(&agent, total, Duration::from_secs(120)).await;
     cloud.assert_exactly(session, total as i64).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
 async fn postgres_restarted_while_the_agent_pushes() {
     let mut pg = tokio::task::spawn_blocking(PrivatePg::start)
         .await
@@ -218,6 +238,12 @@ async fn postgres_restarted_while_the_agent_pushes() {
     // While the database is down, intake goes on and pushes fail and back off.
     produce(&mut agent, session, 1001, 1000, 500).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let down = agent.counters().await.unwrap();
+    assert!(
+        down.pending > 0,
+        "nothing waited for the database: {down:?}"
+    );
+    down.assert_balanced();
     let _pg = tokio::task::spawn_blocking(move || {
         pg.start_again().unwrap();
         pg
@@ -229,7 +255,6 @@ async fn postgres_restarted_while_the_agent_pushes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "push loop not wired into `apiary-agent run` yet: events stay pending after `sync enable`"]
 async fn proxy_faults_between_agent_and_ingest_end_with_everything_delivered_once() {
     let cloud = Cloud::start().await.unwrap();
     let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
@@ -278,6 +303,17 @@ async fn proxy_faults_between_agent_and_ingest_end_with_everything_delivered_onc
             .filter(|(_, f)| matches!(f, Fault::Inject { .. }))
             .map(|(t, _)| *t)
             .collect();
+        let last = *injections.last().expect("injections were logged");
+        let next_pass = after
+            .iter()
+            .find(|(t, f)| *t > last && *f == Fault::Pass)
+            .map(|(t, _)| *t)
+            .expect("a connection after the burst");
+        assert!(
+            next_pass - last + Duration::from_millis(50) >= Duration::from_secs(u64::from(retry_after)),
+            "{status}: retried {:?} after the last injected answer despite Retry-After: {retry_after}",
+            next_pass - last
+        );
         for pair in injections.windows(2) {
             let gap = pair[1] - pair[0];
             assert!(
