@@ -223,7 +223,7 @@ async fn main() -> anyhow::Result<()> {
     for (n, tenant) in tenants.iter().take(5).enumerate() {
         let t0 = Instant::now();
         let _: Vec<(Option<chrono::DateTime<Utc>>, String, Option<i64>)> = sqlx::query_as(
-            "SELECT date_trunc('day', effective_at, 'Asia/Kolkata'), model, sum((data->>'input_tokens')::int8)
+            "SELECT date_trunc('day', effective_at, 'Asia/Kolkata'), model, sum((data->>'input_tokens')::int8)::int8
              FROM events WHERE tenant_id = $1 GROUP BY 1, 2")
             .bind(tenant).fetch_all(&pool).await?;
         raw.push(t0.elapsed());
