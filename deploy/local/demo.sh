@@ -28,7 +28,7 @@
 
 set -euo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 
 KEEP=0
 STOP_ONLY=0
@@ -101,7 +101,7 @@ stop_pid() { # pid name
 write_runfile() {
     {
         for p in "${PIDS[@]}"; do echo "pid $p"; done
-        [ "$OWN_PG" = 1 ] && echo "pg $APIARY_PG_BASE"
+        if [ "$OWN_PG" = 1 ]; then echo "pg $APIARY_PG_BASE"; fi
     } >"$RUNFILE"
 }
 
@@ -117,7 +117,7 @@ stop_recorded() { # stops what an earlier --keep-running demo left (from $RUNFIL
         esac
     done <"$RUNFILE"
     rm -f "$RUNFILE"
-    echo "demo.sh: stopped $stopped process(es) of the earlier demo" >&2
+    echo "demo.sh: stopped $stopped process(es) left running by the earlier --keep-running demo"
 }
 
 # shellcheck disable=SC2317  # invoked by the EXIT trap
@@ -147,7 +147,7 @@ fi
 
 need python3 "stdlib only; e.g. apt-get install python3"
 need cargo "install Rust from https://rustup.rs"
-stop_recorded 2>/dev/null || true
+stop_recorded || true
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -250,7 +250,7 @@ user_id = "$u"
 device_id = "$u-laptop"
 
 [push]
-heartbeat_secs = 5
+heartbeat_interval_secs = 5
 TOML
     "$BIN/apiary-agent" sync enable --data-dir "$dir" --endpoint "$INGEST_URL" \
         --token-file "$DEMO/$u/ingest.token" >>"$LOGS/agent-$u.log" 2>&1 \
@@ -334,7 +334,7 @@ EOF
         printf '  agent %-7s http://%s   (token: .apiary/demo/%s/agent/agent.token, Hive home .apiary/demo/hive/%s)\n' \
             "$u" "${AGENT_ADDR[$u]}" "$u" "$u"
     done
-    [ "$OWN_PG" = 1 ] && echo "  postgres      $ADMIN_URL   (private cluster in $APIARY_PG_BASE)"
+    if [ "$OWN_PG" = 1 ]; then echo "  postgres      $ADMIN_URL   (private cluster in $APIARY_PG_BASE)"; fi
     cat <<EOF
   database      $DATABASE_URL
   read token    $READ_TOKEN
@@ -343,7 +343,7 @@ Try:
   curl -s -H "Authorization: Bearer $READ_TOKEN" "$INGEST_URL/v1/usage?group_by=user,model"
   curl -s -H "Authorization: Bearer $READ_TOKEN" "$INGEST_URL/v1/devices"
   python3 deploy/local/report.py --url $INGEST_URL --token-file .apiary/demo/read.token
-  python3 deploy/local/workload.py --out /tmp/more --trickle 30   # (a new day elsewhere; the agents tail .apiary/demo/hive)
+  tail -f .apiary/demo/logs/agent-${USER_LIST[0]}.log      # the agents keep tailing .apiary/demo/hive/<user>
   target/release/apiary-agent status --data-dir .apiary/demo/${USER_LIST[0]}/agent
 Stop everything with:
   ./deploy/local/demo.sh --stop

@@ -302,7 +302,7 @@ def main(argv=None) -> int:
         age = d.get("oldest_pending_age_seconds")
         rows.append([d.get("device_id"), d.get("user_id") or "-", "online" if d.get("online") else "OFFLINE",
                      when(d.get("last_heartbeat_at"), now), when(d.get("last_seen_at"), now),
-                     num(d.get("backlog_events")), "-" if age is None else f"{age:.0f}s",
+                     num(d.get("backlog_events")), "-" if age is None or not d.get("backlog_events") else f"{age:.0f}s",
                      d.get("agent_version") or "-", d.get("sync_state") or "-"])
     out.append(table(["device", "user", "liveness", "last heartbeat", "last batch", "backlog", "oldest pending",
                       "agent", "sync"], rows, {5}))
