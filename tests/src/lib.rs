@@ -9,7 +9,9 @@
 //! - [`procs`]: child processes that are killed when dropped, with their output kept for failure reports.
 //! - [`proxy`]: a TCP proxy of our own between agent and ingest that delays, resets, blackholes and
 //!   injects HTTP 503/429 bursts.
-//! - [`stack`]: `apiary-ingest serve` processes, tenants and tokens made through the CLI, typed query API.
+//! - [`ingest`]: `apiary-ingest serve` processes (killable, restartable on the same port) and its CLI.
+//! - [`stack`]: a whole cloud per test (database, tenant and tokens made through the CLI, one ingest) and
+//!   the typed query API.
 //! - [`agent`]: `apiary-agent run` processes, their local API (status counters, intake) and CLI.
 //! - [`fixture`]: the Hive fixture day replayed into a HIVE_HOME, as NDJSON, or as canonical batches.
 //! - [`expect`]: what `/v1/usage` must answer for the fixture day, and the comparison.
@@ -23,6 +25,7 @@ pub mod bins;
 pub mod db;
 pub mod expect;
 pub mod fixture;
+pub mod ingest;
 pub mod procs;
 pub mod proxy;
 pub mod scan;

@@ -33,7 +33,7 @@ pub async fn dump(db_url: &str) -> anyhow::Result<String> {
 }
 
 /// Every text-like column of every table, read with SELECT.
-async fn select_all(db_url: &str) -> anyhow::Result<String> {
+pub async fn select_all(db_url: &str) -> anyhow::Result<String> {
     let pool = sqlx::PgPool::connect(db_url).await?;
     let cols = sqlx::query(
         "SELECT c.table_name::text, c.column_name::text FROM information_schema.columns c \
@@ -79,16 +79,19 @@ pub fn forbidden_in(text: &str) -> Vec<String> {
     hits
 }
 
-/// Asserts the database holds none of [`FORBIDDEN`]; returns the size of what was searched.
-pub async fn assert_clean(db_url: &str) -> anyhow::Result<usize> {
-    let text = dump(db_url).await?;
+/// Asserts the database holds none of [`FORBIDDEN`], searching both a `pg_dump` (when on PATH) and a
+/// `SELECT` of every text-like column; returns what was searched (so a test can check it is not empty of
+/// the values it expects).
+pub async fn assert_clean(db_url: &str) -> anyhow::Result<String> {
+    let mut text = dump(db_url).await?;
+    text.push_str(&select_all(db_url).await?);
     let hits = forbidden_in(&text);
     anyhow::ensure!(
         hits.is_empty(),
         "sensitive values in the cloud database:\n{}",
         hits.join("\n")
     );
-    Ok(text.len())
+    Ok(text)
 }
 
 /// Asserts the agent's outbox files (`outbox.db`, `-wal`) hold none of [`FORBIDDEN`] (redaction happens
@@ -107,4 +110,15 @@ pub fn assert_outbox_clean(data_dir: &std::path::Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether a dump holds the fixture day's ids and model names (so a clean scan is not a vacuous one).
+pub fn holds_the_day(text: &str) -> bool {
+    [
+        "session_20261103_101818_b5220072",
+        "claude-haiku-4-5-20251001",
+        "gpt-5-mini",
+    ]
+    .iter()
+    .all(|s| text.contains(s))
 }

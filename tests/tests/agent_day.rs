@@ -139,7 +139,11 @@ async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
         .await
         .unwrap();
     assert_eq!(s["phase"], "reviewing", "{s}");
-    scan::assert_clean(&cloud.db.url).await.unwrap();
+    let stored = scan::assert_clean(&cloud.db.url).await.unwrap();
+    assert!(
+        scan::holds_the_day(&stored),
+        "the scan read nothing of the day"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,5 +171,9 @@ async fn hive_day_posted_to_http_intake_reaches_the_cloud_exactly() {
     )
     .await
     .unwrap();
-    scan::assert_clean(&cloud.db.url).await.unwrap();
+    let stored = scan::assert_clean(&cloud.db.url).await.unwrap();
+    assert!(
+        scan::holds_the_day(&stored),
+        "the scan read nothing of the day"
+    );
 }

@@ -223,5 +223,9 @@ async fn airgapped_export_then_import_gives_the_fixture_totals_once() {
     )
     .await
     .unwrap();
-    scan::assert_clean(&cloud.db.url).await.unwrap();
+    let stored = scan::assert_clean(&cloud.db.url).await.unwrap();
+    assert!(
+        scan::holds_the_day(&stored),
+        "the scan read nothing of the day"
+    );
 }
