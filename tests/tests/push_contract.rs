@@ -1,0 +1,194 @@
+//! The push contract seen from outside: a refused token pauses sync with "re-authenticate" instead of
+//! burning retries, and a new token resumes it; an ingest with a small batch limit answers 413 and the
+//! agent splits until everything is delivered once; heartbeats make the device visible in
+//! `/v1/devices` with its backlog and version; SIGTERM finishes the push in flight and exits in time.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tests::agent::Agent;
+use tests::fixture::synthetic_turns;
+use tests::ingest::Ingest;
+use tests::proxy::FaultProxy;
+use tests::stack::Cloud;
+
+const FAST_RETRY: &[(&str, &str)] = &[
+    ("APIARY_PUSH_BACKOFF_BASE_MS", "100"),
+    ("APIARY_PUSH_BACKOFF_CAP_MS", "1000"),
+    ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
+    ("APIARY_PUSH_HEARTBEAT_INTERVAL_SECS", "3600"),
+];
+
+async fn post(agent: &Agent, session: &str, seq0: u64, n: u64) {
+    let (s, v) = agent
+        .post_events(synthetic_turns(session, seq0, n))
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_pauses_sync_until_reauthentication() {
+    let cloud = Cloud::start().await.unwrap();
+    let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
+    let agent = Agent::start_with(&cloud.dir.path().join("agent"), None, FAST_RETRY)
+        .await
+        .unwrap();
+    let bad = cloud.dir.path().join("bad.token");
+    std::fs::write(&bad, "apiary_not_a_real_token\n").unwrap();
+    agent.sync_enable(&proxy.url(), &bad, false).unwrap();
+    post(&agent, "session_reauth", 1, 100).await;
+    let paused = tests::procs::wait_for(Duration::from_secs(20), || async {
+        let s = agent.status().await.ok()?;
+        let reason = s["sync"]["paused_reason"].as_str()?.to_string();
+        Some(reason)
+    })
+    .await
+    .expect("sync paused after 401");
+    assert!(paused.contains("re-authenticate"), "{paused}");
+    // Paused: no retries burn against the ingest.
+    let tries = proxy.connections.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        proxy.connections.load(Ordering::Relaxed),
+        tries,
+        "retried while paused"
+    );
+    let c = agent.counters().await.unwrap();
+    assert_eq!((c.pending, c.delivered, c.rejected), (100, 0, 0), "{c:?}");
+    c.assert_balanced();
+    // Re-authenticating (a valid token, sync enabled again) resumes and delivers everything once.
+    let good = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent.sync_enable(&proxy.url(), &good, false).unwrap();
+    let c = agent
+        .wait_counters(Duration::from_secs(30), "delivered after re-auth", |c| {
+            c.pending == 0
+        })
+        .await
+        .unwrap();
+    assert_eq!(c.delivered, 100, "{c:?}");
+    c.assert_balanced();
+    cloud.assert_exactly("session_reauth", 100).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_over_the_ingest_limit_are_split_and_delivered_once() {
+    let cloud = Cloud::start().await.unwrap();
+    // A second ingest on the same database that takes at most 64 events per batch.
+    let small = Ingest::start_with(
+        &cloud.db.url,
+        cloud.dir.path(),
+        &[("APIARY_MAX_BATCH_EVENTS", "64")],
+    )
+    .await
+    .unwrap();
+    let agent = Agent::start_with(&cloud.dir.path().join("agent"), None, FAST_RETRY)
+        .await
+        .unwrap();
+    let token = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    post(&agent, "session_split", 1, 1000).await;
+    agent.sync_enable(&small.url(), &token, true).unwrap();
+    let c = agent
+        .wait_counters(Duration::from_secs(60), "split batches delivered", |c| {
+            c.pending == 0
+        })
+        .await
+        .unwrap();
+    assert_eq!((c.delivered, c.rejected), (1000, 0), "{c:?}");
+    c.assert_balanced();
+    cloud.assert_exactly("session_split", 1000).await.unwrap();
+    // It did go through 413s: the small ingest refused whole batches and stored at least 1000/64.
+    let (_, metrics) = tests::stack::Api::new(&small.url(), &cloud.tenant.read_token)
+        .get("/metrics")
+        .await
+        .unwrap();
+    let text = metrics.as_str().unwrap_or_default().to_string();
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(value("apiary_ingest_batches_refused_total") > 0, "{text}");
+    assert!(value("apiary_ingest_batches_total") >= 16, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_show_the_device_backlog_and_version_in_the_cloud() {
+    let cloud = Cloud::start().await.unwrap();
+    let env = [
+        ("APIARY_PUSH_HEARTBEAT_INTERVAL_SECS", "1"),
+        ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
+    ];
+    let agent = Agent::start_with(&cloud.dir.path().join("agent"), None, &env)
+        .await
+        .unwrap();
+    let device = agent.status().await.unwrap()["device_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    // A backlog that consent does not include: it stays local, and the heartbeat reports it.
+    post(&agent, "session_heartbeat", 1, 30).await;
+    agent
+        .sync_enable(&cloud.ingest.url(), &token, false)
+        .unwrap();
+    let api = cloud.read_api();
+    let row = tests::procs::wait_for(Duration::from_secs(20), || async {
+        let v = api.devices().await.ok()?;
+        let d = v["devices"]
+            .as_array()?
+            .iter()
+            .find(|d| d["device_id"] == device.as_str())?
+            .clone();
+        (!d["last_heartbeat_at"].is_null()).then_some(d)
+    })
+    .await
+    .expect("the device appears with a heartbeat");
+    assert_eq!(row["agent_version"], "0.1.0", "{row}");
+    assert_eq!(row["user_id"], tests::stack::USER, "{row}");
+    assert_eq!(row["online"], true, "{row}");
+    assert!(row["backlog_events"].as_u64().is_some(), "{row}");
+    let c = agent.counters().await.unwrap();
+    assert_eq!(c.pending, 30, "the un-consented backlog stays: {c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_push_in_flight_and_exits_in_time() {
+    let cloud = Cloud::start().await.unwrap();
+    let env = [
+        ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
+        ("APIARY_PUSH_SHUTDOWN_GRACE_MS", "3000"),
+        ("APIARY_PUSH_BATCH_MAX_EVENTS", "200"),
+    ];
+    let mut agent = Agent::start_with(&cloud.dir.path().join("agent"), None, &env)
+        .await
+        .unwrap();
+    let token = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    post(&agent, "session_sigterm", 1, 4000).await;
+    agent
+        .sync_enable(&cloud.ingest.url(), &token, true)
+        .unwrap();
+    agent
+        .wait_counters(Duration::from_secs(30), "pushing", |c| c.delivered > 0)
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let status = agent.terminate(Duration::from_secs(20));
+    let took = t.elapsed();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit after SIGTERM: {status:?} in {took:?}; log:\n{}",
+        tests::agent::tail(&agent.output(), 30)
+    );
+    assert!(took < Duration::from_secs(15), "SIGTERM took {took:?}");
+    // Whatever was not finished is still pending; after a restart everything arrives exactly once.
+    agent.restart().await.unwrap();
+    agent.counters().await.unwrap().assert_balanced();
+    let c = agent
+        .wait_counters(Duration::from_secs(60), "delivered", |c| c.pending == 0)
+        .await
+        .unwrap();
+    assert_eq!(c.delivered + c.duplicate, 4000, "{c:?}");
+    cloud.assert_exactly("session_sigterm", 4000).await.unwrap();
+}
