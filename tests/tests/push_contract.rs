@@ -192,3 +192,74 @@ async fn sigterm_finishes_the_push_in_flight_and_exits_in_time() {
     assert_eq!(c.delivered + c.duplicate, 4000, "{c:?}");
     cloud.assert_exactly("session_sigterm", 4000).await.unwrap();
 }
+
+/// Agent settings for a tiny outbox that evicts the oldest events when full.
+const TINY_DROP_OLDEST: &[(&str, &str)] = &[
+    ("APIARY_OUTBOX_MAX_BYTES", "1048576"),
+    ("APIARY_OUTBOX_OVERFLOW", "drop_oldest"),
+    ("APIARY_PUSH_HEARTBEAT_INTERVAL_SECS", "1"),
+    ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_are_counted_and_reported_upstream_for_each_device() {
+    let cloud = Cloud::start().await.unwrap();
+    let token = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    let mut agents = vec![];
+    for name in ["laptop", "desktop"] {
+        let agent = Agent::start_with(&cloud.dir.path().join(name), None, TINY_DROP_OLDEST)
+            .await
+            .unwrap();
+        let session = format!("session_evict_{name}");
+        for k in 0..8 {
+            post(&agent, &session, 1 + k * 500, 500).await;
+        }
+        let c = agent.counters().await.unwrap();
+        assert!(
+            c.evicted > 0,
+            "a 1 MiB outbox evicts under 4000 turns: {c:?}"
+        );
+        c.assert_balanced();
+        agent
+            .sync_enable(&cloud.ingest.url(), &token, true)
+            .unwrap();
+        agents.push((agent, session, c.evicted));
+    }
+    let pool = cloud.db.pool().await.unwrap();
+    for (agent, session, evicted) in &agents {
+        let c = agent
+            .wait_counters(Duration::from_secs(60), "delivered", |c| c.pending == 0)
+            .await
+            .unwrap();
+        c.assert_balanced();
+        let kept = 4000 - *evicted as i64;
+        cloud.assert_exactly(session, kept).await.unwrap();
+        let device = agent.status().await.unwrap()["device_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let reported: Vec<(String, serde_json::Value)> = tests::procs::wait_for(
+            Duration::from_secs(20),
+            || async {
+                let rows: Vec<(String, serde_json::Value)> = sqlx::query_as(
+                    "SELECT device_id, data FROM events WHERE kind = 'outbox.dropped' AND device_id = $1",
+                )
+                .bind(&device)
+                .fetch_all(&pool)
+                .await
+                .ok()?;
+                (!rows.is_empty()).then_some(rows)
+            },
+        )
+        .await
+        .unwrap_or_default();
+        let count: i64 = reported
+            .iter()
+            .filter_map(|(_, d)| d["count"].as_i64())
+            .sum();
+        assert_eq!(
+            count, *evicted as i64,
+            "device {device}: evictions reported upstream {reported:?}"
+        );
+    }
+}
