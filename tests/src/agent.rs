@@ -213,6 +213,19 @@ impl Agent {
         ))
     }
 
+    /// `POST /v1/sessions` with a JSON body → (status, response body).
+    pub async fn register_session(&self, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let r = self
+            .http
+            .post(self.url("/v1/sessions"))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        Ok((status, r.json().await.unwrap_or(Value::Null)))
+    }
+
     /// Runs `apiary-agent ARGS --data-dir DIR` to completion; its stdout.
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
         agent_cli(&self.data_dir, args, &self.env)

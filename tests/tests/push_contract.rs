@@ -263,3 +263,66 @@ async fn evictions_are_counted_and_reported_upstream_for_each_device() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_identity_bound_on_the_device_is_what_the_cloud_groups_by() {
+    let cloud = Cloud::start().await.unwrap();
+    // A token bound to no user: the device decides who each session runs for.
+    let unbound = tests::procs::last_line(
+        &tests::stack::ingest_cli(
+            &cloud.db.url,
+            &[
+                "token",
+                "create",
+                "--tenant",
+                &cloud.tenant.id,
+                "--scope",
+                "ingest",
+            ],
+        )
+        .unwrap(),
+    );
+    let token = cloud.dir.path().join("unbound.token");
+    std::fs::write(&token, format!("{unbound}\n")).unwrap();
+    let mut env = FAST_RETRY.to_vec();
+    env.push(("APIARY_IDENTITY_USER_ID", "carol"));
+    let agent = Agent::start_with(&cloud.dir.path().join("agent"), None, &env)
+        .await
+        .unwrap();
+    let (s, v) = agent
+        .register_session(&serde_json::json!({"session_id": "session_of_bob", "user_id": "bob"}))
+        .await
+        .unwrap();
+    assert_eq!(s, 200, "{v}");
+    agent
+        .sync_enable(&cloud.ingest.url(), &token, false)
+        .unwrap();
+    post(&agent, "session_of_bob", 1, 30).await;
+    post(&agent, "session_of_carol", 1, 20).await;
+    agent
+        .wait_counters(Duration::from_secs(30), "delivered", |c| c.delivered == 50)
+        .await
+        .unwrap();
+    let v = cloud
+        .read_api()
+        .usage(
+            "user",
+            "total",
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+        )
+        .await
+        .unwrap();
+    let calls = |user: &str| {
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["user_id"] == user)
+            .map(|r| r["llm_calls"].as_i64().unwrap_or(0))
+            .sum::<i64>()
+    };
+    assert_eq!((calls("bob"), calls("carol")), (30, 20), "{v}");
+    let s = cloud.read_api().session("session_of_bob").await.unwrap();
+    assert!(s.to_string().contains("bob"), "{s}");
+}
