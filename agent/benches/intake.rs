@@ -181,6 +181,13 @@ impl Agent {
     }
 }
 
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Posts `bodies` over `CONNECTIONS` connections; returns events/s.
 async fn post_all(agent: &Agent, bodies: &[bytes::Bytes], events: usize) -> f64 {
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -276,7 +283,7 @@ fn main() {
         .build()
         .unwrap();
     println!("intake benchmark: {n} realistic durable Hive events per run, {runs} runs, {CONNECTIONS} connections, {BODY_EVENTS} events per body");
-    let lines = realistic_lines(n.max(backlog));
+    let lines = realistic_lines(n.max(backlog) + 100_000);
     let rows = prepared(&lines[..n]);
     let bytes: usize = rows.iter().map(|r| r.body.len()).sum();
     println!("  mean canonical event: {} bytes", bytes / n);
@@ -303,7 +310,7 @@ fn main() {
 
     let dir = tempfile::tempdir_in(&base).unwrap();
     let agent = Agent::start(dir.path());
-    let offered = &lines[n..n + 100_000.min(lines.len() - n)];
+    let offered = &lines[lines.len() - 100_000..];
     let lat = rt.block_on(latencies(&agent, offered, 20, Duration::from_millis(2)));
     println!(
         "ack latency at 10k ev/s offered (20 ev/request every 2 ms, {} requests): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",

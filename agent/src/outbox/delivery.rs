@@ -11,6 +11,10 @@
 //!   event into `dead_letters` with the reason, **fail** bumps `attempts` and sets `next_attempt_at` and
 //!   `last_error` (persisted: a restart neither resets nor hammers). Settling a row that is no longer
 //!   pending (evicted, purged, exported, settled twice) changes nothing and is reported as `not_pending`.
+//! - Settling finds rows through the claim (event id → seq, in memory): only ids returned by a claim of
+//!   this process can be settled; any other id is reported as `not_pending`. After a restart nothing is
+//!   in flight, so late verdicts for an earlier process's claims are ignored and those rows are simply
+//!   claimed and sent again (the ingest answers `duplicate`).
 
 use std::time::Duration;
 
@@ -155,7 +159,7 @@ fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed
     let mut session_ids = std::collections::BTreeSet::new();
     {
         let mut stmt = ctx.conn.prepare_cached(
-            "SELECT event_id, body, attempts, policy_id, session_id FROM events
+            "SELECT event_id, body, attempts, policy_id, session_id, seq FROM events
              WHERE state = 0 AND held = 0 AND next_attempt_at <= ?1 ORDER BY seq",
         )?;
         let mut rows = stmt.query([ctx.now_ms])?;
@@ -176,7 +180,7 @@ fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed
             if let Some(s) = row.get::<_, Option<String>>(4)? {
                 session_ids.insert(s);
             }
-            ctx.delta.claimed.push(id);
+            ctx.delta.claimed.insert(id, row.get(5)?);
             out.events.push(ClaimedEvent {
                 event_id: id,
                 body,
@@ -257,10 +261,13 @@ impl Op for Settle {
                 let next = ctx.now_ms + delay.as_millis() as i64;
                 let mut stmt = ctx.conn.prepare_cached(
                     "UPDATE events SET attempts = attempts + 1, next_attempt_at = ?2, last_error = ?3
-                     WHERE event_id = ?1 AND state = 0",
+                     WHERE seq = ?1 AND state = 0",
                 )?;
                 for id in ids {
-                    let n = stmt.execute(params![id.as_bytes().as_slice(), next, error])?;
+                    let n = match ctx.state.claimed_seq(id, ctx.delta) {
+                        Some(seq) => stmt.execute(params![seq, next, error])?,
+                        None => 0,
+                    };
                     tally(&mut report, n == 1);
                 }
             }
@@ -302,11 +309,13 @@ pub(crate) fn try_finish_row(
     to_state: i64,
     counter: &str,
 ) -> rusqlite::Result<Option<String>> {
-    let id_bytes = id.as_bytes().as_slice();
+    let Some(seq) = ctx.state.claimed_seq(id, ctx.delta) else {
+        return Ok(None);
+    };
     let found: Option<(String, i64)> = ctx
         .conn
-        .prepare_cached("SELECT body, bytes FROM events WHERE event_id = ?1 AND state = 0")?
-        .query_row([id_bytes], |r| {
+        .prepare_cached("SELECT body, bytes FROM events WHERE seq = ?1 AND state = 0")?
+        .query_row([seq], |r| {
             Ok((
                 r.get::<_, Option<String>>(0)?.unwrap_or_default(),
                 r.get(1)?,
@@ -317,9 +326,9 @@ pub(crate) fn try_finish_row(
         ctx.conn
             .prepare_cached(
                 "UPDATE events SET state = ?2, done_at = ?3, last_error = NULL, body = NULL
-                 WHERE event_id = ?1",
+                 WHERE seq = ?1",
             )?
-            .execute(params![id_bytes, to_state, ctx.now_ms])?;
+            .execute(params![seq, to_state, ctx.now_ms])?;
     }
     let Some((body, bytes)) = found else {
         return Ok(None);

@@ -86,7 +86,8 @@ pub(crate) struct Delta {
     pub counters: BTreeMap<String, i64>,
     pub usage: HashMap<(String, String), UsageAgg>,
     pub new_sessions: HashSet<String>,
-    pub claimed: Vec<Uuid>,
+    /// Claimed in this group: event id → seq.
+    pub claimed: HashMap<Uuid, i64>,
     pub settled: Vec<Uuid>,
 }
 
@@ -95,8 +96,9 @@ pub(crate) struct Delta {
 pub(crate) struct WriterState {
     /// Sessions already in the registry (a cache; the table is the truth).
     pub known_sessions: HashSet<String>,
-    /// Rows handed to the push loop and not yet settled, with when they were claimed.
-    pub in_flight: HashMap<Uuid, Instant>,
+    /// Rows handed to the push loop and not yet settled: event id → (seq, when claimed). Settling finds
+    /// its rows through this map (there is no index on `event_id` alone; see `schema`).
+    pub in_flight: HashMap<Uuid, (i64, Instant)>,
     /// The `policies.id` of the policy events are redacted under now.
     pub policy_id: i64,
     /// That policy's hash (recorded with consent).
@@ -107,12 +109,21 @@ pub(crate) struct WriterState {
 
 impl WriterState {
     pub fn is_in_flight(&self, id: &Uuid, delta: &Delta) -> bool {
-        if delta.claimed.contains(id) {
+        if delta.claimed.contains_key(id) {
             return true;
         }
         self.in_flight
             .get(id)
-            .is_some_and(|at| at.elapsed() < CLAIM_LEASE)
+            .is_some_and(|(_, at)| at.elapsed() < CLAIM_LEASE)
+    }
+
+    /// The seq of a claimed (in-flight) event, whatever the age of its claim.
+    pub fn claimed_seq(&self, id: &Uuid, delta: &Delta) -> Option<i64> {
+        delta
+            .claimed
+            .get(id)
+            .copied()
+            .or_else(|| self.in_flight.get(id).map(|(seq, _)| *seq))
     }
 
     fn merge(&mut self, delta: Delta) {
@@ -121,11 +132,12 @@ impl WriterState {
         for id in delta.settled {
             self.in_flight.remove(&id);
         }
-        for id in delta.claimed {
-            self.in_flight.insert(id, now);
+        for (id, seq) in delta.claimed {
+            self.in_flight.insert(id, (seq, now));
         }
         if self.in_flight.len() > 100_000 {
-            self.in_flight.retain(|_, at| at.elapsed() < CLAIM_LEASE);
+            self.in_flight
+                .retain(|_, (_, at)| at.elapsed() < CLAIM_LEASE * 4);
         }
     }
 }
