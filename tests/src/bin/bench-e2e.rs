@@ -154,6 +154,36 @@ async fn end_to_end(n: u64) -> anyhow::Result<(f64, f64)> {
     ))
 }
 
+/// The ingest alone: the same turns as canonical 1000-event batches posted by two senders, no agent.
+async fn ingest_direct(n: u64) -> anyhow::Result<f64> {
+    let cloud = Cloud::start().await?;
+    let api = cloud.ingest_api();
+    let batches: Vec<Vec<u8>> = (0..n.div_ceil(1000))
+        .map(|i| {
+            let events = tests::fixture::synthetic_canonical(
+                "session_bench_direct",
+                1 + i * 1000,
+                1000.min(n - i * 1000),
+            );
+            tests::fixture::batch_body(&events, "dev-bench")
+        })
+        .collect();
+    let queue = Arc::new(std::sync::Mutex::new(batches));
+    let sender = |queue: Arc<std::sync::Mutex<Vec<Vec<u8>>>>, api: Api| async move {
+        loop {
+            let Some(body) = queue.lock().expect("queue").pop() else {
+                return anyhow::Ok(());
+            };
+            let (s, v) = api.post_batch(&body).await?;
+            anyhow::ensure!(s == 200, "ingest answered {s}: {v}");
+        }
+    };
+    let t0 = Instant::now();
+    let (a, b) = tokio::join!(sender(queue.clone(), api.clone()), sender(queue, api));
+    a.and(b)?;
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
 async fn backlog_drain(n: u64) -> anyhow::Result<(f64, f64, f64)> {
     let (mut cloud, agent) = stack().await?;
     let api = cloud.read_api();
@@ -260,12 +290,18 @@ async fn main() -> anyhow::Result<()> {
             e2e.push(r);
             intake.push(i);
         }
+        let mut direct = vec![];
+        for _ in 0..a.runs {
+            direct.push(ingest_direct(a.events).await?);
+        }
         println!(
             "END TO END (intake -> visible in /v1/usage), median of {}: {:.0} events/s \
-             (intake alone {:.0} events/s)",
+             (agent intake alone {:.0} events/s; ingest alone, 1000-event batches from two \
+             senders, {:.0} events/s)",
             a.runs,
             median(e2e),
-            median(intake)
+            median(intake),
+            median(direct)
         );
     }
     if a.backlog > 0 {
