@@ -187,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
                         &pool,
                         tenant,
                         &usage::Scope::Tenant { all_tenants: false },
+                        None,
                         &q,
                     )
                     .await

@@ -3,8 +3,11 @@
 //! A token is `apy_` + 64 hex characters (256 random bits). Only its SHA-256 is stored (`api_tokens`), so a
 //! database dump reveals no usable token; no salt is needed for a random secret of that size. A token is
 //! bound to one tenant, one or more scopes (`ingest`, `read`, `admin`; `admin` implies `read`), and
-//! optionally a user and a device. Verified tokens are cached in memory for `token_cache_secs`
-//! (revocation takes effect within that time). The rate limit is a token bucket per token, per replica.
+//! optionally a user and a device. A token bound to a user reads only that user's data
+//! ([`Principal::read_user`]: usage rows, sessions, colonies, devices — another user's session answers
+//! 404 like an unknown one); `admin` tokens and tokens bound to no user read the whole tenant. Verified
+//! tokens are cached in memory for `token_cache_secs` (revocation, `apiary-ingest token revoke`, takes
+//! effect within that time). The rate limit is a token bucket per token, per replica.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -76,6 +79,17 @@ impl Principal {
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)
             || (scope == Scope::Read && self.scopes.contains(&Scope::Admin))
+    }
+
+    /// The user whose data alone this token may read: a token bound to a user and without `admin`
+    /// reads only that user's usage, sessions and devices; `admin` and unbound tokens read the whole
+    /// tenant.
+    pub fn read_user(&self) -> Option<&str> {
+        if self.scopes.contains(&Scope::Admin) {
+            None
+        } else {
+            self.user_id.as_deref()
+        }
     }
 
     /// 403 unless the token has the scope.

@@ -1,4 +1,5 @@
-//! The command line: `migrate`, `serve`, `tenant create`, `token create`, `import`, `retention`.
+//! The command line: `migrate`, `serve`, `tenant create`, `token create`, `token revoke`, `import`,
+//! `retention`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
 //! prints the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
@@ -84,6 +85,14 @@ pub enum TokenAction {
         #[arg(long)]
         device: Option<String>,
     },
+    /// Revoke a token (by the id `token create` reported, or by the token itself).
+    Revoke {
+        #[arg(long, conflicts_with = "token", required_unless_present = "token")]
+        token_id: Option<uuid::Uuid>,
+        /// The token itself (beware: command lines can end up in shell history).
+        #[arg(long)]
+        token: Option<String>,
+    },
 }
 
 /// Loads the settings (defaults → file → env) and applies the flags.
@@ -143,6 +152,19 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
             let (id, token) = admin::create_token(&pool, &spec).await?;
             eprintln!("token {id} created; it is shown once, store it now");
             println!("{token}");
+        }
+        Command::Token {
+            action: TokenAction::Revoke { token_id, token },
+        } => {
+            let which = match (token_id, token) {
+                (Some(id), _) => admin::TokenRef::Id(id),
+                (None, Some(t)) => admin::TokenRef::Token(t),
+                (None, None) => anyhow::bail!("give --token-id or --token"),
+            };
+            match admin::revoke_token(&pool, &which).await? {
+                Some(id) => println!("revoked {id}"),
+                None => anyhow::bail!("no such token"),
+            }
         }
         Command::Import { file, tenant } => {
             let tenant_id = admin::resolve_tenant(&pool, &tenant).await?;

@@ -95,6 +95,26 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// A query string axum cannot decode (e.g. invalid UTF-8 after percent-decoding): 400, JSON body.
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(e: axum::extract::rejection::QueryRejection) -> ApiError {
+        ApiError::BadRequest {
+            code: "invalid_query",
+            message: format!("the query string is malformed: {}", e.body_text()),
+        }
+    }
+}
+
+/// A path segment axum cannot decode (e.g. invalid UTF-8 after percent-decoding): 400, JSON body.
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(e: axum::extract::rejection::PathRejection) -> ApiError {
+        ApiError::BadRequest {
+            code: "invalid_path",
+            message: format!("the path is malformed: {}", e.body_text()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

@@ -80,13 +80,19 @@ impl SessionRow {
     }
 }
 
-/// One session of the tenant, or 404.
-pub async fn get(pool: &PgPool, tenant: Uuid, id: &str) -> Result<SessionRow, ApiError> {
+/// One session of the tenant (of `user`, when set), or 404.
+pub async fn get(
+    pool: &PgPool,
+    tenant: Uuid,
+    user: Option<&str>,
+    id: &str,
+) -> Result<SessionRow, ApiError> {
     sqlx::query_as::<_, SessionRow>(&format!(
-        "{SELECT} WHERE s.tenant_id = $1 AND s.session_id = $2"
+        "{SELECT} WHERE s.tenant_id = $1 AND s.session_id = $2 AND ($3::text IS NULL OR s.user_id = $3)"
     ))
     .bind(tenant)
     .bind(id)
+    .bind(user)
     .fetch_optional(pool)
     .await?
     .ok_or(ApiError::NotFound("session"))
@@ -131,8 +137,14 @@ pub async fn totals(
         .collect())
 }
 
-/// The session and everything below it (children by parent or colony), at most 8 levels deep.
-pub async fn subtree(pool: &PgPool, tenant: Uuid, root: &str) -> Result<Vec<SessionRow>, ApiError> {
+/// The session and everything below it (children by parent or colony), at most 8 levels deep; with
+/// `user`, only that user's sessions (and 404 when the root is not one of them).
+pub async fn subtree(
+    pool: &PgPool,
+    tenant: Uuid,
+    user: Option<&str>,
+    root: &str,
+) -> Result<Vec<SessionRow>, ApiError> {
     let sql = format!(
         "WITH RECURSIVE t(session_id, depth) AS (
             SELECT session_id, 0 FROM sessions WHERE tenant_id = $1 AND session_id = $2
@@ -141,14 +153,16 @@ pub async fn subtree(pool: &PgPool, tenant: Uuid, root: &str) -> Result<Vec<Sess
               ON s.tenant_id = $1 AND s.session_id <> t.session_id
              AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id)
             WHERE t.depth < 8)
-         {SELECT} WHERE s.tenant_id = $1 AND s.session_id IN (SELECT session_id FROM t)"
+         {SELECT} WHERE s.tenant_id = $1 AND s.session_id IN (SELECT session_id FROM t)
+            AND ($3::text IS NULL OR s.user_id = $3)"
     );
     let rows = sqlx::query_as::<_, SessionRow>(&sql)
         .bind(tenant)
         .bind(root)
+        .bind(user)
         .fetch_all(pool)
         .await?;
-    if rows.is_empty() {
+    if !rows.iter().any(|r| r.session_id == root) {
         return Err(ApiError::NotFound("session"));
     }
     Ok(rows)
@@ -211,14 +225,22 @@ pub fn tree_json(
     }
 }
 
-/// True when the tenant has a session in, or usage for, the colony.
-pub async fn colony_exists(pool: &PgPool, tenant: Uuid, colony: &str) -> Result<bool, ApiError> {
+/// True when the tenant (`user`, when set) has a session in, or usage for, the colony.
+pub async fn colony_exists(
+    pool: &PgPool,
+    tenant: Uuid,
+    user: Option<&str>,
+    colony: &str,
+) -> Result<bool, ApiError> {
     let found: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant_id = $1 AND (colony_id = $2 OR session_id = $2))
-             OR EXISTS (SELECT 1 FROM usage_rollups WHERE tenant_id = $1 AND colony_id = $2)",
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant_id = $1 AND (colony_id = $2 OR session_id = $2)
+                AND ($3::text IS NULL OR user_id = $3))
+             OR EXISTS (SELECT 1 FROM usage_rollups WHERE tenant_id = $1 AND colony_id = $2
+                AND ($3::text IS NULL OR user_id = $3))",
     )
     .bind(tenant)
     .bind(colony)
+    .bind(user)
     .fetch_one(pool)
     .await?;
     Ok(found)

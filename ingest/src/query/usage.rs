@@ -1,9 +1,17 @@
 //! Usage queries over `usage_rollups`: parameters, SQL, and JSON rows.
 //!
-//! Buckets: the rollup's 15-minute buckets are folded into hour, day or month buckets with
-//! `date_trunc(unit, bucket, tz)` — Postgres' zone-aware truncation, correct across DST changes (a local
-//! day may be 23 or 25 hours long) and exact in every zone because every UTC offset in use is a multiple
-//! of 15 minutes. `from` and `to` must therefore fall on 15-minute boundaries.
+//! Buckets: the rollup's 15-minute buckets are folded into hour, day or month buckets of the requested
+//! zone: the bucket starts are computed in Rust ([`super::buckets`], the semantics of Postgres'
+//! `date_trunc(unit, t, tz)`, correct across DST changes — a local day may be 23 or 25 hours long) and
+//! each row finds its bucket with `width_bucket` against that sorted array. Exact in every zone because
+//! every UTC offset in use is a multiple of 15 minutes; `from` and `to` must therefore fall on 15-minute
+//! boundaries. A range longer than two months is first clamped to the rows' extent (one index probe),
+//! so the array stays short.
+//!
+//! Rows come back sorted by bucket then group keys (sorted here, not by the database).
+//!
+//! Who sees what: the caller passes the tenant and, for a `read` token bound to a user, that user; the
+//! query then only sums that user's rows.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +23,8 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::rollups::Usage;
+
+use super::buckets::{self, Unit};
 
 /// A dimension to group by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,24 +207,65 @@ pub struct UsageRow {
     pub usage: Usage,
 }
 
-/// Runs the query for `tenant_id` within `scope`.
+/// Longest range whose buckets are computed without first asking for the data's extent.
+const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
+
+/// Runs the query for `tenant_id` within `scope`; `user`, when set, keeps only that user's usage (a
+/// `read` token bound to a user, see `auth`).
 pub async fn run(
     pool: &PgPool,
     tenant_id: Uuid,
     scope: &Scope,
+    user: Option<&str>,
     q: &UsageQuery,
 ) -> Result<Vec<UsageRow>, ApiError> {
-    let bucket = match q.granularity {
-        Granularity::Hour => "date_trunc('hour', bucket, $4)",
-        Granularity::Day => "date_trunc('day', bucket, $4)",
-        Granularity::Month => "date_trunc('month', bucket, $4)",
-        Granularity::Total => "NULL::timestamptz",
+    let mut cond = String::from(match scope {
+        Scope::Tenant { all_tenants: true } => "$1::uuid IS NOT NULL",
+        _ => "tenant_id = $1",
+    });
+    cond.push_str(" AND bucket >= $2 AND bucket < $3");
+    cond.push_str(match scope {
+        Scope::Tenant { .. } => " AND $4::text[] IS NULL",
+        Scope::Sessions(_) => " AND session_id = ANY($4::text[])",
+        Scope::Colony(_) => " AND colony_id = ($4::text[])[1]",
+    });
+    cond.push_str(match user {
+        Some(_) => " AND user_id = $5",
+        None => " AND $5::text IS NULL",
+    });
+    let filter: Option<Vec<String>> = match scope {
+        Scope::Tenant { .. } => None,
+        Scope::Sessions(s) => Some(s.clone()),
+        Scope::Colony(c) => Some(vec![c.clone()]),
     };
-    let (tenant_cond, extra) = match scope {
-        Scope::Tenant { all_tenants: true } => ("$1::uuid IS NOT NULL", "$5::text[] IS NULL"),
-        Scope::Tenant { all_tenants: false } => ("tenant_id = $1", "$5::text[] IS NULL"),
-        Scope::Sessions(_) => ("tenant_id = $1", "session_id = ANY($5::text[])"),
-        Scope::Colony(_) => ("tenant_id = $1", "colony_id = ($5::text[])[1]"),
+    let unit = match q.granularity {
+        Granularity::Hour => Some(Unit::Hour),
+        Granularity::Day => Some(Unit::Day),
+        Granularity::Month => Some(Unit::Month),
+        Granularity::Total => None,
+    };
+    let (mut from, mut to) = (q.from, q.to);
+    if unit.is_some() && to - from > MAX_UNCLAMPED {
+        // Buckets only where there are rows: a long range with little data stays cheap.
+        let extent: (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = sqlx::query_as(&format!(
+            "SELECT min(bucket), max(bucket) FROM usage_rollups WHERE {cond}"
+        ))
+        .bind(tenant_id)
+        .bind(from)
+        .bind(to)
+        .bind(&filter)
+        .bind(user)
+        .fetch_one(pool)
+        .await?;
+        let (Some(first), Some(last)) = extent else {
+            return Ok(vec![]);
+        };
+        (from, to) = (from.max(first), to.min(last + TimeDelta::minutes(15)));
+    }
+    let buckets = unit.map(|u| buckets::buckets(u, q.tz, from, to));
+    let bucket = match &buckets {
+        Some(_) => "width_bucket(bucket, $6::timestamptz[])",
+        None => "0 + cardinality($6::timestamptz[])",
     };
     let dims: Vec<&str> = q.group_by.iter().map(|d| d.column().0).collect();
     let dim_list: String = dims.iter().map(|d| format!(", {d}")).collect();
@@ -223,32 +274,36 @@ pub async fn run(
         "SELECT {bucket} AS b{dim_list}, sum(input_tokens)::int8, sum(output_tokens)::int8, \
          sum(cached_tokens)::int8, sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, \
          sum(llm_calls)::int8, sum(unpriced_turns)::int8, sum(tool_calls)::int8, sum(tool_errors)::int8, \
-         sum(events)::int8 \
-         FROM usage_rollups WHERE {tenant_cond} AND bucket >= $2 AND bucket < $3 AND {extra} \
-         AND $4::text IS NOT NULL GROUP BY 1{group} ORDER BY 1{group}"
+         sum(events)::int8 FROM usage_rollups WHERE {cond} GROUP BY 1{group}"
     );
-    let filter: Option<Vec<String>> = match scope {
-        Scope::Tenant { .. } => None,
-        Scope::Sessions(s) => Some(s.clone()),
-        Scope::Colony(c) => Some(vec![c.clone()]),
-    };
+    let starts: Vec<DateTime<Utc>> = buckets
+        .as_ref()
+        .map(|b| b.starts.clone())
+        .unwrap_or_default();
     let rows = sqlx::query(&sql)
         .bind(tenant_id)
-        .bind(q.from)
-        .bind(q.to)
-        .bind(q.tz.name())
-        .bind(filter)
+        .bind(from)
+        .bind(to)
+        .bind(&filter)
+        .bind(user)
+        .bind(&starts)
         .fetch_all(pool)
         .await?;
     let n = dims.len();
-    rows.iter()
+    let mut out = rows
+        .iter()
         .map(|r| {
             let keys = (0..n)
                 .map(|i| r.try_get::<String, _>(i + 1))
                 .collect::<Result<Vec<_>, _>>()?;
             let s = |i: usize| r.try_get::<i64, _>(n + 1 + i);
+            let index: i32 = r.try_get(0)?;
+            // width_bucket is 1-based; every row is at or after starts[0] (= the range's start).
+            let bucket = buckets
+                .as_ref()
+                .map(|b| b.labels[(index.max(1) as usize - 1).min(b.labels.len() - 1)]);
             Ok(UsageRow {
-                bucket: r.try_get(0)?,
+                bucket,
                 keys,
                 usage: Usage {
                     input_tokens: s(0)?,
@@ -265,7 +320,9 @@ pub async fn run(
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()
-        .map_err(ApiError::from)
+        .map_err(ApiError::from)?;
+    out.sort_unstable_by(|a, b| (a.bucket, &a.keys).cmp(&(b.bucket, &b.keys)));
+    Ok(out)
 }
 
 /// The sums as JSON (cost in USD, and exactly in nano-dollars).

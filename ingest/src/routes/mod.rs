@@ -1,9 +1,11 @@
 //! HTTP routes, one file per group. Every `/v1` route authenticates with a bearer token (the
 //! [`Principal`](crate::auth::Principal) extractor, which also applies the per-token rate limit) and is
-//! scoped to the token's tenant.
+//! scoped to the token's tenant. Query strings and path parameters go through [`extract`]'s wrappers so
+//! that a malformed one answers the JSON error body (400), never axum's plain-text rejection.
 
 mod batches;
 mod devices;
+mod extract;
 pub mod openapi;
 mod ops;
 mod sessions;

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde_json::Value;
 
+use super::extract::{Path, Query};
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
 use crate::query::sessions;
@@ -44,7 +45,7 @@ pub async fn get_session(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
     check_id(&id)?;
-    let row = sessions::get(&state.pool, principal.tenant_id, &id).await?;
+    let row = sessions::get(&state.pool, principal.tenant_id, principal.read_user(), &id).await?;
     let totals =
         sessions::totals(&state.pool, principal.tenant_id, std::slice::from_ref(&id)).await?;
     let t = totals.get(&id).copied().unwrap_or_default();
@@ -65,11 +66,12 @@ pub async fn get_session_usage(
     principal.require(Scope::Read)?;
     check_id(&id)?;
     let q = usage_params(params, "model")?;
-    sessions::get(&state.pool, principal.tenant_id, &id).await?;
+    sessions::get(&state.pool, principal.tenant_id, principal.read_user(), &id).await?;
     let rows = usage::run(
         &state.pool,
         principal.tenant_id,
         &usage::Scope::Sessions(vec![id.clone()]),
+        principal.read_user(),
         &q,
     )
     .await?;
@@ -86,7 +88,8 @@ pub async fn get_session_tree(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(Scope::Read)?;
     check_id(&id)?;
-    let rows = sessions::subtree(&state.pool, principal.tenant_id, &id).await?;
+    let rows =
+        sessions::subtree(&state.pool, principal.tenant_id, principal.read_user(), &id).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
     let usage = sessions::totals(&state.pool, principal.tenant_id, &ids).await?;
     Ok(Json(sessions::tree_json(
@@ -108,13 +111,16 @@ pub async fn get_colony_usage(
     principal.require(Scope::Read)?;
     check_id(&id)?;
     let q = usage_params(params, "session")?;
-    if !sessions::colony_exists(&state.pool, principal.tenant_id, &id).await? {
+    if !sessions::colony_exists(&state.pool, principal.tenant_id, principal.read_user(), &id)
+        .await?
+    {
         return Err(ApiError::NotFound("colony"));
     }
     let rows = usage::run(
         &state.pool,
         principal.tenant_id,
         &usage::Scope::Colony(id.clone()),
+        principal.read_user(),
         &q,
     )
     .await?;

@@ -1,11 +1,13 @@
-//! `GET /v1/usage` (scope `read`; `group_by=tenant` needs `admin` and spans every tenant).
+//! `GET /v1/usage` (scope `read`; `group_by=tenant` needs `admin` and spans every tenant). A `read`
+//! token bound to a user sees only that user's usage.
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde_json::Value;
 
+use super::extract::Query;
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
 use crate::query::usage::{self, Dim, UsageQuery};
@@ -26,6 +28,13 @@ pub async fn get_usage(
         ));
     }
     let scope = usage::Scope::Tenant { all_tenants };
-    let rows = usage::run(&state.pool, principal.tenant_id, &scope, &q).await?;
+    let rows = usage::run(
+        &state.pool,
+        principal.tenant_id,
+        &scope,
+        principal.read_user(),
+        &q,
+    )
+    .await?;
     Ok(Json(usage::response_json(&q, &rows)))
 }

@@ -1,4 +1,4 @@
-//! Tenants and tokens (the `tenant create` and `token create` commands).
+//! Tenants and tokens (the `tenant create`, `token create` and `token revoke` commands).
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -72,6 +72,34 @@ pub async fn create_token(pool: &PgPool, spec: &TokenSpec) -> Result<(Uuid, Stri
     .execute(pool)
     .await?;
     Ok((token_id, token))
+}
+
+/// Which token to revoke.
+#[derive(Debug, Clone)]
+pub enum TokenRef {
+    /// The id `token create` reported.
+    Id(Uuid),
+    /// The token itself (only its hash is looked up).
+    Token(String),
+}
+
+/// Revokes a token (sets `revoked_at`; the row stays for audit). Returns the token id, or None when no
+/// such token exists. Revoking twice keeps the first time. Replicas stop accepting it once their token
+/// cache entry expires (`token_cache_secs`).
+pub async fn revoke_token(pool: &PgPool, which: &TokenRef) -> Result<Option<Uuid>, AdminError> {
+    let (by_id, by_hash) = match which {
+        TokenRef::Id(id) => (Some(*id), None),
+        TokenRef::Token(t) => (None, Some(hash_token(t.trim()).to_vec())),
+    };
+    let id: Option<Uuid> = sqlx::query_scalar(
+        "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, now())
+         WHERE token_id = $1 OR token_hash = $2 RETURNING token_id",
+    )
+    .bind(by_id)
+    .bind(by_hash)
+    .fetch_optional(pool)
+    .await?;
+    Ok(id)
 }
 
 /// A tenant given by id or by (unique) name.

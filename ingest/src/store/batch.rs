@@ -4,8 +4,13 @@
 //!    returned ids are the new events; everything else is a duplicate and goes no further.
 //! 2. `sessions` (sorted by session_id): identity and state facts from the new events and the bindings.
 //! 3. `events`: the new events, with the identity the session row holds.
-//! 4. `usage_rollups` (sorted by key): the new events pre-aggregated per rollup key.
-//! 5. `devices` (sorted by device_id): liveness and the latest heartbeat.
+//! 4. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
+//! 5. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
+//!
+//! Device-level events (`EventKind::is_device_level`: `agent.heartbeat`, `outbox.dropped`) are stored in
+//! `events` (so they dedup like any other) but never reach the usage rollups: usage counts what the agent
+//! runtimes did, not the agent's own bookkeeping. They update `devices` only: a heartbeat its liveness and
+//! backlog, an `outbox.dropped` its `dropped_events` counter (summed over new events only, so exact).
 //!
 //! Every transaction takes its row locks in that same global order, so concurrent batches (two replicas
 //! receiving the same batch at the same moment included) wait for each other and never deadlock; the
@@ -137,6 +142,10 @@ async fn write_once(
         } else {
             String::new()
         };
+        if e.event.kind.is_device_level() {
+            rows.push(e, user, device, model);
+            continue;
+        }
         let key = RollupKey {
             bucket: bucket_of(e.effective_at),
             user_id: user.clone(),
@@ -319,6 +328,17 @@ async fn upsert_device(
         .iter()
         .filter(|e| e.event.kind == EventKind::AgentHeartbeat)
         .max_by_key(|e| e.effective_at);
+    let dropped: i64 = events
+        .iter()
+        .filter(|e| e.event.kind == EventKind::OutboxDropped)
+        .filter_map(|e| {
+            e.event
+                .data
+                .get("count")
+                .and_then(serde_json::Value::as_i64)
+        })
+        .filter(|n| *n > 0)
+        .sum();
     let live = sender.live.then_some(received_at);
     let num = |k: &str| {
         beat.and_then(|b| b.event.data.get(k))
@@ -330,9 +350,10 @@ async fn upsert_device(
     sqlx::query(
         "INSERT INTO devices AS d (tenant_id, device_id, user_id, first_seen_at, last_seen_at,
             last_heartbeat_at, heartbeat_event_at, agent_version, backlog_events, backlog_bytes,
-            oldest_pending_age_seconds, sync_state)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+            oldest_pending_age_seconds, sync_state, dropped_events)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (tenant_id, device_id) DO UPDATE SET
+            dropped_events = d.dropped_events + EXCLUDED.dropped_events,
             last_seen_at = GREATEST(d.last_seen_at, EXCLUDED.last_seen_at),
             last_heartbeat_at = GREATEST(d.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
             agent_version = COALESCE(EXCLUDED.agent_version, d.agent_version),
@@ -363,6 +384,7 @@ async fn upsert_device(
     .bind(num("backlog_bytes"))
     .bind(beat.and_then(|b| b.event.data.get("oldest_pending_age_seconds")).and_then(serde_json::Value::as_f64))
     .bind(beat.and_then(|b| b.event.data_str("sync_state").map(str::to_string)))
+    .bind(dropped)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -1,5 +1,5 @@
 //! Exactness: random batches with duplicates and replays from concurrent clients; afterwards every
-//! usage query equals a scan of the raw events, and the totals equal the generator's own sums over the
+//! usage query equals a scan of the raw runtime events (device-level events are stored but are not usage), and the totals equal the generator's own sums over the
 //! distinct events.
 
 use std::collections::HashMap;
@@ -22,6 +22,19 @@ const DIMS: [(&str, &str); 5] = [
 
 fn random_event(rng: &mut StdRng, base: chrono::DateTime<Utc>) -> Value {
     let at = base + Duration::seconds(rng.gen_range(0..3 * 86_400));
+    // Device-level events: stored, but never usage (the raw scan below leaves them out too).
+    match rng.gen_range(0..20) {
+        0 => return event("agent.heartbeat", None, at, json!({ "backlog_events": 1 })),
+        1 => {
+            return event(
+                "outbox.dropped",
+                None,
+                at,
+                json!({ "reason": "evicted", "count": 2 }),
+            )
+        }
+        _ => {}
+    }
     let session = format!("s{}", rng.gen_range(0..12));
     let mut e = match rng.gen_range(0..10) {
         0..=5 => {
@@ -130,10 +143,12 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
     let (_, all) = app
         .get(&t.read, "/v1/usage?from=2020-01-01&to=2060-01-01")
         .await;
-    assert_eq!(
-        all["totals"]["events"].as_u64().unwrap() as usize,
-        sent.len()
-    );
+    let runtime = sent
+        .values()
+        .filter(|e| !["agent.heartbeat", "outbox.dropped"].contains(&e["type"].as_str().unwrap()))
+        .count();
+    assert!(runtime < sent.len(), "the universe has device-level events");
+    assert_eq!(all["totals"]["events"].as_u64().unwrap() as usize, runtime);
     assert_eq!(all["totals"]["input_tokens"].as_u64().unwrap(), input);
     assert_eq!(
         all["totals"]["tool_errors"].as_u64().unwrap() as usize,
@@ -141,7 +156,7 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
     );
     assert_eq!(app.count("events").await as usize, sent.len());
 
-    for tz in ["UTC", "Asia/Kolkata", "America/New_York"] {
+    for tz in ["UTC", "Asia/Kolkata", "America/New_York", "Asia/Kathmandu"] {
         for gran in ["hour", "day", "month", "total"] {
             for mask in [0usize, 1, 2, 4, 8, 16, 3, 31] {
                 let dims: Vec<(&str, &str)> = DIMS
@@ -152,6 +167,54 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
                     .collect();
                 let group = dims.iter().map(|d| d.0).collect::<Vec<_>>().join(",");
                 let (s, api) = app.get(&t.read, &format!("/v1/usage?from=2020-01-01&to=2060-01-01&group_by={group}&granularity={gran}&tz={tz}")).await;
+                assert_eq!(s, StatusCode::OK, "{api}");
+                let raw = raw_scan(&app, t.id, &dims, gran, tz).await;
+                let api_rows: Vec<Value> = api["rows"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| project(r, &dims, gran))
+                    .collect();
+                assert_eq!(api_rows, raw, "tz={tz} granularity={gran} group_by={group}");
+            }
+        }
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let mut rng = StdRng::seed_from_u64(11);
+    // 2026-10-31 .. 2026-11-03: New York and Havana fall back on Nov 1 (Havana's midnight repeats).
+    let base = chrono::DateTime::parse_from_rfc3339("2026-10-31T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    let events: Vec<Value> = (0..1500).map(|_| random_event(&mut rng, base)).collect();
+    let sessions: Vec<Value> = (0..12)
+        .map(|i| binding(&format!("s{i}"), &format!("u{}", i % 4)))
+        .collect();
+    for chunk in events.chunks(500) {
+        let b = batch_sent_at(chunk.to_vec(), sessions.clone(), Utc::now());
+        let (s, v) = app.post_batch(&t.ingest, &b).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    for tz in [
+        "America/New_York",
+        "America/Havana",
+        "Asia/Kathmandu",
+        "Pacific/Chatham",
+    ] {
+        for gran in ["hour", "day", "month"] {
+            for mask in [0usize, 1, 6] {
+                let dims: Vec<(&str, &str)> = DIMS
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(_, d)| *d)
+                    .collect();
+                let group = dims.iter().map(|d| d.0).collect::<Vec<_>>().join(",");
+                let (s, api) = app.get(&t.read, &format!("/v1/usage?from=2026-10-01T00:00:00Z&to=2026-12-01T00:00:00Z&group_by={group}&granularity={gran}&tz={tz}")).await;
                 assert_eq!(s, StatusCode::OK, "{api}");
                 let raw = raw_scan(&app, t.id, &dims, gran, tz).await;
                 let api_rows: Vec<Value> = api["rows"]
@@ -217,7 +280,8 @@ async fn raw_scan(
             count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed'),
             count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed' AND (data->>'is_error')::bool),
             count(*)
-         FROM events WHERE tenant_id = $1 GROUP BY 1{group} ORDER BY 1{group}"
+         FROM events WHERE tenant_id = $1 AND kind NOT IN ('agent.heartbeat', 'outbox.dropped')
+         GROUP BY 1{group} ORDER BY 1{group}"
     );
     let rows = sqlx::query(&sql)
         .bind(tenant)

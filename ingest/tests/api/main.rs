@@ -11,3 +11,4 @@ mod import;
 mod ops;
 mod sessions;
 mod usage;
+mod visibility;

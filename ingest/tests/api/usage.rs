@@ -172,3 +172,90 @@ async fn rows_carry_every_group_key_and_totals_add_up(pool: sqlx::PgPool) {
         .unwrap();
     assert_eq!(alice["input_tokens"], 150);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn device_level_events_update_the_device_and_never_count_as_usage(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let now = chrono::Utc::now();
+    let beat = event(
+        "agent.heartbeat",
+        None,
+        now,
+        serde_json::json!({ "backlog_events": 3 }),
+    );
+    let drop = event(
+        "outbox.dropped",
+        None,
+        now,
+        serde_json::json!({ "reason": "evicted", "count": 7 }),
+    );
+    let b = batch(vec![beat, drop, tool("q1", now, false)], vec![]);
+    for _ in 0..2 {
+        // The replay is all duplicates: neither usage nor the drop count may move.
+        let (s, _) = app.post_batch(&t.ingest, &b).await;
+        assert_eq!(s, StatusCode::OK);
+    }
+    for group in ["", "user", "device", "session"] {
+        let (s, v) = app
+            .get(&t.read, &format!("/v1/usage?group_by={group}"))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["totals"]["events"], 1, "group_by={group}: {v}");
+        assert_eq!(v["rows"].as_array().unwrap().len(), 1, "{v}");
+    }
+    let (_, v) = app.get(&t.read, "/v1/devices").await;
+    let d = &v["devices"][0];
+    assert_eq!(d["backlog_events"], 3, "{v}");
+    assert_eq!(d["dropped_events"], 7, "{v}");
+    assert_eq!(
+        app.count("events").await,
+        3,
+        "device-level events are stored"
+    );
+}
+
+/// The bucket starts the API computes in Rust name every quarter hour exactly as Postgres'
+/// `date_trunc(unit, t, tz)` does (the raw scans' definition), in zones with DST, half-hour DST and
+/// quarter-hour offsets, over a whole year.
+#[sqlx::test(migrations = "../migrations")]
+async fn rust_buckets_match_postgres_date_trunc_in_every_odd_zone(pool: sqlx::PgPool) {
+    use apiary_ingest::query::buckets::{buckets, Unit};
+    let (from, to) = (ts("2025-12-31T00:00:00Z"), ts("2027-01-01T00:00:00Z"));
+    for zone in [
+        "America/New_York",
+        "Asia/Kolkata",
+        "Asia/Kathmandu",
+        "Pacific/Chatham",
+        "Australia/Lord_Howe",
+        "America/Santiago",
+        "America/Havana",
+        "Asia/Tehran",
+        "Africa/Casablanca",
+        "America/St_Johns",
+    ] {
+        let tz: chrono_tz::Tz = zone.parse().unwrap();
+        for (unit, name) in [
+            (Unit::Hour, "hour"),
+            (Unit::Day, "day"),
+            (Unit::Month, "month"),
+        ] {
+            let b = buckets(unit, tz, from, to);
+            let wrong: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM generate_series($1::timestamptz, $2::timestamptz - interval '15 minutes',
+                    interval '15 minutes') q
+                 WHERE date_trunc($3, q, $4) IS DISTINCT FROM ($6::timestamptz[])[width_bucket(q, $5::timestamptz[])]",
+            )
+            .bind(from)
+            .bind(to)
+            .bind(name)
+            .bind(zone)
+            .bind(&b.starts)
+            .bind(&b.labels)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert_eq!(wrong, 0, "{zone} {name}");
+        }
+    }
+}
