@@ -248,3 +248,30 @@ fn policy_explain_shows_kept_and_dropped_fields() {
         .to_string();
     assert!(last.starts_with("{\"summary\""), "{last}");
 }
+
+#[test]
+fn follow_streams_committed_events_as_they_arrive() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let outbox = rt.block_on(async {
+        let o = support::open(dir.path(), OutboxSettings::default());
+        o.submit(vec![support::event(1)]).await.unwrap();
+        o
+    });
+    let mut child = Command::new(support::bin())
+        .args(["follow", "--type", "llm.turn", "--data-dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains(&support::id(1).to_string()), "{first}");
+    rt.block_on(outbox.submit(vec![support::event(2)])).unwrap();
+    let second = lines.next().unwrap().unwrap();
+    assert!(second.contains(&support::id(2).to_string()), "{second}");
+    let _ = child.kill();
+    let _ = child.wait();
+    rt.block_on(outbox.close());
+}

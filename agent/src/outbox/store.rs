@@ -44,8 +44,8 @@ pub mod state {
 ///   loss — which would break "2xx only after commit" for the producer. Group commit amortises the fsync
 ///   over everything queued meanwhile, which is what makes FULL affordable.
 /// - `busy_timeout = 5 s`: the CLI (sync, export) may write while `run` is running.
-/// - `foreign_keys` off, `temp_store = MEMORY`, a bounded page cache (`cache_size = -16384`, 16 MiB) so
-///   the agent's memory does not grow with the backlog.
+/// - `foreign_keys` off, `temp_store = MEMORY`, a bounded page cache (`cache_size = -8192`, 8 MiB) so
+///   the agent's memory does not grow with the backlog (RSS budget: 64 MiB with a 1M-event backlog).
 /// - `wal_autocheckpoint = 0`: checkpoints do not run inside a producer's commit (they would add the
 ///   copy of the WAL into the database, and its fsync, to that producer's latency); the
 ///   [`super::checkpointer`] thread runs them on its own connection instead.
@@ -55,7 +55,7 @@ pub fn open_writer(path: &Path, settings: &OutboxSettings) -> rusqlite::Result<C
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.pragma_update(None, "cache_size", -16384)?;
+    conn.pragma_update(None, "cache_size", -8192)?;
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     if let Some(pages) = settings.sqlite_max_page_count {
