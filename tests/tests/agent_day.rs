@@ -177,3 +177,30 @@ async fn hive_day_posted_to_http_intake_reaches_the_cloud_exactly() {
         "the scan read nothing of the day"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "contract gap: POST /v1/events cannot attribute Hive events that name no session (no execution_id, \
+            no data.session_id: queen_phase_changed x7, colony_created, worker_colony_loaded x2, trigger_* x7, \
+            context_compaction_started, context_compacted, session_forked = 20 of the day's 193 durable events); \
+            they are filtered `no_session`, so an HTTP producer's cloud has 173 events and no session phases. \
+            Needs a way to name the session (e.g. a `session` query parameter or header) on intake."]
+async fn hive_day_posted_to_http_intake_keeps_every_durable_event() {
+    let cloud = Cloud::start().await.unwrap();
+    let agent = Agent::start(&cloud.dir.path().join("agent"), None)
+        .await
+        .unwrap();
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent
+        .sync_enable(&cloud.ingest.url(), &token_file, false)
+        .unwrap();
+    post_day(&agent).await;
+    let c = agent.counters().await.unwrap();
+    assert_eq!(c.pending + c.delivered, durable(), "{c:?}");
+    wait_delivered(&agent, durable()).await;
+    let s = cloud
+        .read_api()
+        .session("session_20261103_101433_51be07d2")
+        .await
+        .unwrap();
+    assert_eq!(s["phase"], "reviewing", "{s}");
+}
