@@ -172,7 +172,8 @@ async fn one_object_an_array_and_ndjson_are_all_accepted() {
 
 #[tokio::test]
 async fn bad_lines_get_per_line_errors_and_good_lines_are_kept() {
-    let app = App::spawn(|_| {}).await;
+    // Air-gapped: no push loop, so no `outbox.dropped` report joins the pending events mid-test.
+    let app = App::spawn(|s| s.mode = Mode::Airgapped).await;
     let (s, b) = app.post("/v1/events", fixture("bad_lines.jsonl")).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
     assert_eq!(b["committed"], true);
@@ -208,7 +209,7 @@ async fn bad_lines_get_per_line_errors_and_good_lines_are_kept() {
 
 #[tokio::test]
 async fn hostile_input_is_refused_clearly_without_losing_committed_events() {
-    let app = App::spawn(|_| {}).await;
+    let app = App::spawn(|s| s.mode = Mode::Airgapped).await;
     let (s, _) = app
         .post("/v1/events", support::hive_turn("session_keep", 1))
         .await;
@@ -327,6 +328,7 @@ async fn drop_oldest_evicts_counts_and_reports_the_drops() {
     let app = App::spawn(|s| {
         s.outbox.max_bytes = 1024 * 1024;
         s.outbox.overflow = Overflow::DropOldest;
+        s.mode = Mode::Airgapped; // the drop report is made by this test, not by a push loop
     })
     .await;
     let (ok, refused) = fill(&app, "session_drop", 60).await;

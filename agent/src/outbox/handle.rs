@@ -13,7 +13,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::consent::SetSync;
-use super::delivery::{Claim, DropReport, Settle, SettleKind};
+use super::delivery::{Claim, Settle, SettleKind};
+use super::drops::DropReport;
 use super::export::Export;
 use super::intake::Submit;
 use super::read::{self, SessionUsage, StoredStatus};

@@ -31,6 +31,7 @@
 mod checkpointer;
 pub mod consent;
 pub mod delivery;
+pub mod drops;
 pub mod export;
 mod handle;
 pub mod intake;
