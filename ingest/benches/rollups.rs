@@ -1,6 +1,6 @@
 //! Rollup query benchmark: 10M events over 30 days for 50 tenants, generated with SQL (generate_series)
 //! straight into `events`, rolled up with the same rules as the ingest (an INSERT … SELECT … GROUP BY
-//! into `usage_rollups`), then every tenant-scoped group_by × granularity × zone through the real query
+//! into `usage_rollups`, then its hourly sums into `usage_rollups_hourly`), then every tenant-scoped group_by × granularity × zone through the real query
 //! code (`query::usage::run`), against a raw scan of `events` for the same question.
 //!
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench rollups`
@@ -61,6 +61,14 @@ SELECT tenant_id, date_bin('15 minutes', effective_at, '2000-01-01'), user_id, d
     count(*)
 FROM events GROUP BY 1, 2, 3, 4, 5, 6, 7";
 
+/// The hourly rollup from the quarter rows (what the ingest writes in the same transaction).
+const ROLL_UP_HOURLY: &str = "
+INSERT INTO usage_rollups_hourly
+SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id, device_id, colony_id, session_id,
+    model, sum(input_tokens), sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos),
+    sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
+FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7";
+
 async fn generate(pool: &PgPool, total: i64, start: chrono::DateTime<Utc>) -> anyhow::Result<()> {
     for i in 0..50 {
         apiary_ingest::store::admin::create_tenant(pool, &format!("tenant-{i:02}")).await?;
@@ -88,9 +96,12 @@ async fn generate(pool: &PgPool, total: i64, start: chrono::DateTime<Utc>) -> an
     }
     let t1 = Instant::now();
     sqlx::query(ROLL_UP).execute(pool).await?;
-    sqlx::query("VACUUM ANALYZE usage_rollups")
-        .execute(pool)
-        .await?;
+    sqlx::query(ROLL_UP_HOURLY).execute(pool).await?;
+    for table in ["usage_rollups", "usage_rollups_hourly"] {
+        sqlx::query(&format!("VACUUM ANALYZE {table}"))
+            .execute(pool)
+            .await?;
+    }
     sqlx::query("ANALYZE events").execute(pool).await?;
     eprintln!("rolled up in {:.0} s", t1.elapsed().as_secs_f64());
     Ok(())

@@ -13,12 +13,16 @@
 //! ## Grain and key
 //! `(tenant_id, bucket, user_id, device_id, colony_id, session_id, model)`, `bucket` = `effective_at`
 //! floored to 15 minutes (see the migration for why 15 minutes makes day buckets exact in every zone).
+//! The same rows summed per UTC hour go to `usage_rollups_hourly`, which answers the whole hours of a
+//! query (see `query::usage`); it is written from the same pre-aggregated map, so an hourly row is always
+//! the sum of its quarter rows.
 //!
 //! ## Exactness under concurrency
 //! Only events whose key was newly inserted into `event_keys` in the same transaction reach [`upsert`], so a
 //! duplicate can never be counted. The batch is pre-aggregated per key in a `BTreeMap` and upserted in that
 //! (sorted) order; every transaction locks rollup rows in the same global order, so concurrent batches
-//! touching the same rows wait for each other instead of deadlocking.
+//! touching the same rows wait for each other instead of deadlocking. Every transaction writes the
+//! quarter table first and the hourly table second, so that order is global too.
 
 use std::collections::BTreeMap;
 
@@ -139,6 +143,11 @@ pub fn bucket_of(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::minutes(15)).expect("in range")
 }
 
+/// The UTC hour an instant falls in (the bucket of `usage_rollups_hourly`).
+pub fn hour_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(TimeDelta::hours(1)).expect("in range")
+}
+
 /// A rollup row's key (within a tenant). Empty strings stand for "none".
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RollupKey {
@@ -150,7 +159,8 @@ pub struct RollupKey {
     pub model: String,
 }
 
-/// Adds the pre-aggregated rows to `usage_rollups`, in key order (see the module notes).
+/// Adds the pre-aggregated 15-minute rows to `usage_rollups`, then their hourly sums to
+/// `usage_rollups_hourly`, each in key order (see the module notes).
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
@@ -159,6 +169,24 @@ pub async fn upsert(
     if rows.is_empty() {
         return Ok(());
     }
+    upsert_into(tx, tenant_id, rows, UPSERT_QUARTER_SQL).await?;
+    let mut hourly: BTreeMap<RollupKey, Usage> = BTreeMap::new();
+    for (k, u) in rows {
+        let key = RollupKey {
+            bucket: hour_of(k.bucket),
+            ..k.clone()
+        };
+        hourly.entry(key).or_default().add(u);
+    }
+    upsert_into(tx, tenant_id, &hourly, UPSERT_HOURLY_SQL).await
+}
+
+async fn upsert_into(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    rows: &BTreeMap<RollupKey, Usage>,
+    sql: &str,
+) -> Result<(), sqlx::Error> {
     let n = rows.len();
     let mut buckets = Vec::with_capacity(n);
     let mut dims: [Vec<&str>; 5] = Default::default();
@@ -191,7 +219,7 @@ pub async fn upsert(
         }
     }
     let [users, devices, colonies, sessions, models] = dims;
-    let mut q = sqlx::query(UPSERT_SQL)
+    let mut q = sqlx::query(sql)
         .bind(tenant_id)
         .bind(buckets)
         .bind(users)
@@ -206,9 +234,11 @@ pub async fn upsert(
     Ok(())
 }
 
-/// The rollup upsert: rows come in the (sorted) array order; `unnest` preserves it.
-const UPSERT_SQL: &str = "
-INSERT INTO usage_rollups AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model,
+/// The rollup upsert into `$table`: rows come in the (sorted) array order; `unnest` preserves it.
+macro_rules! upsert_sql {
+    ($table:literal) => {
+        concat!("
+INSERT INTO ", $table, " AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model,
     input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
     tool_calls, tool_errors, events)
 SELECT $1, u.* FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
@@ -224,7 +254,11 @@ ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model
     unpriced_turns = r.unpriced_turns + EXCLUDED.unpriced_turns,
     tool_calls = r.tool_calls + EXCLUDED.tool_calls,
     tool_errors = r.tool_errors + EXCLUDED.tool_errors,
-    events = r.events + EXCLUDED.events";
+    events = r.events + EXCLUDED.events")
+    };
+}
+const UPSERT_QUARTER_SQL: &str = upsert_sql!("usage_rollups");
+const UPSERT_HOURLY_SQL: &str = upsert_sql!("usage_rollups_hourly");
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,12 @@
 //! boundaries. A range longer than two months is first clamped to the rows' extent (one index probe),
 //! so the array stays short.
 //!
+//! Two rollups: a tenant-wide query reads `usage_rollups_hourly` for every whole UTC hour that no bucket
+//! boundary cuts and `usage_rollups` (15 minutes) for the rest ([`Split`]): in a whole-hour zone that is
+//! hourly rows only, for a day or month in a half- or quarter-hour zone one cut hour per bucket; hour
+//! buckets in such a zone, and session or colony scopes (small, with their own index), read quarter rows
+//! only. Both tables hold the same sums (written together), so the answer is the same either way.
+//!
 //! Rows come back sorted by bucket then group keys (sorted here, not by the database).
 //!
 //! Who sees what: the caller passes the tenant and, for a `read` token bound to a user, that user; the
@@ -22,7 +28,7 @@ use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::rollups::Usage;
+use crate::rollups::{self, Usage};
 
 use super::buckets::{self, Unit};
 
@@ -207,6 +213,65 @@ pub struct UsageRow {
     pub usage: Usage,
 }
 
+/// The rollup columns a usage query reads.
+const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, input_tokens, \
+    output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
+    tool_errors, events";
+
+/// How a tenant-wide query splits `[from, to)` between the two rollups: hourly rows for the whole UTC
+/// hours `[hour_from, hour_to)` except `cut_hours` (hours a bucket boundary falls inside, e.g. the
+/// 18:00 UTC hour of a day in Asia/Kolkata), and the 15-minute rows `quarters` for everything else (the
+/// partial hours at both ends and the cut hours).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Split {
+    hour_from: DateTime<Utc>,
+    hour_to: DateTime<Utc>,
+    cut_hours: Vec<DateTime<Utc>>,
+    quarters: Vec<DateTime<Utc>>,
+}
+
+impl Split {
+    /// None when quarter rows alone are the better plan: no whole hour in the range, or boundaries
+    /// cut more than a quarter of the hours (hour buckets in a half- or quarter-hour zone).
+    fn of(from: DateTime<Utc>, to: DateTime<Utc>, starts: &[DateTime<Utc>]) -> Option<Split> {
+        let hour = TimeDelta::hours(1);
+        let quarter = TimeDelta::minutes(15);
+        let hour_from = from.duration_round_up(hour).ok()?;
+        let hour_to = to.duration_trunc(hour).ok()?;
+        if hour_from >= hour_to {
+            return None;
+        }
+        let mut cut_hours: Vec<DateTime<Utc>> = starts
+            .iter()
+            .filter(|s| **s > hour_from && **s < hour_to && rollups::hour_of(**s) != **s)
+            .map(|s| rollups::hour_of(*s))
+            .collect();
+        cut_hours.dedup();
+        if cut_hours.len() as i64 * 4 > (hour_to - hour_from).num_hours() {
+            return None;
+        }
+        let mut quarters = vec![];
+        let mut push_range = |a: DateTime<Utc>, b: DateTime<Utc>| {
+            let mut t = a;
+            while t < b {
+                quarters.push(t);
+                t += quarter;
+            }
+        };
+        push_range(from, hour_from);
+        for h in &cut_hours {
+            push_range(*h, *h + hour);
+        }
+        push_range(hour_to, to);
+        Some(Split {
+            hour_from,
+            hour_to,
+            cut_hours,
+            quarters,
+        })
+    }
+}
+
 /// Longest range whose buckets are computed without first asking for the data's extent.
 const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 
@@ -263,6 +328,14 @@ pub async fn run(
         (from, to) = (from.max(first), to.min(last + TimeDelta::minutes(15)));
     }
     let buckets = unit.map(|u| buckets::buckets(u, q.tz, from, to));
+    let starts: Vec<DateTime<Utc>> = match &buckets {
+        Some(b) => b.starts.clone(),
+        None => vec![from],
+    };
+    let split = match scope {
+        Scope::Tenant { all_tenants: false } => Split::of(from, to, &starts),
+        _ => None,
+    };
     let bucket = match &buckets {
         Some(_) => "width_bucket(bucket, $6::timestamptz[])",
         None => "0 + cardinality($6::timestamptz[])",
@@ -270,25 +343,43 @@ pub async fn run(
     let dims: Vec<&str> = q.group_by.iter().map(|d| d.column().0).collect();
     let dim_list: String = dims.iter().map(|d| format!(", {d}")).collect();
     let group: String = (2..dims.len() + 2).map(|i| format!(", {i}")).collect();
+    let source = match &split {
+        // Whole hours no bucket boundary cuts from the hourly rollup, the rest from quarter rows.
+        Some(_) => format!(
+            "(SELECT {COLUMNS} FROM usage_rollups_hourly WHERE {} AND bucket >= $7 AND bucket < $8 \
+               AND bucket <> ALL($9::timestamptz[]) \
+             UNION ALL \
+             SELECT {COLUMNS} FROM usage_rollups WHERE {} AND bucket = ANY($10::timestamptz[])) AS r",
+            cond.replace(" AND bucket >= $2 AND bucket < $3", ""),
+            cond.replace(" AND bucket >= $2 AND bucket < $3", ""),
+        ),
+        None => format!("(SELECT {COLUMNS} FROM usage_rollups WHERE {cond}) AS r"),
+    };
     let sql = format!(
         "SELECT {bucket} AS b{dim_list}, sum(input_tokens)::int8, sum(output_tokens)::int8, \
          sum(cached_tokens)::int8, sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, \
          sum(llm_calls)::int8, sum(unpriced_turns)::int8, sum(tool_calls)::int8, sum(tool_errors)::int8, \
-         sum(events)::int8 FROM usage_rollups WHERE {cond} GROUP BY 1{group}"
+         sum(events)::int8 FROM {source} GROUP BY 1{group}"
     );
-    let starts: Vec<DateTime<Utc>> = buckets
-        .as_ref()
-        .map(|b| b.starts.clone())
-        .unwrap_or_default();
-    let rows = sqlx::query(&sql)
+    let mut query = sqlx::query(&sql)
         .bind(tenant_id)
         .bind(from)
         .bind(to)
         .bind(&filter)
         .bind(user)
-        .bind(&starts)
-        .fetch_all(pool)
-        .await?;
+        .bind(if buckets.is_some() {
+            &starts[..]
+        } else {
+            &[][..]
+        });
+    if let Some(split) = &split {
+        query = query
+            .bind(split.hour_from)
+            .bind(split.hour_to)
+            .bind(&split.cut_hours)
+            .bind(&split.quarters);
+    }
+    let rows = query.fetch_all(pool).await?;
     let n = dims.len();
     let mut out = rows
         .iter()
@@ -383,6 +474,36 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn whole_hours_come_from_the_hourly_rollup_and_cut_hours_from_quarters() {
+        let t = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        // Days in Asia/Kolkata start at 18:30 UTC: that hour is cut, the others are whole.
+        let starts = [
+            t("2026-11-01T10:15:00Z"),
+            t("2026-11-01T18:30:00Z"),
+            t("2026-11-02T18:30:00Z"),
+        ];
+        let s = Split::of(starts[0], t("2026-11-03T12:45:00Z"), &starts).unwrap();
+        assert_eq!(
+            (s.hour_from, s.hour_to),
+            (t("2026-11-01T11:00:00Z"), t("2026-11-03T12:00:00Z"))
+        );
+        assert_eq!(
+            s.cut_hours,
+            vec![t("2026-11-01T18:00:00Z"), t("2026-11-02T18:00:00Z")]
+        );
+        assert_eq!(s.quarters.len(), 3 + 4 + 4 + 3);
+        assert_eq!(s.quarters[0], starts[0]);
+        // Hour buckets of a half-hour zone cut every hour: quarter rows only.
+        let halves: Vec<DateTime<Utc>> = (0..48)
+            .map(|h| t("2026-11-01T00:30:00Z") + TimeDelta::hours(h))
+            .collect();
+        assert_eq!(
+            Split::of(halves[0], t("2026-11-03T00:30:00Z"), &halves),
+            None
+        );
     }
 
     #[test]

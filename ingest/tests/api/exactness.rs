@@ -155,6 +155,22 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
         errors
     );
     assert_eq!(app.count("events").await as usize, sent.len());
+    let sums = |table: &str| {
+        format!("SELECT sum(events)::int8, sum(input_tokens)::int8, sum(cost_nanos)::int8, count(DISTINCT bucket) FROM {table}")
+    };
+    let quarter: (i64, i64, i64, i64) = sqlx::query_as(&sums("usage_rollups"))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let hourly: (i64, i64, i64, i64) = sqlx::query_as(&sums("usage_rollups_hourly"))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (quarter.0, quarter.1, quarter.2),
+        (hourly.0, hourly.1, hourly.2)
+    );
+    assert!(hourly.3 < quarter.3, "hourly rows are coarser");
 
     for tz in ["UTC", "Asia/Kolkata", "America/New_York", "Asia/Kathmandu"] {
         for gran in ["hour", "day", "month", "total"] {
