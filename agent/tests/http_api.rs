@@ -195,6 +195,18 @@ async fn bad_lines_get_per_line_errors_and_good_lines_are_kept() {
     assert!(!text.contains("zzcanary"), "an error leaks content: {text}");
     let st = app.outbox.status().await.unwrap().stored;
     assert_eq!((st.pending_events, st.dead_letters), (3, 7), "{st:?}");
+    // With the session named in the query, the session-less trigger_fired line is kept too.
+    let (s, b) = app
+        .post(
+            "/v1/events?session=session_20261103_101433_51be07d2",
+            fixture("bad_lines.jsonl"),
+        )
+        .await;
+    assert_eq!(
+        (s, b["accepted"].as_u64()),
+        (StatusCode::BAD_REQUEST, Some(1)),
+        "{b}"
+    );
     assert!(st.balanced);
     let dl = app
         .outbox

@@ -7,7 +7,8 @@
 //!    error and the good ones are kept. A line longer than `intake.max_line_bytes` is an error without
 //!    being parsed; invalid UTF-8 and nesting deeper than 128 levels are errors too.
 //! 3. Each event goes through [`apiary_schema::process_value`] (classify, adapt, redact) on this side of
-//!    the outbox, so only redacted events reach the writer.
+//!    the outbox, so only redacted events reach the writer. `?session=ID` is passed as the session hint
+//!    for events that name no session themselves (as the tailer does with a per-session log's directory).
 //! 4. Everything (kept, filtered, unreadable) is committed in one transaction; the response is sent after
 //!    the commit. Unreadable events are received + rejected, dead-lettered with their line number and the
 //!    reason (never their content).
@@ -54,13 +55,22 @@ pub struct Parsed {
     pub errors: Vec<EventError>,
 }
 
+/// `?session=ID`: the session the events belong to when they name none themselves (Hive omits
+/// `execution_id` on many queen-level events; the tailer knows it from the log's directory, an HTTP
+/// producer can say it here).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct IntakeQuery {
+    pub session: Option<String>,
+}
+
 pub async fn post_events(
     State(state): State<AppState>,
+    axum::extract::Query(query): axum::extract::Query<IntakeQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let limit = state.intake.max_body_bytes;
-    let result = try_intake(&state, &headers, body, limit).await;
+    let result = try_intake(&state, query.session, &headers, body, limit).await;
     let stats = &state.stats;
     match &result {
         Ok(r) if r.status() == StatusCode::OK => IntakeStats::bump(&stats.requests_ok),
@@ -74,6 +84,7 @@ pub async fn post_events(
 
 async fn try_intake(
     state: &AppState,
+    session: Option<String>,
     headers: &HeaderMap,
     body: Body,
     limit: usize,
@@ -85,13 +96,22 @@ async fn try_intake(
     if let Some(n) = declared.filter(|n| *n > limit as u64) {
         return Err(ApiError::TooLarge { got: n, limit });
     }
+    if let Some(s) = &session {
+        let probe = crate::identity::SessionRegistration {
+            session_id: s.clone(),
+            ..Default::default()
+        };
+        probe.validate().map_err(ApiError::BadRequest)?;
+    }
     let bytes = read_body(body, limit).await?;
     let parsed = if bytes.len() < INLINE_LIMIT {
-        parse_body(&bytes, &options(state), state.intake.max_line_bytes)
+        let opts = options(state, session.as_deref());
+        parse_body(&bytes, &opts, state.intake.max_line_bytes)
     } else {
         let st = state.clone();
         tokio::task::spawn_blocking(move || {
-            parse_body(&bytes, &options(&st), st.intake.max_line_bytes)
+            let opts = options(&st, session.as_deref());
+            parse_body(&bytes, &opts, st.intake.max_line_bytes)
         })
         .await
         .map_err(|e| ApiError::BadRequest(format!("could not process the body: {e}")))?
@@ -129,12 +149,12 @@ async fn try_intake(
     Ok((StatusCode::BAD_REQUEST, Json(body)).into_response())
 }
 
-fn options(state: &AppState) -> ProcessOptions<'_> {
+fn options<'a>(state: &'a AppState, session: Option<&'a str>) -> ProcessOptions<'a> {
     ProcessOptions {
         policy: &state.policy,
         zone: state.zone,
         source_identity: None,
-        session_hint: None,
+        session_hint: session,
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /v1/events` | one JSON event, an array, or NDJSON; Hive-native or canonical ([`events`]) |
+//! | `POST /v1/events[?session=ID]` | one JSON event, an array, or NDJSON; Hive-native or canonical ([`events`]); `session` = hint for events that name none |
 //! | `POST /v1/sessions` | register a session with its own user and parent |
 //! | `GET /v1/status` | sync state, mode, counts by outcome, pending, oldest pending age, last push |
 //! | `PUT /v1/sync` | the desktop toggle: `{"enabled": bool, "endpoint"?, "token_file"?, "include_backlog"?, "purge"?}` |
