@@ -108,9 +108,9 @@ pub async fn totals(
     ids: &[String],
 ) -> Result<HashMap<String, Usage>, ApiError> {
     let rows: Vec<TotalsRow> = sqlx::query_as(
-        "SELECT session_id, sum(input_tokens)::int8, sum(output_tokens)::int8, sum(cached_tokens)::int8,
-            sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, sum(llm_calls)::int8,
-            sum(unpriced_turns)::int8, sum(tool_calls)::int8, sum(tool_errors)::int8, sum(events)::int8
+        "SELECT session_id, apiary_sum(input_tokens), apiary_sum(output_tokens), apiary_sum(cached_tokens),
+            apiary_sum(cache_creation_tokens), apiary_sum(cost_nanos), apiary_sum(llm_calls),
+            apiary_sum(unpriced_turns), apiary_sum(tool_calls), apiary_sum(tool_errors), apiary_sum(events)
          FROM usage_rollups WHERE tenant_id = $1 AND session_id = ANY($2) GROUP BY session_id",
     )
     .bind(tenant)

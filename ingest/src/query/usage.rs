@@ -14,6 +14,9 @@
 //! buckets in such a zone, and session or colony scopes (small, with their own index), read quarter rows
 //! only. Both tables hold the same sums (written together), so the answer is the same either way.
 //!
+//! Sums use `apiary_sum` (a bigint-state sum, see its migration): Postgres' `sum(bigint)` allocates a
+//! numeric state per group, which dominated queries with thousands of groups.
+//!
 //! Rows come back sorted by bucket then group keys (sorted here, not by the database).
 //!
 //! Who sees what: the caller passes the tenant and, for a `read` token bound to a user, that user; the
@@ -356,10 +359,10 @@ pub async fn run(
         None => format!("(SELECT {COLUMNS} FROM usage_rollups WHERE {cond}) AS r"),
     };
     let sql = format!(
-        "SELECT {bucket} AS b{dim_list}, sum(input_tokens)::int8, sum(output_tokens)::int8, \
-         sum(cached_tokens)::int8, sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, \
-         sum(llm_calls)::int8, sum(unpriced_turns)::int8, sum(tool_calls)::int8, sum(tool_errors)::int8, \
-         sum(events)::int8 FROM {source} GROUP BY 1{group}"
+        "SELECT {bucket} AS b{dim_list}, apiary_sum(input_tokens), apiary_sum(output_tokens), \
+         apiary_sum(cached_tokens), apiary_sum(cache_creation_tokens), apiary_sum(cost_nanos), \
+         apiary_sum(llm_calls), apiary_sum(unpriced_turns), apiary_sum(tool_calls), apiary_sum(tool_errors), \
+         apiary_sum(events) FROM {source} GROUP BY 1{group}"
     );
     let mut query = sqlx::query(&sql)
         .bind(tenant_id)
