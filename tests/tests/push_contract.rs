@@ -226,40 +226,50 @@ async fn evictions_are_counted_and_reported_upstream_for_each_device() {
         agents.push((agent, session, c.evicted));
     }
     let pool = cloud.db.pool().await.unwrap();
-    for (agent, session, evicted) in &agents {
+    for (agent, session, evicted_before_sync) in &agents {
         let c = agent
             .wait_counters(Duration::from_secs(60), "delivered", |c| c.pending == 0)
             .await
             .unwrap();
         c.assert_balanced();
-        let kept = 4000 - *evicted as i64;
-        cloud.assert_exactly(session, kept).await.unwrap();
+        // The drop report is enqueued into a full outbox, so it may evict one more turn: use the final count.
+        assert!(c.evicted >= *evicted_before_sync, "{c:?}");
+        if c.evicted != *evicted_before_sync {
+            eprintln!(
+                "{session}: {} evicted before sync, {} after",
+                evicted_before_sync, c.evicted
+            );
+        }
+        cloud
+            .assert_exactly(session, 4000 - c.evicted as i64)
+            .await
+            .unwrap();
         let device = agent.status().await.unwrap()["device_id"]
             .as_str()
             .unwrap()
             .to_string();
-        let reported: Vec<(String, serde_json::Value)> = tests::procs::wait_for(
-            Duration::from_secs(20),
-            || async {
-                let rows: Vec<(String, serde_json::Value)> = sqlx::query_as(
-                    "SELECT device_id, data FROM events WHERE kind = 'outbox.dropped' AND device_id = $1",
+        let last = std::sync::Mutex::new(vec![]);
+        let reported = tests::procs::wait_for(Duration::from_secs(20), || {
+            let (pool, device, last) = (&pool, &device, &last);
+            async move {
+                let rows: Vec<(serde_json::Value,)> = sqlx::query_as(
+                    "SELECT data FROM events WHERE kind = 'outbox.dropped' AND device_id = $1",
                 )
-                .bind(&device)
-                .fetch_all(&pool)
+                .bind(device)
+                .fetch_all(pool)
                 .await
                 .ok()?;
-                (!rows.is_empty()).then_some(rows)
-            },
-        )
-        .await
-        .unwrap_or_default();
-        let count: i64 = reported
-            .iter()
-            .filter_map(|(_, d)| d["count"].as_i64())
-            .sum();
-        assert_eq!(
-            count, *evicted as i64,
-            "device {device}: evictions reported upstream {reported:?}"
+                let sum: i64 = rows.iter().filter_map(|(d,)| d["count"].as_i64()).sum();
+                *last.lock().unwrap() = rows;
+                (sum == c.evicted as i64).then_some(sum)
+            }
+        })
+        .await;
+        assert!(
+            reported.is_some(),
+            "device {device}: {} evictions, reported upstream: {:?}",
+            c.evicted,
+            last.lock().unwrap()
         );
     }
 }
