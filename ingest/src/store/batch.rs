@@ -3,7 +3,7 @@
 //! 1. `event_keys` (sorted by event_id): `INSERT … ON CONFLICT DO NOTHING RETURNING event_id` — the
 //!    returned ids are the new events; everything else is a duplicate and goes no further.
 //! 2. `sessions` (sorted by session_id): identity and state facts from the new events and the bindings.
-//! 3. `events`: the new events, with the identity the session row holds.
+//! 3. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
 //! 4. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
 //! 5. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
 //!
@@ -130,7 +130,7 @@ async fn write_once(
     inherit_identity(&mut tx, sender.tenant_id, &bindings, &mut updates).await?;
     let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;
 
-    let mut rows = EventRows::default();
+    let mut rows = EventRows::new(sender.tenant_id, received_at, events.len());
     let mut rollup: BTreeMap<RollupKey, Usage> = BTreeMap::new();
     for e in &events {
         let (user, device) = match &e.event.session_id {
@@ -157,7 +157,7 @@ async fn write_once(
         rollup.entry(key).or_default().add(&e.usage);
         rows.push(e, user, device, model);
     }
-    rows.insert(&mut tx, sender.tenant_id, received_at).await?;
+    rows.insert(&mut tx).await?;
     rollups::upsert(&mut tx, sender.tenant_id, &rollup).await?;
     upsert_device(
         &mut tx,
@@ -229,88 +229,110 @@ async fn inherit_identity(
     Ok(())
 }
 
-/// Column arrays for the `events` insert.
-#[derive(Default)]
-struct EventRows<'a> {
-    effective_at: Vec<DateTime<Utc>>,
-    event_id: Vec<Uuid>,
-    occurred_at: Vec<DateTime<Utc>>,
-    text: [Vec<Option<&'a str>>; 11],
-    owned: [Vec<String>; 3],
-    data: Vec<&'a str>,
+/// The new events as `COPY … FROM STDIN` text rows (tab-separated, `\N` for NULL, see [`copy_field`]).
+///
+/// COPY rather than `INSERT … SELECT FROM unnest(…)`: the events insert was the largest statement of a
+/// batch (median 16.5 ms of ≈ 50 ms of database time for 900 new events, ingest benchmark); COPY skips
+/// building and unnesting twenty arrays. It runs inside the batch's transaction like the other steps.
+struct EventRows {
+    /// `tenant_id` and `received_at`, the same for every row of the batch.
+    prefix: String,
+    text: String,
+    count: usize,
 }
 
-impl<'a> EventRows<'a> {
-    fn push(&mut self, e: &'a ReadyEvent, user: String, device: String, model: String) {
+/// Appends one COPY text-format field: `\N` for NULL, else the value with backslash, tab, newline and
+/// carriage return escaped; then the separator (tab, or newline after the last field).
+fn copy_field(out: &mut String, v: Option<&str>, last: bool) {
+    match v {
+        None => out.push_str("\\N"),
+        Some(v) => {
+            for c in v.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '\t' => out.push_str("\\t"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    c => out.push(c),
+                }
+            }
+        }
+    }
+    out.push(if last { '\n' } else { '\t' });
+}
+
+impl EventRows {
+    fn new(tenant_id: Uuid, received_at: DateTime<Utc>, capacity: usize) -> EventRows {
+        EventRows {
+            prefix: format!(
+                "{tenant_id}\t{}\t",
+                received_at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ),
+            text: String::with_capacity(capacity * 512),
+            count: 0,
+        }
+    }
+
+    fn push(&mut self, e: &ReadyEvent, user: String, device: String, model: String) {
+        use std::fmt::Write;
         let ev = &e.event;
-        self.effective_at.push(e.effective_at);
-        self.event_id.push(ev.event_id);
-        self.occurred_at.push(ev.occurred_at);
         let role = ev.agent_role.map(|r| match r {
             apiary_schema::AgentRole::Queen => "queen",
             apiary_schema::AgentRole::Worker => "worker",
         });
-        let cols = [
+        let out = &mut self.text;
+        out.push_str(&self.prefix);
+        // Times and the id are written in formats that need no escaping.
+        let _ = write!(
+            out,
+            "{}\t{}\t{}\t",
+            e.effective_at
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            ev.event_id,
+            ev.occurred_at
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        );
+        let fields = [
             Some(ev.kind.as_str()),
             Some(ev.runtime.as_str()),
             Some(ev.native_type.as_str()),
-            ev.session_id.as_deref(),
-            ev.colony_id.as_deref(),
+            Some(ev.session_id.as_deref().unwrap_or("")),
+            Some(ev.colony_id.as_deref().unwrap_or("")),
             ev.parent_session_id.as_deref(),
             ev.worker_id.as_deref(),
             role,
             ev.node_id.as_deref(),
             ev.execution_id.as_deref(),
             ev.trace_id.as_deref(),
+            Some(user.as_str()),
+            Some(device.as_str()),
+            Some(model.as_str()),
+            Some(e.data_json.as_str()),
         ];
-        for (col, v) in self.text.iter_mut().zip(cols) {
-            col.push(v);
+        let n = fields.len();
+        for (i, f) in fields.into_iter().enumerate() {
+            copy_field(out, f, i + 1 == n);
         }
-        for (col, v) in self.owned.iter_mut().zip([user, device, model]) {
-            col.push(v);
-        }
-        self.data.push(&e.data_json);
+        self.count += 1;
     }
 
     async fn insert(
         self,
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-        tenant_id: Uuid,
-        received_at: DateTime<Utc>,
     ) -> Result<(), sqlx::Error> {
-        if self.event_id.is_empty() {
+        if self.count == 0 {
             return Ok(());
         }
-        let mut q = sqlx::query(INSERT_EVENTS_SQL)
-            .bind(tenant_id)
-            .bind(received_at)
-            .bind(self.effective_at)
-            .bind(self.event_id)
-            .bind(self.occurred_at);
-        for col in self.text {
-            q = q.bind(col);
-        }
-        for col in self.owned {
-            q = q.bind(col);
-        }
-        q.bind(self.data).execute(&mut **tx).await?;
+        let mut copy = tx.copy_in_raw(COPY_EVENTS_SQL).await?;
+        copy.send(self.text.into_bytes()).await?;
+        copy.finish().await?;
         Ok(())
     }
 }
 
-const INSERT_EVENTS_SQL: &str = "
-INSERT INTO events (tenant_id, received_at, effective_at, event_id, occurred_at, kind, runtime, native_type,
-    session_id, colony_id, parent_session_id, worker_id, agent_role, node_id, execution_id, trace_id, user_id,
-    device_id, model, data)
-SELECT $1, $2, u.effective_at, u.event_id, u.occurred_at, u.kind, u.runtime, u.native_type,
-    COALESCE(u.session_id, ''), COALESCE(u.colony_id, ''), u.parent_session_id, u.worker_id, u.agent_role,
-    u.node_id, u.execution_id, u.trace_id, u.user_id, u.device_id, u.model, u.data::jsonb
-FROM unnest($3::timestamptz[], $4::uuid[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[],
-    $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
-    $18::text[], $19::text[], $20::text[])
-    AS u(effective_at, event_id, occurred_at, kind, runtime, native_type, session_id, colony_id,
-         parent_session_id, worker_id, agent_role, node_id, execution_id, trace_id, user_id, device_id, model,
-         data)";
+const COPY_EVENTS_SQL: &str = "COPY events (tenant_id, received_at, effective_at, event_id, occurred_at, kind,
+    runtime, native_type, session_id, colony_id, parent_session_id, worker_id, agent_role, node_id, execution_id,
+    trace_id, user_id, device_id, model, data) FROM STDIN";
 
 /// Liveness of the sending device and its latest heartbeat (by event time).
 async fn upsert_device(
@@ -388,4 +410,21 @@ async fn upsert_device(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_field;
+
+    #[test]
+    fn copy_fields_escape_what_the_text_format_would_misread() {
+        let mut out = String::new();
+        copy_field(&mut out, Some("a\tb\\c\nd\re"), false);
+        copy_field(&mut out, None, false);
+        copy_field(&mut out, Some(r#"{"k":"q\"uo\\te"}"#), true);
+        assert_eq!(
+            out,
+            "a\\tb\\\\c\\nd\\re\t\\N\t{\"k\":\"q\\\\\"uo\\\\\\\\te\"}\n"
+        );
+    }
 }
