@@ -14,10 +14,14 @@
 //!   RETURNs as new reach `events`, rollups and session state, in the same transaction. So a duplicate —
 //!   replayed batch, two replicas receiving the same batch, an import of events already pushed — never
 //!   counts twice, whatever its timestamps say.
-//! - Rollups equal a scan of the stored events (tested), at a 15-minute grain that makes hour / day / month
-//!   buckets exact in every IANA zone.
+//! - Rollups equal a scan of the stored *runtime* events (tested), at a 15-minute grain that makes hour /
+//!   day / month buckets exact in every IANA zone, plus the same sums per UTC hour (`usage_rollups_hourly`,
+//!   written in the same transaction) that answer the whole hours of a query. Device-level events
+//!   (`agent.heartbeat`, `outbox.dropped`) are stored and deduped but never counted as usage: they update
+//!   `devices` (liveness, backlog, `dropped_events`).
 //! - Every read is bound to the token's tenant; another tenant's ids answer 404 exactly like unknown ids.
-//!   Only an `admin` token asking `group_by=tenant` sees across tenants.
+//!   Only an `admin` token asking `group_by=tenant` sees across tenants. A non-admin token bound to a user
+//!   reads only that user's usage, sessions, colonies and devices (`auth::Principal::read_user`).
 //! - A batch is stored whole or not at all; a bad event is rejected with a reason and never stored.
 //!
 //! ## Modules
