@@ -221,7 +221,13 @@ impl Cloud {
                 "2026-01-01T00:00:00Z",
                 "2027-01-01T00:00:00Z",
             )
-            .await?;
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{e:#}; ingest log tail:\n{}",
+                    crate::agent::tail(&self.ingest.output(), 30)
+                )
+            })?;
         let row = v["rows"]
             .as_array()
             .and_then(|rows| rows.iter().find(|r| r["session_id"] == session))
