@@ -99,5 +99,13 @@ async fn handle(
         user_id: principal.user_id.clone(),
         live: true,
     };
-    batch::write(&state.store, &sender, checked).await
+    // The write runs in a task of its own: if the client goes away (or the request times out) while the
+    // batch is being stored, dropping the request's future must not cut the transaction off in the middle
+    // of a statement — a `COPY` abandoned half-way leaves the pooled connection out of protocol sync, and
+    // the next request to get it fails. The task always commits or rolls back; a client that gave up
+    // simply re-sends, and dedup makes that harmless.
+    let store = state.store.clone();
+    tokio::spawn(async move { batch::write(&store, &sender, checked).await })
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?
 }
