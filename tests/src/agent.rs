@@ -196,9 +196,23 @@ impl Agent {
 
     /// `POST /v1/events` with an NDJSON body → (status, response body).
     pub async fn post_events(&self, body: Vec<u8>) -> anyhow::Result<(u16, Value)> {
+        self.post_events_for(body, None).await
+    }
+
+    /// `POST /v1/events?session=ID`: the producer names the session of Hive events that name none
+    /// (what a producer replaying a per-session log knows from its directory).
+    pub async fn post_events_for(
+        &self,
+        body: Vec<u8>,
+        session: Option<&str>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut url = self.url("/v1/events");
+        if let Some(s) = session {
+            url = format!("{url}?session={s}");
+        }
         let r = self
             .http
-            .post(self.url("/v1/events"))
+            .post(url)
             .bearer_auth(&self.token)
             .header("content-type", "application/x-ndjson")
             .timeout(Duration::from_secs(60))

@@ -179,11 +179,6 @@ async fn hive_day_posted_to_http_intake_reaches_the_cloud_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "contract gap: POST /v1/events cannot attribute Hive events that name no session (no execution_id, \
-            no data.session_id: queen_phase_changed x7, colony_created, worker_colony_loaded x2, trigger_* x7, \
-            context_compaction_started, context_compacted, session_forked = 20 of the day's 193 durable events); \
-            they are filtered `no_session`, so an HTTP producer's cloud has 173 events and no session phases. \
-            Needs a way to name the session (e.g. a `session` query parameter or header) on intake."]
 async fn hive_day_posted_to_http_intake_keeps_every_durable_event() {
     let cloud = Cloud::start().await.unwrap();
     let agent = Agent::start(&cloud.dir.path().join("agent"), None)
@@ -193,7 +188,15 @@ async fn hive_day_posted_to_http_intake_keeps_every_durable_event() {
     agent
         .sync_enable(&cloud.ingest.url(), &token_file, false)
         .unwrap();
-    post_day(&agent).await;
+    // Each per-session log is posted with its session named (`?session=`), as its producer knows it.
+    for file in fixture::day_files() {
+        let hint = file.session_hint();
+        let (status, v) = agent
+            .post_events_for(file.lines.concat(), hint.as_deref())
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{v}");
+    }
     let c = agent.counters().await.unwrap();
     assert_eq!(c.pending + c.delivered, durable(), "{c:?}");
     wait_delivered(&agent, durable()).await;

@@ -104,9 +104,6 @@ fn kill_9(pid: u32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails since ingest d9312cd (COPY inside the batch transaction): a SIGKILLed agent drops its \
-            request mid-batch, the ingest's pooled connection is left desynchronized and later batches answer \
-            500 (reads 401); see ingest_faults::a_client_disconnecting_mid_batch_does_not_break_later_requests"]
 async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
     let cloud = Cloud::start().await.unwrap();
     let mut agent = synced_agent(&cloud, &cloud.ingest.url(), &[]).await;
@@ -165,9 +162,6 @@ async fn progressed(agent: &Agent, before: u64) -> Counters {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails since ingest d9312cd (COPY inside the batch transaction): a SIGKILLed agent drops its \
-            request mid-batch, the ingest's pooled connection is left desynchronized and later batches answer \
-            500 (reads 401); see ingest_faults::a_client_disconnecting_mid_batch_does_not_break_later_requests"]
 async fn agent_sigkilled_during_push_loses_and_doubles_nothing() {
     let cloud = Cloud::start().await.unwrap();
     let cycles = cycles(5) as u64;

@@ -164,12 +164,6 @@ async fn ingest_killed_mid_batch_and_restarted_stores_the_batch_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "ingest regression (since d9312cd, COPY inside the batch transaction): a client that disconnects \
-            mid-batch leaves a pooled Postgres connection desynchronized (Postgres: `unexpected message type \
-            0x51 during COPY from stdin` / `protocol synchronization was lost`; ingest: `got unexpected \
-            connection status after attempting to begin transaction`, `there is already a transaction in \
-            progress`); later requests that draw it answer 500, and a token lookup on it answers 401 for a \
-            valid token (the agent would pause sync with re-authenticate)"]
 async fn a_client_disconnecting_mid_batch_does_not_break_later_requests() {
     let cloud = Cloud::start().await.unwrap();
     let big = fixture::batch_body(
