@@ -13,35 +13,43 @@ use regex::Regex;
 struct Rule {
     pattern: Regex,
     replacement: &'static str,
+    /// The match starts with the delimiter before the secret (e.g. a space before a path); keep it.
+    keeps_lead: bool,
 }
 
 fn rules() -> &'static (Regex, Vec<Rule>) {
     static RULES: OnceLock<(Regex, Vec<Rule>)> = OnceLock::new();
     RULES.get_or_init(|| {
-        let specs: [(&str, &str); 6] = [
+        let specs: [(&str, &str, bool); 6] = [
             // Bearer credentials, whatever the token looks like.
-            (r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+", "[bearer]"),
+            (r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+", "[bearer]", false),
             // key=value / key: value secrets.
             (
                 r#"(?i)\b(?:api[_-]?key|secret|token|password|passwd|authorization)\b["']?\s*[:=]\s*["']?[^\s"',;]+"#,
                 "[secret]",
+                false,
             ),
             // Well-known key shapes: OpenAI/Anthropic sk-, AWS, GitHub, Slack, Google, JWTs.
             (
                 r"\b(?:sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{30,}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})",
                 "[api-key]",
+                false,
             ),
-            (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}", "[email]"),
+            (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}", "[email]", false),
             // Windows absolute paths (C:\..., \\server\share).
-            (r#"(?:\b[A-Za-z]:[\\/]|\\\\)[^\s"'<>|]*"#, "[path]"),
+            (r#"(?:\b[A-Za-z]:[\\/]|\\\\)[^\s"'<>|]*"#, "[path]", false),
             // Unix absolute and home-relative paths with at least one separator after the root.
-            (r#"(?:^|[\s"'=(\[,])(?:~|/[^\s/"'<>]+)/[^\s"'<>]*"#, "[path]"),
+            (r#"(?:^|[\s"'=(\[,])(?:~|/[^\s/"'<>]+)/[^\s"'<>]*"#, "[path]", true),
         ];
-        let any = Regex::new(&specs.iter().map(|(p, _)| format!("(?:{p})")).collect::<Vec<_>>().join("|"))
+        let any = Regex::new(&specs.iter().map(|(p, _, _)| format!("(?:{p})")).collect::<Vec<_>>().join("|"))
             .expect("scrub rules compile");
         let rules = specs
             .iter()
-            .map(|(p, r)| Rule { pattern: Regex::new(p).expect("scrub rule compiles"), replacement: r })
+            .map(|(p, r, keeps_lead)| Rule {
+                pattern: Regex::new(p).expect("scrub rule compiles"),
+                replacement: r,
+                keeps_lead: *keeps_lead,
+            })
             .collect();
         (any, rules)
     })
@@ -55,7 +63,7 @@ pub fn scrub(s: &str) -> Cow<'_, str> {
     }
     let mut out = s.to_owned();
     for rule in rules {
-        if rule.replacement == "[path]" && rule.pattern.as_str().starts_with("(?:^|") {
+        if rule.keeps_lead {
             // Keep the delimiter the path rule matched before the path.
             out = rule
                 .pattern
