@@ -9,7 +9,8 @@
 //! 3. **Memory**: the agent's RSS (VmRSS, and peak VmHWM) with a 1M-event backlog.
 //!
 //! Environment: `BENCH_EVENTS` (per throughput run, default 200000), `BENCH_RUNS` (default 5),
-//! `BENCH_BACKLOG` (default 1000000), `BENCH_DIR` (where data dirs go, default the system temp dir).
+//! `BENCH_BACKLOG` (default 1000000), `BENCH_DIR` (where data dirs go, default the system temp dir),
+//! `BENCH_PARTS` (comma-separated subset of `throughput,latency,memory`; default all three).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -261,6 +262,18 @@ async fn latencies(agent: &Agent, lines: &[String], per_req: usize, every: Durat
     out
 }
 
+/// The agent's `GET /v1/status`.
+async fn status(agent: &Agent) -> Value {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let r = client
+        .get(format!("{}/v1/status", agent.base))
+        .bearer_auth(&agent.token)
+        .send()
+        .await
+        .unwrap();
+    r.json::<Value>().await.unwrap()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -278,6 +291,8 @@ fn main() {
     let runs = env_usize("BENCH_RUNS", 5);
     let backlog = env_usize("BENCH_BACKLOG", 1_000_000);
     let base = std::env::var("BENCH_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
+    let parts = std::env::var("BENCH_PARTS").unwrap_or_else(|_| "throughput,latency,memory".into());
+    let part = |name: &str| parts.split(',').any(|p| p.trim() == name);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -290,6 +305,9 @@ fn main() {
     let body_set = bodies(&lines[..n], BODY_EVENTS);
     let (mut raw, mut http) = (Vec::new(), Vec::new());
     for run in 0..runs {
+        if !part("throughput") {
+            break;
+        }
         let dir = tempfile::tempdir_in(&base).unwrap();
         let r = raw_rate(&rows, dir.path());
         let dir = tempfile::tempdir_in(&base).unwrap();
@@ -305,10 +323,21 @@ fn main() {
         raw.push(r);
         http.push(h);
     }
-    let (raw_m, http_m) = (median(raw), median(http));
-    println!("throughput (median): raw {raw_m:.0} ev/s, HTTP durable intake {http_m:.0} ev/s, ratio {:.2}", http_m / raw_m);
+    if part("throughput") {
+        let (raw_m, http_m) = (median(raw), median(http));
+        println!("throughput (median): raw {raw_m:.0} ev/s, HTTP durable intake {http_m:.0} ev/s, ratio {:.2}", http_m / raw_m);
+    }
 
-    let dir = tempfile::tempdir_in(&base).unwrap();
+    if part("latency") {
+        latency_part(&rt, &lines, &base);
+    }
+    if part("memory") {
+        memory_part(&rt, &lines, &base, backlog);
+    }
+}
+
+fn latency_part(rt: &tokio::runtime::Runtime, lines: &[String], base: &Path) {
+    let dir = tempfile::tempdir_in(base).unwrap();
     let agent = Agent::start(dir.path());
     let offered = &lines[lines.len() - 100_000..];
     let lat = rt.block_on(latencies(&agent, offered, 20, Duration::from_millis(2)));
@@ -316,24 +345,23 @@ fn main() {
         "ack latency at 10k ev/s offered (20 ev/request every 2 ms, {} requests): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         lat.len(), pct(&lat, 0.5), pct(&lat, 0.99), lat[lat.len() - 1]
     );
+    let status = rt.block_on(status(&agent));
+    let health = &status["health"];
+    println!(
+        "  the writer committed {} groups carrying {} submissions",
+        health["commits"], health["ops_committed"]
+    );
     agent.stop();
+}
 
-    let dir = tempfile::tempdir_in(&base).unwrap();
+fn memory_part(rt: &tokio::runtime::Runtime, lines: &[String], base: &Path, backlog: usize) {
+    let dir = tempfile::tempdir_in(base).unwrap();
     let agent = Agent::start(dir.path());
     let (idle_rss, _) = agent.rss_mib();
     let backlog_bodies = bodies(&lines[..backlog], BODY_EVENTS);
     let rate = rt.block_on(post_all(&agent, &backlog_bodies, backlog));
     let (rss, hwm) = agent.rss_mib();
-    let status = rt.block_on(async {
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let r = client
-            .get(format!("{}/v1/status", agent.base))
-            .bearer_auth(&agent.token)
-            .send()
-            .await
-            .unwrap();
-        r.json::<Value>().await.unwrap()
-    });
+    let status = rt.block_on(status(&agent));
     let (rss_after_status, _) = agent.rss_mib();
     println!(
         "RSS with a {} event backlog: {rss:.1} MiB (idle at start {idle_rss:.1} MiB, peak {hwm:.1} MiB, after a status query {rss_after_status:.1} MiB); filled at {rate:.0} ev/s; outbox {} MiB used",

@@ -77,7 +77,10 @@ impl Application {
             .await
             .with_context(|| format!("binding the local API to {}", settings.listen))?;
         let addr = listener.local_addr()?;
-        std::fs::write(data_dir.join("agent.addr"), addr.to_string())
+        // Written to a temporary name and renamed, so a reader never sees a half-written address.
+        let tmp = data_dir.join(".agent.addr.tmp");
+        std::fs::write(&tmp, addr.to_string())
+            .and_then(|()| std::fs::rename(&tmp, data_dir.join("agent.addr")))
             .context("writing agent.addr")?;
         let state = AppState {
             outbox: outbox.clone(),

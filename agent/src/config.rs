@@ -23,7 +23,7 @@
 //! | `intake.max_body_bytes` | 16777216 | larger request bodies get 413 |
 //! | `intake.max_line_bytes` | 1048576 | larger NDJSON lines get a per-line error |
 //! | `push.batch_max_events`, `push.batch_max_bytes` | 1000, 4194304 | push batch bounds (uncompressed JSON) |
-//! | `push.concurrency` | 2 | batches in flight at once |
+//! | `push.concurrency` | 4 | batches in flight at once |
 //! | `push.connect_timeout_ms`, `push.request_timeout_ms` | 5000, 30000 | HTTP timeouts |
 //! | `push.backoff_base_ms`, `push.backoff_cap_ms` | 1000, 300000 | retry backoff (exponential, full jitter) |
 //! | `push.poll_interval_ms` | 100 | how often an idle push loop looks for new events |

@@ -147,6 +147,109 @@ async fn export_writes_every_pending_event_with_a_manifest_first_and_marks_them_
     outbox.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_export_runs_beside_intake_and_marks_only_what_its_bundle_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = support::open(dir.path(), OutboxSettings::default());
+    let backlog = apiary_agent::outbox::export::MARK_CHUNK as u128 * 2 + 500;
+    for chunk in (0..backlog).collect::<Vec<_>>().chunks(5_000) {
+        outbox
+            .submit(chunk.iter().map(|n| support::event(*n)).collect())
+            .await
+            .unwrap();
+    }
+    // Producers keep going while the export runs; none of them waits for the whole export.
+    let producer = {
+        let outbox = outbox.clone();
+        tokio::spawn(async move {
+            let mut slowest = std::time::Duration::ZERO;
+            for n in 0..200u128 {
+                let t = std::time::Instant::now();
+                outbox
+                    .submit(vec![support::event(backlog + n)])
+                    .await
+                    .unwrap();
+                slowest = slowest.max(t.elapsed());
+            }
+            slowest
+        })
+    };
+    let out = dir.path().join("big.ndjson.gz");
+    let report = outbox.export(&out).await.unwrap();
+    let slowest = producer.await.unwrap();
+    let (manifest, events) = read_bundle(&out).unwrap();
+    assert_eq!(events.len() as u64, report.events);
+    assert_eq!(manifest.counts.events, report.events);
+    assert!(
+        report.events >= backlog as u64,
+        "the whole backlog is in the bundle"
+    );
+    assert_eq!(
+        report.marked, report.events,
+        "nothing was delivered meanwhile"
+    );
+    let st = outbox.status().await.unwrap().stored;
+    assert_eq!(st.counters.exported, report.events);
+    assert_eq!(
+        st.pending_events,
+        backlog as u64 + 200 - report.events,
+        "events that arrived after the snapshot stay pending for the next export"
+    );
+    assert!(st.balanced);
+    assert!(
+        slowest < std::time::Duration::from_secs(5),
+        "a producer waited {slowest:?} behind the export"
+    );
+    // The next export takes exactly the rest; ids never repeat between the two bundles.
+    let rest = outbox
+        .export(&dir.path().join("rest.ndjson.gz"))
+        .await
+        .unwrap();
+    assert_eq!(report.events + rest.events, backlog as u64 + 200);
+    let (_, rest_lines) = read_bundle(&dir.path().join("rest.ndjson.gz")).unwrap();
+    let first: std::collections::HashSet<&String> = events.iter().collect();
+    assert!(rest_lines.iter().all(|l| !first.contains(l)));
+    outbox.close().await;
+}
+
+#[tokio::test]
+async fn a_row_delivered_while_the_bundle_is_written_stays_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = support::open(dir.path(), OutboxSettings::default());
+    outbox.set_sync(enable(false)).await.unwrap();
+    outbox
+        .submit((0..3).map(support::event).collect())
+        .await
+        .unwrap();
+    let claimed = outbox.claim(ALL).await.unwrap();
+    assert_eq!(claimed.events.len(), 3);
+    // The snapshot holds all three; one is acknowledged by the ingest before the marking runs. The
+    // marking goes through the writer after the ack, so the acknowledged row keeps its outcome.
+    let out = dir.path().join("b.ndjson.gz");
+    let export = {
+        let (outbox, out) = (outbox.clone(), out.clone());
+        tokio::spawn(async move { outbox.export(&out).await })
+    };
+    outbox
+        .ack(vec![(
+            support::id(0),
+            apiary_agent::outbox::Delivery::Delivered,
+        )])
+        .await
+        .unwrap();
+    let report = export.await.unwrap().unwrap();
+    let st = outbox.status().await.unwrap().stored;
+    assert_eq!(
+        st.counters.delivered + st.counters.exported,
+        3,
+        "each row has exactly one outcome"
+    );
+    assert_eq!(st.counters.exported, report.marked);
+    assert_eq!(st.pending_events, 0);
+    assert!(st.balanced);
+    outbox.close().await;
+}
+
 #[test]
 fn the_cli_exports_reports_status_and_switches_sync() {
     let dir = tempfile::tempdir().unwrap();

@@ -204,6 +204,12 @@ pub async fn export(common: &Common, out: &Path) -> anyhow::Result<ExitCode> {
         report.file_bytes,
         report.checksum
     );
+    if report.marked < report.events {
+        println!(
+            "{} of them were delivered while the bundle was being written and stay delivered",
+            report.events - report.marked
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -72,6 +72,7 @@ impl Op for SetSync {
                         "UPDATE events SET held = 0 WHERE state = 0 AND held = 1",
                         [],
                     )? as u64;
+                    ctx.delta.rescan_from(ctx.now_ms);
                 }
                 log(
                     ctx,

@@ -25,7 +25,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::store::{self, state};
-use super::writer::{Ctx, Op, Reply};
+use super::writer::{Ctx, Op, Reply, FULL_SCAN_EVERY};
 use super::{sessions, OutboxError};
 
 /// How much one claim may take.
@@ -148,20 +148,43 @@ fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed
         } else {
             Idle::SyncOff
         });
+        // Whatever changes while sync is off or paused (rows let go, claims released), scan it all then.
+        ctx.delta.rescan_from(0);
         return Ok(out);
     }
+    // Scan from the cursor, or from the start when a full scan is due (see `writer::ClaimCursor`).
+    let rescan_at = ctx.delta.rescan_reset.unwrap_or(ctx.state.claims.rescan_at);
+    let rescan_at = ctx.delta.rescan_at.map_or(rescan_at, |t| t.min(rescan_at));
+    let full = ctx.now_ms >= rescan_at;
+    let start = if full {
+        0
+    } else {
+        ctx.delta.claim_cursor.unwrap_or(ctx.state.claims.after_seq)
+    };
+    // The cursor ends on the last row looked at and accounted for: taken, in flight (its lease schedules
+    // a rescan) or not yet due (its retry time does).
+    let mut cursor = start;
+    let mut next_due: Option<i64> = None;
     let mut policy = None;
     let mut bytes = 0usize;
     let mut session_ids = std::collections::BTreeSet::new();
     {
         let mut stmt = ctx.conn.prepare_cached(
-            "SELECT event_id, body, attempts, policy_id, session_id, seq FROM events
-             WHERE state = 0 AND held = 0 AND next_attempt_at <= ?1 ORDER BY seq",
+            "SELECT event_id, body, attempts, policy_id, session_id, seq, next_attempt_at FROM events
+             WHERE state = 0 AND held = 0 AND seq > ?1 ORDER BY seq",
         )?;
-        let mut rows = stmt.query([ctx.now_ms])?;
+        let mut rows = stmt.query([start])?;
         while let Some(row) = rows.next()? {
+            let seq: i64 = row.get(5)?;
+            let due: i64 = row.get(6)?;
+            if due > ctx.now_ms {
+                next_due = Some(next_due.map_or(due, |d| d.min(due)));
+                cursor = seq;
+                continue;
+            }
             let id = Uuid::from_slice(&row.get::<_, Vec<u8>>(0)?).unwrap_or_default();
             if ctx.state.is_in_flight(&id, ctx.delta) {
+                cursor = seq;
                 continue;
             }
             let body: String = row.get(1)?;
@@ -176,7 +199,8 @@ fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed
             if let Some(s) = row.get::<_, Option<String>>(4)? {
                 session_ids.insert(s);
             }
-            ctx.delta.claimed.insert(id, row.get(5)?);
+            ctx.delta.claimed.insert(id, seq);
+            cursor = seq;
             out.events.push(ClaimedEvent {
                 event_id: id,
                 body,
@@ -186,6 +210,13 @@ fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed
                 break;
             }
         }
+    }
+    ctx.delta.claim_cursor = Some(cursor);
+    if full {
+        ctx.delta.rescan_reset = Some(ctx.now_ms + FULL_SCAN_EVERY.as_millis() as i64);
+    }
+    if let Some(due) = next_due {
+        ctx.delta.rescan_from(due);
     }
     if out.events.is_empty() {
         out.idle = Some(Idle::NothingDue);
@@ -229,12 +260,15 @@ impl Op for Settle {
                         Delivery::Delivered => (state::DELIVERED, store::DELIVERED),
                         Delivery::Duplicate => (state::DUPLICATE, store::DUPLICATE),
                     };
-                    tally(&mut report, try_finish_row(ctx, id, st, counter)?.is_some());
+                    tally(
+                        &mut report,
+                        try_finish_row(ctx, id, st, counter, false)?.is_some(),
+                    );
                 }
             }
             SettleKind::Reject(rejections) => {
                 for (id, reason) in rejections {
-                    let body = try_finish_row(ctx, id, state::REJECTED, store::REJECTED)?;
+                    let body = try_finish_row(ctx, id, state::REJECTED, store::REJECTED, true)?;
                     if let Some(body) = &body {
                         let src = "ingest";
                         let id_bytes = Some(id.as_bytes().as_slice());
@@ -259,6 +293,7 @@ impl Op for Settle {
                     "UPDATE events SET attempts = attempts + 1, next_attempt_at = ?2, last_error = ?3
                      WHERE seq = ?1 AND state = 0",
                 )?;
+                ctx.delta.rescan_from(next);
                 for id in ids {
                     let n = match ctx.state.claimed_seq(id, ctx.delta) {
                         Some(seq) => stmt.execute(params![seq, next, error])?,
@@ -267,7 +302,10 @@ impl Op for Settle {
                     tally(&mut report, n == 1);
                 }
             }
-            SettleKind::Release(ids) => report.settled = ids.len() as u64,
+            SettleKind::Release(ids) => {
+                ctx.delta.rescan_from(ctx.now_ms);
+                report.settled = ids.len() as u64;
+            }
         }
         let ids: Vec<Uuid> = match &self.kind {
             SettleKind::Ack(a) => a.iter().map(|(id, _)| *id).collect(),
@@ -298,39 +336,43 @@ fn tally(report: &mut SettleReport, settled: bool) {
     }
 }
 
-/// Moves a pending row to a terminal state (a tombstone). Returns its body when it was pending.
+/// Moves a pending row to a terminal state (a tombstone) in one statement. Returns its body (read only
+/// when `want_body`, for the dead letter; else empty) when it was pending, `None` when it was not.
 pub(crate) fn try_finish_row(
     ctx: &mut Ctx<'_>,
     id: &Uuid,
     to_state: i64,
     counter: &str,
+    want_body: bool,
 ) -> rusqlite::Result<Option<String>> {
     let Some(seq) = ctx.state.claimed_seq(id, ctx.delta) else {
         return Ok(None);
     };
-    let found: Option<(String, i64)> = ctx
-        .conn
-        .prepare_cached("SELECT body, bytes FROM events WHERE seq = ?1 AND state = 0")?
-        .query_row([seq], |r| {
-            Ok((
-                r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                r.get(1)?,
-            ))
-        })
-        .optional()?;
-    if found.is_some() {
+    let body = if want_body {
         ctx.conn
-            .prepare_cached(
-                "UPDATE events SET state = ?2, done_at = ?3, last_error = NULL, body = NULL
-                 WHERE seq = ?1",
-            )?
-            .execute(params![seq, to_state, ctx.now_ms])?;
+            .prepare_cached("SELECT body FROM events WHERE seq = ?1 AND state = 0")?
+            .query_row([seq], |r| r.get::<_, Option<String>>(0))
+            .optional()?
+            .map(Option::unwrap_or_default)
+    } else {
+        Some(String::new())
+    };
+    if body.is_none() {
+        return Ok(None);
     }
-    let Some((body, bytes)) = found else {
+    let bytes: Option<i64> = ctx
+        .conn
+        .prepare_cached(
+            "UPDATE events SET state = ?2, done_at = ?3, last_error = NULL, body = NULL
+             WHERE seq = ?1 AND state = 0 RETURNING bytes",
+        )?
+        .query_row(params![seq, to_state, ctx.now_ms], |r| r.get(0))
+        .optional()?;
+    let Some(bytes) = bytes else {
         return Ok(None);
     };
     ctx.count(counter, 1);
     ctx.count(store::PENDING, -1);
     ctx.count(store::PENDING_BYTES, -bytes);
-    Ok(Some(body))
+    Ok(body)
 }

@@ -19,12 +19,18 @@
 //! with the same dedup by `(tenant, event_id)` as `POST /v1/batches`, so importing a bundle twice — or a
 //! bundle whose events were also pushed — changes nothing.
 //!
-//! ## Outcome
-//! The exported rows become `exported` tombstones in the same transaction that wrote the file (the file is
-//! written to `FILE.tmp`, fsynced and renamed before the commit). A crash before the commit leaves the
-//! rows pending, so a second export contains them again: harmless, the importer dedups. `exported` is a
-//! terminal outcome of its own: received = delivered + duplicate + rejected + filtered + evicted + purged +
-//! exported + pending.
+//! ## Outcome, and what an export does to everyone else
+//! The bundle is written from a read snapshot on a connection of its own (two passes over the same
+//! snapshot: the manifest with its checksum, then the lines), to `FILE.tmp`, fsynced and renamed. Only
+//! then are the exported rows turned into `exported` tombstones, by the writer, in chunks of
+//! [`MARK_CHUNK`] rows — so producers, the tailer and the push loop go on while a large backlog is being
+//! exported, and no transaction holds the write lock for long. The rows marked are the ones pending in
+//! the snapshot (`seq` up to the snapshot's last pending row, still pending): one delivered by the push
+//! loop meanwhile stays `delivered`; one that arrived after the snapshot stays pending for the next
+//! export. A crash before or during the marking leaves (some) exported rows pending, so a later export
+//! or push sends them again: harmless, the importer and the ingest dedup by event id. `exported` is a
+//! terminal outcome of its own: received = delivered + duplicate + rejected + filtered + evicted + purged
+//! + exported + pending.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -33,7 +39,7 @@ use std::path::{Path, PathBuf};
 use apiary_schema::SessionBinding;
 use chrono::Utc;
 use flate2::write::GzEncoder;
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -75,56 +81,112 @@ pub struct Checksum {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExportReport {
     pub path: PathBuf,
+    /// Events in the bundle.
     pub events: u64,
+    /// Rows this export turned into `exported` tombstones: fewer than `events` when some were delivered
+    /// (or purged) while the bundle was being written.
+    pub marked: u64,
     pub file_bytes: u64,
     pub checksum: String,
 }
 
-pub(crate) struct Export {
-    pub out: PathBuf,
-    pub reply: Reply<ExportReport>,
+/// Rows marked `exported` per writer op.
+pub const MARK_CHUNK: i64 = 20_000;
+
+/// What [`write_snapshot`] wrote, and the last `seq` it covered.
+pub(crate) struct Snapshot {
+    pub report: ExportReport,
+    pub last_seq: i64,
 }
 
-impl Op for Export {
+/// Writes the bundle of every row pending in one read snapshot of `conn` (see the module notes).
+pub(crate) fn write_snapshot(
+    conn: &rusqlite::Connection,
+    out: &Path,
+    device_id: &str,
+    policy_hash: &str,
+) -> Result<Snapshot, OutboxError> {
+    let sql = |e: rusqlite::Error| OutboxError::Export(e.to_string());
+    let tx = conn.unchecked_transaction().map_err(sql)?;
+    let (manifest, last_seq) = try_build_manifest(&tx, device_id, policy_hash).map_err(sql)?;
+    let report = write_bundle(&tx, out, &manifest, last_seq)?;
+    tx.finish().map_err(sql)?;
+    Ok(Snapshot { report, last_seq })
+}
+
+/// Marks up to [`MARK_CHUNK`] rows pending with `after < seq <= last` as exported.
+pub(crate) struct MarkExported {
+    pub after: i64,
+    pub last: i64,
+    pub reply: Reply<MarkProgress>,
+}
+
+/// How far marking got.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MarkProgress {
+    pub marked: u64,
+    /// The highest `seq` this chunk looked at; the next chunk starts after it.
+    pub upto: i64,
+    pub done: bool,
+}
+
+impl Op for MarkExported {
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
         self.reply.reset();
-        let manifest = try_build_manifest(ctx)?;
-        let result = match write_bundle(ctx, &self.out, &manifest) {
-            Ok(report) => report,
-            Err(e) => {
-                self.reply.set(Err(e));
-                return Ok(());
+        let seqs: Vec<i64> = ctx
+            .conn
+            .prepare_cached(
+                "SELECT seq FROM events WHERE state = 0 AND seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3",
+            )?
+            .query_map(params![self.after, self.last, MARK_CHUNK], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut mark = ctx.conn.prepare_cached(
+            "UPDATE events SET state = ?2, body = NULL, done_at = ?3 WHERE seq = ?1 AND state = 0
+             RETURNING bytes",
+        )?;
+        let (mut n, mut bytes) = (0i64, 0i64);
+        for seq in &seqs {
+            let b: Option<i64> = mark
+                .query_row(params![seq, state::EXPORTED, ctx.now_ms], |r| r.get(0))
+                .optional()?;
+            if let Some(b) = b {
+                n += 1;
+                bytes += b;
             }
-        };
-        let (n, bytes): (i64, i64) = ctx.conn.query_row(
-            "SELECT count(*), coalesce(sum(bytes), 0) FROM events WHERE state = 0",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        ctx.conn.execute(
-            "UPDATE events SET state = ?1, body = NULL, done_at = ?2 WHERE state = 0",
-            params![state::EXPORTED, ctx.now_ms],
-        )?;
+        }
+        drop(mark);
         ctx.count(store::EXPORTED, n);
         ctx.count(store::PENDING, -n);
         ctx.count(store::PENDING_BYTES, -bytes);
-        self.reply.set(Ok(result));
+        self.reply.set(Ok(MarkProgress {
+            marked: n as u64,
+            upto: seqs.last().copied().unwrap_or(self.last),
+            done: (seqs.len() as i64) < MARK_CHUNK,
+        }));
         Ok(())
     }
     fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
         self.reply.send(committed);
     }
+    fn weight(&self) -> usize {
+        MARK_CHUNK as usize
+    }
 }
 
-/// Pass 1: counts, sessions, policies and the checksum of the event lines.
-fn try_build_manifest(ctx: &mut Ctx<'_>) -> rusqlite::Result<Manifest> {
+/// Pass 1: counts, sessions, policies and the checksum of the event lines; and the last pending `seq`.
+fn try_build_manifest(
+    conn: &rusqlite::Connection,
+    device_id: &str,
+    policy_hash: &str,
+) -> rusqlite::Result<(Manifest, i64)> {
     let mut counts = ManifestCounts::default();
     let mut hasher = Sha256::new();
     let mut session_ids = BTreeSet::new();
     let mut policy_ids = BTreeSet::new();
+    let mut last_seq = 0;
     {
-        let mut stmt = ctx.conn.prepare(
-            "SELECT body, kind, session_id, held, policy_id FROM events WHERE state = 0 ORDER BY seq",
+        let mut stmt = conn.prepare(
+            "SELECT body, kind, session_id, held, policy_id, seq FROM events WHERE state = 0 ORDER BY seq",
         )?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
@@ -138,43 +200,46 @@ fn try_build_manifest(ctx: &mut Ctx<'_>) -> rusqlite::Result<Manifest> {
             }
             counts.held += r.get::<_, i64>(3)? as u64;
             policy_ids.insert(r.get::<_, i64>(4)?);
+            last_seq = r.get(5)?;
         }
     }
     let mut policy_hashes = Vec::new();
     for id in policy_ids {
-        policy_hashes.push(ctx.conn.query_row(
+        policy_hashes.push(conn.query_row(
             "SELECT hash FROM policies WHERE id = ?1",
             [id],
             |r| r.get(0),
         )?);
     }
-    Ok(Manifest {
+    let manifest = Manifest {
         format: "apiary-export".into(),
         format_version: 1,
         schema_version: apiary_schema::SCHEMA_VERSION,
         created_at: Utc::now(),
         agent_version: env!("CARGO_PKG_VERSION").into(),
-        device_id: ctx.state.defaults.device_id.clone(),
+        device_id: Some(device_id.to_string()),
         policy_hash: policy_hashes
             .first()
             .cloned()
-            .unwrap_or_else(|| ctx.state.policy_hash.clone()),
+            .unwrap_or_else(|| policy_hash.to_string()),
         policy_hashes,
-        sessions: sessions::bindings_for(ctx.conn, session_ids.iter().map(String::as_str))?,
+        sessions: sessions::bindings_for(conn, session_ids.iter().map(String::as_str))?,
         counts,
         checksum: Checksum {
             algorithm: "sha256".into(),
             over: "event_lines".into(),
             value: hex::encode(hasher.finalize()),
         },
-    })
+    };
+    Ok((manifest, last_seq))
 }
 
 /// Pass 2: writes `FILE.tmp`, fsyncs, renames to `FILE`.
 fn write_bundle(
-    ctx: &mut Ctx<'_>,
+    conn: &rusqlite::Connection,
     out: &Path,
     manifest: &Manifest,
+    last_seq: i64,
 ) -> Result<ExportReport, OutboxError> {
     let tmp = out.with_extension("tmp");
     let io = |e: std::io::Error| OutboxError::Export(format!("{}: {e}", out.display()));
@@ -186,11 +251,10 @@ fn write_bundle(
     let head = serde_json::json!({ "manifest": manifest });
     writeln!(gz, "{head}").map_err(io)?;
     let sql = |e: rusqlite::Error| OutboxError::Export(e.to_string());
-    let mut stmt = ctx
-        .conn
-        .prepare("SELECT body FROM events WHERE state = 0 ORDER BY seq")
+    let mut stmt = conn
+        .prepare("SELECT body FROM events WHERE state = 0 AND seq <= ?1 ORDER BY seq")
         .map_err(sql)?;
-    let mut rows = stmt.query([]).map_err(sql)?;
+    let mut rows = stmt.query([last_seq]).map_err(sql)?;
     while let Some(r) = rows.next().map_err(sql)? {
         let body: String = r.get(0).map_err(sql)?;
         gz.write_all(body.as_bytes()).map_err(io)?;
@@ -212,6 +276,7 @@ fn write_bundle(
     Ok(ExportReport {
         path: out.to_path_buf(),
         events: manifest.counts.events,
+        marked: 0,
         file_bytes,
         checksum: manifest.checksum.value.clone(),
     })

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::consent::SetSync;
 use super::delivery::{Claim, Settle, SettleKind};
 use super::drops::DropReport;
-use super::export::Export;
+use super::export::{self, MarkExported};
 use super::intake::Submit;
 use super::read::{self, SessionUsage, StoredStatus};
 use super::sessions::Register;
@@ -288,10 +288,31 @@ impl Outbox {
         .await
     }
 
-    /// Writes every pending event to a bundle at `out` and marks them exported.
+    /// Writes every pending event to a bundle at `out` and marks them exported (see [`super::export`]:
+    /// the bundle comes from a read snapshot, and the rows are marked in chunks, so intake goes on).
     pub async fn export(&self, out: &Path) -> Result<ExportReport, OutboxError> {
-        let out = out.to_path_buf();
-        self.run(|reply| Export { out, reply }).await
+        let (path, out) = (self.inner.path.clone(), out.to_path_buf());
+        let (device, policy) = (self.inner.device_id.clone(), self.inner.policy_hash.clone());
+        let snapshot = tokio::task::spawn_blocking(move || {
+            let conn = store::open_reader(&path).map_err(OutboxError::from)?;
+            export::write_snapshot(&conn, &out, &device, &policy)
+        })
+        .await
+        .map_err(|e| OutboxError::Export(e.to_string()))??;
+        let mut report = snapshot.report;
+        let mut after = 0;
+        loop {
+            let last = snapshot.last_seq;
+            let step = self
+                .run(|reply| MarkExported { after, last, reply })
+                .await?;
+            report.marked += step.marked;
+            if step.done {
+                break;
+            }
+            after = step.upto;
+        }
+        Ok(report)
     }
 
     /// The writer's live health.

@@ -89,7 +89,36 @@ pub(crate) struct Delta {
     /// Claimed in this group: event id → seq.
     pub claimed: HashMap<Uuid, i64>,
     pub settled: Vec<Uuid>,
+    /// Where the next claim's scan starts, after a claim in this group.
+    pub claim_cursor: Option<i64>,
+    /// Set by a full claim scan in this group: the next routine full rescan (Unix ms).
+    pub rescan_reset: Option<i64>,
+    /// Rows behind the cursor become claimable at this time (Unix ms) at the latest: a retry falls due, a
+    /// claim is released or its lease runs out, held rows are let go.
+    pub rescan_at: Option<i64>,
 }
+
+impl Delta {
+    /// Asks for a full claim scan from `at_ms` on.
+    pub fn rescan_from(&mut self, at_ms: i64) {
+        self.rescan_at = Some(self.rescan_at.map_or(at_ms, |t| t.min(at_ms)));
+    }
+}
+
+/// Claims scan the uploadable rows from a cursor (`seq` above the last row handed out) instead of from
+/// the start, so a claim does not walk past the rows still in flight or waiting for a retry. Rows behind
+/// the cursor can only become claimable again through a retry falling due, a release, an expired lease
+/// or consent letting held rows go; each of those schedules a full scan ([`Delta::rescan_from`]), and a
+/// full scan also runs every [`FULL_SCAN_EVERY`] as a safety net (e.g. another process changed consent).
+#[derive(Debug, Default)]
+pub(crate) struct ClaimCursor {
+    pub after_seq: i64,
+    /// A claim at or after this time (Unix ms) scans from the start.
+    pub rescan_at: i64,
+}
+
+/// The longest a claimable row behind the cursor can wait for its full scan.
+pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
 
 /// State owned by the writer thread across groups.
 #[derive(Default)]
@@ -105,6 +134,7 @@ pub(crate) struct WriterState {
     pub policy_hash: String,
     /// Identity defaults for sessions first seen here.
     pub defaults: super::IdentityDefaults,
+    pub claims: ClaimCursor,
 }
 
 impl WriterState {
@@ -128,6 +158,19 @@ impl WriterState {
 
     fn merge(&mut self, delta: Delta) {
         self.known_sessions.extend(delta.new_sessions);
+        if let Some(c) = delta.claim_cursor {
+            self.claims.after_seq = c;
+        }
+        if let Some(t) = delta.rescan_reset {
+            self.claims.rescan_at = t;
+        }
+        if let Some(t) = delta.rescan_at {
+            self.claims.rescan_at = self.claims.rescan_at.min(t);
+        }
+        if !delta.claimed.is_empty() {
+            let expiry = Utc::now().timestamp_millis() + CLAIM_LEASE.as_millis() as i64;
+            self.claims.rescan_at = self.claims.rescan_at.min(expiry);
+        }
         let now = Instant::now();
         for id in delta.settled {
             self.in_flight.remove(&id);

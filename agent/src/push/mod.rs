@@ -76,7 +76,7 @@ impl Default for PushSettings {
         PushSettings {
             batch_max_events: 1000,
             batch_max_bytes: 4 * 1024 * 1024,
-            concurrency: 2,
+            concurrency: 4,
             connect_timeout_ms: 5_000,
             request_timeout_ms: 30_000,
             backoff_base_ms: 1_000,
