@@ -82,7 +82,9 @@ pub fn stored_status(conn: &Connection) -> rusqlite::Result<StoredStatus> {
         tx.query_row(sql, [], |r| r.get::<_, i64>(0))
             .map(|n| n as u64)
     };
-    let uploadable = count("SELECT count(*) FROM events WHERE state = 0 AND held = 0")?;
+    // Through the small `events_held` index; the pending counter is exact (see `Counters::balanced`).
+    let held = count("SELECT count(*) FROM events WHERE state = 0 AND held = 1")?;
+    let uploadable = counters.pending.saturating_sub(held);
     let oldest: Option<i64> = tx
         .query_row(
             "SELECT received_at FROM events WHERE state = 0 ORDER BY seq LIMIT 1",
@@ -98,7 +100,7 @@ pub fn stored_status(conn: &Connection) -> rusqlite::Result<StoredStatus> {
         pending_events: counters.pending,
         pending_bytes: counters.pending_bytes,
         uploadable_events: uploadable,
-        held_events: counters.pending.saturating_sub(uploadable),
+        held_events: held,
         oldest_pending_age_seconds: oldest.map(|t| (now - t).max(0) as f64 / 1000.0),
         dead_letters: count("SELECT count(*) FROM dead_letters")?,
         sessions: count("SELECT count(*) FROM sessions")?,
