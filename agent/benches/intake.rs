@@ -5,7 +5,8 @@
 //!    binary, against raw rusqlite batched inserts (1000 rows per transaction, same schema, same pragmas,
 //!    same prepared rows) in the same run. Medians of several runs, and their ratio.
 //! 2. **Latency**: p50/p99/max ack latency with 10k events/s offered open-loop (20 events per request
-//!    every 2 ms, measured from the scheduled send time, so a stall is not hidden).
+//!    every 2 ms, measured from the scheduled send time, so a stall is not hidden), next to the device's
+//!    own floor in the same run (a 16 KiB write + fsync: no durable ack can beat it).
 //! 3. **Memory**: the agent's RSS (VmRSS, and peak VmHWM) with a 1M-event backlog.
 //!
 //! Environment: `BENCH_EVENTS` (per throughput run, default 200000), `BENCH_RUNS` (default 5),
@@ -336,8 +337,33 @@ fn main() {
     }
 }
 
+/// The device's own commit floor, measured in the same run: a 16 KiB write plus `fsync` (what one small
+/// SQLite WAL commit needs at least), 500 times. Returns sorted latencies (ms).
+fn fsync_floor(dir: &Path) -> Vec<f64> {
+    use std::io::{Seek, Write};
+    let mut f = std::fs::File::create(dir.join("fsync.probe")).unwrap();
+    let page = vec![7u8; 16 * 1024];
+    let mut out = Vec::new();
+    for _ in 0..500 {
+        f.rewind().unwrap();
+        let t = Instant::now();
+        f.write_all(&page).unwrap();
+        f.sync_all().unwrap();
+        out.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
 fn latency_part(rt: &tokio::runtime::Runtime, lines: &[String], base: &Path) {
     let dir = tempfile::tempdir_in(base).unwrap();
+    let floor = fsync_floor(dir.path());
+    println!(
+        "device floor: 16 KiB write + fsync p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pct(&floor, 0.5),
+        pct(&floor, 0.99),
+        floor[floor.len() - 1]
+    );
     let agent = Agent::start(dir.path());
     let offered = &lines[lines.len() - 100_000..];
     let lat = rt.block_on(latencies(&agent, offered, 20, Duration::from_millis(2)));
