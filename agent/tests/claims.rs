@@ -5,21 +5,14 @@ mod support;
 
 use std::time::Duration;
 
-use apiary_agent::outbox::{ClaimLimits, Delivery, OutboxSettings, SyncChange};
+use apiary_agent::outbox::{ClaimLimits, Delivery, OutboxSettings};
+use support::enable;
 use uuid::Uuid;
 
 const TEN: ClaimLimits = ClaimLimits {
     max_events: 10,
     max_bytes: 1 << 24,
 };
-
-fn enable(include_backlog: bool) -> SyncChange {
-    SyncChange::Enable {
-        endpoint: "https://ingest.example".into(),
-        token_file: "/dev/null".into(),
-        include_backlog,
-    }
-}
 
 fn ids(range: std::ops::Range<u128>) -> Vec<Uuid> {
     range.map(support::id).collect()

@@ -7,19 +7,12 @@ use std::process::Command;
 
 use apiary_agent::outbox::export::read_bundle;
 use apiary_agent::outbox::{read, ClaimLimits, Idle, OutboxSettings, SyncChange};
+use support::enable;
 
 const ALL: ClaimLimits = ClaimLimits {
     max_events: 1000,
     max_bytes: 1 << 24,
 };
-
-fn enable(include_backlog: bool) -> SyncChange {
-    SyncChange::Enable {
-        endpoint: "https://ingest.example".into(),
-        token_file: "/dev/null".into(),
-        include_backlog,
-    }
-}
 
 #[tokio::test]
 async fn nothing_is_claimable_while_sync_is_off_and_the_backlog_stays_local() {
@@ -175,8 +168,11 @@ async fn a_large_export_runs_beside_intake_and_marks_only_what_its_bundle_holds(
         })
     };
     let out = dir.path().join("big.ndjson.gz");
+    let t = std::time::Instant::now();
     let report = outbox.export(&out).await.unwrap();
+    let export_took = t.elapsed();
     let slowest = producer.await.unwrap();
+
     let (manifest, events) = read_bundle(&out).unwrap();
     assert_eq!(events.len() as u64, report.events);
     assert_eq!(manifest.counts.events, report.events);
@@ -196,9 +192,11 @@ async fn a_large_export_runs_beside_intake_and_marks_only_what_its_bundle_holds(
         "events that arrived after the snapshot stay pending for the next export"
     );
     assert!(st.balanced);
+    // Had the export held the writer throughout (as it once did), a submission queued beside it would
+    // have waited for nearly all of it.
     assert!(
-        slowest < std::time::Duration::from_secs(5),
-        "a producer waited {slowest:?} behind the export"
+        slowest < export_took / 2,
+        "a producer waited {slowest:?} behind an export that took {export_took:?}"
     );
     // The next export takes exactly the rest; ids never repeat between the two bundles.
     let rest = outbox

@@ -206,7 +206,7 @@ pub async fn export(common: &Common, out: &Path) -> anyhow::Result<ExitCode> {
     );
     if report.marked < report.events {
         println!(
-            "{} of them were delivered while the bundle was being written and stay delivered",
+            "{} of them were delivered or purged while the bundle was being written and keep that outcome",
             report.events - report.marked
         );
     }

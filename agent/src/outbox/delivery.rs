@@ -153,16 +153,11 @@ fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed
         return Ok(out);
     }
     // Scan from the cursor, or from the start when a full scan is due (see `writer::ClaimCursor`).
-    let rescan_at = ctx.delta.rescan_reset.unwrap_or(ctx.state.claims.rescan_at);
-    let rescan_at = ctx.delta.rescan_at.map_or(rescan_at, |t| t.min(rescan_at));
-    let full = ctx.now_ms >= rescan_at;
-    let start = if full {
-        0
-    } else {
-        ctx.delta.claim_cursor.unwrap_or(ctx.state.claims.after_seq)
-    };
-    // The cursor ends on the last row looked at and accounted for: taken, in flight (its lease schedules
-    // a rescan) or not yet due (its retry time does).
+    let claims = ctx.state.claims.with(ctx.delta);
+    let full = ctx.now_ms >= claims.rescan_at;
+    let start = if full { 0 } else { claims.after_seq };
+    // The cursor ends on the last row looked at and accounted for: taken, in flight (the routine full
+    // scan finds it again if its lease runs out) or not yet due (its retry time schedules a full scan).
     let mut cursor = start;
     let mut next_due: Option<i64> = None;
     let mut policy = None;

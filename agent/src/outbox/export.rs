@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use apiary_schema::SessionBinding;
 use chrono::Utc;
 use flate2::write::GzEncoder;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -125,7 +125,7 @@ pub(crate) struct MarkExported {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MarkProgress {
     pub marked: u64,
-    /// The highest `seq` this chunk looked at; the next chunk starts after it.
+    /// The highest `seq` this chunk marked; the next chunk starts after it.
     pub upto: i64,
     pub done: bool,
 }
@@ -133,35 +133,31 @@ pub(crate) struct MarkProgress {
 impl Op for MarkExported {
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
         self.reply.reset();
-        let seqs: Vec<i64> = ctx
+        let marked: Vec<(i64, i64)> = ctx
             .conn
             .prepare_cached(
-                "SELECT seq FROM events WHERE state = 0 AND seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3",
+                "UPDATE events SET state = ?3, body = NULL, done_at = ?4 WHERE seq IN (
+                    SELECT seq FROM events WHERE state = 0 AND seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?5)
+                 RETURNING seq, bytes",
             )?
-            .query_map(params![self.after, self.last, MARK_CHUNK], |r| r.get(0))?
+            .query_map(
+                params![self.after, self.last, state::EXPORTED, ctx.now_ms, MARK_CHUNK],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
             .collect::<rusqlite::Result<_>>()?;
-        let mut mark = ctx.conn.prepare_cached(
-            "UPDATE events SET state = ?2, body = NULL, done_at = ?3 WHERE seq = ?1 AND state = 0
-             RETURNING bytes",
-        )?;
-        let (mut n, mut bytes) = (0i64, 0i64);
-        for seq in &seqs {
-            let b: Option<i64> = mark
-                .query_row(params![seq, state::EXPORTED, ctx.now_ms], |r| r.get(0))
-                .optional()?;
-            if let Some(b) = b {
-                n += 1;
-                bytes += b;
-            }
-        }
-        drop(mark);
+        let n = marked.len() as i64;
+        let bytes: i64 = marked.iter().map(|(_, b)| b).sum();
         ctx.count(store::EXPORTED, n);
         ctx.count(store::PENDING, -n);
         ctx.count(store::PENDING_BYTES, -bytes);
         self.reply.set(Ok(MarkProgress {
             marked: n as u64,
-            upto: seqs.last().copied().unwrap_or(self.last),
-            done: (seqs.len() as i64) < MARK_CHUNK,
+            upto: marked
+                .iter()
+                .map(|(seq, _)| *seq)
+                .max()
+                .unwrap_or(self.last),
+            done: n < MARK_CHUNK,
         }));
         Ok(())
     }

@@ -300,9 +300,8 @@ impl Outbox {
         .await
         .map_err(|e| OutboxError::Export(e.to_string()))??;
         let mut report = snapshot.report;
-        let mut after = 0;
+        let (mut after, last) = (0, snapshot.last_seq);
         loop {
-            let last = snapshot.last_seq;
             let step = self
                 .run(|reply| MarkExported { after, last, reply })
                 .await?;

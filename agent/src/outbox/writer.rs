@@ -105,16 +105,29 @@ impl Delta {
     }
 }
 
-/// Claims scan the uploadable rows from a cursor (`seq` above the last row handed out) instead of from
+/// Claims scan the uploadable rows from a cursor (`seq` above the last row looked at) instead of from
 /// the start, so a claim does not walk past the rows still in flight or waiting for a retry. Rows behind
-/// the cursor can only become claimable again through a retry falling due, a release, an expired lease
-/// or consent letting held rows go; each of those schedules a full scan ([`Delta::rescan_from`]), and a
-/// full scan also runs every [`FULL_SCAN_EVERY`] as a safety net (e.g. another process changed consent).
-#[derive(Debug, Default)]
+/// the cursor become claimable again through a retry falling due, a release or consent letting held rows
+/// go; each of those schedules a full scan ([`Delta::rescan_from`]). A full scan also runs every
+/// [`FULL_SCAN_EVERY`], which covers expired leases ([`CLAIM_LEASE`] is far longer) and changes made by
+/// another process (e.g. `sync enable --include-backlog` from the CLI).
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ClaimCursor {
     pub after_seq: i64,
     /// A claim at or after this time (Unix ms) scans from the start.
     pub rescan_at: i64,
+}
+
+impl ClaimCursor {
+    /// This cursor with a group's changes applied (what the writer keeps after the group commits, and
+    /// what a later claim in the same group starts from).
+    pub fn with(self, delta: &Delta) -> ClaimCursor {
+        let rescan_at = delta.rescan_reset.unwrap_or(self.rescan_at);
+        ClaimCursor {
+            after_seq: delta.claim_cursor.unwrap_or(self.after_seq),
+            rescan_at: delta.rescan_at.map_or(rescan_at, |t| t.min(rescan_at)),
+        }
+    }
 }
 
 /// The longest a claimable row behind the cursor can wait for its full scan.
@@ -157,20 +170,8 @@ impl WriterState {
     }
 
     fn merge(&mut self, delta: Delta) {
+        self.claims = self.claims.with(&delta);
         self.known_sessions.extend(delta.new_sessions);
-        if let Some(c) = delta.claim_cursor {
-            self.claims.after_seq = c;
-        }
-        if let Some(t) = delta.rescan_reset {
-            self.claims.rescan_at = t;
-        }
-        if let Some(t) = delta.rescan_at {
-            self.claims.rescan_at = self.claims.rescan_at.min(t);
-        }
-        if !delta.claimed.is_empty() {
-            let expiry = Utc::now().timestamp_millis() + CLAIM_LEASE.as_millis() as i64;
-            self.claims.rescan_at = self.claims.rescan_at.min(expiry);
-        }
         let now = Instant::now();
         for id in delta.settled {
             self.in_flight.remove(&id);

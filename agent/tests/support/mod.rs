@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use apiary_agent::identity::IdentityDefaults;
-use apiary_agent::outbox::{Item, Outbox, OutboxSettings, PreparedEvent};
+use apiary_agent::outbox::{Item, Outbox, OutboxSettings, PreparedEvent, SyncChange};
 use apiary_schema::Policy;
 use uuid::Uuid;
 
@@ -24,6 +24,15 @@ pub fn open(dir: &Path, settings: OutboxSettings) -> Outbox {
         &Policy::default_policy(),
     )
     .unwrap()
+}
+
+/// Consent as the desktop toggle gives it (towards a placeholder endpoint).
+pub fn enable(include_backlog: bool) -> SyncChange {
+    SyncChange::Enable {
+        endpoint: "https://ingest.example".into(),
+        token_file: "/dev/null".into(),
+        include_backlog,
+    }
 }
 
 /// A synthetic kept event with a predictable id.
