@@ -32,7 +32,9 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// `n` realistic durable Hive lines.
+/// `n` realistic durable Hive lines: the fixture day's durable lines, replayed as many days as needed
+/// (each replica's timestamps one day later and its `seq` shifted, so every event id is new and time
+/// moves forward as it does in a live runtime).
 fn realistic_lines(n: usize) -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hive/day");
     let text = std::fs::read_to_string(root.join("event_logs/20261103_090000.jsonl")).unwrap();
@@ -61,6 +63,15 @@ fn realistic_lines(n: usize) -> Vec<String> {
         for t in &templates {
             let mut v = t.clone();
             v["seq"] = (t["seq"].as_u64().unwrap() + replica * 100_000).into();
+            let at = chrono::NaiveDateTime::parse_from_str(
+                t["timestamp"].as_str().unwrap(),
+                "%Y-%m-%dT%H:%M:%S%.f",
+            )
+            .unwrap();
+            v["timestamp"] = (at + chrono::Days::new(replica))
+                .format("%Y-%m-%dT%H:%M:%S%.6f")
+                .to_string()
+                .into();
             out.push(v.to_string());
             if out.len() == n {
                 break;

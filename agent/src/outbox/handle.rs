@@ -1,7 +1,7 @@
 //! [`Outbox`]: the cloneable async handle over the writer thread and a read connection.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +12,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::checkpointer::WalControl;
 use super::consent::SetSync;
 use super::delivery::{Claim, Settle, SettleKind};
 use super::drops::DropReport;
@@ -41,12 +42,12 @@ struct Inner {
     device_id: String,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
-    stop_checkpointer: Arc<AtomicBool>,
+    wal: Arc<WalControl>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.stop_checkpointer.store(true, Ordering::Relaxed);
+        self.wal.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -98,21 +99,22 @@ impl Outbox {
         }));
         let reader = store::open_reader(path).map_err(|e| open_err(&e))?;
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let wal = Arc::new(WalControl::default());
         let writer = Writer {
             conn,
             state,
             settings: settings.clone(),
             health: health.clone(),
+            wal: wal.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("outbox-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| open_err(&e))?;
-        let stop_checkpointer = Arc::new(AtomicBool::new(false));
-        let (db, stop) = (path.to_path_buf(), stop_checkpointer.clone());
+        let (db, control) = (path.to_path_buf(), wal.clone());
         let checkpointer = std::thread::Builder::new()
             .name("outbox-checkpointer".into())
-            .spawn(move || super::checkpointer::run(&db, stop))
+            .spawn(move || super::checkpointer::run(&db, control))
             .map_err(|e| open_err(&e))?;
         Ok(Outbox {
             inner: Arc::new(Inner {
@@ -125,7 +127,7 @@ impl Outbox {
                 device_id,
                 thread: Mutex::new(Some(thread)),
                 checkpointer: Mutex::new(Some(checkpointer)),
-                stop_checkpointer,
+                wal,
             }),
         })
     }
@@ -387,7 +389,7 @@ impl Outbox {
         if let Some(t) = thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
-        self.inner.stop_checkpointer.store(true, Ordering::Relaxed);
+        self.inner.wal.stop.store(true, Ordering::Relaxed);
         let checkpointer = self
             .inner
             .checkpointer

@@ -36,6 +36,9 @@ pub mod state {
     pub const EXPORTED: i64 = 6;
 }
 
+/// How long a connection waits for a lock another connection holds.
+pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Opens the writing connection with the pragmas the outbox relies on.
 ///
 /// - `journal_mode = WAL`: readers (status, follow, the CLI) never block the writer and vice versa.
@@ -51,7 +54,7 @@ pub mod state {
 ///   [`super::checkpointer`] thread runs them on its own connection instead.
 pub fn open_writer(path: &Path, settings: &OutboxSettings) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;

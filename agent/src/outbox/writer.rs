@@ -27,6 +27,7 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::checkpointer::{self, WalControl};
 use super::item::UsageAgg;
 use super::{store, OutboxError, OutboxSettings};
 
@@ -213,6 +214,7 @@ pub(crate) struct Writer {
     pub state: WriterState,
     pub settings: OutboxSettings,
     pub health: SharedHealth,
+    pub wal: Arc<WalControl>,
 }
 
 pub(crate) type Job = Box<dyn Op>;
@@ -246,6 +248,7 @@ impl Writer {
             if close {
                 break;
             }
+            checkpointer::try_restart(&self.conn, &self.wal, store::BUSY_TIMEOUT);
             if last_prune.elapsed() > Duration::from_secs(600) {
                 self.try_housekeeping(&mut last_prune);
             }
