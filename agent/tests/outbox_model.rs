@@ -214,6 +214,12 @@ impl Harness {
         assert_eq!(c.duplicate, g("duplicate"));
         assert_eq!(c.rejected, g("rejected"));
         assert_eq!(c.pending, self.model.pending.len() as u64);
+        // Every test event's body has the same length; settling subtracts the claimed row's bytes.
+        let body_len = match support::event(0) {
+            apiary_agent::outbox::Item::Kept(e) => e.body.len() as u64,
+            _ => unreachable!(),
+        };
+        assert_eq!(s.stored.pending_bytes, c.pending * body_len);
         assert!(c.balanced(), "{c:?}");
         let held = self.model.pending.iter().filter(|(_, h)| *h).count() as u64;
         assert_eq!(s.stored.held_events, held);

@@ -87,8 +87,8 @@ pub(crate) struct Delta {
     pub counters: BTreeMap<String, i64>,
     pub usage: HashMap<(String, String), UsageAgg>,
     pub new_sessions: HashSet<String>,
-    /// Claimed in this group: event id → seq.
-    pub claimed: HashMap<Uuid, i64>,
+    /// Claimed in this group.
+    pub claimed: HashMap<Uuid, ClaimedRow>,
     pub settled: Vec<Uuid>,
     /// Where the next claim's scan starts, after a claim in this group.
     pub claim_cursor: Option<i64>,
@@ -104,6 +104,14 @@ impl Delta {
     pub fn rescan_from(&mut self, at_ms: i64) {
         self.rescan_at = Some(self.rescan_at.map_or(at_ms, |t| t.min(at_ms)));
     }
+}
+
+/// A claimed row: where it is and the body bytes it holds (settling subtracts them from the pending
+/// bytes without reading the row back).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimedRow {
+    pub seq: i64,
+    pub bytes: i64,
 }
 
 /// Claims scan the uploadable rows from a cursor (`seq` above the last row looked at) instead of from
@@ -139,9 +147,9 @@ pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
 pub(crate) struct WriterState {
     /// Sessions already in the registry (a cache; the table is the truth).
     pub known_sessions: HashSet<String>,
-    /// Rows handed to the push loop and not yet settled: event id → (seq, when claimed). Settling finds
+    /// Rows handed to the push loop and not yet settled: event id → (row, when claimed). Settling finds
     /// its rows through this map (there is no index on `event_id` alone; see `schema`).
-    pub in_flight: HashMap<Uuid, (i64, Instant)>,
+    pub in_flight: HashMap<Uuid, (ClaimedRow, Instant)>,
     /// The `policies.id` of the policy events are redacted under now.
     pub policy_id: i64,
     /// That policy's hash (recorded with consent).
@@ -161,13 +169,13 @@ impl WriterState {
             .is_some_and(|(_, at)| at.elapsed() < CLAIM_LEASE)
     }
 
-    /// The seq of a claimed (in-flight) event, whatever the age of its claim.
-    pub fn claimed_seq(&self, id: &Uuid, delta: &Delta) -> Option<i64> {
+    /// The row of a claimed (in-flight) event, whatever the age of its claim.
+    pub fn claimed_row(&self, id: &Uuid, delta: &Delta) -> Option<ClaimedRow> {
         delta
             .claimed
             .get(id)
             .copied()
-            .or_else(|| self.in_flight.get(id).map(|(seq, _)| *seq))
+            .or_else(|| self.in_flight.get(id).map(|(row, _)| *row))
     }
 
     fn merge(&mut self, delta: Delta) {
@@ -177,8 +185,8 @@ impl WriterState {
         for id in delta.settled {
             self.in_flight.remove(&id);
         }
-        for (id, seq) in delta.claimed {
-            self.in_flight.insert(id, (seq, now));
+        for (id, row) in delta.claimed {
+            self.in_flight.insert(id, (row, now));
         }
         if self.in_flight.len() > 100_000 {
             self.in_flight
