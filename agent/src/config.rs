@@ -15,7 +15,7 @@
 //! | `policy_file` | unset | a user redaction policy (may only narrow the default) |
 //! | `log_format` | `text` | `text` or `json` |
 //! | `identity.user_id`, `identity.tenant_id`, `identity.device_id` | unset | identity defaults for new sessions |
-//! | `outbox.max_bytes` | 536870912 | cap on the outbox's used bytes |
+//! | `outbox.max_bytes` | 536870912 | cap on the outbox's used bytes (the WAL beside it stays under about 80 MiB) |
 //! | `outbox.overflow` | `reject` | `reject` (503 + Retry-After) or `drop_oldest` |
 //! | `outbox.dedup_retention_hours` | 168 | how long settled ids are remembered for local dedup |
 //! | `outbox.retry_after_secs` | 5 | Retry-After given to refused producers |
