@@ -27,6 +27,23 @@ pub enum Status {
     Offline,
 }
 
+impl Status {
+    /// Every status, as the API spells it.
+    pub const ALL: [(&'static str, Status); 6] = [
+        ("active", Status::Active),
+        ("idle", Status::Idle),
+        ("stalled", Status::Stalled),
+        ("failed", Status::Failed),
+        ("completed", Status::Completed),
+        ("offline", Status::Offline),
+    ];
+
+    /// Parses the API spelling.
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.iter().find(|(n, _)| *n == s).map(|(_, v)| *v)
+    }
+}
+
 /// Health signals that mean "stuck".
 pub const STALL_SIGNALS: [&str; 3] = ["stalled", "doom_loop", "inactive"];
 

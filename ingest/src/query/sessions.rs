@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::error::ApiError;
 use crate::query::usage::usage_json;
 use crate::rollups::Usage;
-use crate::status::{self, Facts, Thresholds};
+use crate::status::{self, Facts, Status, Thresholds};
 
 /// A stored session joined with its device's liveness.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -96,6 +96,127 @@ pub async fn get(
     .fetch_optional(pool)
     .await?
     .ok_or(ApiError::NotFound("session"))
+}
+
+/// Where a page of [`list`] ended: the sort key of the last session looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub at: DateTime<Utc>,
+    pub session_id: String,
+}
+
+impl Cursor {
+    /// Opaque to clients: Unix microseconds, a dot, the session id.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.at.timestamp_micros(), self.session_id)
+    }
+
+    pub fn decode(s: &str) -> Option<Cursor> {
+        let (micros, id) = s.split_once('.')?;
+        let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+        (!id.is_empty() && id.len() <= 200).then(|| Cursor {
+            at,
+            session_id: id.to_string(),
+        })
+    }
+
+    fn of(r: &SessionRow) -> Cursor {
+        Cursor {
+            at: r.last_event_at.unwrap_or(r.first_seen_at),
+            session_id: r.session_id.clone(),
+        }
+    }
+}
+
+/// What `GET /v1/sessions` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub user: Option<String>,
+    pub device: Option<String>,
+    /// Only sessions with an event (or, without events, first seen) at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only sessions whose derived status is one of these.
+    pub statuses: Option<Vec<Status>>,
+    pub limit: usize,
+    pub after: Option<Cursor>,
+}
+
+/// Most sessions one request looks at when a status filter skips some: a page can come back short (even
+/// empty) with a cursor to go on from, instead of one request scanning a whole large tenant.
+const LIST_SCAN_MAX: usize = 10_000;
+/// Sessions fetched per query while a status filter is on.
+const LIST_CHUNK: usize = 500;
+
+/// The tenant's sessions (of `user`, when set), most recently active first: ordered by the last event's
+/// time (the first-seen time for a session registered without events), then by id, both descending.
+/// Status is derived here, at `now`, so the status filter runs after the query. Returns the page and,
+/// when there may be more, the cursor to pass on.
+pub async fn list(
+    pool: &PgPool,
+    tenant: Uuid,
+    read_user: Option<&str>,
+    f: &ListFilter,
+    now: DateTime<Utc>,
+    t: Thresholds,
+) -> Result<(Vec<(SessionRow, Status)>, Option<Cursor>), ApiError> {
+    let mut out = Vec::new();
+    let mut after = f.after.clone();
+    let mut scanned = 0usize;
+    loop {
+        let fetch = match f.statuses {
+            None => f.limit + 1 - out.len(),
+            Some(_) => LIST_CHUNK,
+        };
+        let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(SELECT);
+        q.push(" WHERE s.tenant_id = ").push_bind(tenant);
+        for (col, v) in [
+            ("s.user_id", read_user),
+            ("s.user_id", f.user.as_deref()),
+            ("s.device_id", f.device.as_deref()),
+        ] {
+            if let Some(v) = v {
+                q.push(format!(" AND {col} = ")).push_bind(v.to_string());
+            }
+        }
+        if let Some(since) = f.since {
+            q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
+                .push_bind(since);
+        }
+        if let Some(c) = &after {
+            q.push(" AND (COALESCE(s.last_event_at, s.first_seen_at), s.session_id) < (")
+                .push_bind(c.at)
+                .push(", ")
+                .push_bind(c.session_id.clone())
+                .push(")");
+        }
+        q.push(
+            " ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT ",
+        )
+        .push_bind(fetch as i64);
+        let rows: Vec<SessionRow> = q.build_query_as().fetch_all(pool).await?;
+        let exhausted = rows.len() < fetch;
+        let mut last = None;
+        for r in rows {
+            if out.len() == f.limit {
+                return Ok((out, last.or(after)));
+            }
+            scanned += 1;
+            last = Some(Cursor::of(&r));
+            let status = status::derive(&r.facts(), now, t);
+            if f.statuses.as_ref().is_none_or(|s| s.contains(&status)) {
+                out.push((r, status));
+            }
+        }
+        if exhausted {
+            return Ok((out, None));
+        }
+        if last.is_some() {
+            after = last;
+        }
+        if scanned >= LIST_SCAN_MAX {
+            return Ok((out, after));
+        }
+    }
 }
 
 /// session id and the ten sums of [`Usage`], in field order.

@@ -21,6 +21,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/batches", post(batches::post_batch))
         .route("/v1/usage", get(usage::get_usage))
+        .route("/v1/sessions", get(sessions::list_sessions))
         .route("/v1/sessions/{id}", get(sessions::get_session))
         .route("/v1/sessions/{id}/usage", get(sessions::get_session_usage))
         .route("/v1/sessions/{id}/tree", get(sessions::get_session_tree))

@@ -7,9 +7,10 @@ use axum::Json;
 use serde_json::{json, Value};
 
 /// Paths documented here (the test compares them with the router).
-pub const PATHS: [&str; 11] = [
+pub const PATHS: [&str; 12] = [
     "/v1/batches",
     "/v1/usage",
+    "/v1/sessions",
     "/v1/sessions/{id}",
     "/v1/sessions/{id}/usage",
     "/v1/sessions/{id}/tree",
@@ -60,6 +61,17 @@ fn usage_params() -> Value {
     ])
 }
 
+fn list_params() -> Value {
+    json!([
+        { "name": "status", "in": "query", "description": "Comma-separated derived statuses: active, idle, stalled, failed, completed, offline.", "schema": { "type": "string" } },
+        { "name": "user", "in": "query", "schema": { "type": "string", "maxLength": 200 } },
+        { "name": "device", "in": "query", "schema": { "type": "string", "maxLength": 200 } },
+        { "name": "since", "in": "query", "description": "RFC 3339: only sessions with an event at or after this time.", "schema": { "type": "string" } },
+        { "name": "limit", "in": "query", "schema": { "type": "integer", "minimum": 1, "maximum": 1000, "default": 100 } },
+        { "name": "cursor", "in": "query", "description": "The `next_cursor` of the previous page.", "schema": { "type": "string" } }
+    ])
+}
+
 fn id_param(what: &str) -> Value {
     json!({ "name": "id", "in": "path", "required": true, "description": what, "schema": { "type": "string", "maxLength": 200 } })
 }
@@ -104,6 +116,7 @@ pub fn document() -> Value {
                 "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Batch" } } } },
                 "responses": batch_responses } },
             "/v1/usage": read_op("Usage rows (bucket, group keys, sums) and totals; exact sums of the stored events.", usage_params(), "Usage"),
+            "/v1/sessions": read_op("The tenant's sessions, most recently active first (last event time, then id), each as /v1/sessions/{id} returns it; `next_cursor` (null at the end) gives the next page. With a status filter a page may come back short, even empty, with a cursor to go on from.", list_params(), "Sessions"),
             "/v1/sessions/{id}": read_op("A session: identity, phase, status (active|idle|stalled|failed|completed|offline), health, totals.", json!([id_param("session id")]), "Session"),
             "/v1/sessions/{id}/usage": read_op("A session's usage (default: all time, by model).", id_and_usage, "Usage"),
             "/v1/sessions/{id}/tree": read_op("The session → colonies → workers, with usage rolled up.", json!([id_param("session id")]), "Tree"),

@@ -1,5 +1,6 @@
-//! Session and colony reads (scope `read`): `/v1/sessions/{id}`, `/v1/sessions/{id}/usage`,
-//! `/v1/sessions/{id}/tree`, `/v1/colonies/{id}/usage`. Unknown and other-tenant ids are both 404.
+//! Session and colony reads (scope `read`): `/v1/sessions` (a listing), `/v1/sessions/{id}`,
+//! `/v1/sessions/{id}/usage`, `/v1/sessions/{id}/tree`, `/v1/colonies/{id}/usage`. Unknown and
+//! other-tenant ids are both 404.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use crate::error::ApiError;
 use crate::query::sessions;
 use crate::query::usage::{self, UsageQuery};
 use crate::startup::AppState;
+use crate::status::Status;
 
 fn check_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > 200 {
@@ -35,6 +37,108 @@ fn usage_params(mut p: BTreeMap<String, String>, group_by: &str) -> Result<Usage
         ));
     }
     Ok(q)
+}
+
+const LIST_PARAMS: [&str; 6] = ["status", "user", "device", "since", "limit", "cursor"];
+const LIST_DEFAULT_LIMIT: usize = 100;
+const LIST_MAX_LIMIT: usize = 1000;
+
+/// Parses the listing's parameters; an unknown one, or a bad value, is a 400 naming it.
+fn list_filter(p: &BTreeMap<String, String>) -> Result<sessions::ListFilter, ApiError> {
+    if let Some(k) = p.keys().find(|k| !LIST_PARAMS.contains(&k.as_str())) {
+        return Err(ApiError::bad_param(k, "unknown parameter"));
+    }
+    let text = |k: &str| -> Result<Option<String>, ApiError> {
+        match p.get(k) {
+            Some(v) if v.is_empty() || v.len() > 200 => {
+                Err(ApiError::bad_param(k, "must have 1 to 200 characters"))
+            }
+            v => Ok(v.cloned()),
+        }
+    };
+    let limit = match p.get("limit") {
+        None => LIST_DEFAULT_LIMIT,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=LIST_MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_param(
+                    "limit",
+                    format!("must be a whole number from 1 to {LIST_MAX_LIMIT}"),
+                )
+            })?,
+    };
+    let statuses = match p.get("status") {
+        None => None,
+        Some(v) => Some(
+            v.split(',')
+                .map(|s| {
+                    Status::parse(s.trim()).ok_or_else(|| {
+                        let all: Vec<&str> = Status::ALL.iter().map(|(n, _)| *n).collect();
+                        ApiError::bad_param("status", format!("use any of {}", all.join(", ")))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let since = match p.get("since") {
+        None => None,
+        Some(v) => Some(
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map_err(|_| ApiError::bad_param("since", "must be an RFC 3339 time"))?
+                .with_timezone(&chrono::Utc),
+        ),
+    };
+    let after = match p.get("cursor") {
+        None => None,
+        Some(v) => Some(sessions::Cursor::decode(v).ok_or_else(|| {
+            ApiError::bad_param("cursor", "is not a cursor this endpoint returned")
+        })?),
+    };
+    Ok(sessions::ListFilter {
+        user: text("user")?,
+        device: text("device")?,
+        since,
+        statuses,
+        limit,
+        after,
+    })
+}
+
+/// The tenant's sessions, most recently active first, a page at a time (`next_cursor` continues).
+/// Filters: `status` (comma-separated derived statuses), `user`, `device`, `since`. A `read` token bound
+/// to a user sees only that user's sessions.
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(params): Query<BTreeMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    principal.require(Scope::Read)?;
+    let filter = list_filter(&params)?;
+    let now = chrono::Utc::now();
+    let (rows, next) = sessions::list(
+        &state.pool,
+        principal.tenant_id,
+        principal.read_user(),
+        &filter,
+        now,
+        state.thresholds(),
+    )
+    .await?;
+    let ids: Vec<String> = rows.iter().map(|(r, _)| r.session_id.clone()).collect();
+    let totals = sessions::totals(&state.pool, principal.tenant_id, &ids).await?;
+    let list: Vec<Value> = rows
+        .iter()
+        .map(|(r, _)| {
+            let t = totals.get(&r.session_id).copied().unwrap_or_default();
+            r.to_json(now, state.thresholds(), &t)
+        })
+        .collect();
+    Ok(Json(serde_json::json!({
+        "sessions": list,
+        "next_cursor": next.map(|c| c.encode()),
+    })))
 }
 
 /// One session: identity, phase, derived status, health, last event, totals.

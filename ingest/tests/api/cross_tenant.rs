@@ -55,6 +55,10 @@ async fn no_read_endpoint_shows_another_tenants_data(pool: sqlx::PgPool) {
     assert_eq!(v["totals"]["events"], 0);
     let (_, v) = app.get(&b.read, "/v1/devices").await;
     assert_eq!(v["devices"], json!([]));
+    let (_, v) = app.get(&b.read, "/v1/sessions").await;
+    assert_eq!(v["sessions"], json!([]), "{v}");
+    let (_, v) = app.get(&a.read, "/v1/sessions").await;
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 2, "{v}");
     let (s, _) = app.get(&b.read, "/v1/usage?group_by=tenant").await;
     assert_eq!(s, StatusCode::FORBIDDEN);
 }

@@ -148,3 +148,120 @@ async fn status_is_derived_from_events_thresholds_and_the_device(pool: sqlx::PgP
     assert_eq!(v["health"]["signal"], "doom_loop");
     assert!(v["last_event_at"].is_string());
 }
+
+fn listed(v: &Value) -> Vec<String> {
+    v["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no sessions in {v}"))
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `/v1/sessions` with these query pairs (encoded as a client would).
+fn list_path(pairs: &[(&str, &str)]) -> String {
+    let mut url = reqwest::Url::parse("http://x/v1/sessions").unwrap();
+    url.query_pairs_mut().extend_pairs(pairs);
+    format!("{}?{}", url.path(), url.query().unwrap_or(""))
+}
+
+/// Follows `next_cursor` to the end; returns every id listed and the number of pages.
+async fn list_all(app: &TestApp, token: &str, pairs: &[(&str, &str)]) -> (Vec<String>, usize) {
+    let (mut all, mut pages) = (vec![], 0);
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut p = pairs.to_vec();
+        if let Some(c) = &cursor {
+            p.push(("cursor", c));
+        }
+        let (s, v) = app.get(token, &list_path(&p)).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        all.extend(listed(&v));
+        pages += 1;
+        assert!(pages < 50, "the cursor does not advance: {v}");
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return (all, pages),
+        }
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_session_listing_pages_most_recent_first_and_filters(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let now = Utc::now();
+    // s<k>'s last LLM turn was k minutes ago; s5 then hit a doom loop, s6 completed.
+    let mut events: Vec<Value> = (0..7)
+        .map(|k| {
+            llm(
+                &format!("s{k}"),
+                now - Duration::minutes(k),
+                "m",
+                10 + k as u64,
+                1,
+                0.0,
+            )
+        })
+        .collect();
+    events.push(event(
+        "health.signal",
+        Some("s5"),
+        now - Duration::minutes(4),
+        json!({ "signal": "doom_loop" }),
+    ));
+    events.push(event(
+        "execution",
+        Some("s6"),
+        now - Duration::minutes(6),
+        json!({ "scope": "execution", "status": "completed" }),
+    ));
+    let bindings = (0..7)
+        .map(|k| binding(&format!("s{k}"), if k % 2 == 0 { "alice" } else { "bob" }))
+        .collect();
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, bindings)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let every: Vec<String> = (0..7).map(|k| format!("s{k}")).collect();
+    let (s, v) = app.get(&t.read, "/v1/sessions").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // s5's health signal (4 minutes ago) is its latest event: it sorts between s3 and s4.
+    assert_eq!(listed(&v), ["s0", "s1", "s2", "s3", "s5", "s4", "s6"]);
+    assert_eq!(v["next_cursor"], Value::Null);
+    assert_eq!(v["sessions"][2]["totals"]["input_tokens"], 12, "{v}");
+    assert_eq!(v["sessions"][4]["status"], "stalled");
+    assert_eq!(v["sessions"][6]["status"], "completed");
+
+    let (mut paged, pages) = list_all(&app, &t.read, &[("limit", "3")]).await;
+    assert_eq!(pages, 3);
+    assert_eq!(paged.len(), 7, "nothing twice, nothing skipped: {paged:?}");
+    paged.sort();
+    assert_eq!(paged, every);
+
+    let (done_or_stuck, _) = list_all(
+        &app,
+        &t.read,
+        &[("status", "completed,stalled"), ("limit", "1")],
+    )
+    .await;
+    assert_eq!(done_or_stuck, ["s5", "s6"]);
+    let (alices, _) = list_all(&app, &t.read, &[("user", "alice")]).await;
+    assert_eq!(alices, ["s0", "s2", "s4", "s6"]);
+    let since = (now - Duration::seconds(150)).to_rfc3339();
+    let (recent, _) = list_all(&app, &t.read, &[("since", &since)]).await;
+    assert_eq!(recent, ["s0", "s1", "s2"]);
+
+    for (param, value) in [
+        ("limit", "0"),
+        ("limit", "1001"),
+        ("status", "busy"),
+        ("since", "yesterday"),
+        ("cursor", "not-a-cursor"),
+        ("user", ""),
+        ("colour", "blue"),
+    ] {
+        let (s, v) = app.get(&t.read, &list_path(&[(param, value)])).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{param}={value}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{param}`")), "{param}: {v}");
+    }
+}

@@ -61,6 +61,16 @@ async fn a_user_bound_read_token_sees_only_its_users_data(pool: sqlx::PgPool) {
         let (s2, v2) = app.get(&alice, &path.replace("bob", "nobody")).await;
         assert_eq!((s, v), (s2, v2), "{path}: another user's id looks unknown");
     }
+    let (_, v) = app.get(&alice, "/v1/sessions").await;
+    let listed: Vec<&str> = v["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["q-alice"], "{v}");
+    let (_, v) = app.get(&alice, "/v1/sessions?user=bob").await;
+    assert_eq!(v["sessions"], json!([]), "{v}");
     let (_, v) = app.get(&alice, "/v1/devices").await;
     assert_eq!(
         v["devices"],
