@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 const PRODUCERS: u64 = 4;
 const PER_SUBMISSION: u64 = 500;
-const SUBMISSIONS: u64 = 20; // per producer: 40k events of ~1.1 KiB, about 60 MiB of WAL frames in all
+const SUBMISSIONS: u64 = 80; // per producer: 160k events of ~1.1 KiB, about 230 MiB of WAL frames in all
 
 fn padded_event(n: u64) -> Item {
     let id = Uuid::from_u128(u128::from(n) + 1);
@@ -55,9 +55,13 @@ async fn the_wal_is_restarted_while_producers_never_let_the_writer_idle() {
     }
     let st = outbox.status().await.unwrap().stored;
     assert_eq!(st.pending_events, PRODUCERS * SUBMISSIONS * PER_SUBMISSION);
+    let on_disk = std::fs::metadata(&wal).unwrap().len();
+    assert_eq!(st.wal_bytes, on_disk, "status reports the WAL's size");
+    assert!(on_disk > 0);
     let largest = largest.load(std::sync::atomic::Ordering::Relaxed);
-    // Restart threshold 16 MiB plus what is written before the writer's next group: far below the
-    // ~60 MiB an unbounded WAL reaches here.
-    assert!(largest < 32 << 20, "the WAL grew to {} MiB", largest >> 20);
+    // The restart threshold (16 MiB), plus what is written while a checkpoint run copies the WAL and
+    // until the writer's next group (a debug build writes over 100 MB/s of WAL here): 24 to 54 MiB
+    // measured. An unbounded WAL reaches about 230 MiB here.
+    assert!(largest < 100 << 20, "the WAL grew to {} MiB", largest >> 20);
     outbox.close().await;
 }

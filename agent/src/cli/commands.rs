@@ -116,9 +116,10 @@ pub fn render_status(v: &serde_json::Value) -> String {
         n("/held_events")
     );
     out += &format!(
-        "disk:      {} of {} bytes used\n",
+        "disk:      {} of {} bytes used (+ {} bytes of write-ahead log)\n",
         n("/used_bytes"),
-        n("/max_bytes")
+        n("/max_bytes"),
+        n("/wal_bytes")
     );
     out += &format!(
         "outcomes:  received {} = delivered {} + duplicate {} + rejected {} + filtered {} + evicted {} + purged {} + exported {} + pending {} ({})\n",

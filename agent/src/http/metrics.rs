@@ -57,6 +57,12 @@ pub async fn get_metrics(State(state): State<AppState>) -> Result<impl IntoRespo
         &[("", st.used_bytes as f64)],
     );
     metric(
+        "apiary_outbox_wal_bytes",
+        "gauge",
+        "Size of the write-ahead log file, on top of the used bytes.",
+        &[("", st.wal_bytes as f64)],
+    );
+    metric(
         "apiary_outbox_max_bytes",
         "gauge",
         "The configured cap.",

@@ -15,7 +15,8 @@
 //! checkpoint are left to copy, and no writer can get in between. The next group then starts the WAL at
 //! its beginning again, reusing its blocks, and `journal_size_limit` trims a larger file back. A reader
 //! still inside the WAL (an export's snapshot, say) makes that attempt a PASSIVE one; the checkpointer
-//! asks again after its next run.
+//! asks again after its next run. An attempt that meets the checkpointer's own PASSIVE run (the
+//! checkpoint lock is taken) is tried again after the writer's next group.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,6 +93,9 @@ pub(crate) fn try_restart(conn: &Connection, wal: &WalControl, busy_timeout: Dur
         tracing::warn!(error = %e, "could not restore the outbox busy timeout");
     }
     match result {
+        // Busy with no WAL figures: the checkpointer's own PASSIVE run held the checkpoint lock. Try
+        // again after the next group rather than wait for the checkpointer to ask again.
+        Ok((1, -1, _)) => wal.restart_wanted.store(true, Ordering::Relaxed),
         Ok((busy, log, done)) => tracing::trace!(busy, log, done, "WAL restart checkpoint"),
         Err(e) => tracing::debug!(error = %e, "WAL restart checkpoint failed; will retry"),
     }

@@ -47,6 +47,8 @@ pub struct StoredStatus {
     pub filtered_by_reason: BTreeMap<String, u64>,
     pub drops_unreported: BTreeMap<String, u64>,
     pub used_bytes: u64,
+    /// The write-ahead log's size on disk (`outbox.db-wal`), on top of `used_bytes`.
+    pub wal_bytes: u64,
     pub last_push: Option<serde_json::Value>,
 }
 
@@ -107,11 +109,20 @@ pub fn stored_status(conn: &Connection) -> rusqlite::Result<StoredStatus> {
         filtered_by_reason: sub("filtered."),
         drops_unreported: sub(store::DROPS_UNREPORTED),
         used_bytes: store::used_bytes(&tx)?,
+        wal_bytes: wal_bytes(&tx),
         last_push: store::get_meta(&tx, "last_push")?.and_then(|s| serde_json::from_str(&s).ok()),
         counters,
     };
     tx.finish()?;
     Ok(status)
+}
+
+/// The size of the database's `-wal` file (0 when there is none).
+fn wal_bytes(conn: &Connection) -> u64 {
+    conn.path()
+        .filter(|p| !p.is_empty())
+        .and_then(|p| std::fs::metadata(format!("{p}-wal")).ok())
+        .map_or(0, |m| m.len())
 }
 
 /// Local usage of a session and its workers.
