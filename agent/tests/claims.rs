@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use apiary_agent::outbox::{ClaimLimits, Delivery, OutboxSettings};
+use apiary_agent::outbox::{ClaimLimits, OutboxSettings};
 use support::enable;
 use uuid::Uuid;
 
@@ -21,12 +21,7 @@ fn ids(range: std::ops::Range<u128>) -> Vec<Uuid> {
 #[tokio::test]
 async fn a_failed_batch_comes_back_when_due_even_while_new_events_keep_arriving() {
     let dir = tempfile::tempdir().unwrap();
-    let outbox = support::open(dir.path(), OutboxSettings::default());
-    outbox.set_sync(enable(false)).await.unwrap();
-    outbox
-        .submit((0..10).map(support::event).collect())
-        .await
-        .unwrap();
+    let outbox = support::open_syncing(dir.path(), 10).await;
     let first = outbox.claim(TEN).await.unwrap();
     assert_eq!(first.ids(), ids(0..10));
     outbox
@@ -48,15 +43,7 @@ async fn a_failed_batch_comes_back_when_due_even_while_new_events_keep_arriving(
             break;
         }
         assert_eq!(c.ids(), ids(next..next + 10), "fresh events, oldest first");
-        outbox
-            .ack(
-                c.ids()
-                    .into_iter()
-                    .map(|i| (i, Delivery::Delivered))
-                    .collect(),
-            )
-            .await
-            .unwrap();
+        support::deliver(&outbox, c.ids()).await;
         next += 10;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -98,23 +85,10 @@ async fn released_claims_and_rows_let_go_by_consent_are_claimed_at_once() {
 #[tokio::test]
 async fn after_a_restart_everything_unsettled_is_claimable_again_and_nothing_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let outbox = support::open(dir.path(), OutboxSettings::default());
-    outbox.set_sync(enable(false)).await.unwrap();
-    outbox
-        .submit((0..30).map(support::event).collect())
-        .await
-        .unwrap();
+    let outbox = support::open_syncing(dir.path(), 30).await;
     let a = outbox.claim(TEN).await.unwrap();
     let b = outbox.claim(TEN).await.unwrap();
-    outbox
-        .ack(
-            a.ids()
-                .into_iter()
-                .map(|i| (i, Delivery::Delivered))
-                .collect(),
-        )
-        .await
-        .unwrap();
+    support::deliver(&outbox, a.ids()).await;
     outbox
         .fail(b.ids(), Duration::from_secs(3600), "timeout")
         .await

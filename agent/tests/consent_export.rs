@@ -213,12 +213,7 @@ async fn a_large_export_runs_beside_intake_and_marks_only_what_its_bundle_holds(
 #[tokio::test]
 async fn a_row_delivered_while_the_bundle_is_written_stays_delivered() {
     let dir = tempfile::tempdir().unwrap();
-    let outbox = support::open(dir.path(), OutboxSettings::default());
-    outbox.set_sync(enable(false)).await.unwrap();
-    outbox
-        .submit((0..3).map(support::event).collect())
-        .await
-        .unwrap();
+    let outbox = support::open_syncing(dir.path(), 3).await;
     let claimed = outbox.claim(ALL).await.unwrap();
     assert_eq!(claimed.events.len(), 3);
     // The snapshot holds all three; one is acknowledged by the ingest before the marking runs. The
@@ -228,13 +223,7 @@ async fn a_row_delivered_while_the_bundle_is_written_stays_delivered() {
         let (outbox, out) = (outbox.clone(), out.clone());
         tokio::spawn(async move { outbox.export(&out).await })
     };
-    outbox
-        .ack(vec![(
-            support::id(0),
-            apiary_agent::outbox::Delivery::Delivered,
-        )])
-        .await
-        .unwrap();
+    support::deliver(&outbox, vec![support::id(0)]).await;
     let report = export.await.unwrap().unwrap();
     let st = outbox.status().await.unwrap().stored;
     assert_eq!(

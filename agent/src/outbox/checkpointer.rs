@@ -25,8 +25,10 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use super::store;
+
 /// Past this many WAL pages (16 MiB at 4 KiB pages), the writer is asked to restart the WAL.
-pub(crate) const RESTART_PAGES: i64 = 4096;
+const RESTART_PAGES: i64 = 4096;
 const TICK: Duration = Duration::from_millis(100);
 
 /// Flags shared by the checkpointer, the writer and the outbox handle.
@@ -60,7 +62,7 @@ pub(crate) fn run(path: &Path, wal: Arc<WalControl>) {
 
 fn open(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
-    conn.busy_timeout(super::store::BUSY_TIMEOUT)?;
+    conn.busy_timeout(store::BUSY_TIMEOUT)?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "cache_size", -1024)?;
     Ok(conn)
@@ -74,22 +76,23 @@ fn try_checkpoint(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 /// `PRAGMA wal_checkpoint(mode)`: (busy, pages in the WAL, pages copied).
-pub(crate) fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(i64, i64, i64)> {
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(i64, i64, i64)> {
     conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
     })
 }
 
 /// The writer's side: restarts the WAL if the checkpointer asked, between two groups (see the module
-/// notes). Never waits for a lock: `busy_timeout` is 0 during the attempt.
-pub(crate) fn try_restart(conn: &Connection, wal: &WalControl, busy_timeout: Duration) {
+/// notes). Never waits for a lock: `busy_timeout` is 0 during the attempt, then back to
+/// [`store::BUSY_TIMEOUT`].
+pub(crate) fn try_restart(conn: &Connection, wal: &WalControl) {
     if !wal.restart_wanted.swap(false, Ordering::Relaxed) {
         return;
     }
     let result = conn
         .busy_timeout(Duration::ZERO)
         .and_then(|()| checkpoint(conn, "RESTART"));
-    if let Err(e) = conn.busy_timeout(busy_timeout) {
+    if let Err(e) = conn.busy_timeout(store::BUSY_TIMEOUT) {
         tracing::warn!(error = %e, "could not restore the outbox busy timeout");
     }
     match result {

@@ -337,11 +337,12 @@ fn tally(report: &mut SettleReport, settled: bool) {
     }
 }
 
-/// Moves a pending row to a terminal state (a tombstone) in one statement. Returns its body (read only
-/// when `want_body`, for the dead letter; else empty) when it was pending, `None` when it was not.
+/// Moves a pending row to a terminal state (a tombstone). Returns its body (read only when `want_body`,
+/// for the dead letter; else empty) when it was pending, `None` when it was not.
 ///
 /// A plain UPDATE: its bytes come from the claim. (`UPDATE … RETURNING` made SQLite build an ephemeral
-/// table and a statement journal for every row: a third of the writer's time while draining a backlog.)
+/// table and a statement savepoint for every row; dropping it took a 1M-event drain from 49–55k to
+/// 63.5k events/s.)
 pub(crate) fn try_finish_row(
     ctx: &mut Ctx<'_>,
     id: &Uuid,

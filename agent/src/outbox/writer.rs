@@ -256,7 +256,7 @@ impl Writer {
             if close {
                 break;
             }
-            checkpointer::try_restart(&self.conn, &self.wal, store::BUSY_TIMEOUT);
+            checkpointer::try_restart(&self.conn, &self.wal);
             if last_prune.elapsed() > Duration::from_secs(600) {
                 self.try_housekeeping(&mut last_prune);
             }

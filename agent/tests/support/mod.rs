@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use apiary_agent::identity::IdentityDefaults;
-use apiary_agent::outbox::{Item, Outbox, OutboxSettings, PreparedEvent, SyncChange};
+use apiary_agent::outbox::{Delivery, Item, Outbox, OutboxSettings, PreparedEvent, SyncChange};
 use apiary_schema::Policy;
 use uuid::Uuid;
 
@@ -33,6 +33,22 @@ pub fn enable(include_backlog: bool) -> SyncChange {
         token_file: "/dev/null".into(),
         include_backlog,
     }
+}
+
+/// An outbox in `dir` with sync enabled (no backlog) and events `0..n` submitted.
+pub async fn open_syncing(dir: &Path, n: u128) -> Outbox {
+    let outbox = open(dir, OutboxSettings::default());
+    outbox.set_sync(enable(false)).await.unwrap();
+    outbox.submit((0..n).map(event).collect()).await.unwrap();
+    outbox
+}
+
+/// Acknowledges `ids` as delivered.
+pub async fn deliver(outbox: &Outbox, ids: Vec<Uuid>) {
+    outbox
+        .ack(ids.into_iter().map(|i| (i, Delivery::Delivered)).collect())
+        .await
+        .unwrap();
 }
 
 /// A synthetic kept event with a predictable id.

@@ -158,7 +158,7 @@ pub async fn list(
     f: &ListFilter,
     now: DateTime<Utc>,
     t: Thresholds,
-) -> Result<(Vec<(SessionRow, Status)>, Option<Cursor>), ApiError> {
+) -> Result<(Vec<SessionRow>, Option<Cursor>), ApiError> {
     let mut out = Vec::new();
     let mut after = f.after.clone();
     let mut scanned = 0usize;
@@ -202,17 +202,17 @@ pub async fn list(
             }
             scanned += 1;
             last = Some(Cursor::of(&r));
-            let status = status::derive(&r.facts(), now, t);
-            if f.statuses.as_ref().is_none_or(|s| s.contains(&status)) {
-                out.push((r, status));
+            if f.statuses
+                .as_ref()
+                .is_none_or(|s| s.contains(&status::derive(&r.facts(), now, t)))
+            {
+                out.push(r);
             }
         }
         if exhausted {
             return Ok((out, None));
         }
-        if last.is_some() {
-            after = last;
-        }
+        after = last.or(after);
         if scanned >= LIST_SCAN_MAX {
             return Ok((out, after));
         }

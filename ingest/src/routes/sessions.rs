@@ -126,11 +126,11 @@ pub async fn list_sessions(
         state.thresholds(),
     )
     .await?;
-    let ids: Vec<String> = rows.iter().map(|(r, _)| r.session_id.clone()).collect();
+    let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
     let totals = sessions::totals(&state.pool, principal.tenant_id, &ids).await?;
     let list: Vec<Value> = rows
         .iter()
-        .map(|(r, _)| {
+        .map(|r| {
             let t = totals.get(&r.session_id).copied().unwrap_or_default();
             r.to_json(now, state.thresholds(), &t)
         })
