@@ -33,6 +33,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use apiary_plumbing::config::Layers;
 use serde::{Deserialize, Serialize};
 
 use crate::identity::IdentityDefaults;
@@ -79,12 +80,8 @@ pub enum Mode {
     Airgapped,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+/// `text` or `json` (the words both binaries use).
+pub use apiary_plumbing::LogFormat;
 
 /// HTTP intake limits (section `[intake]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,66 +102,14 @@ impl Default for IntakeSettings {
 
 pub use crate::push::PushSettings;
 
-/// The kind of value a key holds, for parsing environment variables.
-#[derive(Clone, Copy)]
-enum Kind {
-    Str,
-    Int,
-}
-
-/// Every key an environment variable may set.
-const KEYS: &[(&str, Kind)] = &[
-    ("mode", Kind::Str),
-    ("listen", Kind::Str),
-    ("hive_home", Kind::Str),
-    ("zone", Kind::Str),
-    ("policy_file", Kind::Str),
-    ("log_format", Kind::Str),
-    ("identity.user_id", Kind::Str),
-    ("identity.tenant_id", Kind::Str),
-    ("identity.device_id", Kind::Str),
-    ("outbox.max_bytes", Kind::Int),
-    ("outbox.overflow", Kind::Str),
-    ("outbox.dedup_retention_hours", Kind::Int),
-    ("outbox.retry_after_secs", Kind::Int),
-    ("outbox.sqlite_max_page_count", Kind::Int),
-    ("intake.max_body_bytes", Kind::Int),
-    ("intake.max_line_bytes", Kind::Int),
-    ("push.batch_max_events", Kind::Int),
-    ("push.batch_max_bytes", Kind::Int),
-    ("push.concurrency", Kind::Int),
-    ("push.connect_timeout_ms", Kind::Int),
-    ("push.request_timeout_ms", Kind::Int),
-    ("push.backoff_base_ms", Kind::Int),
-    ("push.backoff_cap_ms", Kind::Int),
-    ("push.poll_interval_ms", Kind::Int),
-    ("push.heartbeat_interval_secs", Kind::Int),
-    ("push.shutdown_grace_ms", Kind::Int),
-];
+/// Every key an environment variable may set (the registry both binaries share).
+pub use apiary_plumbing::env::AGENT_KEYS as KEYS;
 
 /// The environment variable of a key.
-pub fn env_name(key: &str) -> String {
-    format!("APIARY_{}", key.replace('.', "_").to_uppercase())
-}
+pub use apiary_plumbing::config::env_name;
 
-/// Configuration failures.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("config file {path} is not valid: {source}")]
-    Parse {
-        path: String,
-        source: Box<toml::de::Error>,
-    },
-    #[error("environment variable {var}: {why}")]
-    Env { var: String, why: String },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+/// Configuration failures (the shared type: messages name the file or variable a bad value came from).
+pub use apiary_plumbing::ConfigError;
 
 /// Command-line overrides (flags win over everything).
 #[derive(Debug, Clone, Default)]
@@ -186,29 +131,18 @@ impl Settings {
         let file = file
             .map(Path::to_path_buf)
             .or_else(|| default_file.exists().then_some(default_file));
-        let mut table = match &file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-                toml::from_str::<toml::Table>(&text).map_err(|e| ConfigError::Parse {
-                    path: path.display().to_string(),
-                    source: Box::new(e),
-                })?
-            }
-            None => toml::Table::new(),
-        };
-        apply_env(&mut table, env)?;
-        let mut settings: Settings =
-            toml::Value::Table(table)
-                .try_into()
-                .map_err(|e: toml::de::Error| ConfigError::Parse {
-                    path: file
-                        .as_ref()
-                        .map_or("(environment)".into(), |p| p.display().to_string()),
-                    source: Box::new(e),
-                })?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        if let Some(typo) = apiary_plumbing::env::unknown_vars(&env)
+            .into_iter()
+            .find(|u| u.is_typo())
+        {
+            return Err(ConfigError::Invalid(typo.message()));
+        }
+        let mut settings: Settings = apiary_plumbing::config::load(Layers {
+            file: file.as_deref(),
+            env: &env,
+            keys: KEYS,
+        })?;
         if let Some(listen) = flags.listen {
             settings.listen = listen;
         }
@@ -241,6 +175,32 @@ impl Settings {
         if self.push.batch_max_events == 0 || self.push.batch_max_bytes < 1024 {
             return bad("push.batch_max_events must be ≥ 1 and push.batch_max_bytes ≥ 1024".into());
         }
+        let p = &self.push;
+        if p.backoff_base_ms == 0 || p.backoff_base_ms > p.backoff_cap_ms {
+            return bad(format!(
+                "push.backoff_base_ms ({}) must be at least 1 and at most push.backoff_cap_ms ({}): \
+                 the first retry waits up to the base, later ones up to the cap",
+                p.backoff_base_ms, p.backoff_cap_ms
+            ));
+        }
+        for (key, v) in [
+            ("push.concurrency", p.concurrency as u64),
+            ("push.connect_timeout_ms", p.connect_timeout_ms),
+            ("push.request_timeout_ms", p.request_timeout_ms),
+            ("push.poll_interval_ms", p.poll_interval_ms),
+            ("push.heartbeat_interval_secs", p.heartbeat_interval_secs),
+        ] {
+            if v == 0 {
+                return bad(format!("{key} must be at least 1"));
+            }
+        }
+        if p.connect_timeout_ms > p.request_timeout_ms {
+            return bad(format!(
+                "push.connect_timeout_ms ({}) cannot exceed push.request_timeout_ms ({}): the request \
+                 timeout includes connecting",
+                p.connect_timeout_ms, p.request_timeout_ms
+            ));
+        }
         if let Err(e) = self.zone.parse::<apiary_schema::hive::Zone>() {
             return bad(format!(
                 "zone: {e} (use \"local\", \"UTC\" or an IANA name like \"Europe/Paris\")"
@@ -248,41 +208,6 @@ impl Settings {
         }
         Ok(())
     }
-}
-
-fn apply_env(
-    table: &mut toml::Table,
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Result<(), ConfigError> {
-    let vars: std::collections::HashMap<String, String> = env.into_iter().collect();
-    for (key, kind) in KEYS {
-        let var = env_name(key);
-        let Some(raw) = vars.get(&var) else { continue };
-        let value = match kind {
-            Kind::Str => toml::Value::String(raw.clone()),
-            Kind::Int => {
-                toml::Value::Integer(raw.trim().parse().map_err(|_| ConfigError::Env {
-                    var: var.clone(),
-                    why: format!("{raw:?} is not an integer"),
-                })?)
-            }
-        };
-        let mut parts: Vec<&str> = key.split('.').collect();
-        let leaf = parts.pop().expect("keys are not empty");
-        let mut t = &mut *table;
-        for part in parts {
-            t = t
-                .entry(part)
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-                .as_table_mut()
-                .ok_or_else(|| ConfigError::Env {
-                    var: var.clone(),
-                    why: format!("`{part}` in the config file is not a table"),
-                })?;
-        }
-        t.insert(leaf.to_string(), value);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -336,6 +261,62 @@ mod tests {
         let e = env(&[("APIARY_LISTEN", "0.0.0.0:4319")]);
         let err = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("loopback"), "{err}");
+    }
+
+    /// The sample says "every key, with its default": loading it must give the built-in defaults, and
+    /// every key of the registry must be in it (set or commented out, in its section).
+    #[test]
+    fn the_sample_config_shows_every_key_with_its_real_default() {
+        let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/agent.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let loaded =
+            Settings::load(dir.path(), Some(&sample), env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(loaded, Settings::default());
+        let text = std::fs::read_to_string(&sample).unwrap();
+        let mut section = String::new();
+        let mut found = std::collections::HashSet::new();
+        for line in text.lines() {
+            let line = line.trim_start_matches("# ").trim();
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = format!("{name}.");
+            } else if let Some((key, _)) = line.split_once(" = ") {
+                found.insert(format!("{section}{key}"));
+            }
+        }
+        for key in KEYS {
+            assert!(
+                found.contains(key.path),
+                "{} is not in the sample",
+                key.path
+            );
+        }
+    }
+
+    #[test]
+    fn impossible_push_settings_and_misspelled_variables_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = env(&[
+            ("APIARY_PUSH_BACKOFF_BASE_MS", "5000"),
+            ("APIARY_PUSH_BACKOFF_CAP_MS", "1000"),
+        ]);
+        let err = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("push.backoff_base_ms (5000)"),
+            "{err}"
+        );
+        let e = env(&[("APIARY_PUSH_CONCURRENCY", "0")]);
+        let err = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("push.concurrency"), "{err}");
+        let e = env(&[("APIARY_OUTBOX_MAX_BYTE", "5")]);
+        let err = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("did you mean APIARY_OUTBOX_MAX_BYTES?"),
+            "{err}"
+        );
+        // The ingest's variables and strangers' are not the agent's business.
+        let e = env(&[("APIARY_POOL_SIZE", "3"), ("APIARY_API_KEY", "k")]);
+        Settings::load(dir.path(), None, e, &Overrides::default()).unwrap();
     }
 
     #[test]

@@ -224,7 +224,7 @@ info "read token -> .apiary/demo/read.token"
 step "Starting the ingest"
 PORT=$(python3 "$HERE/demo_util.py" free-port)
 INGEST_URL=http://127.0.0.1:$PORT
-APIARY_LOG_FORMAT=pretty "$BIN/apiary-ingest" serve --listen "127.0.0.1:$PORT" >"$LOGS/ingest.log" 2>&1 &
+APIARY_LOG_FORMAT=text "$BIN/apiary-ingest" serve --listen "127.0.0.1:$PORT" >"$LOGS/ingest.log" 2>&1 &
 INGEST_PID=$!
 PIDS+=("$INGEST_PID")
 python3 "$HERE/demo_util.py" wait-http "$INGEST_URL/readyz" --pid "$INGEST_PID" --log "$LOGS/ingest.log" --timeout 60 \

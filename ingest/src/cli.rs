@@ -108,9 +108,33 @@ pub fn settings(cli: &Cli) -> anyhow::Result<IngestSettings> {
     Ok(s)
 }
 
+/// Before a command touches the database: can it be reached, and (but for `migrate`) is it migrated?
+/// Fails with the server's address and the next step. `serve` only warns: it starts without the
+/// database and reports readiness on `/readyz`.
+async fn preflight(command: &Command, pool: &sqlx::PgPool, url: &str) -> anyhow::Result<()> {
+    let problem = match store::diagnose_connection(url, std::time::Duration::from_secs(5)).await {
+        Err(problem) => Some(problem),
+        Ok(()) if matches!(command, Command::Migrate) => None,
+        Ok(()) => store::schema_state(pool)
+            .await
+            .context("read the schema version")?
+            .problem(),
+    };
+    match problem {
+        None => Ok(()),
+        Some(p) if matches!(command, Command::Serve { .. }) => {
+            tracing::warn!("{p}; serving anyway (/readyz answers 503 until it is fixed)");
+            Ok(())
+        }
+        Some(p) => anyhow::bail!(p),
+    }
+}
+
 /// Runs the command.
 pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
-    let pool = Store::connect_lazy(settings.database_url()?, settings.pool_size)?;
+    let url = settings.database_url()?;
+    let pool = Store::connect_lazy(url, settings.pool_size)?;
+    preflight(&cli.command, &pool, url).await?;
     match cli.command {
         Command::Migrate => {
             store::migrate(&pool).await.context("migrate")?;
@@ -118,7 +142,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
         }
         Command::Serve { .. } => {
             let app = Application::build(settings, pool.clone()).await?;
-            tracing::info!(port = app.port(), "listening");
+            tracing::info!(address = %app.address(), "listening");
             app.run_until_stopped(shutdown_signal()).await?;
         }
         Command::Tenant {

@@ -3,11 +3,15 @@
 //! as the contract says, when `APIARY_DATABASE_URL` is not set.
 //!
 //! Every key of the file can be overridden by the variable `APIARY_<KEY IN UPPER CASE>`, e.g.
-//! `stall_after_secs` ← `APIARY_STALL_AFTER_SECS`. [`IngestSettings::validate`] refuses combinations that
+//! `stall_after_secs` ← `APIARY_STALL_AFTER_SECS` (the loader and the variable registry are shared with
+//! the agent: `apiary-plumbing`; a misspelled `APIARY_*` variable fails start-up naming the real one). [`IngestSettings::validate`] refuses combinations that
 //! cannot work, with a message that says how to fix them.
 
 use std::path::Path;
 
+use apiary_plumbing::config::Layers;
+use apiary_plumbing::env::INGEST_KEYS;
+use apiary_plumbing::LogFormat;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
@@ -47,8 +51,8 @@ pub struct IngestSettings {
     pub clock_skew_tolerance_secs: i64,
     /// How long a verified token is cached in memory (revocation takes effect within this).
     pub token_cache_secs: u64,
-    /// `json` in production, `pretty` for humans.
-    pub log_format: String,
+    /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
+    pub log_format: LogFormat,
 }
 
 impl Default for IngestSettings {
@@ -70,93 +74,46 @@ impl Default for IngestSettings {
             max_future_secs: 86_400,
             clock_skew_tolerance_secs: 60,
             token_cache_secs: 30,
-            log_format: "pretty".into(),
+            log_format: LogFormat::Text,
         }
     }
 }
 
-/// Why settings could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("config file {path} is invalid: {source}")]
-    Parse {
-        path: String,
-        source: toml::de::Error,
-    },
-    #[error("environment variable {var}: {why}")]
-    Env { var: String, why: String },
-    #[error("invalid settings: {0}")]
-    Invalid(String),
-}
+/// Why settings could not be loaded (the shared type: messages name the file or variable at fault).
+pub use apiary_plumbing::ConfigError;
 
 impl IngestSettings {
     /// Defaults, then the file (if any), then the environment.
     pub fn load(file: Option<&Path>) -> Result<IngestSettings, ConfigError> {
-        let file = file
-            .map(Path::to_path_buf)
-            .or_else(|| std::env::var_os("APIARY_CONFIG").map(Into::into));
-        let mut settings = match file {
-            Some(path) => {
-                let shown = path.display().to_string();
-                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-                    path: shown.clone(),
-                    source,
-                })?;
-                toml::from_str(&text).map_err(|source| ConfigError::Parse {
-                    path: shown,
-                    source,
-                })?
-            }
-            None => IngestSettings::default(),
-        };
-        settings.apply_env(|k| std::env::var(k).ok())?;
-        Ok(settings)
+        IngestSettings::load_from(file, &std::env::vars().collect::<Vec<_>>())
     }
 
-    /// Applies `APIARY_*` overrides read through `get` (injectable for tests).
-    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        fn num<T: std::str::FromStr>(var: &str, v: String) -> Result<T, ConfigError> {
-            v.trim().parse().map_err(|_| ConfigError::Env {
-                var: var.into(),
-                why: format!("{v:?} is not a valid number"),
-            })
+    /// [`IngestSettings::load`] with an explicit environment (for tests).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Result<IngestSettings, ConfigError> {
+        let var = |name: &str| env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v);
+        let file = file
+            .map(Path::to_path_buf)
+            .or_else(|| var("APIARY_CONFIG").map(Into::into));
+        if let Some(typo) = apiary_plumbing::env::unknown_vars(env)
+            .into_iter()
+            .find(|u| u.is_typo())
+        {
+            return Err(ConfigError::Invalid(typo.message()));
         }
-        macro_rules! env_num {
-            ($($field:ident => $var:literal),* $(,)?) => {$(
-                if let Some(v) = get($var) { self.$field = num($var, v)?; }
-            )*};
+        let mut settings: IngestSettings = apiary_plumbing::config::load(Layers {
+            file: file.as_deref(),
+            env,
+            keys: INGEST_KEYS,
+        })?;
+        if var("APIARY_DATABASE_URL").is_none() {
+            if let Some(url) = var("DATABASE_URL") {
+                settings.database_url = Some(SecretString::from(url.clone()));
+            }
         }
-        if let Some(v) = get("APIARY_DATABASE_URL").or_else(|| get("DATABASE_URL")) {
-            self.database_url = Some(SecretString::from(v));
-        }
-        if let Some(v) = get("APIARY_LISTEN") {
-            self.listen = v;
-        }
-        if let Some(v) = get("APIARY_LOG_FORMAT") {
-            self.log_format = v;
-        }
-        env_num!(
-            pool_size => "APIARY_POOL_SIZE",
-            request_timeout_secs => "APIARY_REQUEST_TIMEOUT_SECS",
-            shutdown_timeout_secs => "APIARY_SHUTDOWN_TIMEOUT_SECS",
-            max_body_bytes => "APIARY_MAX_BODY_BYTES",
-            max_decompressed_bytes => "APIARY_MAX_DECOMPRESSED_BYTES",
-            max_batch_events => "APIARY_MAX_BATCH_EVENTS",
-            rate_limit_per_sec => "APIARY_RATE_LIMIT_PER_SEC",
-            rate_limit_burst => "APIARY_RATE_LIMIT_BURST",
-            stall_after_secs => "APIARY_STALL_AFTER_SECS",
-            offline_after_secs => "APIARY_OFFLINE_AFTER_SECS",
-            retention_days => "APIARY_RETENTION_DAYS",
-            max_future_secs => "APIARY_MAX_FUTURE_SECS",
-            clock_skew_tolerance_secs => "APIARY_CLOCK_SKEW_TOLERANCE_SECS",
-            token_cache_secs => "APIARY_TOKEN_CACHE_SECS",
-        );
-        Ok(())
+        Ok(settings)
     }
 
     /// Refuses settings that cannot work.
@@ -180,9 +137,6 @@ impl IngestSettings {
         if self.retention_days < 1 {
             return bad("retention_days must be at least 1");
         }
-        if !matches!(self.log_format.as_str(), "json" | "pretty") {
-            return bad("log_format must be `json` or `pretty`");
-        }
         Ok(())
     }
 
@@ -203,23 +157,84 @@ impl IngestSettings {
 mod tests {
     use super::*;
 
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn env_overrides_file_values_and_bad_numbers_name_the_variable() {
-        let mut s: IngestSettings =
-            toml::from_str("stall_after_secs = 5\nlisten = \"0.0.0.0:1\"").unwrap();
-        s.apply_env(|k| (k == "APIARY_STALL_AFTER_SECS").then(|| "7".to_string()))
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ingest.toml");
+        std::fs::write(
+            &file,
+            "stall_after_secs = 5\nlisten = \"0.0.0.0:1\"\nlog_format = \"pretty\"\n",
+        )
+        .unwrap();
+        let s = IngestSettings::load_from(Some(&file), &env(&[("APIARY_STALL_AFTER_SECS", "7")]))
             .unwrap();
         assert_eq!(s.stall_after_secs, 7);
         assert_eq!(s.listen, "0.0.0.0:1");
-        let err = s
-            .apply_env(|k| (k == "APIARY_POOL_SIZE").then(|| "many".to_string()))
-            .unwrap_err();
+        assert_eq!(s.log_format, LogFormat::Text);
+        let err =
+            IngestSettings::load_from(None, &env(&[("APIARY_POOL_SIZE", "many")])).unwrap_err();
         assert!(err.to_string().contains("APIARY_POOL_SIZE"), "{err}");
+        let err = IngestSettings::load_from(None, &env(&[("APIARY_POOL_SIZ", "3")])).unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean APIARY_POOL_SIZE?"),
+            "{err}"
+        );
+        let s = IngestSettings::load_from(
+            None,
+            &env(&[
+                ("DATABASE_URL", "postgres://a/b"),
+                ("APIARY_OUTBOX_MAX_BYTES", "9"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.database_url().unwrap(), "postgres://a/b");
+    }
+
+    /// The sample says "every key, with its default": loading it must give the built-in defaults, and
+    /// every key of the registry must be in it.
+    #[test]
+    fn the_sample_config_shows_every_key_with_its_real_default() {
+        let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/ingest.toml");
+        let loaded = IngestSettings::load_from(Some(&sample), &[]).unwrap();
+        assert_eq!(
+            format!("{loaded:?}"),
+            format!("{:?}", IngestSettings::default())
+        );
+        let text = std::fs::read_to_string(&sample).unwrap();
+        for key in INGEST_KEYS {
+            assert!(
+                text.lines().any(|l| l
+                    .trim_start_matches("# ")
+                    .starts_with(&format!("{} = ", key.path))),
+                "{} is not in the sample",
+                key.path
+            );
+        }
+    }
+
+    #[test]
+    fn a_burst_below_one_request_is_refused() {
+        let err = IngestSettings::load_from(None, &env(&[("APIARY_RATE_LIMIT_BURST", "0.5")]))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("rate_limit_burst"), "{err}");
     }
 
     #[test]
     fn unknown_file_keys_and_impossible_combinations_are_refused() {
-        assert!(toml::from_str::<IngestSettings>("stall_after = 5").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ingest.toml");
+        std::fs::write(&file, "stall_after = 5\n").unwrap();
+        let err = IngestSettings::load_from(Some(&file), &[]).unwrap_err();
+        assert!(err.to_string().contains("stall_after"), "{err}");
         let s = IngestSettings {
             max_decompressed_bytes: 1,
             ..IngestSettings::default()

@@ -12,7 +12,8 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    apiary_ingest::telemetry::init(&settings.log_format);
+    apiary_ingest::telemetry::init(settings.log_format);
+    apiary_plumbing::env::warn_unknown_vars();
     match apiary_ingest::cli::run(cli, settings).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -116,6 +116,14 @@ impl Application {
         })
     }
 
+    /// The bound address (with the port the OS chose for port 0).
+    pub fn address(&self) -> String {
+        self.listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    }
+
     pub fn port(&self) -> u16 {
         self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
     }

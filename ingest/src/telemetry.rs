@@ -1,17 +1,9 @@
-//! Logging: `tracing` to stderr, JSON or pretty by `log_format`; `RUST_LOG` wins over the default level.
+//! Logging: `tracing` to stderr, `text` or `json` by `log_format`; `RUST_LOG` wins over the default filter
+//! (the subscriber both binaries share, from `apiary-plumbing`).
 
-use tracing_subscriber::EnvFilter;
+use apiary_plumbing::LogFormat;
 
 /// Installs the global subscriber (once; later calls are ignored, which tests rely on).
-pub fn init(format: &str) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if format == "json" {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
+pub fn init(format: LogFormat) {
+    apiary_plumbing::logging::init(format, "info,sqlx=warn,tower_http=warn");
 }

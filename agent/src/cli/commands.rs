@@ -18,6 +18,7 @@ use crate::telemetry;
 pub async fn run(common: &Common, flags: &Overrides) -> anyhow::Result<ExitCode> {
     let settings = settings(common, flags)?;
     telemetry::init(settings.log_format, "info");
+    apiary_plumbing::env::warn_unknown_vars();
     let app = Application::build(&common.data_dir, settings).await?;
     app.run_until_stopped(app::shutdown_on_signals()).await?;
     Ok(ExitCode::SUCCESS)

@@ -16,13 +16,11 @@ pub async fn healthz() -> Json<serde_json::Value> {
 
 /// The database answers and every migration is applied.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store.is_ready().await {
-        Ok(true) => Json(json!({ "status": "ready" })).into_response(),
-        Ok(false) => error_body(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            "migrations are not applied: run `apiary-ingest migrate`",
-        ),
+    match crate::store::schema_state(&state.pool).await {
+        Ok(schema) => match schema.problem() {
+            None => Json(json!({ "status": "ready" })).into_response(),
+            Some(problem) => error_body(StatusCode::SERVICE_UNAVAILABLE, "not_ready", &problem),
+        },
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
             error_body(

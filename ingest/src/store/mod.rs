@@ -127,15 +127,90 @@ impl Store {
         self.forget_partitions();
         Ok(n)
     }
+}
 
-    /// True when the database answers and every embedded migration is applied.
-    pub async fn is_ready(&self) -> Result<bool, sqlx::Error> {
-        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Option<i64> =
-            sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(applied.unwrap_or(0) >= latest)
+/// How the database's schema compares with the migrations this binary carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaState {
+    /// Every migration is applied.
+    Current,
+    /// No migration was ever applied (a fresh database).
+    NotMigrated,
+    /// Older migrations only: this binary is newer than the schema.
+    Behind { applied: i64, latest: i64 },
+}
+
+impl SchemaState {
+    /// What to tell a person, or None when the schema is current.
+    pub fn problem(self) -> Option<String> {
+        match self {
+            SchemaState::Current => None,
+            SchemaState::NotMigrated => Some(
+                "the database has no Apiary tables yet: run `apiary-ingest migrate` (same DATABASE_URL)"
+                    .into(),
+            ),
+            SchemaState::Behind { applied, latest } => Some(format!(
+                "the database schema is at migration {applied}, this binary needs {latest}: run \
+                 `apiary-ingest migrate`"
+            )),
+        }
+    }
+}
+
+/// Reads the schema's migration state (a missing `_sqlx_migrations` table is a fresh database).
+pub async fn schema_state(pool: &PgPool) -> Result<SchemaState, sqlx::Error> {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists {
+        return Ok(SchemaState::NotMigrated);
+    }
+    let applied: Option<i64> =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await?;
+    Ok(match applied {
+        None => SchemaState::NotMigrated,
+        Some(a) if a < latest => SchemaState::Behind { applied: a, latest },
+        Some(_) => SchemaState::Current,
+    })
+}
+
+/// Opens one connection to `url` (bounded by `timeout`) to find out why the database cannot be used, in
+/// words that name the server and the next step: a pool only says "timed out".
+pub async fn diagnose_connection(url: &str, timeout: Duration) -> Result<(), String> {
+    use sqlx::postgres::PgConnectOptions;
+    use sqlx::{ConnectOptions, Connection};
+    let opts: PgConnectOptions = url.parse().map_err(|e| {
+        format!("the database URL is not valid ({e}); expected postgres://USER@HOST:PORT/DATABASE")
+    })?;
+    let place = format!(
+        "Postgres at {}:{} (database {:?}, user {:?})",
+        opts.get_host(),
+        opts.get_port(),
+        opts.get_database().unwrap_or("(default)"),
+        opts.get_username()
+    );
+    let attempt = tokio::time::timeout(timeout, opts.connect()).await;
+    match attempt {
+        Err(_) => Err(format!(
+            "{place} did not answer within {} s: is the host right and the port open?",
+            timeout.as_secs()
+        )),
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(match &e {
+            sqlx::Error::Io(io) => {
+                format!("cannot reach {place}: {io}: is the server running and DATABASE_URL right?")
+            }
+            sqlx::Error::Database(db) => {
+                format!("{place} refused the connection: {}", db.message())
+            }
+            other => format!("cannot connect to {place}: {other}"),
+        }),
     }
 }
 

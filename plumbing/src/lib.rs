@@ -1,0 +1,16 @@
+//! Plumbing both binaries share, so the agent and the ingest speak one vocabulary.
+//!
+//! - [`config`]: layered settings (built-in defaults → TOML file → `APIARY_*` environment → flags) on
+//!   `figment`, with one rule for naming variables and typed values per key.
+//! - [`env`]: the registry of every `APIARY_*` variable any Apiary program or script reads, and the
+//!   check that names a misspelled one with the closest valid name.
+//! - [`logging`]: the `log_format` words (`text`, `json`) and the subscriber both binaries install.
+//!
+//! Nothing here knows about events, outboxes or databases.
+
+pub mod config;
+pub mod env;
+pub mod logging;
+
+pub use config::{ConfigError, Key, Kind};
+pub use logging::LogFormat;
