@@ -137,6 +137,9 @@ pub fn render_status(v: &serde_json::Value) -> String {
     );
     if let Some(p) = v.get("last_push").filter(|p| !p.is_null()) {
         out += &format!("last push: {p}\n");
+        if let Some(e) = p.get("error").and_then(|e| e.as_str()) {
+            out += &format!("problem:   {e}\n");
+        }
     }
     out
 }

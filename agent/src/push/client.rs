@@ -25,8 +25,24 @@ pub enum SendResult {
     TooLarge,
     /// 401/403: the token is not (or no longer) good; stop and ask the user to re-authenticate.
     Unauthorized { status: u16, message: String },
-    /// Another 4xx for the whole batch: some event in it is unacceptable.
+    /// Another 4xx for the whole batch, in the ingest's own error format: some event in it is
+    /// unacceptable. (A 404/405 or a 4xx without the ingest's JSON error body means the endpoint is not
+    /// an ingest's batch route: a configuration problem, not a verdict on the events, so it is a
+    /// [`SendResult::Retry`] whose reason says which URL to give.)
     Refused { status: u16, message: String },
+}
+
+impl SendResult {
+    /// The answer in words, for logs and `status` (empty for verdicts).
+    pub fn problem(&self) -> String {
+        match self {
+            SendResult::Verdicts(_) => String::new(),
+            SendResult::Retry { reason, .. } => reason.clone(),
+            SendResult::TooLarge => "the ingest answered 413 (too large)".into(),
+            SendResult::Unauthorized { status, message }
+            | SendResult::Refused { status, message } => format!("HTTP {status}: {message}"),
+        }
+    }
 }
 
 /// Errors before anything was sent.
@@ -165,11 +181,39 @@ pub fn classify(status: u16, body: &str, retry_after: Option<Duration>) -> SendR
             status,
             message: message(),
         },
+        404 | 405 => SendResult::Retry {
+            reason: misconfigured(status),
+            retry_after,
+        },
+        _ if !is_ingest_error(body) => SendResult::Retry {
+            reason: format!(
+                "the endpoint answered HTTP {status} without an Apiary error body ({:?}): is it \
+                 the ingest's base URL?",
+                body.chars().take(80).collect::<String>()
+            ),
+            retry_after,
+        },
         _ => SendResult::Refused {
             status,
             message: message(),
         },
     }
+}
+
+/// What to tell the user when the batch route is not where the endpoint says.
+fn misconfigured(status: u16) -> String {
+    format!(
+        "the endpoint answers HTTP {status} for /v1/batches: is it the ingest's base URL? Give \
+         `sync enable --endpoint https://ingest.example` without a path (the agent appends \
+         /v1/batches itself)"
+    )
+}
+
+/// An `{"error": {"code": …}}` body, as every ingest error is.
+fn is_ingest_error(body: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .is_some_and(|v| v.pointer("/error/code").is_some_and(|c| c.is_string()))
 }
 
 /// `error.message` of an ingest error body, else the body's start.
@@ -224,10 +268,27 @@ mod tests {
             classify(403, "", None),
             SendResult::Unauthorized { .. }
         ));
+        let refusal = r#"{"error":{"code":"invalid","message":"bad batch"}}"#;
         assert!(matches!(
-            classify(422, "", None),
+            classify(422, refusal, None),
             SendResult::Refused { status: 422, .. }
         ));
+        for s in [404, 405] {
+            assert!(
+                matches!(
+                    classify(s, r#"{"error":{"code":"not_found","message":"no route"}}"#, None),
+                    SendResult::Retry { ref reason, .. } if reason.contains(&format!("HTTP {s} for /v1/batches"))
+                ),
+                "{s}"
+            );
+        }
+        assert!(
+            matches!(
+                classify(400, "<html>Bad Request</html>", None),
+                SendResult::Retry { ref reason, .. } if reason.contains("base URL")
+            ),
+            "a 4xx that is not the ingest's error is a wrong endpoint, not a verdict"
+        );
         assert!(
             matches!(classify(200, "<html>", None), SendResult::Retry { .. }),
             "an unreadable 2xx is retried"

@@ -13,6 +13,7 @@
 //! | 2xx verdicts                             | accepted/duplicate → delivered; rejected → dead letter     |
 //! | connection error, timeout, 408, 429, 5xx | `fail`: attempts + 1, next attempt after full-jitter backoff (Retry-After as a floor) — persisted |
 //! | 413                                      | split in halves and sent again; a single event → dead letter |
+//! | 404, 405, a 4xx without the ingest's error body | a wrong endpoint, not a verdict: like a 5xx (kept, backoff); the reason says which URL to give |
 //! | other 4xx                                | split in halves to isolate the culprit; a single event → dead letter with the reason |
 //! | 401/403                                  | released untouched; sync paused with `re-authenticate`      |
 //!
@@ -408,7 +409,22 @@ impl Pusher {
                     tracing::warn!(error = %e, "could not pause sync");
                 }
             }
-            Ok(_) => {}
+            Ok(Some(SendResult::Verdicts(v))) => {
+                if let Some(r) = v.rejected.first() {
+                    tracing::warn!(reason = %r.reason, "the ingest rejected the heartbeat");
+                }
+            }
+            Ok(None) => {}
+            Ok(Some(other)) => {
+                let reason = other.problem();
+                tracing::warn!(%reason, "heartbeat not accepted");
+                self.record(&PushOutcome::Backoff {
+                    events: 0,
+                    delay: Duration::from_secs(self.settings.heartbeat_interval_secs),
+                    reason,
+                })
+                .await;
+            }
             Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
     }

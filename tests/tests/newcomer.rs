@@ -1,0 +1,172 @@
+//! A new user's mistakes, black box: each test types what a person would and asserts what they are told,
+//! and that nothing they sent is lost.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tests::agent::Agent;
+use tests::bins;
+use tests::db::TestDb;
+use tests::fixture;
+use tests::stack::Cloud;
+
+/// Runs a binary with `env` added; (exit code, stdout + stderr).
+fn run_bin(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(bins::path(name));
+    cmd.args(args).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// `sync enable --endpoint http://host:port/v1/batches` (the path appended): the ingest answers 404 for
+/// `/v1/batches/v1/batches`. That is a wrong endpoint, not a verdict on the event: it stays pending, the
+/// status says which URL to give, and after the fix it is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_with_the_batch_path_appended_keeps_events_and_says_why() {
+    let cloud = Cloud::start().await.unwrap();
+    let data = cloud.dir.path().join("agent");
+    let agent = Agent::start_with(
+        &data,
+        None,
+        &[
+            ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
+            ("APIARY_PUSH_BACKOFF_BASE_MS", "100"),
+            ("APIARY_PUSH_BACKOFF_CAP_MS", "200"),
+        ],
+    )
+    .await
+    .unwrap();
+    let token = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    let wrong = format!("{}/v1/batches", cloud.ingest.url());
+    agent.sync_enable(&wrong, &token, false).unwrap();
+    let (code, v) = agent
+        .post_events(fixture::synthetic_turns("session_newcomer_404", 1, 3))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{v}");
+    let status = tests::procs::wait_for(Duration::from_secs(30), || async {
+        let s = agent.status().await.ok()?;
+        let err = s.pointer("/last_push/error")?.as_str()?.to_string();
+        err.contains("HTTP 404 for /v1/batches").then_some(s)
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "status never named the wrong endpoint: {}",
+            tests::agent::tail(&agent.output(), 30)
+        )
+    });
+    assert!(
+        status["last_push"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("base URL"),
+        "{status}"
+    );
+    let c = agent.counters().await.unwrap();
+    assert_eq!(
+        (c.rejected, c.pending),
+        (0, 3),
+        "nothing dead-lettered: {c:?}"
+    );
+    let human = agent.cli(&["status"]).unwrap();
+    assert!(
+        human.contains("base URL"),
+        "`apiary-agent status` says it too:\n{human}"
+    );
+    // The fix: the base URL. Everything pending is delivered.
+    agent
+        .sync_enable(&cloud.ingest.url(), &token, false)
+        .unwrap();
+    let c = agent
+        .wait_counters(Duration::from_secs(30), "delivery after the fix", |c| {
+            c.delivered == 3
+        })
+        .await
+        .unwrap();
+    assert_eq!((c.rejected, c.pending), (0, 0), "{c:?}");
+}
+
+/// `apiary-ingest tenant create` on a database nobody migrated: the message says to run `migrate`,
+/// not `relation "tenants" does not exist`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmigrated_database_is_named_with_the_next_step() {
+    let db = TestDb::create().await.unwrap();
+    let (code, out) = run_bin(
+        "apiary-ingest",
+        &["tenant", "create", "--name", "acme"],
+        &[("DATABASE_URL", &db.url)],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("run `apiary-ingest migrate`"), "{out}");
+    assert!(!out.contains("relation"), "{out}");
+}
+
+/// An unreachable server: the message names host and port and the cause, at once (not "pool timed out"
+/// after 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_named_with_its_address_and_cause() {
+    let port = tests::free_port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/apiary");
+    let t0 = std::time::Instant::now();
+    let (code, out) = run_bin(
+        "apiary-ingest",
+        &["tenant", "create", "--name", "acme"],
+        &[("DATABASE_URL", &url)],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("127.0.0.1:{port}")) && out.contains("refused"),
+        "{out}"
+    );
+    assert!(!out.contains("pool timed out"), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// A misspelled variable stops both programs naming the real one; a variable of another tool does not.
+#[test]
+fn a_misspelled_variable_is_named_with_the_real_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_string_lossy().into_owned();
+    let (code, out) = run_bin(
+        "apiary-agent",
+        &["status", "--data-dir", &data],
+        &[("APIARY_PUSH_BACKOF_CAP_MS", "1000")],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("did you mean APIARY_PUSH_BACKOFF_CAP_MS?"),
+        "{out}"
+    );
+    let (code, out) = run_bin(
+        "apiary-ingest",
+        &["migrate"],
+        &[
+            ("APIARY_STALL_AFTER_SEC", "60"),
+            ("DATABASE_URL", "postgres://x@127.0.0.1:1/x"),
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("did you mean APIARY_STALL_AFTER_SECS?"),
+        "{out}"
+    );
+    let (code, out) = run_bin(
+        "apiary-agent",
+        &["status", "--data-dir", &data],
+        &[
+            ("APIARY_PUSH_BACKOFF_BASE_MS", "5000"),
+            ("APIARY_PUSH_BACKOFF_CAP_MS", "1000"),
+        ],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("push.backoff_base_ms (5000)"), "{out}");
+}
