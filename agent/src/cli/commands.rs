@@ -55,7 +55,7 @@ pub async fn status(common: &Common, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Asks the running agent, if any, for its status (1 s budget).
-async fn live_status(data_dir: &Path) -> Option<serde_json::Value> {
+pub(super) async fn live_status(data_dir: &Path) -> Option<serde_json::Value> {
     let addr = std::fs::read_to_string(data_dir.join("agent.addr")).ok()?;
     let token = std::fs::read_to_string(data_dir.join("agent.token")).ok()?;
     let client = reqwest::Client::builder()

@@ -6,6 +6,7 @@
 //! for its live health when it can.
 
 mod commands;
+mod doctor;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +50,12 @@ pub enum Command {
         /// online or airgapped; overrides `mode`.
         #[arg(long, value_parser = parse_mode)]
         mode: Option<Mode>,
+    },
+    /// Check configuration, consent, token, endpoint, identity and Hive home; one line per check with
+    /// the fix; exit status 1 when something is wrong.
+    Doctor {
+        #[command(flatten)]
+        common: Common,
     },
     /// Show sync state, counts by outcome, backlog and health.
     Status {
@@ -174,6 +181,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             commands::run(&common, &flags).await
         }
         Command::Status { common, json } => commands::status(&common, json).await,
+        Command::Doctor { common } => doctor::doctor(&common).await,
         Command::Sync { action } => commands::sync(action).await,
         Command::Export { common, out } => commands::export(&common, &out).await,
         Command::Follow {

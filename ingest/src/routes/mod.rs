@@ -10,6 +10,7 @@ pub mod openapi;
 mod ops;
 mod sessions;
 mod usage;
+mod whoami;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -27,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sessions/{id}/tree", get(sessions::get_session_tree))
         .route("/v1/colonies/{id}/usage", get(sessions::get_colony_usage))
         .route("/v1/devices", get(devices::get_devices))
+        .route("/v1/whoami", get(whoami::get_whoami))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 /// Paths documented here (the test compares them with the router).
-pub const PATHS: [&str; 12] = [
+pub const PATHS: [&str; 13] = [
     "/v1/batches",
     "/v1/usage",
     "/v1/sessions",
@@ -16,6 +16,7 @@ pub const PATHS: [&str; 12] = [
     "/v1/sessions/{id}/tree",
     "/v1/colonies/{id}/usage",
     "/v1/devices",
+    "/v1/whoami",
     "/healthz",
     "/readyz",
     "/metrics",
@@ -122,6 +123,7 @@ pub fn document() -> Value {
             "/v1/sessions/{id}/tree": read_op("The session → colonies → workers, with usage rolled up.", json!([id_param("session id")]), "Tree"),
             "/v1/colonies/{id}/usage": read_op("A colony's usage: its workers (default: all time, by session).", colony_params, "Usage"),
             "/v1/devices": read_op("Devices: last heartbeat, backlog, agent version, online.", json!([]), "Devices"),
+            "/v1/whoami": { "get": { "summary": "What the presented token is: tenant_id, scopes, and the user_id and device_id it is bound to (null when unbound). Any scope.", "security": [{ "bearer": [] }], "responses": { "200": { "description": "The token's identity.", "content": { "application/json": { "schema": { "type": "object", "required": ["tenant_id", "scopes", "user_id", "device_id"], "properties": { "tenant_id": { "type": "string", "format": "uuid" }, "scopes": { "type": "array", "items": { "type": "string", "enum": ["ingest", "read", "admin"] } }, "user_id": { "type": ["string", "null"] }, "device_id": { "type": ["string", "null"] } } } } } }, "401": { "$ref": "#/components/responses/Error" }, "429": { "$ref": "#/components/responses/Error" } } } },
             "/healthz": { "get": { "summary": "Liveness.", "responses": { "200": { "description": "Up." } } } },
             "/readyz": { "get": { "summary": "Database reachable and migrations applied.", "responses": { "200": { "description": "Ready." }, "503": { "$ref": "#/components/responses/Error" } } } },
             "/metrics": { "get": { "summary": "Prometheus metrics.", "responses": { "200": { "description": "Text format.", "content": { "text/plain": {} } } } } },

@@ -9,9 +9,13 @@ use serde_json::json;
 use crate::error::error_body;
 use crate::startup::AppState;
 
-/// The process is up.
+/// The process is up; `service` tells a client (the agent's `doctor`) it reached an Apiary ingest.
 pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
+    Json(json!({
+        "status": "ok",
+        "service": "apiary-ingest",
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
 }
 
 /// The database answers and every migration is applied.

@@ -1,0 +1,472 @@
+//! `apiary-agent doctor --data-dir DIR`: one line per check, `✓` fine, `!` worth knowing, `✗` wrong (with
+//! the fix on the next line); exit status 1 when anything is wrong.
+//!
+//! Checks, in order (a later one is skipped when what it needs failed): `APIARY_*` variables (a
+//! misspelling names the real one); the configuration; the data directory; the outbox (present, counters
+//! balanced, health of the running agent, use of its cap, dead letters); consent (sync on, paused and
+//! why, air-gapped); the token file (exists, regular, non-empty, private); the endpoint (an `https` URL
+//! or loopback `http`, reachable, an Apiary ingest, its clock against ours); the token's identity from
+//! `GET /v1/whoami` against the configured and stored identity; the push loop's last problem; the Hive
+//! home (found, with logs, when they were last written).
+//!
+//! Read-only: nothing is written to the outbox and nothing is sent to the ingest but two GETs.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::commands::live_status;
+use super::{settings, Common};
+use crate::config::{Mode, Overrides, Settings};
+use crate::outbox::{read, store};
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    Ok,
+    Note,
+    Wrong,
+}
+
+/// The lines printed, in order.
+#[derive(Debug, Default)]
+struct Report {
+    lines: Vec<(Mark, String, Option<String>)>,
+}
+
+impl Report {
+    fn ok(&mut self, what: impl Into<String>) {
+        self.lines.push((Mark::Ok, what.into(), None));
+    }
+    fn note(&mut self, what: impl Into<String>, fix: impl Into<String>) {
+        self.lines.push((Mark::Note, what.into(), Some(fix.into())));
+    }
+    fn wrong(&mut self, what: impl Into<String>, fix: impl Into<String>) {
+        self.lines
+            .push((Mark::Wrong, what.into(), Some(fix.into())));
+    }
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for (mark, what, fix) in &self.lines {
+            let m = match mark {
+                Mark::Ok => "✓",
+                Mark::Note => "!",
+                Mark::Wrong => "✗",
+            };
+            out += &format!("{m} {what}\n");
+            if let Some(fix) = fix.as_ref().filter(|f| !f.is_empty()) {
+                out += &format!("    → {fix}\n");
+            }
+        }
+        out
+    }
+    fn failed(&self) -> bool {
+        self.lines.iter().any(|(m, _, _)| *m == Mark::Wrong)
+    }
+}
+
+pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
+    let mut r = Report::default();
+    let dir = common.data_dir.display().to_string();
+    check_variables(&mut r);
+    let settings = match settings(common, &Overrides::default()) {
+        Ok(s) => {
+            r.ok("configuration loads");
+            Some(s)
+        }
+        Err(e) => {
+            r.wrong(
+                format!("configuration: {e:#}"),
+                "fix the key or variable named (every key: deploy/config/agent.toml)",
+            );
+            None
+        }
+    };
+    let status = check_outbox(&mut r, &common.data_dir, &dir).await;
+    if let Some(status) = &status {
+        if let Some(settings) = &settings {
+            check_sync(&mut r, settings, status, &dir).await;
+        }
+    }
+    if let Some(settings) = &settings {
+        check_hive_home(&mut r, settings);
+    }
+    print!("{}", r.render());
+    Ok(if r.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn check_variables(r: &mut Report) {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let unknown = apiary_plumbing::env::unknown_vars(&env);
+    if unknown.is_empty() {
+        r.ok("APIARY_* variables are all known");
+    }
+    for u in unknown {
+        if u.is_typo() {
+            r.wrong(u.message(), "rename the variable");
+        } else {
+            r.note(u.message(), "");
+        }
+    }
+}
+
+/// The outbox and the running agent; the status JSON (live if the agent answers, else stored).
+async fn check_outbox(r: &mut Report, data_dir: &Path, dir: &str) -> Option<Value> {
+    let db = data_dir.join("outbox.db");
+    if !db.exists() {
+        r.wrong(
+            format!("no outbox in {dir}"),
+            format!("start the agent once: apiary-agent run --data-dir {dir}"),
+        );
+        return None;
+    }
+    let (status, running) = match live_status(data_dir).await {
+        Some(v) => (v, true),
+        None => {
+            let conn = store::open_reader(&db).ok()?;
+            (
+                serde_json::to_value(read::stored_status(&conn).ok()?).ok()?,
+                false,
+            )
+        }
+    };
+    if running {
+        r.ok("the agent is running and answers on its local API");
+    } else {
+        r.note(
+            "the agent is not running (or does not answer on DIR/agent.addr)",
+            format!("start it: apiary-agent run --data-dir {dir}"),
+        );
+    }
+    if status["balanced"].as_bool() == Some(true) {
+        r.ok("outbox counters add up");
+    } else {
+        r.wrong(
+            "outbox counters do not add up (received ≠ the sum of outcomes)",
+            "a bug: please report it with `apiary-agent status --json`",
+        );
+    }
+    if let Some(state) = status.pointer("/health/state").and_then(Value::as_str) {
+        if state == "ok" {
+            r.ok("outbox health: ok");
+        } else {
+            let why = status
+                .pointer("/health/last_error")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            r.wrong(
+                format!("outbox health: {state} {why}"),
+                "free disk space for the data directory; the agent recovers by itself",
+            );
+        }
+    }
+    let (used, max) = (
+        status["used_bytes"].as_u64().unwrap_or(0),
+        status["max_bytes"].as_u64().unwrap_or(0),
+    );
+    if max > 0 && used * 10 > max * 8 {
+        r.note(
+            format!("the outbox uses {used} of its {max} bytes"),
+            "deliver the backlog (enable sync) or raise outbox.max_bytes",
+        );
+    }
+    if let Some(n) = status["dead_letters"].as_u64().filter(|n| *n > 0) {
+        r.note(
+            format!("{n} events were refused by the ingest (dead letters)"),
+            "see the reasons in the agent's log; they are never retried",
+        );
+    }
+    Some(status)
+}
+
+async fn check_sync(r: &mut Report, settings: &Settings, status: &Value, dir: &str) {
+    if settings.mode == Mode::Airgapped {
+        r.ok(format!(
+            "air-gapped: nothing is sent; export with apiary-agent export --data-dir {dir} --out FILE"
+        ));
+        return;
+    }
+    let sync = &status["sync"];
+    let enable = format!(
+        "apiary-agent sync enable --data-dir {dir} --endpoint https://INGEST --token-file FILE"
+    );
+    if sync["enabled"].as_bool() != Some(true) {
+        r.note("sync is off: events stay on this device", enable);
+        return;
+    }
+    if let Some(why) = sync["paused_reason"].as_str() {
+        r.wrong(
+            format!("sync is paused: {why}"),
+            format!("fix the token or identity, then run again: {enable}"),
+        );
+    } else {
+        r.ok("sync is on");
+    }
+    let Some(token_file) = sync["token_file"].as_str() else {
+        r.wrong("sync is on but no token file is recorded", enable);
+        return;
+    };
+    let token = match check_token_file(r, Path::new(token_file)) {
+        Some(t) => t,
+        None => return,
+    };
+    let Some(endpoint) = sync["endpoint"].as_str() else {
+        r.wrong("sync is on but no endpoint is recorded", enable);
+        return;
+    };
+    if let Some(whoami) = check_endpoint(r, endpoint, &token).await {
+        check_identity(r, settings, status, &whoami);
+    }
+    if let Some(problem) = status.pointer("/last_push/error").and_then(Value::as_str) {
+        r.wrong(
+            format!("the last push failed: {problem}"),
+            "events are kept and retried; fix what the message names",
+        );
+    }
+}
+
+/// The token file: exists, regular, non-empty, private. Its trimmed content when usable.
+fn check_token_file(r: &mut Report, path: &Path) -> Option<String> {
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => {
+            r.wrong(
+                format!("token file {shown}: {e}"),
+                "write the ingest token (from `apiary-ingest token create`) to it, mode 0600",
+            );
+            return None;
+        }
+    };
+    if !meta.is_file() {
+        r.wrong(format!("token file {shown} is not a regular file"), "");
+        return None;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            r.wrong(
+                format!("token file {shown} is readable by others (mode {mode:o})"),
+                format!("chmod 600 {shown}"),
+            );
+        }
+    }
+    let token = std::fs::read_to_string(path)
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default();
+    if token.is_empty() {
+        r.wrong(
+            format!("token file {shown} is empty"),
+            "write the ingest token (from `apiary-ingest token create`) to it",
+        );
+        return None;
+    }
+    r.ok(format!("token file {shown} is present and not empty"));
+    Some(token)
+}
+
+/// Reaches `/healthz` and `/v1/whoami`; the whoami answer when the token is good.
+async fn check_endpoint(r: &mut Report, endpoint: &str, token: &str) -> Option<Value> {
+    let base = endpoint.trim_end_matches('/');
+    let url = match reqwest::Url::parse(base) {
+        Ok(u) if u.scheme() == "https" => u,
+        Ok(u) if u.scheme() == "http" && is_loopback(&u) => u,
+        Ok(u) => {
+            r.wrong(
+                format!("endpoint {endpoint}: {} is not https", u.scheme()),
+                "use the ingest's https:// base URL (plain http only on loopback, for testing)",
+            );
+            return None;
+        }
+        Err(e) => {
+            r.wrong(
+                format!("endpoint {endpoint:?} is not a URL ({e})"),
+                "give the ingest's base URL, e.g. https://ingest.example",
+            );
+            return None;
+        }
+    };
+    if url.path().trim_end_matches('/').ends_with("/v1/batches") {
+        r.wrong(
+            format!("endpoint {endpoint} ends in /v1/batches"),
+            "give the base URL only; the agent appends /v1/batches",
+        );
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .ok()?;
+    let sent = SystemTime::now();
+    let health = match client.get(format!("{base}/healthz")).send().await {
+        Ok(resp) => resp,
+        Err(e) => {
+            r.wrong(
+                format!("cannot reach {base}/healthz: {}", error_chain(&e)),
+                "check the endpoint URL, the network, and (for https) the certificate",
+            );
+            return None;
+        }
+    };
+    if let Some(skew) = clock_skew(&health, sent) {
+        if skew.abs() > 60 {
+            r.wrong(
+                format!("this clock is {skew} s off the ingest's"),
+                "the ingest corrects batch times, but set the clock right (e.g. timedatectl set-ntp true)",
+            );
+        } else {
+            r.ok(format!("clock within {} s of the ingest's", skew.abs()));
+        }
+    }
+    let body: Value = health.json().await.unwrap_or(Value::Null);
+    if body["service"] != "apiary-ingest" {
+        r.wrong(
+            format!("{base}/healthz does not answer as an Apiary ingest"),
+            "the endpoint must be the ingest's base URL",
+        );
+        return None;
+    }
+    r.ok(format!("{base} is an Apiary ingest"));
+    let resp = client
+        .get(format!("{base}/v1/whoami"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .ok()?;
+    match resp.status().as_u16() {
+        200 => resp.json().await.ok(),
+        401 | 403 => {
+            r.wrong(
+                "the ingest does not accept this token (revoked, or another ingest's)",
+                "create a new one: apiary-ingest token create --tenant T --scope ingest --user U --device D",
+            );
+            None
+        }
+        s => {
+            r.note(format!("cannot check the token's identity (HTTP {s})"), "");
+            None
+        }
+    }
+}
+
+fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &Value) {
+    if !whoami["scopes"]
+        .as_array()
+        .is_some_and(|s| s.iter().any(|x| x == "ingest"))
+    {
+        r.wrong(
+            "the token lacks the `ingest` scope",
+            "create an ingest token: apiary-ingest token create --tenant T --scope ingest",
+        );
+    }
+    let mut agree = true;
+    if let Some(bound) = whoami["device_id"].as_str() {
+        let mine = settings
+            .identity
+            .device_id
+            .as_deref()
+            .or(status["device_id"].as_str());
+        if mine.is_some_and(|m| m != bound) {
+            agree = false;
+            r.wrong(
+                format!(
+                    "this device is {:?} but the token is bound to device {bound:?}",
+                    mine.unwrap_or_default()
+                ),
+                format!("set identity.device_id = \"{bound}\" in agent.toml, or use a token for this device"),
+            );
+        }
+    }
+    if let (Some(bound), Some(mine)) = (
+        whoami["user_id"].as_str(),
+        settings.identity.user_id.as_deref(),
+    ) {
+        if mine != bound {
+            agree = false;
+            r.wrong(
+                format!("identity.user_id is {mine:?} but the token is bound to user {bound:?}"),
+                format!("set identity.user_id = \"{bound}\" or leave it out"),
+            );
+        }
+    }
+    if agree {
+        r.ok(format!(
+            "the token (tenant {}, user {}, device {}) agrees with this device's identity",
+            whoami["tenant_id"].as_str().unwrap_or("?"),
+            whoami["user_id"].as_str().unwrap_or("any"),
+            whoami["device_id"].as_str().unwrap_or("any"),
+        ));
+    }
+}
+
+fn check_hive_home(r: &mut Report, settings: &Settings) {
+    let Some(home) = &settings.hive_home else {
+        r.note(
+            "no hive_home: only events posted to the local API are taken",
+            "to follow Hive's logs: hive_home = \"/home/USER/.hive\" (or --hive-home)",
+        );
+        return;
+    };
+    if !home.is_dir() {
+        r.wrong(
+            format!("hive_home {} does not exist", home.display()),
+            "point it at Hive's home (HIVE_HOME, usually ~/.hive)",
+        );
+        return;
+    }
+    let sources = crate::tail::discover_logs(home).unwrap_or_default();
+    let newest = sources
+        .iter()
+        .filter_map(|s| std::fs::metadata(&s.path).ok()?.modified().ok())
+        .max();
+    match newest {
+        None => r.note(
+            format!("no Hive logs under {} yet", home.display()),
+            "run Hive once; per-session logs appear under **/sessions/<id>/events.jsonl",
+        ),
+        Some(t) => {
+            let ago = t.elapsed().unwrap_or_default().as_secs();
+            r.ok(format!(
+                "{} Hive logs under {}, the newest written {ago} s ago",
+                sources.len(),
+                home.display()
+            ));
+        }
+    }
+}
+
+fn is_loopback(u: &reqwest::Url) -> bool {
+    let host = u.host_str().unwrap_or("");
+    host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback())
+}
+
+/// Seconds our clock is ahead (+) of the server's, from its `Date` header (1 s resolution).
+fn clock_skew(resp: &reqwest::Response, sent: SystemTime) -> Option<i64> {
+    let date = resp.headers().get(reqwest::header::DATE)?.to_str().ok()?;
+    let theirs = chrono::DateTime::parse_from_rfc2822(date).ok()?;
+    let ours = chrono::DateTime::<chrono::Utc>::from(sent);
+    Some((ours - theirs.with_timezone(&chrono::Utc)).num_seconds())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
