@@ -183,6 +183,7 @@ pub async fn run(
     let sender = Sender {
         tenant_id,
         user_id: None,
+        device_id: None,
         live: false,
     };
     let mut summary = BatchResponse::default();
