@@ -5,9 +5,11 @@
 //!
 //! ## Request path of `POST /v1/batches`
 //! token → [`auth`] (hashed tokens, scopes, per-token rate limit) → [`intake`] (decompress with caps, JSON,
-//! schema version N/N-1, JSON Schema, identity bindings vs the token → 403, per event: schema, envelope,
-//! allowlist re-applied, ranges, time window, clock correction) → [`store::batch`] (one transaction:
-//! dedup keys → sessions → events → [`rollups`] → devices, each step in sorted key order).
+//! schema version N/N-1, JSON Schema, [`bindings`]' ids and times → 422, identity bindings vs the token
+//! → 403, per event: schema, envelope, allowlist re-applied, ranges, time window, clock correction) →
+//! [`store::batch`] (one transaction: session owners ([`store::owners`]: another user's session is
+//! refused per event) → dedup keys → sessions → events → [`rollups`] → devices, each step in sorted key
+//! order).
 //!
 //! ## Invariants
 //! - Dedup key is `(tenant_id, event_id)` in the unpartitioned `event_keys` table; only ids its insert
@@ -35,6 +37,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod bindings;
 pub mod cli;
 pub mod config;
 pub mod error;

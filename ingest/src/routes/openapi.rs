@@ -112,6 +112,7 @@ pub fn document() -> Value {
         "paths": {
             "/v1/batches": { "post": {
                 "summary": "Ingest a batch of canonical events (scope ingest). Content-Encoding gzip or zstd accepted.",
+                "description": "Events and session bindings together count towards max_batch_events (413). A binding whose ids (session, user, device, parent; and agent.device_id) are not ids by the policy's rule — e.g. they look like an e-mail address, a path or a key — or whose first_seen_at (clock-corrected) lies outside the accepted window refuses the whole batch (422, one detail per problem). A token bound to a user or device may write only that user's (device's) sessions: an event whose session, parent or colony belongs to another is rejected per event with the reason.",
                 "security": [{ "bearer": [] }],
                 "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Batch" } } } },
                 "responses": batch_responses } },
