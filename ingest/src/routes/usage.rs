@@ -24,7 +24,11 @@ pub async fn get_usage(
     let q = UsageQuery::parse(&params, chrono::Utc::now())?;
     let within = match &reader {
         UsageReader::Tenant(r) => Within::Tenant(r, &Part::Whole),
-        UsageReader::Operator(o) => Within::AllTenants(o),
+        UsageReader::Operator(o) => {
+            // Cross-tenant reads are rare and powerful: leave a trace of each.
+            tracing::info!(operator_token = %o.token_id(), query = ?params, "operator usage read");
+            Within::AllTenants(o)
+        }
     };
     let rows = usage::run(&state.pool, within, &q).await?;
     Ok(Json(usage::response_json(&q, &rows)))
