@@ -146,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
     let avg_kb = bodies.iter().flatten().map(Vec::len).sum::<usize>() / n_batches / 1024;
 
     // CPU cost of intake alone (decompress + JSON + JSON Schema + allowlist + usage), one core.
-    let principal = apiary_ingest::auth::Principal::operator(tenant);
+    let principal = apiary_ingest::auth::Principal::command_line(tenant);
     let policy = apiary_schema::Policy::default_policy();
     let rules = apiary_ingest::intake::IntakeRules::from_settings(&IngestSettings::default());
     let t0 = Instant::now();

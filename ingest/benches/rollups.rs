@@ -151,15 +151,11 @@ async fn run_matrix(
                     let tenant = tenants[i % tenants.len()];
                     i += 1;
                     let t0 = Instant::now();
-                    let rows = usage::run(
-                        pool,
-                        tenant,
-                        &usage::Scope::Tenant { all_tenants: false },
-                        None,
-                        &q,
-                    )
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let reader = apiary_ingest::access::TenantRead::tenant_wide(tenant);
+                    let within = usage::Within::Tenant(&reader, &usage::Part::Whole);
+                    let rows = usage::run(pool, within, &q)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
                     let took = t0.elapsed();
                     assert!(!rows.is_empty());
                     out.push(Measure {

@@ -1,13 +1,20 @@
 //! Bearer tokens: creation, verification, scopes, and the per-token rate limit.
 //!
-//! A token is `apy_` + 64 hex characters (256 random bits). Only its SHA-256 is stored (`api_tokens`), so a
-//! database dump reveals no usable token; no salt is needed for a random secret of that size. A token is
-//! bound to one tenant, one or more scopes (`ingest`, `read`, `admin`; `admin` implies `read`), and
-//! optionally a user and a device. A token bound to a user reads only that user's data
-//! ([`Principal::read_user`]: usage rows, sessions, colonies, devices — another user's session answers
-//! 404 like an unknown one); `admin` tokens and tokens bound to no user read the whole tenant. Verified
-//! tokens are cached in memory for `token_cache_secs` (revocation, `apiary-ingest token revoke`, takes
-//! effect within that time). The rate limit is a token bucket per token, per replica.
+//! Two kinds of token, in two tables, told apart by their prefix:
+//! - **Tenant tokens** (`apy_` + 64 hex characters, `api_tokens`): bound to one tenant, one or more
+//!   scopes (`ingest`, `read`, `admin`; `admin` implies `read`), and optionally a user and a device. They
+//!   resolve to a [`Principal`]. `admin` is an administrator *of its tenant*: no scope of a tenant token
+//!   reaches another tenant's rows. A token bound to a user reads only that user's data
+//!   ([`Principal::read_user`]: usage rows, sessions, colonies, devices — another user's session answers
+//!   404 like an unknown one); `admin` tokens and tokens bound to no user read the whole tenant.
+//! - **Operator tokens** (`apo_` + 64 hex characters, `operator_tokens`): made only by `apiary-ingest
+//!   operator-token create`, bound to no tenant; they resolve to an [`Operator`], whose one read is usage
+//!   per tenant (see [`crate::access`]). Every other route refuses them (403).
+//!
+//! Only a token's SHA-256 is stored, so a database dump reveals no usable token; no salt is needed for a
+//! random secret of 256 bits. Verified tokens are cached in memory for `token_cache_secs` (revocation,
+//! `apiary-ingest token revoke`, takes effect within that time). The rate limit is a token bucket per
+//! token, per replica.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -64,8 +71,9 @@ pub struct Principal {
 }
 
 impl Principal {
-    /// An operator acting for a tenant from the command line (`import`): ingest scope, no bindings.
-    pub fn operator(tenant_id: Uuid) -> Principal {
+    /// Someone at the command line acting for one tenant (`import`): ingest scope, no bindings, so a
+    /// tenant-wide trusted sender.
+    pub fn command_line(tenant_id: Uuid) -> Principal {
         Principal {
             tenant_id,
             scopes: vec![Scope::Ingest],
@@ -105,11 +113,54 @@ impl Principal {
     }
 }
 
-/// A fresh random token (shown once, never stored).
+/// The holder of an operator token (see the module notes). Only [`TokenGuard::verify`] makes one.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    /// The id `operator-token create` reported, for logs.
+    pub token_id: Uuid,
+    /// Key of the rate-limit bucket.
+    token_hash: [u8; 32],
+}
+
+/// Whoever presented a valid token.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    Tenant(Principal),
+    Operator(Operator),
+}
+
+impl Caller {
+    fn token_hash(&self) -> &[u8; 32] {
+        match self {
+            Caller::Tenant(p) => &p.token_hash,
+            Caller::Operator(o) => &o.token_hash,
+        }
+    }
+}
+
+/// Prefix of tenant tokens.
+pub const TENANT_TOKEN_PREFIX: &str = "apy_";
+/// Prefix of operator tokens.
+pub const OPERATOR_TOKEN_PREFIX: &str = "apo_";
+
+/// What an operator token may do, said when it is used anywhere else.
+pub const OPERATOR_ONLY: &str =
+    "an operator token reads only GET /v1/usage grouped by tenant; use a tenant's token here";
+
+/// A fresh random tenant token (shown once, never stored).
 pub fn generate_token() -> String {
+    random_token(TENANT_TOKEN_PREFIX)
+}
+
+/// A fresh random operator token (shown once, never stored).
+pub fn generate_operator_token() -> String {
+    random_token(OPERATOR_TOKEN_PREFIX)
+}
+
+fn random_token(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut bytes);
-    format!("apy_{}", hex::encode(bytes))
+    format!("{prefix}{}", hex::encode(bytes))
 }
 
 /// The stored form of a token.
@@ -120,7 +171,7 @@ pub fn hash_token(token: &str) -> [u8; 32] {
 /// Verified tokens and rate-limit buckets, in memory.
 #[derive(Debug)]
 pub struct TokenGuard {
-    cache: Mutex<HashMap<[u8; 32], (Principal, Instant)>>,
+    cache: Mutex<HashMap<[u8; 32], (Caller, Instant)>>,
     buckets: Mutex<HashMap<[u8; 32], Bucket>>,
     cache_for: Duration,
     rate_per_sec: f64,
@@ -149,40 +200,56 @@ impl TokenGuard {
         }
     }
 
-    /// Resolves a bearer token to its principal (401 when unknown or revoked).
-    pub async fn verify(&self, pool: &PgPool, token: &str) -> Result<Principal, ApiError> {
+    /// Resolves a bearer token to its caller (401 when unknown or revoked). The prefix says which table
+    /// holds it; a token with neither prefix is unknown without a database round-trip.
+    pub async fn verify(&self, pool: &PgPool, token: &str) -> Result<Caller, ApiError> {
         let hash = hash_token(token);
-        if let Some((p, at)) = self.cache.lock().unwrap().get(&hash) {
+        if let Some((c, at)) = self.cache.lock().unwrap().get(&hash) {
             if at.elapsed() < self.cache_for {
-                return Ok(p.clone());
+                return Ok(c.clone());
             }
         }
-        let row: Option<TokenRow> = sqlx::query_as(
-            "SELECT tenant_id, scopes, user_id, device_id FROM api_tokens \
-             WHERE token_hash = $1 AND revoked_at IS NULL",
-        )
-        .bind(&hash[..])
-        .fetch_optional(pool)
-        .await?;
-        let (tenant_id, scopes, user_id, device_id) = row.ok_or(ApiError::Unauthenticated)?;
-        let principal = Principal {
-            tenant_id,
-            scopes: scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
-            user_id,
-            device_id,
-            token_hash: hash,
+        let caller = if token.starts_with(OPERATOR_TOKEN_PREFIX) {
+            let id: Option<Uuid> = sqlx::query_scalar(
+                "SELECT token_id FROM operator_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+            )
+            .bind(&hash[..])
+            .fetch_optional(pool)
+            .await?;
+            Caller::Operator(Operator {
+                token_id: id.ok_or(ApiError::Unauthenticated)?,
+                token_hash: hash,
+            })
+        } else if token.starts_with(TENANT_TOKEN_PREFIX) {
+            let row: Option<TokenRow> = sqlx::query_as(
+                "SELECT tenant_id, scopes, user_id, device_id FROM api_tokens \
+                 WHERE token_hash = $1 AND revoked_at IS NULL",
+            )
+            .bind(&hash[..])
+            .fetch_optional(pool)
+            .await?;
+            let (tenant_id, scopes, user_id, device_id) = row.ok_or(ApiError::Unauthenticated)?;
+            Caller::Tenant(Principal {
+                tenant_id,
+                scopes: scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
+                user_id,
+                device_id,
+                token_hash: hash,
+            })
+        } else {
+            return Err(ApiError::Unauthenticated);
         };
         let mut cache = self.cache.lock().unwrap();
         if cache.len() >= MAX_ENTRIES {
             cache.clear();
         }
-        cache.insert(hash, (principal.clone(), Instant::now()));
-        Ok(principal)
+        cache.insert(hash, (caller.clone(), Instant::now()));
+        Ok(caller)
     }
 
     /// Takes one request from the token's bucket; Err(wait) when it is empty.
-    pub fn admit(&self, principal: &Principal) -> Result<(), Duration> {
-        self.admit_at(&principal.token_hash, Instant::now())
+    pub fn admit(&self, caller: &Caller) -> Result<(), Duration> {
+        self.admit_at(caller.token_hash(), Instant::now())
     }
 
     fn admit_at(&self, key: &[u8; 32], now: Instant) -> Result<(), Duration> {
@@ -208,7 +275,9 @@ impl TokenGuard {
     }
 }
 
-impl FromRequestParts<AppState> for Principal {
+/// Any valid token, rate-limited. Routes take a [`Principal`] (tenant tokens only) or one of the read
+/// scopes of [`crate::access`], which are built from this.
+impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
@@ -223,12 +292,24 @@ impl FromRequestParts<AppState> for Principal {
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 200)
             .ok_or(ApiError::Unauthenticated)?;
-        let principal = state.tokens.verify(&state.pool, token).await?;
-        state.tokens.admit(&principal).map_err(|wait| {
+        let caller = state.tokens.verify(&state.pool, token).await?;
+        state.tokens.admit(&caller).map_err(|wait| {
             state.metrics.rate_limited.inc();
             ApiError::RateLimited(wait)
         })?;
-        Ok(principal)
+        Ok(caller)
+    }
+}
+
+/// A tenant token; an operator token is refused (403).
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match Caller::from_request_parts(parts, state).await? {
+            Caller::Tenant(p) => Ok(p),
+            Caller::Operator(_) => Err(ApiError::Forbidden(OPERATOR_ONLY.into())),
+        }
     }
 }
 
@@ -242,6 +323,8 @@ mod tests {
         assert!(a.starts_with("apy_") && a.len() == 68);
         assert_ne!(a, generate_token());
         assert_eq!(hash_token(&a), hash_token(&a));
+        let o = generate_operator_token();
+        assert!(o.starts_with("apo_") && o.len() == 68);
     }
 
     #[test]

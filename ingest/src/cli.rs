@@ -1,8 +1,8 @@
-//! The command line: `migrate`, `serve`, `tenant create`, `token create`, `token revoke`, `import`,
-//! `retention`.
+//! The command line: `migrate`, `serve`, `tenant create`, `token create`, `operator-token create`,
+//! `token revoke`, `import`, `retention`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
-//! prints the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
+//! and `operator-token create` print the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
 //! on stdout and progress on stderr. Logs go to stderr. Exit code 0 on success, 1 on failure, 2 on bad
 //! usage (clap).
 
@@ -46,6 +46,12 @@ pub enum Command {
     Token {
         #[command(subcommand)]
         action: TokenAction,
+    },
+    /// Manage operator tokens: the one credential that reads usage across tenants (per tenant and
+    /// model only). Revoke them with `token revoke`.
+    OperatorToken {
+        #[command(subcommand)]
+        action: OperatorTokenAction,
     },
     /// Load an agent export bundle (gzip NDJSON with a manifest line).
     Import {
@@ -92,6 +98,16 @@ pub enum TokenAction {
         /// The token itself (beware: command lines can end up in shell history).
         #[arg(long)]
         token: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorTokenAction {
+    /// Create an operator token; prints it (once) on the last line.
+    Create {
+        /// What the token is for (e.g. billing), kept for audit.
+        #[arg(long)]
+        label: String,
     },
 }
 
@@ -175,6 +191,16 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
             };
             let (id, token) = admin::create_token(&pool, &spec).await?;
             eprintln!("token {id} created; it is shown once, store it now");
+            println!("{token}");
+        }
+        Command::OperatorToken {
+            action: OperatorTokenAction::Create { label },
+        } => {
+            let (id, token) = admin::create_operator_token(&pool, &label).await?;
+            eprintln!(
+                "operator token {id} created: it reads usage of EVERY tenant (per tenant and model); \
+                 it is shown once, store it now"
+            );
             println!("{token}");
         }
         Command::Token {

@@ -178,11 +178,12 @@ pub async fn run(
 ) -> Result<BatchResponse, anyhow::Error> {
     let manifest = verify(path)?;
     let total = manifest.event_count;
-    let principal = Principal::operator(tenant_id);
+    let principal = Principal::command_line(tenant_id);
     let policy = apiary_schema::Policy::default_policy();
     let sender = Sender {
         tenant_id,
         user_id: None,
+        device_id: None,
         live: false,
     };
     let mut summary = BatchResponse::default();

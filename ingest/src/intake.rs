@@ -1,8 +1,10 @@
 //! From request bytes to a checked batch, before any database work. Pure (no I/O).
 //!
 //! Order: decompress (gzip, zstd; capped, so a compression bomb is a 413) → parse JSON (serde_json's
-//! recursion limit turns deep nesting into a 400) → schema version → envelope JSON Schema → identity
-//! bindings against the token (403 for the whole batch) → per event: JSON Schema, typed parse, envelope
+//! recursion limit turns deep nesting into a 400) → schema version → events and session bindings
+//! together at most `max_batch_events` (413) → envelope JSON Schema → the bindings' ids and times
+//! ([`crate::bindings`], 422 for the whole batch) → identity bindings against the token (403 for the
+//! whole batch) → per event: JSON Schema, typed parse, envelope
 //! rules, the allowlist policy (defence in depth), value ranges, and the time window. An event that fails
 //! is rejected with a reason and never stored; the others go on.
 //!
@@ -142,9 +144,13 @@ pub fn check_batch_value(
         Some(Value::Array(a)) => a,
         _ => return Err(invalid("`events` must be an array", vec![])),
     };
-    if events.len() > rules.max_batch_events {
+    let bindings = obj
+        .get("sessions")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if events.len() + bindings > rules.max_batch_events {
         return Err(ApiError::TooLarge(format!(
-            "the batch holds {} events; at most {} are accepted",
+            "the batch holds {} events and {bindings} session bindings; at most {} are accepted together",
             events.len(),
             rules.max_batch_events
         )));
@@ -157,20 +163,22 @@ pub fn check_batch_value(
             details,
         ));
     }
-    let batch: Batch = serde_json::from_value(value)
+    let mut batch: Batch = serde_json::from_value(value)
         .map_err(|e| invalid(&format!("the batch envelope is invalid: {e}"), vec![]))?;
-    check_bindings(&batch, principal)?;
-    let device_id = batch
-        .agent
-        .device_id
-        .clone()
-        .or_else(|| principal.device_id.clone());
     let skew = now - batch.sent_at;
     let shift = if correct_clock && skew.abs() > rules.skew_tolerance {
         skew
     } else {
         Duration::zero()
     };
+    let window = (rules.oldest_accepted(now), now + rules.max_future);
+    crate::bindings::check(&mut batch, shift, window)?;
+    check_bindings(&batch, principal)?;
+    let device_id = batch
+        .agent
+        .device_id
+        .clone()
+        .or_else(|| principal.device_id.clone());
     let mut checked = CheckedBatch {
         received_at: now,
         device_id,
@@ -179,7 +187,6 @@ pub fn check_batch_value(
         events: Vec::with_capacity(events.len()),
         rejected: vec![],
     };
-    let window = (rules.oldest_accepted(now), now + rules.max_future);
     for (i, raw) in events.into_iter().enumerate() {
         let id = raw
             .get("event_id")

@@ -5,9 +5,11 @@
 //!
 //! ## Request path of `POST /v1/batches`
 //! token → [`auth`] (hashed tokens, scopes, per-token rate limit) → [`intake`] (decompress with caps, JSON,
-//! schema version N/N-1, JSON Schema, identity bindings vs the token → 403, per event: schema, envelope,
-//! allowlist re-applied, ranges, time window, clock correction) → [`store::batch`] (one transaction:
-//! dedup keys → sessions → events → [`rollups`] → devices, each step in sorted key order).
+//! schema version N/N-1, JSON Schema, [`bindings`]' ids and times → 422, identity bindings vs the token
+//! → 403, per event: schema, envelope, allowlist re-applied, ranges, time window, clock correction) →
+//! [`store::batch`] (one transaction: session owners ([`store::owners`]: another user's session is
+//! refused per event) → dedup keys → sessions → events → [`rollups`] → devices, each step in sorted key
+//! order).
 //!
 //! ## Invariants
 //! - Dedup key is `(tenant_id, event_id)` in the unpartitioned `event_keys` table; only ids its insert
@@ -20,16 +22,22 @@
 //!   (`agent.heartbeat`, `outbox.dropped`) are stored and deduped but never counted as usage: they update
 //!   `devices` (liveness, backlog, `dropped_events`).
 //! - Every read is bound to the token's tenant; another tenant's ids answer 404 exactly like unknown ids.
-//!   Only an `admin` token asking `group_by=tenant` sees across tenants. A non-admin token bound to a user
-//!   reads only that user's usage, sessions, colonies and devices (`auth::Principal::read_user`).
+//!   The query functions take a typed read scope ([`access::TenantRead`]), not a tenant id, so a read
+//!   without the tenant filter cannot be written by accident. A tenant's `admin` token administers its
+//!   tenant only (`group_by=tenant` answers its own row); only an operator token, a separate credential
+//!   made by the command line, reads usage across tenants, and only per tenant (and model)
+//!   ([`access::OperatorRead`]). A non-admin token bound to a user reads only that user's usage,
+//!   sessions, colonies and devices (`auth::Principal::read_user`).
 //! - A batch is stored whole or not at all; a bad event is rejected with a reason and never stored.
 //!
 //! ## Modules
-//! [`config`] settings · [`cli`] commands · [`startup`] server, shutdown, maintenance · [`routes`] one file
+//! [`auth`] tokens · [`access`] read scopes · [`config`] settings · [`cli`] commands · [`startup`] server, shutdown, maintenance · [`routes`] one file
 //! per route group · [`query`] reads · [`status`] session status rules · [`import`] export bundles ·
 //! [`metrics`] Prometheus · [`error`] the API error.
 
+pub mod access;
 pub mod auth;
+pub mod bindings;
 pub mod cli;
 pub mod config;
 pub mod error;

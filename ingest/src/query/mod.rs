@@ -1,5 +1,6 @@
-//! Read queries behind the `/v1` read endpoints. Every function takes the tenant explicitly, and the
-//! user a user-bound `read` token is limited to ([`crate::auth::Principal::read_user`]).
+//! Read queries behind the `/v1` read endpoints. Every function takes a typed read scope
+//! ([`crate::access::TenantRead`], or for usage across tenants an [`crate::access::OperatorRead`]) instead
+//! of a raw tenant id, so no query can be called without the tenant (and user) filter the token allows.
 
 pub mod buckets;
 pub mod sessions;

@@ -1,13 +1,14 @@
 //! Session reads: one session with its derived status and totals, and the queen → colonies → workers tree
-//! with usage rolled up. Every query is bound to one tenant; a session of another tenant is "not found".
+//! with usage rolled up. Every query takes a [`TenantRead`]: bound to its tenant (and, for a user-bound
+//! `read` token, to its user); a session of another tenant or user is "not found".
 
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use uuid::Uuid;
 
+use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::usage::usage_json;
 use crate::rollups::Usage;
@@ -80,19 +81,14 @@ impl SessionRow {
     }
 }
 
-/// One session of the tenant (of `user`, when set), or 404.
-pub async fn get(
-    pool: &PgPool,
-    tenant: Uuid,
-    user: Option<&str>,
-    id: &str,
-) -> Result<SessionRow, ApiError> {
+/// One session the reader may see, or 404.
+pub async fn get(pool: &PgPool, r: &TenantRead, id: &str) -> Result<SessionRow, ApiError> {
     sqlx::query_as::<_, SessionRow>(&format!(
         "{SELECT} WHERE s.tenant_id = $1 AND s.session_id = $2 AND ($3::text IS NULL OR s.user_id = $3)"
     ))
-    .bind(tenant)
+    .bind(r.tenant_id())
     .bind(id)
-    .bind(user)
+    .bind(r.user())
     .fetch_optional(pool)
     .await?
     .ok_or(ApiError::NotFound("session"))
@@ -147,14 +143,13 @@ const LIST_SCAN_MAX: usize = 10_000;
 /// Sessions fetched per query while a status filter is on.
 const LIST_CHUNK: usize = 500;
 
-/// The tenant's sessions (of `user`, when set), most recently active first: ordered by the last event's
+/// The sessions the reader may see, most recently active first: ordered by the last event's
 /// time (the first-seen time for a session registered without events), then by id, both descending.
 /// Status is derived here, at `now`, so the status filter runs after the query. Returns the page and,
 /// when there may be more, the cursor to pass on.
 pub async fn list(
     pool: &PgPool,
-    tenant: Uuid,
-    read_user: Option<&str>,
+    r: &TenantRead,
     f: &ListFilter,
     now: DateTime<Utc>,
     t: Thresholds,
@@ -168,9 +163,9 @@ pub async fn list(
             Some(_) => LIST_CHUNK,
         };
         let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(SELECT);
-        q.push(" WHERE s.tenant_id = ").push_bind(tenant);
+        q.push(" WHERE s.tenant_id = ").push_bind(r.tenant_id());
         for (col, v) in [
-            ("s.user_id", read_user),
+            ("s.user_id", r.user()),
             ("s.user_id", f.user.as_deref()),
             ("s.device_id", f.device.as_deref()),
         ] {
@@ -222,20 +217,22 @@ pub async fn list(
 /// session id and the ten sums of [`Usage`], in field order.
 type TotalsRow = (String, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
 
-/// All-time totals per session.
+/// All-time totals per session (of the sessions the reader may see).
 pub async fn totals(
     pool: &PgPool,
-    tenant: Uuid,
+    r: &TenantRead,
     ids: &[String],
 ) -> Result<HashMap<String, Usage>, ApiError> {
     let rows: Vec<TotalsRow> = sqlx::query_as(
         "SELECT session_id, apiary_sum(input_tokens), apiary_sum(output_tokens), apiary_sum(cached_tokens),
             apiary_sum(cache_creation_tokens), apiary_sum(cost_nanos), apiary_sum(llm_calls),
             apiary_sum(unpriced_turns), apiary_sum(tool_calls), apiary_sum(tool_errors), apiary_sum(events)
-         FROM usage_rollups WHERE tenant_id = $1 AND session_id = ANY($2) GROUP BY session_id",
+         FROM usage_rollups WHERE tenant_id = $1 AND session_id = ANY($2)
+            AND ($3::text IS NULL OR user_id = $3) GROUP BY session_id",
     )
-    .bind(tenant)
+    .bind(r.tenant_id())
     .bind(ids)
+    .bind(r.user())
     .fetch_all(pool)
     .await?;
     Ok(rows
@@ -258,12 +255,11 @@ pub async fn totals(
         .collect())
 }
 
-/// The session and everything below it (children by parent or colony), at most 8 levels deep; with
-/// `user`, only that user's sessions (and 404 when the root is not one of them).
+/// The session and everything below it (children by parent or colony), at most 8 levels deep; for a
+/// user-bound reader only that user's sessions (and 404 when the root is not one of them).
 pub async fn subtree(
     pool: &PgPool,
-    tenant: Uuid,
-    user: Option<&str>,
+    r: &TenantRead,
     root: &str,
 ) -> Result<Vec<SessionRow>, ApiError> {
     let sql = format!(
@@ -278,9 +274,9 @@ pub async fn subtree(
             AND ($3::text IS NULL OR s.user_id = $3)"
     );
     let rows = sqlx::query_as::<_, SessionRow>(&sql)
-        .bind(tenant)
+        .bind(r.tenant_id())
         .bind(root)
-        .bind(user)
+        .bind(r.user())
         .fetch_all(pool)
         .await?;
     if !rows.iter().any(|r| r.session_id == root) {
@@ -346,22 +342,17 @@ pub fn tree_json(
     }
 }
 
-/// True when the tenant (`user`, when set) has a session in, or usage for, the colony.
-pub async fn colony_exists(
-    pool: &PgPool,
-    tenant: Uuid,
-    user: Option<&str>,
-    colony: &str,
-) -> Result<bool, ApiError> {
+/// True when the reader may see a session in, or usage for, the colony.
+pub async fn colony_exists(pool: &PgPool, r: &TenantRead, colony: &str) -> Result<bool, ApiError> {
     let found: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant_id = $1 AND (colony_id = $2 OR session_id = $2)
                 AND ($3::text IS NULL OR user_id = $3))
              OR EXISTS (SELECT 1 FROM usage_rollups WHERE tenant_id = $1 AND colony_id = $2
                 AND ($3::text IS NULL OR user_id = $3))",
     )
-    .bind(tenant)
+    .bind(r.tenant_id())
     .bind(colony)
-    .bind(user)
+    .bind(r.user())
     .fetch_one(pool)
     .await?;
     Ok(found)

@@ -19,8 +19,10 @@
 //!
 //! Rows come back sorted by bucket then group keys (sorted here, not by the database).
 //!
-//! Who sees what: the caller passes the tenant and, for a `read` token bound to a user, that user; the
-//! query then only sums that user's rows.
+//! Who sees what ([`Within`]): a [`TenantRead`] sums only its tenant's rows (and only its user's, for a
+//! user-bound `read` token); `group_by=tenant` then answers that one tenant. Only an [`OperatorRead`]
+//! (an operator token) sums across tenants, and only grouped by tenant, optionally by model too
+//! ([`OPERATOR_DIMS`]).
 
 use std::collections::BTreeMap;
 
@@ -30,6 +32,7 @@ use serde_json::{json, Map, Value};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
+use crate::access::{OperatorRead, TenantRead};
 use crate::error::ApiError;
 use crate::rollups::{self, Usage};
 
@@ -80,15 +83,39 @@ pub enum Granularity {
     Total,
 }
 
+/// Whose usage a query sums.
+#[derive(Debug, Clone, Copy)]
+pub enum Within<'a> {
+    /// Part of one tenant's usage (of one user's, for a user-bound read).
+    Tenant(&'a TenantRead, &'a Part),
+    /// Every tenant's usage, grouped by tenant (operator tokens only).
+    AllTenants(&'a OperatorRead),
+}
+
 /// A restriction to part of a tenant's usage.
 #[derive(Debug, Clone)]
-pub enum Scope {
-    /// The tenant (or every tenant, for admin `group_by=tenant`).
-    Tenant { all_tenants: bool },
+pub enum Part {
+    /// All of it.
+    Whole,
     /// These sessions.
     Sessions(Vec<String>),
     /// One colony's workers.
     Colony(String),
+}
+
+/// The dimensions an operator may group by: tenant (required) and model. A tenant's users, sessions,
+/// colonies and devices are the tenant's business, not the operator's.
+pub const OPERATOR_DIMS: [Dim; 2] = [Dim::Tenant, Dim::Model];
+
+/// 400 unless `group_by` is what an operator may ask for.
+fn check_operator_dims(group_by: &[Dim]) -> Result<(), ApiError> {
+    if !group_by.contains(&Dim::Tenant) || group_by.iter().any(|d| !OPERATOR_DIMS.contains(d)) {
+        return Err(ApiError::bad_param(
+            "group_by",
+            "an operator token reads usage per tenant: group by tenant, optionally with model",
+        ));
+    }
+    Ok(())
 }
 
 /// A parsed usage request.
@@ -278,33 +305,37 @@ impl Split {
 /// Longest range whose buckets are computed without first asking for the data's extent.
 const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 
-/// Runs the query for `tenant_id` within `scope`; `user`, when set, keeps only that user's usage (a
-/// `read` token bound to a user, see `auth`).
+/// Runs the query over the usage `within` allows (see [`Within`]).
 pub async fn run(
     pool: &PgPool,
-    tenant_id: Uuid,
-    scope: &Scope,
-    user: Option<&str>,
+    within: Within<'_>,
     q: &UsageQuery,
 ) -> Result<Vec<UsageRow>, ApiError> {
-    let mut cond = String::from(match scope {
-        Scope::Tenant { all_tenants: true } => "$1::uuid IS NOT NULL",
-        _ => "tenant_id = $1",
+    let (tenant_id, part, user): (Option<Uuid>, &Part, Option<&str>) = match within {
+        Within::Tenant(r, part) => (Some(r.tenant_id()), part, r.user()),
+        Within::AllTenants(_) => {
+            check_operator_dims(&q.group_by)?;
+            (None, &Part::Whole, None)
+        }
+    };
+    let mut cond = String::from(match tenant_id {
+        Some(_) => "tenant_id = $1",
+        None => "$1::uuid IS NULL",
     });
     cond.push_str(" AND bucket >= $2 AND bucket < $3");
-    cond.push_str(match scope {
-        Scope::Tenant { .. } => " AND $4::text[] IS NULL",
-        Scope::Sessions(_) => " AND session_id = ANY($4::text[])",
-        Scope::Colony(_) => " AND colony_id = ($4::text[])[1]",
+    cond.push_str(match part {
+        Part::Whole => " AND $4::text[] IS NULL",
+        Part::Sessions(_) => " AND session_id = ANY($4::text[])",
+        Part::Colony(_) => " AND colony_id = ($4::text[])[1]",
     });
     cond.push_str(match user {
         Some(_) => " AND user_id = $5",
         None => " AND $5::text IS NULL",
     });
-    let filter: Option<Vec<String>> = match scope {
-        Scope::Tenant { .. } => None,
-        Scope::Sessions(s) => Some(s.clone()),
-        Scope::Colony(c) => Some(vec![c.clone()]),
+    let filter: Option<Vec<String>> = match part {
+        Part::Whole => None,
+        Part::Sessions(s) => Some(s.clone()),
+        Part::Colony(c) => Some(vec![c.clone()]),
     };
     let unit = match q.granularity {
         Granularity::Hour => Some(Unit::Hour),
@@ -335,8 +366,8 @@ pub async fn run(
         Some(b) => b.starts.clone(),
         None => vec![from],
     };
-    let split = match scope {
-        Scope::Tenant { all_tenants: false } => Split::of(from, to, &starts),
+    let split = match (tenant_id, part) {
+        (Some(_), Part::Whole) => Split::of(from, to, &starts),
         _ => None,
     };
     let bucket = match &buckets {

@@ -97,6 +97,7 @@ async fn handle(
     let sender = Sender {
         tenant_id: principal.tenant_id,
         user_id: principal.user_id.clone(),
+        device_id: principal.device_id.clone(),
         live: true,
     };
     // The write runs in a task of its own: if the client goes away (or the request times out) while the

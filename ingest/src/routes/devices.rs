@@ -6,7 +6,7 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::auth::{Principal, Scope};
+use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::startup::AppState;
 
@@ -27,17 +27,16 @@ type DeviceRow = (
 /// Every device of the tenant, most recently heard first.
 pub async fn get_devices(
     State(state): State<AppState>,
-    principal: Principal,
+    reader: TenantRead,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(Scope::Read)?;
     let rows: Vec<DeviceRow> = sqlx::query_as(
         "SELECT device_id, user_id, first_seen_at, last_seen_at, last_heartbeat_at, agent_version,
                 backlog_events, backlog_bytes, oldest_pending_age_seconds, sync_state, dropped_events
          FROM devices WHERE tenant_id = $1 AND ($2::text IS NULL OR user_id = $2)
          ORDER BY GREATEST(last_heartbeat_at, last_seen_at) DESC NULLS LAST, device_id LIMIT 10000",
     )
-    .bind(principal.tenant_id)
-    .bind(principal.read_user())
+    .bind(reader.tenant_id())
+    .bind(reader.user())
     .fetch_all(&state.pool)
     .await?;
     let now = Utc::now();

@@ -56,7 +56,7 @@ fn usage_params() -> Value {
     json!([
         { "name": "from", "in": "query", "description": "RFC 3339 time or YYYY-MM-DD (local midnight in tz); on a 15-minute boundary. Default: `to` minus 30 days.", "schema": { "type": "string" } },
         { "name": "to", "in": "query", "description": "Exclusive end, same forms. Default: the next 15-minute boundary.", "schema": { "type": "string" } },
-        { "name": "group_by", "in": "query", "description": "Comma-separated: tenant (admin only; spans every tenant), user, model, colony, session, device.", "schema": { "type": "string" } },
+        { "name": "group_by", "in": "query", "description": "Comma-separated: tenant, user, model, colony, session, device. A tenant's token (any scope, admin included) reads its own tenant only: grouped by tenant it answers that one row. An operator token (apiary-ingest operator-token create) reads every tenant and must group by tenant, optionally with model; other dimensions are refused (400).", "schema": { "type": "string" } },
         { "name": "granularity", "in": "query", "schema": { "type": "string", "enum": ["hour", "day", "month", "total"], "default": "total" } },
         { "name": "tz", "in": "query", "description": "IANA zone for buckets, e.g. Asia/Kolkata. Default UTC.", "schema": { "type": "string" } }
     ])
@@ -97,7 +97,7 @@ pub fn document() -> Value {
     json!({
         "openapi": "3.1.0",
         "info": { "title": "Apiary ingest", "version": env!("CARGO_PKG_VERSION"),
-            "description": "Batch intake of canonical agent events, usage rollups and session status. Errors are {\"error\": {\"code\", \"message\"}}." },
+            "description": "Batch intake of canonical agent events, usage rollups and session status. Errors are {\"error\": {\"code\", \"message\"}}. Tenant tokens (apy_…) are bound to one tenant and see nothing of another; a read token bound to a user sees that user's data only. Operator tokens (apo_…, made by the command line only) read GET /v1/usage per tenant and are refused (403) everywhere else." },
         "components": {
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
             "schemas": {
@@ -113,10 +113,11 @@ pub fn document() -> Value {
         "paths": {
             "/v1/batches": { "post": {
                 "summary": "Ingest a batch of canonical events (scope ingest). Content-Encoding gzip or zstd accepted.",
+                "description": "Events and session bindings together count towards max_batch_events (413). A binding whose ids (session, user, device, parent; and agent.device_id) are not ids by the policy's rule — e.g. they look like an e-mail address, a path or a key — or whose first_seen_at (clock-corrected) lies outside the accepted window refuses the whole batch (422, one detail per problem). A token bound to a user or device may write only that user's (device's) sessions: an event whose session, parent or colony belongs to another is rejected per event with the reason.",
                 "security": [{ "bearer": [] }],
                 "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Batch" } } } },
                 "responses": batch_responses } },
-            "/v1/usage": read_op("Usage rows (bucket, group keys, sums) and totals; exact sums of the stored events.", usage_params(), "Usage"),
+            "/v1/usage": read_op("Usage rows (bucket, group keys, sums) and totals; exact sums of the stored events. The one route an operator token may read (per tenant).", usage_params(), "Usage"),
             "/v1/sessions": read_op("The tenant's sessions, most recently active first (last event time, then id), each as /v1/sessions/{id} returns it; `next_cursor` (null at the end) gives the next page. With a status filter a page may come back short, even empty, with a cursor to go on from.", list_params(), "Sessions"),
             "/v1/sessions/{id}": read_op("A session: identity, phase, status (active|idle|stalled|failed|completed|offline), health, totals.", json!([id_param("session id")]), "Session"),
             "/v1/sessions/{id}/usage": read_op("A session's usage (default: all time, by model).", id_and_usage, "Usage"),

@@ -1,5 +1,6 @@
 //! Session and colony reads (scope `read`): `/v1/sessions` (a listing), `/v1/sessions/{id}`,
-//! `/v1/sessions/{id}/usage`, `/v1/sessions/{id}/tree`, `/v1/colonies/{id}/usage`. Unknown and
+//! `/v1/sessions/{id}/usage`, `/v1/sessions/{id}/tree`, `/v1/colonies/{id}/usage`. Every handler takes a
+//! [`TenantRead`] (the token's tenant, and its user for a user-bound `read` token). Unknown and
 //! other-tenant ids are both 404.
 
 use std::collections::BTreeMap;
@@ -9,10 +10,10 @@ use axum::Json;
 use serde_json::Value;
 
 use super::extract::{Path, Query};
-use crate::auth::{Principal, Scope};
+use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::sessions;
-use crate::query::usage::{self, UsageQuery};
+use crate::query::usage::{self, Part, UsageQuery, Within};
 use crate::startup::AppState;
 use crate::status::Status;
 
@@ -111,23 +112,15 @@ fn list_filter(p: &BTreeMap<String, String>) -> Result<sessions::ListFilter, Api
 /// to a user sees only that user's sessions.
 pub async fn list_sessions(
     State(state): State<AppState>,
-    principal: Principal,
+    reader: TenantRead,
     Query(params): Query<BTreeMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(Scope::Read)?;
     let filter = list_filter(&params)?;
     let now = chrono::Utc::now();
-    let (rows, next) = sessions::list(
-        &state.pool,
-        principal.tenant_id,
-        principal.read_user(),
-        &filter,
-        now,
-        state.thresholds(),
-    )
-    .await?;
+    let (rows, next) =
+        sessions::list(&state.pool, &reader, &filter, now, state.thresholds()).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
-    let totals = sessions::totals(&state.pool, principal.tenant_id, &ids).await?;
+    let totals = sessions::totals(&state.pool, &reader, &ids).await?;
     let list: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -144,14 +137,12 @@ pub async fn list_sessions(
 /// One session: identity, phase, derived status, health, last event, totals.
 pub async fn get_session(
     State(state): State<AppState>,
-    principal: Principal,
+    reader: TenantRead,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(Scope::Read)?;
     check_id(&id)?;
-    let row = sessions::get(&state.pool, principal.tenant_id, principal.read_user(), &id).await?;
-    let totals =
-        sessions::totals(&state.pool, principal.tenant_id, std::slice::from_ref(&id)).await?;
+    let row = sessions::get(&state.pool, &reader, &id).await?;
+    let totals = sessions::totals(&state.pool, &reader, std::slice::from_ref(&id)).await?;
     let t = totals.get(&id).copied().unwrap_or_default();
     Ok(Json(row.to_json(
         chrono::Utc::now(),
@@ -163,22 +154,15 @@ pub async fn get_session(
 /// A session's usage (default: all time, by model).
 pub async fn get_session_usage(
     State(state): State<AppState>,
-    principal: Principal,
+    reader: TenantRead,
     Path(id): Path<String>,
     Query(params): Query<BTreeMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(Scope::Read)?;
     check_id(&id)?;
     let q = usage_params(params, "model")?;
-    sessions::get(&state.pool, principal.tenant_id, principal.read_user(), &id).await?;
-    let rows = usage::run(
-        &state.pool,
-        principal.tenant_id,
-        &usage::Scope::Sessions(vec![id.clone()]),
-        principal.read_user(),
-        &q,
-    )
-    .await?;
+    sessions::get(&state.pool, &reader, &id).await?;
+    let part = Part::Sessions(vec![id.clone()]);
+    let rows = usage::run(&state.pool, Within::Tenant(&reader, &part), &q).await?;
     let mut body = usage::response_json(&q, &rows);
     body["session_id"] = id.into();
     Ok(Json(body))
@@ -187,15 +171,13 @@ pub async fn get_session_usage(
 /// The session and its colonies and workers, usage rolled up the tree.
 pub async fn get_session_tree(
     State(state): State<AppState>,
-    principal: Principal,
+    reader: TenantRead,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(Scope::Read)?;
     check_id(&id)?;
-    let rows =
-        sessions::subtree(&state.pool, principal.tenant_id, principal.read_user(), &id).await?;
+    let rows = sessions::subtree(&state.pool, &reader, &id).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
-    let usage = sessions::totals(&state.pool, principal.tenant_id, &ids).await?;
+    let usage = sessions::totals(&state.pool, &reader, &ids).await?;
     Ok(Json(sessions::tree_json(
         &id,
         &rows,
@@ -208,26 +190,17 @@ pub async fn get_session_tree(
 /// A colony's usage: its workers' events (default: all time, by session).
 pub async fn get_colony_usage(
     State(state): State<AppState>,
-    principal: Principal,
+    reader: TenantRead,
     Path(id): Path<String>,
     Query(params): Query<BTreeMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(Scope::Read)?;
     check_id(&id)?;
     let q = usage_params(params, "session")?;
-    if !sessions::colony_exists(&state.pool, principal.tenant_id, principal.read_user(), &id)
-        .await?
-    {
+    if !sessions::colony_exists(&state.pool, &reader, &id).await? {
         return Err(ApiError::NotFound("colony"));
     }
-    let rows = usage::run(
-        &state.pool,
-        principal.tenant_id,
-        &usage::Scope::Colony(id.clone()),
-        principal.read_user(),
-        &q,
-    )
-    .await?;
+    let part = Part::Colony(id.clone());
+    let rows = usage::run(&state.pool, Within::Tenant(&reader, &part), &q).await?;
     let mut body = usage::response_json(&q, &rows);
     body["colony_id"] = id.into();
     Ok(Json(body))

@@ -1,5 +1,7 @@
-//! `GET /v1/usage` (scope `read`; `group_by=tenant` needs `admin` and spans every tenant). A `read`
-//! token bound to a user sees only that user's usage.
+//! `GET /v1/usage` (scope `read`). A tenant's token reads its own tenant only — `group_by=tenant`
+//! answers that one tenant's row, whatever the token's scopes — and a `read` token bound to a user only
+//! that user's usage. An operator token (made by `apiary-ingest operator-token create`) reads every
+//! tenant's usage, grouped by tenant and optionally by model.
 
 use std::collections::BTreeMap;
 
@@ -8,33 +10,26 @@ use axum::Json;
 use serde_json::Value;
 
 use super::extract::Query;
-use crate::auth::{Principal, Scope};
+use crate::access::UsageReader;
 use crate::error::ApiError;
-use crate::query::usage::{self, Dim, UsageQuery};
+use crate::query::usage::{self, Part, UsageQuery, Within};
 use crate::startup::AppState;
 
-/// Usage rows and totals for the token's tenant.
+/// Usage rows and totals for the token's tenant (or per tenant, for an operator token).
 pub async fn get_usage(
     State(state): State<AppState>,
-    principal: Principal,
+    reader: UsageReader,
     Query(params): Query<BTreeMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(Scope::Read)?;
     let q = UsageQuery::parse(&params, chrono::Utc::now())?;
-    let all_tenants = q.group_by.contains(&Dim::Tenant);
-    if all_tenants && !principal.has(Scope::Admin) {
-        return Err(ApiError::Forbidden(
-            "group_by=tenant needs the `admin` scope".into(),
-        ));
-    }
-    let scope = usage::Scope::Tenant { all_tenants };
-    let rows = usage::run(
-        &state.pool,
-        principal.tenant_id,
-        &scope,
-        principal.read_user(),
-        &q,
-    )
-    .await?;
+    let within = match &reader {
+        UsageReader::Tenant(r) => Within::Tenant(r, &Part::Whole),
+        UsageReader::Operator(o) => {
+            // Cross-tenant reads are rare and powerful: leave a trace of each.
+            tracing::info!(operator_token = %o.token_id(), query = ?params, "operator usage read");
+            Within::AllTenants(o)
+        }
+    };
+    let rows = usage::run(&state.pool, within, &q).await?;
     Ok(Json(usage::response_json(&q, &rows)))
 }

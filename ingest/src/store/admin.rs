@@ -1,9 +1,10 @@
-//! Tenants and tokens (the `tenant create`, `token create` and `token revoke` commands).
+//! Tenants and tokens (the `tenant create`, `token create`, `operator-token create` and `token revoke`
+//! commands). Operator tokens are made here and nowhere else: no route creates a token of any kind.
 
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::{generate_token, hash_token, Scope};
+use crate::auth::{generate_operator_token, generate_token, hash_token, Scope};
 
 /// Why a tenant or token could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +75,29 @@ pub async fn create_token(pool: &PgPool, spec: &TokenSpec) -> Result<(Uuid, Stri
     Ok((token_id, token))
 }
 
+/// Creates an operator token (usage per tenant across every tenant, nothing else; see `auth`); returns
+/// (token id, the token). The token itself is not stored.
+pub async fn create_operator_token(
+    pool: &PgPool,
+    label: &str,
+) -> Result<(Uuid, String), AdminError> {
+    let label = label.trim();
+    if label.is_empty() || label.chars().count() > 200 {
+        return Err(AdminError::Invalid(
+            "the label must have 1 to 200 characters".into(),
+        ));
+    }
+    let token = generate_operator_token();
+    let token_id = Uuid::new_v4();
+    sqlx::query("INSERT INTO operator_tokens (token_hash, token_id, label) VALUES ($1, $2, $3)")
+        .bind(&hash_token(&token)[..])
+        .bind(token_id)
+        .bind(label)
+        .execute(pool)
+        .await?;
+    Ok((token_id, token))
+}
+
 /// Which token to revoke.
 #[derive(Debug, Clone)]
 pub enum TokenRef {
@@ -83,17 +107,20 @@ pub enum TokenRef {
     Token(String),
 }
 
-/// Revokes a token (sets `revoked_at`; the row stays for audit). Returns the token id, or None when no
-/// such token exists. Revoking twice keeps the first time. Replicas stop accepting it once their token
-/// cache entry expires (`token_cache_secs`).
+/// Revokes a token, tenant or operator (sets `revoked_at`; the row stays for audit). Returns the token
+/// id, or None when no such token exists. Revoking twice keeps the first time. Replicas stop accepting
+/// it once their token cache entry expires (`token_cache_secs`).
 pub async fn revoke_token(pool: &PgPool, which: &TokenRef) -> Result<Option<Uuid>, AdminError> {
     let (by_id, by_hash) = match which {
         TokenRef::Id(id) => (Some(*id), None),
         TokenRef::Token(t) => (None, Some(hash_token(t.trim()).to_vec())),
     };
     let id: Option<Uuid> = sqlx::query_scalar(
-        "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, now())
-         WHERE token_id = $1 OR token_hash = $2 RETURNING token_id",
+        "WITH t AS (UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, now())
+                    WHERE token_id = $1 OR token_hash = $2 RETURNING token_id),
+              o AS (UPDATE operator_tokens SET revoked_at = COALESCE(revoked_at, now())
+                    WHERE token_id = $1 OR token_hash = $2 RETURNING token_id)
+         SELECT token_id FROM t UNION ALL SELECT token_id FROM o",
     )
     .bind(by_id)
     .bind(by_hash)

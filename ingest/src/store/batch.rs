@@ -1,11 +1,17 @@
 //! Stores a checked batch in ONE transaction, in a fixed table order with sorted keys in each step:
 //!
-//! 1. `event_keys` (sorted by event_id): `INSERT … ON CONFLICT DO NOTHING RETURNING event_id` — the
-//!    returned ids are the new events; everything else is a duplicate and goes no further.
-//! 2. `sessions` (sorted by session_id): identity and state facts from the new events and the bindings.
-//! 3. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
-//! 4. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
-//! 5. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
+//! 1. `sessions` (sorted by session_id): every session the batch names is claimed — inserted with its
+//!    owner when new, locked otherwise — and its owner decides which events the sender may write
+//!    ([`owners`]: an event into another user's or device's session, or under another user's parent,
+//!    is rejected with a reason).
+//! 2. `event_keys` (sorted by event_id): `INSERT … ON CONFLICT DO NOTHING RETURNING event_id` for the
+//!    allowed events — the returned ids are the new events; everything else is a duplicate and goes no
+//!    further.
+//! 3. `sessions` again (the rows locked in step 1): state facts from the new events and the allowed
+//!    bindings.
+//! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
+//! 5. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
+//! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
 //!
 //! Device-level events (`EventKind::is_device_level`: `agent.heartbeat`, `outbox.dropped`) are stored in
 //! `events` (so they dedup like any other) but never reach the usage rollups: usage counts what the agent
@@ -14,29 +20,22 @@
 //!
 //! Every transaction takes its row locks in that same global order, so concurrent batches (two replicas
 //! receiving the same batch at the same moment included) wait for each other and never deadlock; the
-//! loser of a race on an event key sees the winner's commit and counts the event as a duplicate.
+//! loser of a race on an event key sees the winner's commit and counts the event as a duplicate, and
+//! the loser of a race to create a session sees the winner's owner.
 
 use std::collections::{BTreeMap, HashSet};
 
-use apiary_schema::{BatchResponse, EventKind};
+use apiary_schema::{BatchResponse, EventKind, Rejection};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+pub use super::owners::Sender;
+use super::owners::{self, Verdict};
 use super::sessions::{self, SessionUpdate};
 use super::Store;
 use crate::error::ApiError;
 use crate::intake::{CheckedBatch, ReadyEvent};
 use crate::rollups::{self, bucket_of, RollupKey, Usage};
-
-/// Who sent the batch, as far as storing it is concerned.
-#[derive(Debug, Clone)]
-pub struct Sender {
-    pub tenant_id: Uuid,
-    /// The token's user binding (default user of new sessions).
-    pub user_id: Option<String>,
-    /// False for imports: they say nothing about whether the device is alive now.
-    pub live: bool,
-}
 
 /// Stores a batch; returns the verdicts. Nothing is stored when it fails.
 pub async fn write(
@@ -72,7 +71,7 @@ async fn write_once(
         agent_version,
         bindings,
         events,
-        rejected,
+        mut rejected,
     } = batch;
     let total = events.len();
     let mut seen = HashSet::with_capacity(total);
@@ -86,6 +85,31 @@ async fn write_once(
         .await?;
 
     let mut tx = store.pool.begin().await?;
+    let default_device = device_id.clone().unwrap_or_default();
+    let mut claims = owners::wanted(sender, &default_device, &bindings, &events);
+    if !sender.is_bound() {
+        owners::inherit(&mut tx, sender.tenant_id, &mut claims).await?;
+    }
+    let owner_of = owners::claim(&mut tx, sender.tenant_id, received_at, &claims).await?;
+    let mut verdict = Verdict::new(sender, &owner_of, &bindings);
+    events.retain(|e| match verdict.event(sender, &owner_of, e) {
+        None => true,
+        Some(reason) => {
+            rejected.push(Rejection {
+                event_id: e.event.event_id,
+                reason,
+            });
+            false
+        }
+    });
+    owners::drop_unused(
+        &mut tx,
+        sender.tenant_id,
+        &verdict.unused_inserted(&owner_of),
+    )
+    .await?;
+    let refused = seen.len() - events.len();
+
     let ids: Vec<Uuid> = events.iter().map(|e| e.event.event_id).collect();
     let times: Vec<DateTime<Utc>> = events.iter().map(|e| e.effective_at).collect();
     let new_ids: HashSet<Uuid> = sqlx::query_scalar(
@@ -102,34 +126,19 @@ async fn write_once(
     .collect();
     events.retain(|e| new_ids.contains(&e.event.event_id));
 
-    let default_user = sender.user_id.clone().unwrap_or_default();
-    let default_device = device_id.clone().unwrap_or_default();
     let mut updates: BTreeMap<String, SessionUpdate> = BTreeMap::new();
-    for b in &bindings {
-        let u = updates.entry(b.session_id.clone()).or_insert_with(|| {
-            SessionUpdate::new(
-                b.user_id.clone().unwrap_or_else(|| default_user.clone()),
-                b.device_id
-                    .clone()
-                    .unwrap_or_else(|| default_device.clone()),
-                b.first_seen_at,
-            )
-        });
-        u.bind(b);
+    for b in bindings.iter().filter(|b| verdict.allows_binding(b)) {
+        session_update(&mut updates, &owner_of, &b.session_id, b.first_seen_at).bind(b);
     }
     for e in &events {
         if let Some(sid) = &e.event.session_id {
-            updates
-                .entry(sid.clone())
-                .or_insert_with(|| {
-                    SessionUpdate::new(default_user.clone(), default_device.clone(), e.effective_at)
-                })
+            session_update(&mut updates, &owner_of, sid, e.effective_at)
                 .fold(&e.event, e.effective_at);
         }
     }
-    inherit_identity(&mut tx, sender.tenant_id, &bindings, &mut updates).await?;
     let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;
 
+    let default_user = sender.user_id.clone().unwrap_or_default();
     let mut rows = EventRows::new(sender.tenant_id, received_at, events.len());
     let mut rollup: BTreeMap<RollupKey, Usage> = BTreeMap::new();
     for e in &events {
@@ -173,60 +182,25 @@ async fn write_once(
     let accepted = events.len() as u64;
     Ok(BatchResponse {
         accepted,
-        duplicates: total as u64 - accepted,
+        duplicates: (total - refused) as u64 - accepted,
         rejected,
     })
 }
 
-/// A session with no binding of its own (a worker, usually) takes the user and device of its parent
-/// (or colony's queen), from this batch's bindings or from the stored parent.
-async fn inherit_identity(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    tenant_id: Uuid,
-    bindings: &[apiary_schema::SessionBinding],
-    updates: &mut BTreeMap<String, SessionUpdate>,
-) -> Result<(), sqlx::Error> {
-    let bound: HashSet<&str> = bindings.iter().map(|b| b.session_id.as_str()).collect();
-    let parent_of = |u: &SessionUpdate| u.parent_session_id.clone().or_else(|| u.colony_id.clone());
-    let orphans: Vec<(String, String)> = updates
-        .iter()
-        .filter(|(id, _)| !bound.contains(id.as_str()))
-        .filter_map(|(id, u)| parent_of(u).filter(|p| p != id).map(|p| (id.clone(), p)))
-        .collect();
-    if orphans.is_empty() {
-        return Ok(());
-    }
-    let mut known: std::collections::HashMap<String, (String, String)> = updates
-        .iter()
-        .filter(|(id, _)| bound.contains(id.as_str()))
-        .map(|(id, u)| (id.clone(), (u.user_id.clone(), u.device_id.clone())))
-        .collect();
-    let missing: Vec<&str> = orphans
-        .iter()
-        .map(|o| o.1.as_str())
-        .filter(|p| !known.contains_key(*p))
-        .collect();
-    if !missing.is_empty() {
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT session_id, user_id, device_id FROM sessions WHERE tenant_id = $1 AND session_id = ANY($2)",
-        )
-        .bind(tenant_id)
-        .bind(&missing)
-        .fetch_all(&mut **tx)
-        .await?;
-        known.extend(rows.into_iter().map(|(s, u, d)| (s, (u, d))));
-    }
-    for (id, parent) in orphans {
-        if let (Some((user, device)), Some(u)) = (known.get(&parent), updates.get_mut(&id)) {
-            if !user.is_empty() {
-                u.user_id.clone_from(user);
-            }
-            if !device.is_empty() {
-                u.device_id.clone_from(device);
-            }
-        }
-    }
-    Ok(())
+/// The facts update of a session this batch writes, created with the owner [`owners::claim`] returned.
+fn session_update<'a>(
+    updates: &'a mut BTreeMap<String, SessionUpdate>,
+    owner_of: &std::collections::HashMap<String, owners::Owner>,
+    sid: &str,
+    at: DateTime<Utc>,
+) -> &'a mut SessionUpdate {
+    updates.entry(sid.to_string()).or_insert_with(|| {
+        let (user, device) = owner_of
+            .get(sid)
+            .map(|o| (o.user_id.clone(), o.device_id.clone()))
+            .unwrap_or_default();
+        SessionUpdate::new(user, device, at)
+    })
 }
 
 /// The new events as `COPY … FROM STDIN` text rows (tab-separated, `\N` for NULL, see [`copy_field`]).

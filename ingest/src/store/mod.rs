@@ -1,5 +1,6 @@
 //! Postgres access: the pool, migrations, event partitions and retention. Writes of a batch live in
-//! [`batch`], session state in [`sessions`], tenants and tokens in [`admin`].
+//! [`batch`], who may write into a session in [`owners`], session state in [`sessions`], tenants and
+//! tokens in [`admin`].
 //!
 //! Partitions: `events` has one partition per UTC day of `effective_at`. The server creates the days
 //! around "now" at start-up and every hour, and any other day a batch needs on demand, before the batch's
@@ -8,6 +9,7 @@
 
 pub mod admin;
 pub mod batch;
+pub mod owners;
 pub mod sessions;
 
 use std::collections::HashSet;

@@ -1,7 +1,8 @@
 //! Session identity and state facts, folded from a batch's new events and upserted in session-id order.
 //!
 //! Identity (user, device) is bound when a session is first stored and never changes afterwards: the
-//! binding sent with the batch, else the token's user and the sending device. Parent, colony, role and
+//! binding sent with the batch, else the token's user and the sending device (claimed by
+//! [`super::owners::claim`] before this upsert, which then only adds facts). Parent, colony, role and
 //! worker fill in when first known. Each state fact (phase, input state, lifecycle status, last health
 //! signal) carries the event time it came from; an upsert keeps whichever is newer, so events arriving
 //! out of order never roll a session back.

@@ -59,8 +59,10 @@ async fn no_read_endpoint_shows_another_tenants_data(pool: sqlx::PgPool) {
     assert_eq!(v["sessions"], json!([]), "{v}");
     let (_, v) = app.get(&a.read, "/v1/sessions").await;
     assert_eq!(v["sessions"].as_array().unwrap().len(), 2, "{v}");
-    let (s, _) = app.get(&b.read, "/v1/usage?group_by=tenant").await;
-    assert_eq!(s, StatusCode::FORBIDDEN);
+    // Grouped by tenant, a tenant's token sees its own tenant: here, nothing.
+    let (s, v) = app.get(&b.read, "/v1/usage?group_by=tenant").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["rows"], json!([]), "{v}");
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -93,11 +95,97 @@ async fn the_same_ids_in_two_tenants_stay_apart(pool: sqlx::PgPool) {
     assert_eq!(vb["totals"]["unpriced_turns"], 1);
     let (_, va) = app.get(&a.read, "/v1/devices").await;
     assert_eq!(va["devices"].as_array().unwrap().len(), 1);
-    // An admin token sees every tenant only when grouping by tenant.
+    // An admin token administers its own tenant: grouped by tenant it sees that one row.
     let admin = app.token(a.id, &["admin"]).await;
-    let (s, v) = app.get(&admin, "/v1/usage?group_by=tenant").await;
-    assert_eq!(s, StatusCode::OK);
-    assert_eq!(v["rows"].as_array().unwrap().len(), 2);
-    let (_, v) = app.get(&admin, "/v1/usage").await;
-    assert_eq!(v["totals"]["input_tokens"], 10);
+    for path in [
+        "/v1/usage?group_by=tenant",
+        "/v1/usage?group_by=tenant,user,session,device,model,colony",
+        "/v1/usage",
+    ] {
+        let (s, v) = app.get(&admin, path).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {v}");
+        assert_eq!(v["totals"]["input_tokens"], 10, "{path}: {v}");
+        let foreign = b.id.to_string();
+        assert!(!v.to_string().contains(&foreign), "{path}: {v}");
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_operator_token_reads_usage_per_tenant_and_nothing_else(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let a = app.tenant("a").await;
+    let b = app.tenant("b").await;
+    let now = Utc::now();
+    for (t, tokens) in [(&a, 10), (&b, 7)] {
+        let (s, _) = app
+            .post_batch(
+                &t.ingest,
+                &batch(vec![llm("q1", now, "m", tokens, 1, 0.1)], vec![]),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+    }
+    let (_, operator) = apiary_ingest::store::admin::create_operator_token(&app.pool, "billing")
+        .await
+        .unwrap();
+    assert!(operator.starts_with("apo_"));
+    let (s, v) = app.get(&operator, "/v1/usage?group_by=tenant,model").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let mut rows: Vec<(String, i64)> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["tenant_id"].as_str().unwrap().into(),
+                r["input_tokens"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort();
+    let mut want = vec![(a.id.to_string(), 10), (b.id.to_string(), 7)];
+    want.sort();
+    assert_eq!(rows, want);
+    for path in [
+        "/v1/usage",
+        "/v1/usage?group_by=model",
+        "/v1/usage?group_by=tenant,user",
+        "/v1/usage?group_by=tenant,session",
+        "/v1/usage?group_by=tenant,device",
+        "/v1/usage?group_by=tenant,colony",
+    ] {
+        let (s, v) = app.get(&operator, path).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("group_by"),
+            "{v}"
+        );
+    }
+    for path in [
+        "/v1/sessions",
+        "/v1/sessions/q1",
+        "/v1/sessions/q1/tree",
+        "/v1/colonies/q1/usage",
+        "/v1/devices",
+    ] {
+        let (s, v) = app.get(&operator, path).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{path}: {v}");
+        assert_eq!(v["error"]["code"], "forbidden", "{v}");
+    }
+    let (s, _) = app
+        .post_batch(
+            &operator,
+            &batch(vec![llm("q1", now, "m", 1, 1, 0.1)], vec![]),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    // A token of neither kind, or an operator-looking one that was never made, is unknown.
+    for bogus in [
+        "apo_0000",
+        "not-a-token",
+        &a.read.replacen("apy_", "apo_", 1),
+    ] {
+        let (s, _) = app.get(bogus, "/v1/usage?group_by=tenant").await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{bogus}");
+    }
 }

@@ -9,6 +9,7 @@ mod cross_tenant;
 mod exactness;
 mod import;
 mod ops;
+mod ownership;
 mod sessions;
 mod usage;
 mod visibility;
