@@ -6,8 +6,11 @@
 //!   includes the scrubber): an id that looks like an e-mail address, a path or an API key is refused,
 //!   not hashed — the ingest never rewrites what it stores. (`tenant_id` is only compared with the
 //!   token's tenant, never stored.)
-//! - `first_seen_at` is corrected for the device clock like every `occurred_at` of the batch, and must
-//!   then lie in the accepted window (not before the retention cut, not beyond `max_future_secs`).
+//! - `first_seen_at` is corrected for the device clock like every `occurred_at` of the batch. Beyond
+//!   `max_future_secs` it is refused. Before the retention cut it is raised to the cut, not refused: a
+//!   session that has run (or been resumed) for longer than the retention window is real, and refusing
+//!   its binding would dead-letter its new events on the device; the ingest keeps no facts from before
+//!   its window, so the cut is the earliest time it can vouch for.
 //! - Bindings count towards `max_batch_events` together with the events (checked in
 //!   [`crate::intake`]).
 //!
@@ -56,9 +59,7 @@ pub fn check(
         }
         b.first_seen_at += shift;
         if b.first_seen_at < oldest {
-            problems.push(format!(
-                "sessions[{i}].first_seen_at: older than the retention window (before {oldest})"
-            ));
+            b.first_seen_at = oldest;
         } else if b.first_seen_at > newest {
             problems.push(format!(
                 "sessions[{i}].first_seen_at: too far in the future (after {newest})"
@@ -136,9 +137,13 @@ mod tests {
             text.contains("sessions[0].first_seen_at: too far in the future"),
             "{text}"
         );
-        assert!(
-            text.contains("sessions[1].first_seen_at: older than the retention window"),
-            "{text}"
-        );
+        assert!(!text.contains("sessions[1]"), "{text}");
+        // A session first seen before the retention window is a long one, not an error: its time is
+        // raised to the window's start and its events stay welcome.
+        let mut b = batch(serde_json::json!([
+            { "session_id": "s2", "first_seen_at": "2026-10-05T09:00:00Z" },
+        ]));
+        check(&mut b, Duration::zero(), window()).unwrap();
+        assert_eq!(b.sessions[0].first_seen_at, window().0);
     }
 }

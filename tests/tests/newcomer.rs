@@ -170,3 +170,74 @@ fn a_misspelled_variable_is_named_with_the_real_one() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("push.backoff_base_ms (5000)"), "{out}");
 }
+
+/// `apiary-agent doctor`: all well on a correctly set up device (exit 0, the ingest and the identity
+/// confirmed); each usual mistake is a ✗ line with its fix and exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_confirms_a_good_setup_and_names_each_mistake_with_its_fix() {
+    let cloud = Cloud::start().await.unwrap();
+    let data = cloud.dir.path().join("agent");
+    let agent = Agent::start_with(&data, None, &[]).await.unwrap();
+    let data_arg = data.to_string_lossy().into_owned();
+    let doctor =
+        |env: &[(&str, &str)]| run_bin("apiary-agent", &["doctor", "--data-dir", &data_arg], env);
+    let token = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    set_mode(&token, 0o600);
+    agent
+        .sync_enable(&cloud.ingest.url(), &token, false)
+        .unwrap();
+    let (code, out) = doctor(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("is an Apiary ingest"), "{out}");
+    assert!(out.contains("agrees with this device's identity"), "{out}");
+    assert!(!out.contains('✗'), "{out}");
+
+    // A token file others can read.
+    set_mode(&token, 0o644);
+    let (code, out) = doctor(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("readable by others") && out.contains("chmod 600"),
+        "{out}"
+    );
+    set_mode(&token, 0o600);
+
+    // A token bound to another device than this agent's.
+    let (url, tenant) = (cloud.db.url.clone(), cloud.tenant.id.clone());
+    let bound = tokio::task::spawn_blocking(move || {
+        tests::isolation::token(&url, &tenant, "ingest", Some("alice"), Some("alice-laptop"))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    std::fs::write(&token, format!("{bound}\n")).unwrap();
+    let (code, out) = doctor(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("bound to device \"alice-laptop\"")
+            && out.contains("identity.device_id = \"alice-laptop\""),
+        "{out}"
+    );
+
+    // An empty token file, an endpoint with the batch path appended, a misspelled variable.
+    std::fs::write(&token, "").unwrap();
+    let (code, out) = doctor(&[("APIARY_PUSH_CONCURENCY", "2")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is empty"), "{out}");
+    assert!(
+        out.contains("did you mean APIARY_PUSH_CONCURRENCY?"),
+        "{out}"
+    );
+    std::fs::write(&token, format!("{}\n", cloud.tenant.ingest_token)).unwrap();
+    agent
+        .sync_enable(&format!("{}/v1/batches", cloud.ingest.url()), &token, false)
+        .unwrap();
+    let (code, out) = doctor(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("ends in /v1/batches"), "{out}");
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

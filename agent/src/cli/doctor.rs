@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::commands::live_status;
-use super::{settings, Common};
+use super::Common;
 use crate::config::{Mode, Overrides, Settings};
 use crate::outbox::{read, store};
 
@@ -71,7 +71,20 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     let mut r = Report::default();
     let dir = common.data_dir.display().to_string();
     check_variables(&mut r);
-    let settings = match settings(common, &Overrides::default()) {
+    // The variables were judged above; the rest is checked with the known ones only.
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let unknown: Vec<String> = apiary_plumbing::env::unknown_vars(&env)
+        .into_iter()
+        .map(|u| u.var)
+        .collect();
+    let known = env.into_iter().filter(|(k, _)| !unknown.contains(k));
+    let loaded = Settings::load(
+        &common.data_dir,
+        common.config.as_deref(),
+        known,
+        &Overrides::default(),
+    );
+    let settings = match loaded {
         Ok(s) => {
             r.ok("configuration loads");
             Some(s)
