@@ -31,6 +31,9 @@ pub struct Cli {
 pub enum Command {
     /// Apply the database migrations.
     Migrate,
+    /// Check variables, configuration, database (reachable, migrated) and listen address; one line per
+    /// check with the fix; exit status 1 when something is wrong.
+    Doctor,
     /// Serve the HTTP API.
     Serve {
         /// Address to listen on, e.g. 127.0.0.1:8080 (port 0: any free port).
@@ -152,6 +155,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
     let pool = Store::connect_lazy(url, settings.pool_size)?;
     preflight(&cli.command, &pool, url).await?;
     match cli.command {
+        Command::Doctor => unreachable!("main runs doctor before loading settings"),
         Command::Migrate => {
             store::migrate(&pool).await.context("migrate")?;
             eprintln!("migrations applied");

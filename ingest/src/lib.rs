@@ -40,6 +40,7 @@ pub mod auth;
 pub mod bindings;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod import;
 pub mod intake;

@@ -5,6 +5,15 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = apiary_ingest::cli::Cli::parse();
+    if let apiary_ingest::cli::Command::Doctor = cli.command {
+        // Doctor reports a bad configuration instead of stopping at it.
+        let fine = apiary_ingest::doctor::run(cli.config.as_deref()).await;
+        return if fine {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        };
+    }
     let settings = match apiary_ingest::cli::settings(&cli) {
         Ok(s) => s,
         Err(e) => {

@@ -4,11 +4,13 @@
 //!   `figment`, with one rule for naming variables and typed values per key.
 //! - [`env`]: the registry of every `APIARY_*` variable any Apiary program or script reads, and the
 //!   check that names a misspelled one with the closest valid name.
+//! - [`doctor`]: the one-line-per-check report of both `doctor` commands.
 //! - [`logging`]: the `log_format` words (`text`, `json`) and the subscriber both binaries install.
 //!
 //! Nothing here knows about events, outboxes or databases.
 
 pub mod config;
+pub mod doctor;
 pub mod env;
 pub mod logging;
 

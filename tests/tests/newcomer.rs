@@ -241,3 +241,35 @@ fn set_mode(path: &std::path::Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
+
+/// `apiary-ingest doctor`: an unmigrated database and an unusable listen address are ✗ with their fix
+/// (exit 1); after `migrate`, all is well (exit 0) and the missing tenant is pointed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_doctor_names_the_database_and_listen_problems() {
+    let db = TestDb::create().await.unwrap();
+    let (code, out) = run_bin(
+        "apiary-ingest",
+        &["doctor"],
+        &[("DATABASE_URL", &db.url), ("APIARY_LISTEN", "nowhere")],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("✓ the database answers"), "{out}");
+    assert!(
+        out.contains("✗ the database has no Apiary tables yet"),
+        "{out}"
+    );
+    assert!(out.contains("→ apiary-ingest migrate"), "{out}");
+    assert!(
+        out.contains("listen = \"nowhere\" is not an address"),
+        "{out}"
+    );
+    tests::stack::migrate(&db.url).unwrap();
+    let (code, out) = run_bin(
+        "apiary-ingest",
+        &["doctor"],
+        &[("DATABASE_URL", &db.url), ("APIARY_LISTEN", "127.0.0.1:0")],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("✓ the schema is current"), "{out}");
+    assert!(out.contains("! no tenant yet"), "{out}");
+}

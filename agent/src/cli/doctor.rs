@@ -17,60 +17,17 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use apiary_plumbing::doctor::Report;
+
 use super::commands::live_status;
 use super::Common;
 use crate::config::{Mode, Overrides, Settings};
 use crate::outbox::{read, store};
 
-/// How a check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mark {
-    Ok,
-    Note,
-    Wrong,
-}
-
-/// The lines printed, in order.
-#[derive(Debug, Default)]
-struct Report {
-    lines: Vec<(Mark, String, Option<String>)>,
-}
-
-impl Report {
-    fn ok(&mut self, what: impl Into<String>) {
-        self.lines.push((Mark::Ok, what.into(), None));
-    }
-    fn note(&mut self, what: impl Into<String>, fix: impl Into<String>) {
-        self.lines.push((Mark::Note, what.into(), Some(fix.into())));
-    }
-    fn wrong(&mut self, what: impl Into<String>, fix: impl Into<String>) {
-        self.lines
-            .push((Mark::Wrong, what.into(), Some(fix.into())));
-    }
-    fn render(&self) -> String {
-        let mut out = String::new();
-        for (mark, what, fix) in &self.lines {
-            let m = match mark {
-                Mark::Ok => "✓",
-                Mark::Note => "!",
-                Mark::Wrong => "✗",
-            };
-            out += &format!("{m} {what}\n");
-            if let Some(fix) = fix.as_ref().filter(|f| !f.is_empty()) {
-                out += &format!("    → {fix}\n");
-            }
-        }
-        out
-    }
-    fn failed(&self) -> bool {
-        self.lines.iter().any(|(m, _, _)| *m == Mark::Wrong)
-    }
-}
-
 pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     let mut r = Report::default();
     let dir = common.data_dir.display().to_string();
-    check_variables(&mut r);
+    apiary_plumbing::doctor::check_variables(&mut r);
     // The variables were judged above; the rest is checked with the known ones only.
     let env: Vec<(String, String)> = std::env::vars().collect();
     let unknown: Vec<String> = apiary_plumbing::env::unknown_vars(&env)
@@ -112,21 +69,6 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-fn check_variables(r: &mut Report) {
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let unknown = apiary_plumbing::env::unknown_vars(&env);
-    if unknown.is_empty() {
-        r.ok("APIARY_* variables are all known");
-    }
-    for u in unknown {
-        if u.is_typo() {
-            r.wrong(u.message(), "rename the variable");
-        } else {
-            r.note(u.message(), "");
-        }
-    }
 }
 
 /// The outbox and the running agent; the status JSON (live if the agent answers, else stored).
