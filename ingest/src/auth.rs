@@ -223,7 +223,12 @@ impl FromRequestParts<AppState> for Principal {
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 200)
             .ok_or(ApiError::Unauthenticated)?;
-        let principal = state.tokens.verify(&state.pool, token).await?;
+        let ip = (parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>())
+        .map(|c| c.0.ip());
+        let lookup = state.tokens.verify(&state.pool, token);
+        let principal = state.auth_guard.verify(ip, token, lookup).await?;
         state.tokens.admit(&principal).map_err(|wait| {
             state.metrics.rate_limited.inc();
             ApiError::RateLimited(wait)

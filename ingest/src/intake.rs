@@ -1,7 +1,8 @@
 //! From request bytes to a checked batch, before any database work. Pure (no I/O).
 //!
-//! Order: decompress (gzip, zstd; capped, so a compression bomb is a 413) → parse JSON (serde_json's
-//! recursion limit turns deep nesting into a 400) → schema version → envelope JSON Schema → identity
+//! Order: decompress (gzip, zstd; capped, so a compression bomb is a 413) → count the JSON values before
+//! building any (`json_budget`: more than the batch's value budget is a 413, so a small body of tiny values
+//! cannot build a huge tree) → parse JSON (serde_json's recursion limit turns deep nesting into a 400) → schema version → envelope JSON Schema → identity
 //! bindings against the token (403 for the whole batch) → per event: JSON Schema, typed parse, envelope
 //! rules, the allowlist policy (defence in depth), value ranges, and the time window. An event that fails
 //! is rejected with a reason and never stored; the others go on.
@@ -23,6 +24,7 @@ use serde_json::Value;
 use crate::auth::Principal;
 use crate::config::IngestSettings;
 use crate::error::ApiError;
+use crate::json_budget;
 use crate::rollups::Usage;
 
 /// A batch that passed the whole-batch checks; `events` are the ones that passed their own.
@@ -118,6 +120,15 @@ pub fn check_batch(
     now: DateTime<Utc>,
     correct_clock: bool,
 ) -> Result<CheckedBatch, ApiError> {
+    // Count before building: a tree of tiny values costs many times its text (see `json_budget`).
+    let budget = json_budget::value_budget(rules.max_batch_events);
+    json_budget::check(body, budget).map_err(|e| {
+        ApiError::TooLarge(format!(
+            "{e} (at most {} per event of a {}-event batch are accepted)",
+            json_budget::VALUES_PER_EVENT,
+            rules.max_batch_events
+        ))
+    })?;
     let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
         code: "malformed_json",
         message: format!("the body is not valid JSON: {e}"),

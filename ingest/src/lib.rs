@@ -30,11 +30,13 @@
 //! [`metrics`] Prometheus · [`error`] the API error.
 
 pub mod auth;
+pub mod auth_guard;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod import;
 pub mod intake;
+pub mod json_budget;
 pub mod metrics;
 pub mod query;
 pub mod rollups;

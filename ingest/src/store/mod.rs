@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod batch;
+pub mod headroom;
 pub mod sessions;
 
 use std::collections::HashSet;
