@@ -171,6 +171,7 @@ pub fn check_batch_value(
     let batch: Batch = serde_json::from_value(value)
         .map_err(|e| invalid(&format!("the batch envelope is invalid: {e}"), vec![]))?;
     check_bindings(&batch, principal)?;
+    check_agent_text(&batch.agent)?;
     let device_id = batch
         .agent
         .device_id
@@ -239,6 +240,25 @@ fn check_version(v: Option<&Value>, what: &str) -> Result<(), ApiError> {
             vec![],
         )),
     }
+}
+
+/// The agent's own fields are stored as text: Postgres text cannot hold NUL (nor would a log line want
+/// other control characters), so such a value is a 422 here instead of a database error (a 500 the agent
+/// would retry forever).
+fn check_agent_text(agent: &apiary_schema::batch::AgentInfo) -> Result<(), ApiError> {
+    let fields = [
+        ("device_id", agent.device_id.as_deref()),
+        ("agent_version", Some(agent.agent_version.as_str())),
+    ];
+    for (name, v) in fields {
+        if v.is_some_and(|v| v.chars().any(char::is_control)) {
+            return Err(invalid(
+                &format!("agent.{name} holds a control character (NUL, newline, ...)"),
+                vec![],
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The token, not the payload, decides tenant, user and device.

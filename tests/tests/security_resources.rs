@@ -216,6 +216,27 @@ async fn a_nul_byte_in_a_query_or_path_value_is_a_400_with_a_json_body() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_byte_in_the_batch_envelope_is_a_422_not_a_500() {
+    let cloud = Cloud::start().await.unwrap();
+    let events = fixture::synthetic_canonical("session_nul", 1, 2);
+    let mut batch: Value = serde_json::from_slice(&fixture::batch_body(&events, DEVICE)).unwrap();
+    batch["agent"]["agent_version"] = Value::from("0.1.0\u{0}");
+    let (status, v) = cloud
+        .ingest_api()
+        .post_batch(&serde_json::to_vec(&batch).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status, 422, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("agent_version"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_do_not_finish_their_headers_are_closed() {
     let cloud = Cloud::start().await.unwrap();
     let ingest = Ingest::start_with(
