@@ -292,7 +292,12 @@ impl FromRequestParts<AppState> for Caller {
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 200)
             .ok_or(ApiError::Unauthenticated)?;
-        let caller = state.tokens.verify(&state.pool, token).await?;
+        let ip = (parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>())
+        .map(|c| c.0.ip());
+        let lookup = state.tokens.verify(&state.pool, token);
+        let caller = state.auth_guard.verify(ip, token, lookup).await?;
         state.tokens.admit(&caller).map_err(|wait| {
             state.metrics.rate_limited.inc();
             ApiError::RateLimited(wait)

@@ -31,7 +31,8 @@ pub struct IngestSettings {
     pub shutdown_timeout_secs: u64,
     /// Largest request body as sent (compressed) — 413 above.
     pub max_body_bytes: usize,
-    /// Largest body after decompression — 413 above (guards against compression bombs).
+    /// Largest body after decompression — 413 above (guards against compression bombs). 16 MiB by
+    /// default: four times the agent's largest batch (`push.batch_max_bytes`, 4 MiB).
     pub max_decompressed_bytes: usize,
     /// Most events in one batch — 413 above.
     pub max_batch_events: usize,
@@ -49,8 +50,17 @@ pub struct IngestSettings {
     pub max_future_secs: i64,
     /// The device clock is corrected when |sent_at − received_at| exceeds this.
     pub clock_skew_tolerance_secs: i64,
-    /// How long a verified token is cached in memory (revocation takes effect within this).
+    /// How long a verified token is cached in memory (revocation takes effect within this); an unknown
+    /// token is remembered as unknown for as long.
     pub token_cache_secs: u64,
+    /// A connection that has not sent a complete request head this long after connecting (or after its
+    /// previous response) is closed (slowloris; idle keep-alive connections too).
+    pub header_read_timeout_secs: u64,
+    /// Failed authentications a client address may make in a burst before it is answered 429 without a
+    /// token lookup (see `auth_guard`)…
+    pub auth_failure_burst: f64,
+    /// …and the rate at which that allowance comes back.
+    pub auth_failures_per_sec: f64,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
 }
@@ -64,7 +74,7 @@ impl Default for IngestSettings {
             request_timeout_secs: 30,
             shutdown_timeout_secs: 20,
             max_body_bytes: 8 * 1024 * 1024,
-            max_decompressed_bytes: 64 * 1024 * 1024,
+            max_decompressed_bytes: 16 * 1024 * 1024,
             max_batch_events: 10_000,
             rate_limit_per_sec: 200.0,
             rate_limit_burst: 400.0,
@@ -74,6 +84,9 @@ impl Default for IngestSettings {
             max_future_secs: 86_400,
             clock_skew_tolerance_secs: 60,
             token_cache_secs: 30,
+            header_read_timeout_secs: 10,
+            auth_failure_burst: 20.0,
+            auth_failures_per_sec: 1.0,
             log_format: LogFormat::Text,
         }
     }
@@ -130,6 +143,12 @@ impl IngestSettings {
         }
         if !(self.rate_limit_per_sec > 0.0 && self.rate_limit_burst >= 1.0) {
             return bad("rate_limit_per_sec must be > 0 and rate_limit_burst >= 1");
+        }
+        if !(self.auth_failures_per_sec > 0.0 && self.auth_failure_burst >= 1.0) {
+            return bad("auth_failures_per_sec must be > 0 and auth_failure_burst >= 1");
+        }
+        if self.header_read_timeout_secs == 0 {
+            return bad("header_read_timeout_secs must be at least 1");
         }
         if self.stall_after_secs <= 0 || self.offline_after_secs <= 0 {
             return bad("stall_after_secs and offline_after_secs must be positive");

@@ -1,10 +1,12 @@
 //! From request bytes to a checked batch, before any database work. Pure (no I/O).
 //!
-//! Order: decompress (gzip, zstd; capped, so a compression bomb is a 413) → parse JSON (serde_json's
-//! recursion limit turns deep nesting into a 400) → schema version → events and session bindings
-//! together at most `max_batch_events` (413) → envelope JSON Schema → the bindings' ids and times
-//! ([`crate::bindings`], 422 for the whole batch) → identity bindings against the token (403 for the
-//! whole batch) → per event: JSON Schema, typed parse, envelope
+//! Order: decompress (gzip, zstd; capped, so a compression bomb is a 413) → count the JSON values before
+//! building any (`json_budget`: more than the batch's value budget is a 413, so a small body of tiny
+//! values cannot build a huge tree) → parse JSON (serde_json's recursion limit turns deep nesting into a
+//! 400) → schema version → events and session bindings together at most `max_batch_events` (413) →
+//! envelope JSON Schema → the bindings' ids and times ([`crate::bindings`], 422 for the whole batch) →
+//! identity bindings against the token (403 for the whole batch) → the agent's free text (422) → per
+//! event: JSON Schema, typed parse, envelope
 //! rules, the allowlist policy (defence in depth), value ranges, and the time window. An event that fails
 //! is rejected with a reason and never stored; the others go on.
 //!
@@ -25,6 +27,7 @@ use serde_json::Value;
 use crate::auth::Principal;
 use crate::config::IngestSettings;
 use crate::error::ApiError;
+use crate::json_budget;
 use crate::rollups::Usage;
 
 /// A batch that passed the whole-batch checks; `events` are the ones that passed their own.
@@ -120,6 +123,15 @@ pub fn check_batch(
     now: DateTime<Utc>,
     correct_clock: bool,
 ) -> Result<CheckedBatch, ApiError> {
+    // Count before building: a tree of tiny values costs many times its text (see `json_budget`).
+    let budget = json_budget::value_budget(rules.max_batch_events);
+    json_budget::check(body, budget).map_err(|e| {
+        ApiError::TooLarge(format!(
+            "{e} (at most {} per event of a {}-event batch are accepted)",
+            json_budget::VALUES_PER_EVENT,
+            rules.max_batch_events
+        ))
+    })?;
     let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
         code: "malformed_json",
         message: format!("the body is not valid JSON: {e}"),
@@ -174,6 +186,7 @@ pub fn check_batch_value(
     let window = (rules.oldest_accepted(now), now + rules.max_future);
     crate::bindings::check(&mut batch, shift, window)?;
     check_bindings(&batch, principal)?;
+    check_agent_text(&batch.agent)?;
     let device_id = batch
         .agent
         .device_id
@@ -235,6 +248,25 @@ fn check_version(v: Option<&Value>, what: &str) -> Result<(), ApiError> {
             vec![],
         )),
     }
+}
+
+/// The agent's own fields are stored as text: Postgres text cannot hold NUL (nor would a log line want
+/// other control characters), so such a value is a 422 here instead of a database error (a 500 the agent
+/// would retry forever).
+fn check_agent_text(agent: &apiary_schema::batch::AgentInfo) -> Result<(), ApiError> {
+    let fields = [
+        ("device_id", agent.device_id.as_deref()),
+        ("agent_version", Some(agent.agent_version.as_str())),
+    ];
+    for (name, v) in fields {
+        if v.is_some_and(|v| v.chars().any(char::is_control)) {
+            return Err(invalid(
+                &format!("agent.{name} holds a control character (NUL, newline, ...)"),
+                vec![],
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The token, not the payload, decides tenant, user and device.

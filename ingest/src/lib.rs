@@ -37,6 +37,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod auth_guard;
 pub mod bindings;
 pub mod cli;
 pub mod config;
@@ -44,6 +45,7 @@ pub mod doctor;
 pub mod error;
 pub mod import;
 pub mod intake;
+pub mod json_budget;
 pub mod metrics;
 pub mod query;
 pub mod rollups;

@@ -10,6 +10,13 @@
 //!   not free;
 //! - `tool.call` with `status = completed`: `tool_calls` + 1, and `tool_errors` + 1 when `is_error`.
 //!
+//! ## Sums cannot wrap
+//! One event's values are bounded (tokens ≤ 10^12, cost ≤ 10^6 USD = 10^15 nano-dollars), their sums are
+//! not: 9,224 turns at the cost bound already exceed a bigint. So [`Usage`] holds `i128`: each of its sums
+//! adds fewer than 2^64 terms below 2^63, so it cannot overflow. A stored rollup row is a bigint per
+//! column; the write keeps every row within it by rejecting, per event, what would not fit
+//! (`store::headroom`), and the reads sum with a fallback to exact numeric sums (`query::sums`).
+//!
 //! ## Grain and key
 //! `(tenant_id, bucket, user_id, device_id, colony_id, session_id, model)`, `bucket` = `effective_at`
 //! floored to 15 minutes (see the migration for why 15 minutes makes day buckets exact in every zone).
@@ -36,19 +43,20 @@ const MAX_TOKENS: u64 = 1_000_000_000_000;
 /// Largest cost accepted in one event, in USD.
 const MAX_COST_USD: f64 = 1_000_000.0;
 
-/// Additive usage totals (one event's contribution, or a sum).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+/// Additive usage totals (one event's contribution, or a sum). `i128` so that no sum of bigint values
+/// can overflow (see the module notes); a stored row holds each column as a bigint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    pub cached_tokens: i64,
-    pub cache_creation_tokens: i64,
-    pub cost_nanos: i64,
-    pub llm_calls: i64,
-    pub unpriced_turns: i64,
-    pub tool_calls: i64,
-    pub tool_errors: i64,
-    pub events: i64,
+    pub input_tokens: i128,
+    pub output_tokens: i128,
+    pub cached_tokens: i128,
+    pub cache_creation_tokens: i128,
+    pub cost_nanos: i128,
+    pub llm_calls: i128,
+    pub unpriced_turns: i128,
+    pub tool_calls: i128,
+    pub tool_errors: i128,
+    pub events: i128,
 }
 
 impl Usage {
@@ -60,12 +68,12 @@ impl Usage {
         };
         match event.kind {
             EventKind::LlmTurn => {
-                let tokens = |key: &str| -> Result<i64, String> {
+                let tokens = |key: &str| -> Result<i128, String> {
                     let n = event.data_u64(key);
                     if n > MAX_TOKENS {
                         return Err(format!("data.{key} is out of range"));
                     }
-                    Ok(n as i64)
+                    Ok(i128::from(n))
                 };
                 u.input_tokens = tokens("input_tokens")?;
                 u.output_tokens = tokens("output_tokens")?;
@@ -77,7 +85,8 @@ impl Usage {
                     .get("cost_usd")
                     .and_then(serde_json::Value::as_f64);
                 if let Some(c) = cost {
-                    u.cost_nanos = cost_nanos(c).ok_or("data.cost_usd is out of range")?;
+                    u.cost_nanos =
+                        i128::from(cost_nanos(c).ok_or("data.cost_usd is out of range")?);
                 }
                 let unpriced = match event.data_str("cost_source") {
                     Some("unreported") => true,
@@ -87,7 +96,7 @@ impl Usage {
                             || (u.cost_nanos == 0 && u.input_tokens + u.output_tokens > 0)
                     }
                 };
-                u.unpriced_turns = i64::from(unpriced);
+                u.unpriced_turns = i128::from(unpriced);
             }
             EventKind::ToolCall if event.data_str("status") == Some("completed") => {
                 u.tool_calls = 1;
@@ -95,13 +104,14 @@ impl Usage {
                     .data
                     .get("is_error")
                     .and_then(serde_json::Value::as_bool);
-                u.tool_errors = i64::from(is_error == Some(true));
+                u.tool_errors = i128::from(is_error == Some(true));
             }
             _ => {}
         }
         Ok(u)
     }
 
+    /// Adds `o`. Cannot overflow for sums of bigint values (fewer than 2^64 terms below 2^63 each).
     pub fn add(&mut self, o: &Usage) {
         self.input_tokens += o.input_tokens;
         self.output_tokens += o.output_tokens;
@@ -113,6 +123,46 @@ impl Usage {
         self.tool_calls += o.tool_calls;
         self.tool_errors += o.tool_errors;
         self.events += o.events;
+    }
+
+    /// The sums in column order (input, output, cached, cache creation, cost, llm calls, unpriced, tool
+    /// calls, tool errors, events).
+    pub fn columns(&self) -> [i128; 10] {
+        [
+            self.input_tokens,
+            self.output_tokens,
+            self.cached_tokens,
+            self.cache_creation_tokens,
+            self.cost_nanos,
+            self.llm_calls,
+            self.unpriced_turns,
+            self.tool_calls,
+            self.tool_errors,
+            self.events,
+        ]
+    }
+
+    /// The inverse of [`Usage::columns`].
+    pub fn from_columns(c: [i128; 10]) -> Usage {
+        let [input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events] =
+            c;
+        Usage {
+            input_tokens,
+            output_tokens,
+            cached_tokens,
+            cache_creation_tokens,
+            cost_nanos,
+            llm_calls,
+            unpriced_turns,
+            tool_calls,
+            tool_errors,
+            events,
+        }
+    }
+
+    /// Whether every sum fits a stored (bigint) rollup column.
+    pub fn fits_row(&self) -> bool {
+        self.columns().iter().all(|v| i64::try_from(*v).is_ok())
     }
 }
 
@@ -191,6 +241,8 @@ async fn upsert_into(
     let mut buckets = Vec::with_capacity(n);
     let mut dims: [Vec<&str>; 5] = Default::default();
     let mut nums: [Vec<i64>; 10] = Default::default();
+    // `store::headroom` admitted only what fits; a sum that does not is refused here, never wrapped.
+    let too_big = || sqlx::Error::Encode("a rollup sum exceeds the bigint range".into());
     for (k, u) in rows {
         buckets.push(k.bucket);
         for (col, v) in dims.iter_mut().zip([
@@ -202,20 +254,8 @@ async fn upsert_into(
         ]) {
             col.push(v.as_str());
         }
-        let vals = [
-            u.input_tokens,
-            u.output_tokens,
-            u.cached_tokens,
-            u.cache_creation_tokens,
-            u.cost_nanos,
-            u.llm_calls,
-            u.unpriced_turns,
-            u.tool_calls,
-            u.tool_errors,
-            u.events,
-        ];
-        for (col, v) in nums.iter_mut().zip(vals) {
-            col.push(v);
+        for (col, v) in nums.iter_mut().zip(u.columns()) {
+            col.push(i64::try_from(v).map_err(|_| too_big())?);
         }
     }
     let [users, devices, colonies, sessions, models] = dims;

@@ -4,13 +4,19 @@
 //! Shutdown: when the `shutdown` future passed to [`Application::run_until_stopped`] resolves (SIGTERM or
 //! Ctrl-C in production, anything in tests), the listener stops accepting, requests in flight finish
 //! (each batch commits or rolls back as a whole), and the process gives up after `shutdown_timeout_secs`.
+//!
+//! Connections: served by hyper's HTTP/1 connection builder directly (not `axum::serve`, which sets no
+//! header timeout), so a connection that does not complete a request head within
+//! `header_read_timeout_secs` — a slowloris, or an idle keep-alive connection — is closed. Each request
+//! carries its peer address (`ConnectInfo<SocketAddr>`) for the failed-authentication throttle
+//! ([`crate::auth_guard`]).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use apiary_schema::Policy;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -20,6 +26,7 @@ use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::TokenGuard;
+use crate::auth_guard::AuthGuard;
 use crate::config::IngestSettings;
 use crate::error::error_body;
 use crate::intake::IntakeRules;
@@ -35,6 +42,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     pub settings: Arc<IngestSettings>,
     pub tokens: Arc<TokenGuard>,
+    /// Failed-authentication throttle per client address and negative token cache.
+    pub auth_guard: Arc<AuthGuard>,
     pub metrics: Arc<Metrics>,
     /// The server-side allowlist, re-applied to every event.
     pub policy: Arc<Policy>,
@@ -48,7 +57,13 @@ impl AppState {
             settings.rate_limit_per_sec,
             settings.rate_limit_burst,
         );
+        let auth_guard = AuthGuard::new(
+            settings.auth_failures_per_sec,
+            settings.auth_failure_burst,
+            Duration::from_secs(settings.token_cache_secs),
+        );
         AppState {
+            auth_guard: Arc::new(auth_guard),
             store: Arc::new(Store::new(pool.clone())),
             pool,
             rules: Arc::new(IntakeRules::from_settings(&settings)),
@@ -139,29 +154,51 @@ impl Application {
     ) -> anyhow::Result<()> {
         let state = self.state.clone();
         let maintenance = tokio::spawn(run_maintenance(state.clone()));
-        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-        let signal = async move {
-            shutdown.await;
-            tracing::info!("shutting down: draining requests in flight");
-            let _ = stop_tx.send(true);
-        };
         let app = router(state.clone());
-        let server = axum::serve(self.listener, app).with_graceful_shutdown(signal);
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(state.settings.header_read_timeout_secs));
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                _ = &mut shutdown => break,
+            };
+            let app = app.clone();
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let mut req = req.map(axum::body::Body::new);
+                req.extensions_mut().insert(ConnectInfo(peer));
+                tower::ServiceExt::oneshot(app.clone(), req)
+            });
+            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, %peer, "connection ended with an error");
+                }
+            });
+        }
+        tracing::info!("shutting down: draining requests in flight");
+        drop(self.listener);
         let grace = Duration::from_secs(state.settings.shutdown_timeout_secs);
-        let deadline = async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-            tokio::time::sleep(grace).await;
-        };
-        let result = tokio::select! {
-            r = server => r.map_err(anyhow::Error::from),
-            _ = deadline => {
-                tracing::warn!("requests still in flight after the shutdown timeout; exiting anyway");
-                Ok(())
-            }
-        };
+        if tokio::time::timeout(grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("requests still in flight after the shutdown timeout; exiting anyway");
+        }
         maintenance.abort();
         state.pool.close().await;
-        result
+        Ok(())
     }
 }
 

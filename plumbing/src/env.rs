@@ -63,6 +63,9 @@ pub const INGEST_KEYS: &[Key] = &[
     Key::new("max_future_secs", Kind::Int),
     Key::new("clock_skew_tolerance_secs", Kind::Int),
     Key::new("token_cache_secs", Kind::Int),
+    Key::new("header_read_timeout_secs", Kind::Int),
+    Key::new("auth_failure_burst", Kind::Float),
+    Key::new("auth_failures_per_sec", Kind::Float),
     Key::new("log_format", Kind::Str),
 ];
 

@@ -115,6 +115,11 @@ impl Ingest {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
+    /// The process id while it runs (for `/proc/PID/status` readings).
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
+    }
+
     /// Its log so far.
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -4,4 +4,5 @@
 
 pub mod buckets;
 pub mod sessions;
+pub mod sums;
 pub mod usage;

@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 
+use super::sums;
 use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::usage::usage_json;
@@ -214,45 +215,38 @@ pub async fn list(
     }
 }
 
-/// session id and the ten sums of [`Usage`], in field order.
-type TotalsRow = (String, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
-
-/// All-time totals per session (of the sessions the reader may see).
+/// All-time totals per session (of the sessions the reader may see; exact whatever their size, see
+/// [`sums`]).
 pub async fn totals(
     pool: &PgPool,
     r: &TenantRead,
     ids: &[String],
 ) -> Result<HashMap<String, Usage>, ApiError> {
-    let rows: Vec<TotalsRow> = sqlx::query_as(
-        "SELECT session_id, apiary_sum(input_tokens), apiary_sum(output_tokens), apiary_sum(cached_tokens),
-            apiary_sum(cache_creation_tokens), apiary_sum(cost_nanos), apiary_sum(llm_calls),
-            apiary_sum(unpriced_turns), apiary_sum(tool_calls), apiary_sum(tool_errors), apiary_sum(events)
-         FROM usage_rollups WHERE tenant_id = $1 AND session_id = ANY($2)
-            AND ($3::text IS NULL OR user_id = $3) GROUP BY session_id",
-    )
-    .bind(r.tenant_id())
-    .bind(ids)
-    .bind(r.user())
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let u = Usage {
-                input_tokens: r.1,
-                output_tokens: r.2,
-                cached_tokens: r.3,
-                cache_creation_tokens: r.4,
-                cost_nanos: r.5,
-                llm_calls: r.6,
-                unpriced_turns: r.7,
-                tool_calls: r.8,
-                tool_errors: r.9,
-                events: r.10,
-            };
-            (r.0, u)
-        })
-        .collect())
+    for wide in [false, true] {
+        let sql = format!(
+            "SELECT session_id, {} FROM usage_rollups WHERE tenant_id = $1 AND session_id = ANY($2) \
+             AND ($3::text IS NULL OR user_id = $3) GROUP BY session_id",
+            sums::select(wide)
+        );
+        match sqlx::query(&sql)
+            .bind(r.tenant_id())
+            .bind(ids)
+            .bind(r.user())
+            .fetch_all(pool)
+            .await
+        {
+            Ok(rows) => {
+                return rows
+                    .iter()
+                    .map(|r| Ok((r.try_get::<String, _>(0)?, sums::usage_at(r, 1)?)))
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(ApiError::from)
+            }
+            Err(e) if !wide && sums::is_out_of_range(&e) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    unreachable!("the exact form never reports out of range")
 }
 
 /// The session and everything below it (children by parent or colony), at most 8 levels deep; for a

@@ -15,7 +15,8 @@
 //! only. Both tables hold the same sums (written together), so the answer is the same either way.
 //!
 //! Sums use `apiary_sum` (a bigint-state sum, see its migration): Postgres' `sum(bigint)` allocates a
-//! numeric state per group, which dominated queries with thousands of groups.
+//! numeric state per group, which dominated queries with thousands of groups. A sum past the bigint
+//! range re-runs the query with exact sums ([`super::sums`]).
 //!
 //! Rows come back sorted by bucket then group keys (sorted here, not by the database).
 //!
@@ -37,6 +38,7 @@ use crate::error::ApiError;
 use crate::rollups::{self, Usage};
 
 use super::buckets::{self, Unit};
+use super::sums;
 
 /// A dimension to group by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,31 +391,39 @@ pub async fn run(
         ),
         None => format!("(SELECT {COLUMNS} FROM usage_rollups WHERE {cond}) AS r"),
     };
-    let sql = format!(
-        "SELECT {bucket} AS b{dim_list}, apiary_sum(input_tokens), apiary_sum(output_tokens), \
-         apiary_sum(cached_tokens), apiary_sum(cache_creation_tokens), apiary_sum(cost_nanos), \
-         apiary_sum(llm_calls), apiary_sum(unpriced_turns), apiary_sum(tool_calls), apiary_sum(tool_errors), \
-         apiary_sum(events) FROM {source} GROUP BY 1{group}"
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(tenant_id)
-        .bind(from)
-        .bind(to)
-        .bind(&filter)
-        .bind(user)
-        .bind(if buckets.is_some() {
-            &starts[..]
-        } else {
-            &[][..]
-        });
-    if let Some(split) = &split {
-        query = query
-            .bind(split.hour_from)
-            .bind(split.hour_to)
-            .bind(&split.cut_hours)
-            .bind(&split.quarters);
+    let mut rows = vec![];
+    for wide in [false, true] {
+        let sql = format!(
+            "SELECT {bucket} AS b{dim_list}, {} FROM {source} GROUP BY 1{group}",
+            sums::select(wide)
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(tenant_id)
+            .bind(from)
+            .bind(to)
+            .bind(&filter)
+            .bind(user)
+            .bind(if buckets.is_some() {
+                &starts[..]
+            } else {
+                &[][..]
+            });
+        if let Some(split) = &split {
+            query = query
+                .bind(split.hour_from)
+                .bind(split.hour_to)
+                .bind(&split.cut_hours)
+                .bind(&split.quarters);
+        }
+        match query.fetch_all(pool).await {
+            Ok(r) => {
+                rows = r;
+                break;
+            }
+            Err(e) if !wide && sums::is_out_of_range(&e) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
-    let rows = query.fetch_all(pool).await?;
     let n = dims.len();
     let mut out = rows
         .iter()
@@ -421,7 +431,6 @@ pub async fn run(
             let keys = (0..n)
                 .map(|i| r.try_get::<String, _>(i + 1))
                 .collect::<Result<Vec<_>, _>>()?;
-            let s = |i: usize| r.try_get::<i64, _>(n + 1 + i);
             let index: i32 = r.try_get(0)?;
             // width_bucket is 1-based; every row is at or after starts[0] (= the range's start).
             let bucket = buckets
@@ -430,18 +439,7 @@ pub async fn run(
             Ok(UsageRow {
                 bucket,
                 keys,
-                usage: Usage {
-                    input_tokens: s(0)?,
-                    output_tokens: s(1)?,
-                    cached_tokens: s(2)?,
-                    cache_creation_tokens: s(3)?,
-                    cost_nanos: s(4)?,
-                    llm_calls: s(5)?,
-                    unpriced_turns: s(6)?,
-                    tool_calls: s(7)?,
-                    tool_errors: s(8)?,
-                    events: s(9)?,
-                },
+                usage: sums::usage_at(r, n + 1)?,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()
@@ -452,11 +450,13 @@ pub async fn run(
 
 /// The sums as JSON (cost in USD, and exactly in nano-dollars).
 pub fn usage_json(u: &Usage) -> Map<String, Value> {
+    let n = sums::json_number;
     let v = json!({
-        "input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "cached_tokens": u.cached_tokens,
-        "cache_creation_tokens": u.cache_creation_tokens, "cost_usd": u.cost_nanos as f64 / 1e9,
-        "cost_nanos": u.cost_nanos, "llm_calls": u.llm_calls, "unpriced_turns": u.unpriced_turns,
-        "tool_calls": u.tool_calls, "tool_errors": u.tool_errors, "events": u.events,
+        "input_tokens": n(u.input_tokens), "output_tokens": n(u.output_tokens),
+        "cached_tokens": n(u.cached_tokens), "cache_creation_tokens": n(u.cache_creation_tokens),
+        "cost_usd": u.cost_nanos as f64 / 1e9, "cost_nanos": n(u.cost_nanos), "llm_calls": n(u.llm_calls),
+        "unpriced_turns": n(u.unpriced_turns), "tool_calls": n(u.tool_calls),
+        "tool_errors": n(u.tool_errors), "events": n(u.events),
     });
     match v {
         Value::Object(m) => m,

@@ -18,6 +18,9 @@
 //! runtimes did, not the agent's own bookkeeping. They update `devices` only: a heartbeat its liveness and
 //! backlog, an `outbox.dropped` its `dropped_events` counter (summed over new events only, so exact).
 //!
+//! Rollup rows are bigints: events that would push a row past that are rejected one by one
+//! ([`headroom`]); finding them may take another attempt of the whole transaction (see [`write`]).
+//!
 //! Every transaction takes its row locks in that same global order, so concurrent batches (two replicas
 //! receiving the same batch at the same moment included) wait for each other and never deadlock; the
 //! loser of a race on an event key sees the winner's commit and counts the event as a duplicate, and
@@ -29,54 +32,108 @@ use apiary_schema::{BatchResponse, EventKind, Rejection};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::headroom::{self, Bases, Fit};
 pub use super::owners::Sender;
 use super::owners::{self, Verdict};
 use super::sessions::{self, SessionUpdate};
 use super::Store;
 use crate::error::ApiError;
 use crate::intake::{CheckedBatch, ReadyEvent};
-use crate::rollups::{self, bucket_of, RollupKey, Usage};
+use crate::rollups::{self, bucket_of, RollupKey};
+
+/// Attempts of one batch's transaction before giving up with a retryable 503 (overflowing rows found
+/// on the second, a concurrent batch growing the same rows meanwhile may take more).
+const ATTEMPTS: usize = 4;
+
+/// Why an attempt of [`write_once`] did not commit.
+enum Retry {
+    /// These events do not fit their rollup rows: reject them, try again.
+    Overflow(Vec<Uuid>),
+    /// A row overflowed in the database: read these rows' totals, try again.
+    Stale(Vec<RollupKey>),
+    Failed(ApiError),
+}
+
+impl From<ApiError> for Retry {
+    fn from(e: ApiError) -> Retry {
+        Retry::Failed(e)
+    }
+}
+
+impl From<sqlx::Error> for Retry {
+    fn from(e: sqlx::Error) -> Retry {
+        Retry::Failed(e.into())
+    }
+}
 
 /// Stores a batch; returns the verdicts. Nothing is stored when it fails.
 pub async fn write(
     store: &Store,
     sender: &Sender,
-    batch: CheckedBatch,
+    mut batch: CheckedBatch,
 ) -> Result<BatchResponse, ApiError> {
-    write_once(store, sender, batch).await.map_err(|e| {
-        if let ApiError::Internal(inner) = &e {
-            // 23514 on insert into a partitioned table: no partition for the row (dropped by retention
-            // on another replica, or a stale cache). Forget the cache; the retry re-creates it.
-            let missing_partition = inner
-                .downcast_ref::<sqlx::Error>()
-                .and_then(|s| s.as_database_error())
-                .is_some_and(|d| d.code().as_deref() == Some("23514"));
-            if missing_partition {
-                store.forget_partitions();
-                return ApiError::Unavailable(anyhow::anyhow!("event partition missing; retry"));
+    let mut bases = Bases::default();
+    for _ in 0..ATTEMPTS {
+        match write_once(store, sender, &batch, &bases).await {
+            Ok(r) => return Ok(r),
+            Err(Retry::Overflow(ids)) => {
+                let ids: HashSet<Uuid> = ids.into_iter().collect();
+                batch.events.retain(|e| !ids.contains(&e.event.event_id));
+                batch
+                    .rejected
+                    .extend(ids.into_iter().map(|event_id| Rejection {
+                        event_id,
+                        reason: headroom::REASON.into(),
+                    }));
             }
+            Err(Retry::Stale(keys)) => {
+                bases = headroom::fetch(&store.pool, sender.tenant_id, &keys).await?;
+            }
+            Err(Retry::Failed(e)) => return Err(missing_partition(store, e)),
         }
-        e
-    })
+    }
+    Err(ApiError::Unavailable(anyhow::anyhow!(
+        "usage rows kept changing under the batch; retry"
+    )))
+}
+
+/// 23514 on insert into a partitioned table: no partition for the row (dropped by retention on another
+/// replica, or a stale cache). Forget the cache; the client's retry re-creates it.
+fn missing_partition(store: &Store, e: ApiError) -> ApiError {
+    if let ApiError::Internal(inner) = &e {
+        let missing_partition = inner
+            .downcast_ref::<sqlx::Error>()
+            .and_then(|s| s.as_database_error())
+            .is_some_and(|d| d.code().as_deref() == Some("23514"));
+        if missing_partition {
+            store.forget_partitions();
+            return ApiError::Unavailable(anyhow::anyhow!("event partition missing; retry"));
+        }
+    }
+    e
 }
 
 async fn write_once(
     store: &Store,
     sender: &Sender,
-    batch: CheckedBatch,
-) -> Result<BatchResponse, ApiError> {
+    batch: &CheckedBatch,
+    bases: &Bases,
+) -> Result<BatchResponse, Retry> {
     let CheckedBatch {
         received_at,
         device_id,
         agent_version,
         bindings,
         events,
-        mut rejected,
+        rejected,
     } = batch;
+    let (received_at, device_id, agent_version) =
+        (*received_at, device_id.clone(), agent_version.clone());
+    let mut rejected = rejected.clone();
     let total = events.len();
     let mut seen = HashSet::with_capacity(total);
-    let mut events: Vec<ReadyEvent> = events
-        .into_iter()
+    let mut events: Vec<&ReadyEvent> = events
+        .iter()
         .filter(|e| seen.insert(e.event.event_id))
         .collect();
     events.sort_by_key(|e| e.event.event_id);
@@ -140,7 +197,7 @@ async fn write_once(
 
     let default_user = sender.user_id.clone().unwrap_or_default();
     let mut rows = EventRows::new(sender.tenant_id, received_at, events.len());
-    let mut rollup: BTreeMap<RollupKey, Usage> = BTreeMap::new();
+    let mut rollup = Fit::new(bases);
     for e in &events {
         let (user, device) = match &e.event.session_id {
             Some(s) => identity.get(s).cloned().unwrap_or_default(),
@@ -163,11 +220,17 @@ async fn write_once(
             session_id: e.event.session_id.clone().unwrap_or_default(),
             model: model.clone(),
         };
-        rollup.entry(key).or_default().add(&e.usage);
+        rollup.add(key, &e.usage, e.event.event_id);
         rows.push(e, user, device, model);
     }
+    let rollup = rollup.finish().map_err(Retry::Overflow)?;
     rows.insert(&mut tx).await?;
-    rollups::upsert(&mut tx, sender.tenant_id, &rollup).await?;
+    match rollups::upsert(&mut tx, sender.tenant_id, &rollup).await {
+        Err(e) if headroom::is_out_of_range(&e) => {
+            return Err(Retry::Stale(rollup.into_keys().collect()))
+        }
+        r => r?,
+    }
     upsert_device(
         &mut tx,
         sender,
@@ -315,7 +378,7 @@ async fn upsert_device(
     received_at: DateTime<Utc>,
     device_id: Option<String>,
     agent_version: Option<String>,
-    events: &[ReadyEvent],
+    events: &[&ReadyEvent],
 ) -> Result<(), sqlx::Error> {
     let Some(device_id) = device_id else {
         return Ok(());
@@ -324,7 +387,8 @@ async fn upsert_device(
         .iter()
         .filter(|e| e.event.kind == EventKind::AgentHeartbeat)
         .max_by_key(|e| e.effective_at);
-    let dropped: i64 = events
+    // A drop counter, not usage: it saturates at the bigint maximum instead of failing the batch.
+    let dropped: i128 = events
         .iter()
         .filter(|e| e.event.kind == EventKind::OutboxDropped)
         .filter_map(|e| {
@@ -334,7 +398,9 @@ async fn upsert_device(
                 .and_then(serde_json::Value::as_i64)
         })
         .filter(|n| *n > 0)
+        .map(i128::from)
         .sum();
+    let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
     let live = sender.live.then_some(received_at);
     let num = |k: &str| {
         beat.and_then(|b| b.event.data.get(k))
@@ -349,7 +415,7 @@ async fn upsert_device(
             oldest_pending_age_seconds, sync_state, dropped_events)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (tenant_id, device_id) DO UPDATE SET
-            dropped_events = d.dropped_events + EXCLUDED.dropped_events,
+            dropped_events = LEAST(d.dropped_events::numeric + EXCLUDED.dropped_events, 9223372036854775807)::bigint,
             last_seen_at = GREATEST(d.last_seen_at, EXCLUDED.last_seen_at),
             last_heartbeat_at = GREATEST(d.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
             agent_version = COALESCE(EXCLUDED.agent_version, d.agent_version),

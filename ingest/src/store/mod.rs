@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod batch;
+pub mod headroom;
 pub mod owners;
 pub mod sessions;
 

@@ -94,7 +94,7 @@ pub fn wanted(
     sender: &Sender,
     device: &str,
     bindings: &[SessionBinding],
-    events: &[ReadyEvent],
+    events: &[&ReadyEvent],
 ) -> BTreeMap<String, Claim> {
     let user = sender.user_id.clone().unwrap_or_default();
     let new = |at, parent: Option<&String>, bound| Claim {

@@ -1,0 +1,179 @@
+//! Throttling failed authentication per client address, before the database.
+//!
+//! Every bearer token the cache does not know costs a database round trip ([`crate::auth::TokenGuard`]).
+//! A client sending random tokens would make each request one. So, per client IP address (the TCP peer,
+//! `ConnectInfo`), failed authentications drain a token bucket (`auth_failure_burst`, refilled at
+//! `auth_failures_per_sec`); while an address's bucket is empty, every request from it that needs a token
+//! lookup is answered 429 with `Retry-After` without touching the database. A successful request does not
+//! refill the bucket faster. Unknown token hashes are also remembered for `token_cache_secs` (a negative
+//! cache), so one bad token retried in a loop (a revoked token in a forgotten agent) is answered from
+//! memory — and still counts as a failure of its address.
+//!
+//! Behind a NAT or proxy every client shares the peer address: one misbehaving client there throttles the
+//! others' *new* authentications for a while (those agents back off on 429 and retry). Requests without a
+//! peer address (in-process tests calling the router directly) are not throttled.
+//!
+//! Memory: both maps are bounded ([`MAX_ENTRIES`]); when one is full it is cleared, which can only forgive.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::auth::{hash_token, Caller};
+use crate::error::ApiError;
+
+const MAX_ENTRIES: usize = 100_000;
+
+/// Failed-authentication budgets per address and the negative token cache.
+#[derive(Debug)]
+pub struct AuthGuard {
+    buckets: Mutex<HashMap<IpAddr, Bucket>>,
+    unknown: Mutex<HashMap<[u8; 32], Instant>>,
+    per_sec: f64,
+    burst: f64,
+    remember_for: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    left: f64,
+    at: Instant,
+}
+
+impl AuthGuard {
+    pub fn new(per_sec: f64, burst: f64, remember_for: Duration) -> AuthGuard {
+        AuthGuard {
+            buckets: Mutex::new(HashMap::new()),
+            unknown: Mutex::new(HashMap::new()),
+            per_sec,
+            burst,
+            remember_for,
+        }
+    }
+
+    /// Runs `lookup` (the token verification) unless `ip` is throttled or the token is known to be
+    /// unknown; a 401 from it counts against `ip`.
+    pub async fn verify(
+        &self,
+        ip: Option<IpAddr>,
+        token: &str,
+        lookup: impl Future<Output = Result<Caller, ApiError>>,
+    ) -> Result<Caller, ApiError> {
+        let now = Instant::now();
+        if let Some(ip) = ip {
+            self.admit(ip, now)?;
+        }
+        let hash = hash_token(token);
+        let known_bad = self
+            .unknown
+            .lock()
+            .unwrap()
+            .get(&hash)
+            .is_some_and(|at| now.saturating_duration_since(*at) < self.remember_for);
+        let result = if known_bad {
+            Err(ApiError::Unauthenticated)
+        } else {
+            lookup.await
+        };
+        if let Err(ApiError::Unauthenticated) = &result {
+            if let Some(ip) = ip {
+                self.fail(ip, now);
+            }
+            if !known_bad {
+                let mut unknown = self.unknown.lock().unwrap();
+                if unknown.len() >= MAX_ENTRIES {
+                    unknown.clear();
+                }
+                unknown.insert(hash, now);
+            }
+        }
+        result
+    }
+
+    /// Err(429) while the address has no failures left.
+    fn admit(&self, ip: IpAddr, now: Instant) -> Result<(), ApiError> {
+        let mut buckets = self.buckets.lock().unwrap();
+        let Some(b) = buckets.get_mut(&ip) else {
+            return Ok(());
+        };
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.left = (b.left + elapsed * self.per_sec).min(self.burst);
+        b.at = now;
+        if b.left >= 1.0 {
+            Ok(())
+        } else {
+            Err(ApiError::RateLimited(Duration::from_secs_f64(
+                (1.0 - b.left) / self.per_sec,
+            )))
+        }
+    }
+
+    fn fail(&self, ip: IpAddr, now: Instant) {
+        let mut buckets = self.buckets.lock().unwrap();
+        if buckets.len() >= MAX_ENTRIES && !buckets.contains_key(&ip) {
+            buckets.clear();
+        }
+        let b = buckets.entry(ip).or_insert(Bucket {
+            left: self.burst,
+            at: now,
+        });
+        b.left = (b.left - 1.0).max(0.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal_never() -> Result<Caller, ApiError> {
+        Err(ApiError::Unauthenticated)
+    }
+
+    #[tokio::test]
+    async fn an_address_is_throttled_after_its_burst_of_failures_and_recovers() {
+        let guard = AuthGuard::new(10.0, 3.0, Duration::from_secs(30));
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let mut lookups = 0;
+        for i in 0..10 {
+            let r = guard
+                .verify(Some(ip), &format!("apy_{i}"), async {
+                    lookups += 1;
+                    principal_never()
+                })
+                .await;
+            assert!(matches!(
+                r,
+                Err(ApiError::Unauthenticated | ApiError::RateLimited(_))
+            ));
+        }
+        assert_eq!(lookups, 3, "only the burst reaches the lookup");
+        // Another address is not affected.
+        let other: IpAddr = "192.0.2.8".parse().unwrap();
+        let r = guard
+            .verify(Some(other), "apy_x", async { principal_never() })
+            .await;
+        assert!(matches!(r, Err(ApiError::Unauthenticated)));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let r = guard
+            .verify(Some(ip), "apy_y", async { principal_never() })
+            .await;
+        assert!(matches!(r, Err(ApiError::Unauthenticated)), "refilled");
+    }
+
+    #[tokio::test]
+    async fn a_token_found_unknown_is_not_looked_up_again() {
+        let guard = AuthGuard::new(10.0, 100.0, Duration::from_secs(30));
+        let mut lookups = 0;
+        for _ in 0..5 {
+            let _ = guard
+                .verify(None, "apy_same", async {
+                    lookups += 1;
+                    principal_never()
+                })
+                .await;
+        }
+        assert_eq!(lookups, 1);
+    }
+}

@@ -1,0 +1,275 @@
+//! Keeping every stored rollup row within its bigint columns, per event.
+//!
+//! A row's sums grow without bound (one row per 15 minutes × session × model can take any number of
+//! events), while its columns are bigints. Letting Postgres raise `bigint out of range` (22003) would make
+//! the whole batch fail again on every retry — a permanent 500 the agent retries forever — and Rust's
+//! `+` would wrap in release builds. Instead the batch writer admits events into the rollup one at a time,
+//! in `event_id` order ([`Fit`]): an event is admitted when its 15-minute row *and* its hourly row stay
+//! within `i64::MAX` counting what is already stored ([`Bases`]) and what this batch admitted before it;
+//! otherwise it is rejected with [`REASON`] and nothing of it is stored.
+//!
+//! The stored totals are not read on the common path: the first attempt assumes empty rows (which already
+//! catches a batch that overflows on its own). Only when the upsert then meets 22003 does the writer read
+//! the rows' totals ([`fetch`]) and try again (`store::batch::write`); a concurrent batch that grew the
+//! same row in between just means another round.
+
+use std::collections::BTreeMap;
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::rollups::{hour_of, RollupKey, Usage};
+
+/// Why an event was rejected for overflow.
+pub const REASON: &str =
+    "usage: the totals of its rollup row would exceed the supported range (2^63 - 1 per column)";
+
+/// What the rows a batch touches already hold (absent = empty).
+#[derive(Debug, Default)]
+pub struct Bases {
+    quarter: BTreeMap<RollupKey, Usage>,
+    hourly: BTreeMap<RollupKey, Usage>,
+}
+
+/// Admits events into a batch's rollup (see the module notes).
+#[derive(Debug)]
+pub struct Fit<'a> {
+    bases: &'a Bases,
+    quarter: BTreeMap<RollupKey, Usage>,
+    hourly: BTreeMap<RollupKey, Usage>,
+    rejected: Vec<Uuid>,
+}
+
+fn with(base: Option<&Usage>, batch: Option<&Usage>, u: &Usage) -> Usage {
+    let mut t = base.copied().unwrap_or_default();
+    if let Some(b) = batch {
+        t.add(b);
+    }
+    t.add(u);
+    t
+}
+
+impl<'a> Fit<'a> {
+    pub fn new(bases: &'a Bases) -> Fit<'a> {
+        Fit {
+            bases,
+            quarter: BTreeMap::new(),
+            hourly: BTreeMap::new(),
+            rejected: vec![],
+        }
+    }
+
+    /// Adds the event's usage to its row, or records it as rejected when a row would overflow.
+    pub fn add(&mut self, key: RollupKey, usage: &Usage, event_id: Uuid) {
+        let hour = RollupKey {
+            bucket: hour_of(key.bucket),
+            ..key.clone()
+        };
+        let q = with(self.bases.quarter.get(&key), self.quarter.get(&key), usage);
+        let h = with(self.bases.hourly.get(&hour), self.hourly.get(&hour), usage);
+        if !(q.fits_row() && h.fits_row()) {
+            self.rejected.push(event_id);
+            return;
+        }
+        self.quarter.entry(key).or_default().add(usage);
+        self.hourly.entry(hour).or_default().add(usage);
+    }
+
+    /// The pre-aggregated 15-minute rows, or the events that did not fit.
+    pub fn finish(self) -> Result<BTreeMap<RollupKey, Usage>, Vec<Uuid>> {
+        if self.rejected.is_empty() {
+            Ok(self.quarter)
+        } else {
+            Err(self.rejected)
+        }
+    }
+}
+
+/// Whether a database error is Postgres' "out of range" (SQLSTATE 22003, e.g. bigint overflow).
+pub fn is_out_of_range(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.code().as_deref() == Some("22003"))
+}
+
+/// The stored totals of the 15-minute rows `keys` and of their hourly rows.
+pub async fn fetch(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    keys: &[RollupKey],
+) -> Result<Bases, sqlx::Error> {
+    let hours: Vec<RollupKey> = {
+        let mut h: Vec<RollupKey> = keys
+            .iter()
+            .map(|k| RollupKey {
+                bucket: hour_of(k.bucket),
+                ..k.clone()
+            })
+            .collect();
+        h.sort();
+        h.dedup();
+        h
+    };
+    Ok(Bases {
+        quarter: read(pool, tenant_id, keys, "usage_rollups").await?,
+        hourly: read(pool, tenant_id, &hours, "usage_rollups_hourly").await?,
+    })
+}
+
+type SumsRow = (
+    chrono::DateTime<chrono::Utc>,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Vec<i64>,
+);
+
+async fn read(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    keys: &[RollupKey],
+    table: &str,
+) -> Result<BTreeMap<RollupKey, Usage>, sqlx::Error> {
+    let col = |f: fn(&RollupKey) -> &str| keys.iter().map(f).collect::<Vec<&str>>();
+    let rows: Vec<SumsRow> = sqlx::query_as(&format!(
+        "SELECT r.bucket, r.user_id, r.device_id, r.colony_id, r.session_id, r.model,
+            ARRAY[r.input_tokens, r.output_tokens, r.cached_tokens, r.cache_creation_tokens, r.cost_nanos,
+                  r.llm_calls, r.unpriced_turns, r.tool_calls, r.tool_errors, r.events]
+         FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+             AS k(bucket, user_id, device_id, colony_id, session_id, model)
+         JOIN {table} r ON r.tenant_id = $1 AND r.bucket = k.bucket AND r.user_id = k.user_id
+             AND r.device_id = k.device_id AND r.colony_id = k.colony_id AND r.session_id = k.session_id
+             AND r.model = k.model"
+    ))
+    .bind(tenant_id)
+    .bind(keys.iter().map(|k| k.bucket).collect::<Vec<_>>())
+    .bind(col(|k| &k.user_id))
+    .bind(col(|k| &k.device_id))
+    .bind(col(|k| &k.colony_id))
+    .bind(col(|k| &k.session_id))
+    .bind(col(|k| &k.model))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(bucket, user_id, device_id, colony_id, session_id, model, sums)| {
+                let key = RollupKey {
+                    bucket,
+                    user_id,
+                    device_id,
+                    colony_id,
+                    session_id,
+                    model,
+                };
+                let mut cols = [0i128; 10];
+                for (c, v) in cols.iter_mut().zip(sums) {
+                    *c = i128::from(v);
+                }
+                (key, Usage::from_columns(cols))
+            },
+        )
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, Utc};
+    use proptest::prelude::*;
+
+    const MAX: i128 = i64::MAX as i128;
+
+    fn key(minute: u32) -> RollupKey {
+        let t: DateTime<Utc> = "2026-11-03T10:00:00Z".parse().unwrap();
+        RollupKey {
+            bucket: crate::rollups::bucket_of(t + chrono::Duration::minutes(i64::from(minute))),
+            user_id: "u".into(),
+            device_id: String::new(),
+            colony_id: String::new(),
+            session_id: "s".into(),
+            model: "m".into(),
+        }
+    }
+
+    fn cost(nanos: i128) -> Usage {
+        Usage {
+            cost_nanos: nanos,
+            events: 1,
+            llm_calls: 1,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_that_overflows_on_its_own_keeps_what_fits_and_rejects_the_rest() {
+        let bases = Bases::default();
+        let mut fit = Fit::new(&bases);
+        let per = 1_000_000_000_000_000; // the per-event bound: 10^6 USD in nano-dollars
+        let ids: Vec<Uuid> = (0..9300).map(|_| Uuid::new_v4()).collect();
+        for id in &ids {
+            fit.add(key(0), &cost(per), *id);
+        }
+        let rejected = fit.finish().unwrap_err();
+        // 9223 events fit under 2^63 - 1 (9.223e18); the 77 after them do not.
+        assert_eq!(rejected, ids[9223..].to_vec());
+    }
+
+    #[test]
+    fn stored_totals_and_the_hourly_row_count_too() {
+        let mut bases = Bases::default();
+        bases.hourly.insert(
+            RollupKey {
+                bucket: hour_of(key(0).bucket),
+                ..key(0)
+            },
+            cost(MAX - 10),
+        );
+        let mut fit = Fit::new(&bases);
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        fit.add(key(0), &cost(6), a);
+        fit.add(key(20), &cost(6), b); // another quarter of the same hour: the hourly row is full
+        fit.add(key(65), &cost(6), c); // the next hour is empty
+        assert_eq!(fit.finish().unwrap_err(), vec![b]);
+    }
+
+    proptest! {
+        /// Whatever the stored totals and the events (each within the per-event bounds), the admitted
+        /// rows and their hourly sums stay within bigint, and an event is rejected only when it would not
+        /// have fit.
+        #[test]
+        fn admitted_rows_never_exceed_bigint(
+            base in 0..=MAX,
+            events in proptest::collection::vec((0u32..120, 0i128..=1_000_000_000_000_000, 0i128..=1_000_000_000_000), 1..200),
+        ) {
+            let mut bases = Bases::default();
+            bases.quarter.insert(key(0), cost(base));
+            bases.hourly.insert(RollupKey { bucket: hour_of(key(0).bucket), ..key(0) }, cost(base));
+            let mut fit = Fit::new(&bases);
+            let mut expect_rejected = vec![];
+            let mut hour_totals: BTreeMap<DateTime<Utc>, i128> = BTreeMap::new();
+            hour_totals.insert(hour_of(key(0).bucket), base);
+            for (minute, nanos, tokens) in events {
+                let u = Usage { input_tokens: tokens, ..cost(nanos) };
+                let id = Uuid::new_v4();
+                let h = hour_totals.entry(hour_of(key(minute).bucket)).or_default();
+                if *h + nanos > MAX { expect_rejected.push(id); } else { *h += nanos; }
+                fit.add(key(minute), &u, id);
+            }
+            let rejected = match fit.finish() {
+                Ok(rows) => {
+                    for (k, u) in &rows {
+                        let stored = bases.quarter.get(k).copied().unwrap_or_default();
+                        let mut t = stored;
+                        t.add(u);
+                        prop_assert!(t.fits_row(), "{k:?}: {t:?}");
+                    }
+                    vec![]
+                }
+                Err(r) => r,
+            };
+            prop_assert_eq!(rejected, expect_rejected);
+        }
+    }
+}
