@@ -143,12 +143,12 @@ async fn write_once(
 
     let mut tx = store.pool.begin().await?;
     let default_device = device_id.clone().unwrap_or_default();
-    let mut claims = owners::wanted(sender, &default_device, &bindings, &events);
+    let mut claims = owners::wanted(sender, &default_device, bindings, &events);
     if !sender.is_bound() {
         owners::inherit(&mut tx, sender.tenant_id, &mut claims).await?;
     }
     let owner_of = owners::claim(&mut tx, sender.tenant_id, received_at, &claims).await?;
-    let mut verdict = Verdict::new(sender, &owner_of, &bindings);
+    let mut verdict = Verdict::new(sender, &owner_of, bindings);
     events.retain(|e| match verdict.event(sender, &owner_of, e) {
         None => true,
         Some(reason) => {
