@@ -15,6 +15,7 @@
 //! - [`agent`]: `apiary-agent run` processes, their local API (status counters, intake) and CLI.
 //! - [`fixture`]: the Hive fixture day replayed into a HIVE_HOME, as NDJSON, or as canonical batches.
 //! - [`expect`]: what `/v1/usage` must answer for the fixture day, and the comparison.
+//! - [`hostile`]: raw requests to an agent, its memory peak, processes under a chosen umask, file modes.
 //! - [`scan`]: a dump of the cloud database searched for values that must never leave the device.
 //!
 //! Every process is owned by a value that kills it when dropped, so a failing (panicking) test leaves
@@ -29,6 +30,7 @@ pub mod bins;
 pub mod db;
 pub mod expect;
 pub mod fixture;
+pub mod hostile;
 pub mod ingest;
 pub mod procs;
 pub mod proxy;

@@ -42,8 +42,9 @@ impl PreparedEvent {
 pub enum Item {
     /// A durable event: becomes pending (or a duplicate).
     Kept(PreparedEvent),
-    /// Not durable: counted as received and filtered, nothing stored.
-    Filtered { reason: String },
+    /// `count` events that are not durable, for one reason: counted as received and filtered, nothing
+    /// stored. (The HTTP intake folds a request's filtered events into one item per reason.)
+    Filtered { reason: String, count: u64 },
     /// Unreadable: counted as received and rejected, with a dead-letter row holding `source`, position and
     /// reason (never content).
     Malformed {
@@ -52,15 +53,32 @@ pub enum Item {
         offset: Option<u64>,
         reason: String,
     },
+    /// `count` unreadable inputs past a request's dead-letter cap: counted as received and rejected,
+    /// with one dead-letter row for all of them (its reason says how many), so a hostile request cannot
+    /// write a row per garbage element.
+    MalformedMany {
+        source: String,
+        count: u64,
+        reason: String,
+    },
 }
 
 impl Item {
+    /// How many received events this item stands for.
+    pub fn received(&self) -> u64 {
+        match self {
+            Item::Filtered { count, .. } | Item::MalformedMany { count, .. } => *count,
+            Item::Kept(_) | Item::Malformed { .. } => 1,
+        }
+    }
+
     /// Converts a pipeline outcome.
     pub fn from_outcome(outcome: &Outcome) -> Item {
         match outcome {
             Outcome::Kept { event, .. } => Item::Kept(PreparedEvent::new(event)),
             Outcome::Filtered { reason, .. } => Item::Filtered {
                 reason: reason.as_str().to_string(),
+                count: 1,
             },
         }
     }
