@@ -119,6 +119,31 @@ async fn a_full_size_body_of_hostile_events_costs_a_few_times_its_size() {
         "a {size}-byte body raised the peak RSS by {} KiB",
         after - before
     );
+    // A full-size array of valid turns: each kept event is held, redacted, until the commit.
+    let turns = fixture::synthetic_turns("session_full_size", 1, 60_000);
+    let lines: Vec<&[u8]> = turns
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let n = lines
+        .iter()
+        .scan(2usize, |size, l| {
+            *size += l.len() + 1;
+            Some(*size)
+        })
+        .take_while(|size| *size < 16 * 1024 * 1024)
+        .count();
+    let body = [b"[".as_slice(), &lines[..n].join(b",".as_slice()), b"]"].concat();
+    let (status, v) = agent.post_events(body).await.unwrap();
+    assert_eq!(status, 200, "{}", json_error(status, &v));
+    assert_eq!(v["accepted"].as_u64(), Some(n as u64), "{v}");
+    let peak = peak_rss_kib(agent.pid()).unwrap();
+    eprintln!("peak RSS {peak} KiB after a 16 MiB array of {n} valid turns");
+    assert!(
+        (peak - before) * 1024 < 6 * 16 * 1024 * 1024,
+        "16 MiB of valid events raised the peak RSS by {} KiB",
+        peak - before
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,7 +24,10 @@ pub struct PreparedEvent {
 impl PreparedEvent {
     /// Serialises `event` and extracts its usage contribution.
     pub fn new(event: &CanonicalEvent) -> PreparedEvent {
-        let body = serde_json::to_string(event).expect("a canonical event serialises");
+        let mut body = serde_json::to_string(event).expect("a canonical event serialises");
+        // The serializer's buffer grows by doubling; an event is held until its commit (a request's
+        // worth of them at once), so it keeps only its own length.
+        body.shrink_to_fit();
         PreparedEvent {
             event_id: event.event_id,
             kind: event.kind,
