@@ -1,7 +1,7 @@
 //! `apiary-agent run`: wires the outbox, the local API, the Hive log tailer (and, in online mode, the
 //! push loop) together and runs them until the shutdown token is cancelled.
 //!
-//! Start-up order: policy → outbox (migrated) → token file → bind the listener (so `DIR/agent.addr`, which
+//! Start-up order: policy → outbox (migrated; the data directory made private) → token files → bind the listener (so `DIR/agent.addr`, which
 //! tells the CLI where the running agent listens, is written only once the port is known). Shutdown
 //! order: stop accepting requests and let the ones in flight finish (bounded by [`SHUTDOWN_GRACE`]), let
 //! the push loop finish the batches in flight (bounded by `push.shutdown_grace_ms`), stop the tailer
@@ -73,18 +73,20 @@ impl Application {
         let outbox = open_outbox(data_dir, &settings, &policy)?;
         let token = http::load_or_create_token(data_dir)
             .with_context(|| format!("creating {}", data_dir.join("agent.token").display()))?;
+        let settings_token = http::load_or_create_settings_token(data_dir)
+            .with_context(|| format!("creating {}", data_dir.join("settings.token").display()))?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding the local API to {}", settings.listen))?;
         let addr = listener.local_addr()?;
-        // Written to a temporary name and renamed, so a reader never sees a half-written address.
-        let tmp = data_dir.join(".agent.addr.tmp");
-        std::fs::write(&tmp, addr.to_string())
-            .and_then(|()| std::fs::rename(&tmp, data_dir.join("agent.addr")))
+        // Written to an exclusive temporary file and renamed, so a reader never sees a half-written
+        // address and nothing planted in the directory is followed.
+        crate::private::write_atomic(&data_dir.join("agent.addr"), addr.to_string().as_bytes())
             .context("writing agent.addr")?;
         let state = AppState {
             outbox: outbox.clone(),
             token: Arc::new(token),
+            settings_token: Arc::new(settings_token),
             policy,
             zone,
             intake: settings.intake.clone(),

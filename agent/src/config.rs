@@ -21,7 +21,8 @@
 //! | `outbox.retry_after_secs` | 5 | Retry-After given to refused producers |
 //! | `outbox.sqlite_max_page_count` | unset | testing: simulate a full disk |
 //! | `intake.max_body_bytes` | 16777216 | larger request bodies get 413 |
-//! | `intake.max_line_bytes` | 1048576 | larger NDJSON lines get a per-line error |
+//! | `intake.max_line_bytes` | 1048576 | larger events (NDJSON lines, array elements) get a per-event error |
+//! | `intake.max_events` | 100000 | more events in one request get 413 (checked before any is parsed) |
 //! | `push.batch_max_events`, `push.batch_max_bytes` | 1000, 4194304 | push batch bounds (uncompressed JSON) |
 //! | `push.concurrency` | 4 | batches in flight at once |
 //! | `push.connect_timeout_ms`, `push.request_timeout_ms` | 5000, 30000 | HTTP timeouts |
@@ -87,8 +88,13 @@ pub use apiary_plumbing::LogFormat;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IntakeSettings {
+    /// Larger request bodies get 413.
     pub max_body_bytes: usize,
+    /// Larger events (NDJSON lines, array elements) get a per-event error without being parsed.
     pub max_line_bytes: usize,
+    /// More events in one request get 413 before any is parsed: with the body limit, this bounds
+    /// what a request can cost (a body of tiny values is millions of events).
+    pub max_events: usize,
 }
 
 impl Default for IntakeSettings {
@@ -96,6 +102,7 @@ impl Default for IntakeSettings {
         IntakeSettings {
             max_body_bytes: 16 * 1024 * 1024,
             max_line_bytes: 1024 * 1024,
+            max_events: 100_000,
         }
     }
 }
@@ -168,6 +175,9 @@ impl Settings {
         }
         if self.outbox.max_bytes < 1024 * 1024 {
             return bad("outbox.max_bytes must be at least 1048576 (1 MiB)".into());
+        }
+        if self.intake.max_events == 0 {
+            return bad("intake.max_events must be at least 1".into());
         }
         if self.intake.max_line_bytes > self.intake.max_body_bytes {
             return bad("intake.max_line_bytes cannot exceed intake.max_body_bytes".into());

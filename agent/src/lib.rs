@@ -17,15 +17,18 @@
 //! - [`outbox`]: the durable store and its invariants (ack after commit, one terminal outcome per event,
 //!   counters that add up, bounded disk, full-disk recovery, consent, dedup). The push loop's API lives
 //!   in [`outbox::delivery`]; the export format in [`outbox::export`].
-//! - [`http`]: the loopback API (bearer token from `DIR/agent.token`, mode 0600).
+//! - [`http`]: the loopback API (bearer tokens `DIR/agent.token` for producers, `DIR/settings.token` for
+//!   settings; mode 0600).
+//! - [`private`]: private data directory and files, atomic writes, checks of token files handed in.
 //! - [`tail`]: following Hive's own JSONL logs; the outbox implements its [`tail::TailSink`].
 //! - [`identity`]: identity defaults and explicit session registration.
 //! - [`app`]: `run` — wiring, start-up and ordered shutdown on a cancellation token.
 //! - [`cli`]: the subcommands; [`telemetry`]: logging.
 //!
 //! ## Data directory
-//! `DIR/outbox.db` (+ `-wal`, `-shm`), `DIR/agent.token` (0600), `DIR/agent.addr` (while running),
-//! `DIR/agent.toml` (optional config).
+//! `DIR` (0700): `DIR/outbox.db` (+ `-wal`, `-shm`), `DIR/agent.token` (producers' bearer token),
+//! `DIR/settings.token` (the settings API's bearer token), `DIR/agent.addr` (while running), all 0600
+//! whatever the umask ([`private`]); `DIR/agent.toml` (optional config).
 //!
 //! ## Modes
 //! `online`: pushes run only while sync is enabled (consent). `airgapped`: no socket to the ingest is ever
@@ -37,6 +40,7 @@ pub mod config;
 pub mod http;
 pub mod identity;
 pub mod outbox;
+pub mod private;
 pub mod push;
 pub mod tail;
 pub mod telemetry;

@@ -269,7 +269,7 @@ fn the_cli_exports_reports_status_and_switches_sync() {
     let (ok, text) = run(&["status", "--json"]);
     assert!(ok && text.contains("\"pending_events\": 3"), "{text}");
     let token = dir.path().join("ingest.token");
-    std::fs::write(&token, "secret").unwrap();
+    apiary_agent::private::write_atomic(&token, b"secret").unwrap();
     let t = token.to_str().unwrap();
     let (ok, text) = run(&[
         "sync",

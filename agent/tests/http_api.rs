@@ -15,6 +15,10 @@ use tokio_util::sync::CancellationToken;
 struct App {
     base: String,
     token: String,
+    /// `DIR/settings.token`: the only token `PUT /v1/sync` accepts.
+    settings_token: String,
+    /// A private (0600) ingest token file, for enabling sync.
+    token_file: String,
     outbox: Outbox,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -37,11 +41,16 @@ impl App {
         let base = format!("http://{}", app.local_addr());
         let outbox = app.outbox().clone();
         let token = std::fs::read_to_string(dir.path().join("agent.token")).unwrap();
+        let settings_token = std::fs::read_to_string(dir.path().join("settings.token")).unwrap();
+        let token_file = dir.path().join("ingest.token");
+        apiary_agent::private::write_atomic(&token_file, b"tok\n").unwrap();
         let stop = CancellationToken::new();
         let task = tokio::spawn(app.run_until_stopped(stop.clone()));
         App {
             base,
             token,
+            settings_token,
+            token_file: token_file.display().to_string(),
             outbox,
             stop,
             task,
@@ -386,11 +395,11 @@ async fn sessions_are_bound_on_first_sight_and_by_registration() {
     let queen = support::hive_turn("session_q", 1);
     let (s, _) = app.post("/v1/events", format!("{queen}\n{worker}")).await;
     assert_eq!(s, StatusCode::OK);
-    let sync = json!({"enabled": true, "endpoint": "https://x", "token_file": "/dev/null", "include_backlog": true});
+    let sync = json!({"enabled": true, "endpoint": "https://x", "token_file": app.token_file, "include_backlog": true});
     let r = app
         .client
         .put(format!("{}/v1/sync", app.base))
-        .bearer_auth(&app.token)
+        .bearer_auth(&app.settings_token)
         .body(sync.to_string())
         .send()
         .await
@@ -460,7 +469,7 @@ async fn status_metrics_and_the_sync_toggle() {
     let put = |v: Value| {
         app.client
             .put(format!("{}/v1/sync", app.base))
-            .bearer_auth(&app.token)
+            .bearer_auth(&app.settings_token)
             .body(v.to_string())
             .send()
     };
@@ -468,7 +477,7 @@ async fn status_metrics_and_the_sync_toggle() {
         put(json!({"enabled": true})).await.unwrap().status(),
         StatusCode::BAD_REQUEST
     );
-    let on = json!({"enabled": true, "endpoint": "https://x", "token_file": "/dev/null"});
+    let on = json!({"enabled": true, "endpoint": "https://x", "token_file": app.token_file});
     assert_eq!(put(on).await.unwrap().status(), StatusCode::OK);
     assert_eq!(
         put(json!({"enabled": false})).await.unwrap().status(),
@@ -488,11 +497,11 @@ async fn status_metrics_and_the_sync_toggle() {
 #[tokio::test]
 async fn airgapped_mode_refuses_to_enable_sync() {
     let app = App::spawn(|s| s.mode = Mode::Airgapped).await;
-    let on = json!({"enabled": true, "endpoint": "https://x", "token_file": "/dev/null"});
+    let on = json!({"enabled": true, "endpoint": "https://x", "token_file": app.token_file});
     let r = app
         .client
         .put(format!("{}/v1/sync", app.base))
-        .bearer_auth(&app.token)
+        .bearer_auth(&app.settings_token)
         .body(on.to_string())
         .send()
         .await

@@ -211,12 +211,13 @@ for u in "${USER_LIST[@]}"; do
     tok=$("$BIN/apiary-ingest" token create --tenant "$TENANT" --scope ingest --user "$u" --device "$u-laptop" \
         2>>"$LOGS/admin.log" | last_line) || die "token create for $u failed; see $LOGS/admin.log"
     [ -n "$tok" ] || die "token create for $u printed nothing; see $LOGS/admin.log"
-    printf '%s\n' "$tok" >"$DEMO/$u/ingest.token"
+    # 0600: the agent refuses a token file others can read.
+    (umask 077 && printf '%s\n' "$tok" >"$DEMO/$u/ingest.token")
     info "ingest token for $u on device $u-laptop -> .apiary/demo/$u/ingest.token"
 done
 READ_TOKEN=$("$BIN/apiary-ingest" token create --tenant "$TENANT" --scope read 2>>"$LOGS/admin.log" | last_line) \
     || die "read token create failed; see $LOGS/admin.log"
-printf '%s\n' "$READ_TOKEN" >"$DEMO/read.token"
+(umask 077 && printf '%s\n' "$READ_TOKEN" >"$DEMO/read.token")
 umask 022
 info "read token -> .apiary/demo/read.token"
 

@@ -16,7 +16,8 @@
 //! - [`fixture`]: the Hive fixture day replayed into a HIVE_HOME, as NDJSON, or as canonical batches.
 //! - [`expect`]: what `/v1/usage` must answer for the fixture day, and the comparison.
 //! - [`isolation`]: tokens of any binding, hand-built events, batches and bindings for the isolation tests.
-//! - [`hostile`]: what hostile-input tests need: a process's memory peak, compression bombs, raw sockets.
+//! - [`hostile`]: what hostile-input tests need: a process's memory peak, compression bombs, raw sockets, raw agent requests, umask-run processes,
+//!   file modes.
 //! - [`scan`]: a dump of the cloud database searched for values that must never leave the device.
 //!
 //! Every process is owned by a value that kills it when dropped, so a failing (panicking) test leaves

@@ -48,12 +48,26 @@ impl Tenant {
         })
     }
 
-    /// Writes the ingest token to `dir/ingest.token` (for `sync enable --token-file`); returns the path.
+    /// Writes the ingest token to `dir/ingest.token`, mode 0600 (`sync enable --token-file` refuses a
+    /// token file others can read); returns the path.
     pub fn write_ingest_token(&self, dir: &Path) -> anyhow::Result<PathBuf> {
         let p = dir.join("ingest.token");
-        std::fs::write(&p, format!("{}\n", self.ingest_token))?;
+        write_private(&p, &format!("{}\n", self.ingest_token))?;
         Ok(p)
     }
+}
+
+/// Writes `text` to a new file `path` only its owner may read (0600 on unix, whatever the umask).
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut f = options.open(path)?;
+    #[cfg(unix)]
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    f.write_all(text.as_bytes())
 }
 
 /// An HTTP client that ignores proxy settings and never waits long.

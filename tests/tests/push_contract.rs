@@ -10,7 +10,7 @@ use tests::agent::Agent;
 use tests::fixture::synthetic_turns;
 use tests::ingest::Ingest;
 use tests::proxy::FaultProxy;
-use tests::stack::Cloud;
+use tests::stack::{write_private, Cloud};
 
 const FAST_RETRY: &[(&str, &str)] = &[
     ("APIARY_PUSH_BACKOFF_BASE_MS", "100"),
@@ -35,7 +35,7 @@ async fn a_refused_token_pauses_sync_until_reauthentication() {
         .await
         .unwrap();
     let bad = cloud.dir.path().join("bad.token");
-    std::fs::write(&bad, "apiary_not_a_real_token\n").unwrap();
+    write_private(&bad, "apiary_not_a_real_token\n").unwrap();
     agent.sync_enable(&proxy.url(), &bad, false).unwrap();
     post(&agent, "session_reauth", 1, 100).await;
     let paused = tests::procs::wait_for(Duration::from_secs(20), || async {
@@ -293,7 +293,7 @@ async fn session_identity_bound_on_the_device_is_what_the_cloud_groups_by() {
         .unwrap(),
     );
     let token = cloud.dir.path().join("unbound.token");
-    std::fs::write(&token, format!("{unbound}\n")).unwrap();
+    write_private(&token, &format!("{unbound}\n")).unwrap();
     let mut env = FAST_RETRY.to_vec();
     env.push(("APIARY_IDENTITY_USER_ID", "carol"));
     let agent = Agent::start_with(&cloud.dir.path().join("agent"), None, &env)

@@ -153,14 +153,10 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
             token_file,
             include_backlog,
         } => {
-            let meta = std::fs::metadata(&token_file)
-                .with_context(|| format!("reading --token-file {}", token_file.display()))?;
-            anyhow::ensure!(
-                meta.is_file(),
-                "--token-file {} is not a file",
-                token_file.display()
-            );
-            let token_file = std::fs::canonicalize(&token_file)?.display().to_string();
+            let token_file = crate::push::target::check(&endpoint, &token_file)
+                .context("sync not enabled")?
+                .display()
+                .to_string();
             let change = SyncChange::Enable {
                 endpoint,
                 token_file,

@@ -13,9 +13,13 @@ pub enum ApiError {
     #[error("missing or wrong bearer token (see DIR/agent.token)")]
     Unauthorized,
     #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     BadRequest(String),
     #[error("request body is {got} bytes or more; the limit is {limit} (intake.max_body_bytes)")]
     TooLarge { got: u64, limit: usize },
+    #[error("the body holds more than {limit} events (intake.max_events); send them in smaller requests")]
+    TooManyEvents { limit: usize },
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -28,8 +32,10 @@ impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            ApiError::TooManyEvents { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_many_events"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::Outbox(e) => match e {

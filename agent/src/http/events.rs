@@ -1,59 +1,39 @@
 //! `POST /v1/events`: one JSON event, a JSON array of events, or NDJSON; Hive-native or canonical.
 //!
-//! 1. The body is read up to `intake.max_body_bytes` (413 beyond, checked against Content-Length first).
-//! 2. It is split into events: a body starting with `[` is one JSON array; otherwise the body is read
-//!    as a stream of JSON values separated by whitespace (one object, pretty-printed or not, or NDJSON).
-//!    If that stream does not parse, the body is read line by line so that each bad line gets its own
-//!    error and the good ones are kept. A line longer than `intake.max_line_bytes` is an error without
-//!    being parsed; invalid UTF-8 and nesting deeper than 128 levels are errors too.
-//! 3. Each event goes through [`apiary_schema::process_value`] (classify, adapt, redact) on this side of
-//!    the outbox, so only redacted events reach the writer. `?session=ID` is passed as the session hint
-//!    for events that name no session themselves (as the tailer does with a per-session log's directory).
-//! 4. Everything (kept, filtered, unreadable) is committed in one transaction; the response is sent after
-//!    the commit. Unreadable events are received + rejected, dead-lettered with their line number and the
-//!    reason (never their content).
+//! 1. The body is read up to `intake.max_body_bytes` (413 beyond, checked against Content-Length first),
+//!    into one buffer.
+//! 2. It is split into events and each is processed on this side of the outbox ([`super::parse`]: at
+//!    most `intake.max_events` per body, else 413 before anything is parsed; one value alive at a time;
+//!    classify, adapt, redact), so only redacted events reach the writer. `?session=ID` is passed as the
+//!    session hint for events that name no session themselves (as the tailer does with a per-session
+//!    log's directory).
+//! 3. Everything (kept, filtered, unreadable) is committed in one transaction; the response is sent after
+//!    the commit. Unreadable events are received + rejected; the first
+//!    [`MAX_DEAD_LETTERS`](super::parse::MAX_DEAD_LETTERS) are dead-lettered with their line number or
+//!    index and the reason (never their content), the rest share one dead letter that counts them.
 //!
 //! Responses: 200 `{"accepted", "duplicates", "filtered", "rejected": 0, "evicted", "events"}` when every
-//! event was readable; 400 with the same counts, `"committed": true` and `"errors": [{"line"|"index",
-//! "error"}]` (first 100) when some were not — the good ones **were** committed; 503 + Retry-After when
-//! the outbox refuses (cap reached under `reject`, disk full): nothing of the request was committed.
+//! event was readable; 400 with the same counts, `"committed": true`, `"errors": [{"line"|"index",
+//! "error"}]` (the first 100) and `"errors_not_listed"` (how many more) when some were not — the good ones
+//! **were** committed; 413 when the body is too large or holds too many events (nothing committed); 503 +
+//! Retry-After when the outbox refuses (cap reached under `reject`, disk full): nothing of the request
+//! was committed.
 
-use apiary_schema::{process_value, ProcessOptions};
+use apiary_schema::ProcessOptions;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::Serialize;
-use serde_json::{json, Value};
+use http_body_util::BodyExt;
+use serde_json::json;
 
+use super::parse::{parse_body, Limits, Parsed};
+use super::split::TooManyEvents;
 use super::{ApiError, AppState, IntakeStats};
-use crate::outbox::Item;
 
 /// Bodies at least this large are processed on the blocking pool.
 const INLINE_LIMIT: usize = 64 * 1024;
-/// At most this many per-event errors are listed in a response.
-const MAX_LISTED_ERRORS: usize = 100;
-
-/// One unreadable event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EventError {
-    /// 1-based line (NDJSON or a single value).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<u64>,
-    /// 0-based position in a JSON array.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub index: Option<u64>,
-    pub error: String,
-}
-
-/// A request body turned into outbox items.
-#[derive(Debug, Default)]
-pub struct Parsed {
-    pub items: Vec<Item>,
-    pub errors: Vec<EventError>,
-}
 
 /// `?session=ID`: the session the events belong to when they name none themselves (Hive omits
 /// `execution_id` on many queen-level events; the tailer knows it from the log's directory, an HTTP
@@ -75,7 +55,9 @@ pub async fn post_events(
     match &result {
         Ok(r) if r.status() == StatusCode::OK => IntakeStats::bump(&stats.requests_ok),
         Ok(_) => IntakeStats::bump(&stats.requests_partial),
-        Err(ApiError::TooLarge { .. }) => IntakeStats::bump(&stats.requests_too_large),
+        Err(ApiError::TooLarge { .. } | ApiError::TooManyEvents { .. }) => {
+            IntakeStats::bump(&stats.requests_too_large)
+        }
         Err(ApiError::Outbox(e)) if e.is_retryable() => IntakeStats::bump(&stats.requests_refused),
         Err(_) => IntakeStats::bump(&stats.requests_failed),
     }
@@ -103,24 +85,38 @@ async fn try_intake(
         };
         probe.validate().map_err(ApiError::BadRequest)?;
     }
-    let bytes = read_body(body, limit).await?;
+    let bytes = read_body(body, limit, declared).await?;
+    let limits = Limits::from(&state.intake);
     let parsed = if bytes.len() < INLINE_LIMIT {
-        let opts = options(state, session.as_deref());
-        parse_body(&bytes, &opts, state.intake.max_line_bytes)
+        parse_body(&bytes, &options(state, session.as_deref()), limits)
     } else {
         let st = state.clone();
         tokio::task::spawn_blocking(move || {
-            let opts = options(&st, session.as_deref());
-            parse_body(&bytes, &opts, st.intake.max_line_bytes)
+            let parsed = parse_body(&bytes, &options(&st, session.as_deref()), limits);
+            drop(bytes);
+            parsed
         })
         .await
         .map_err(|e| ApiError::BadRequest(format!("could not process the body: {e}")))?
     };
+    let parsed = parsed.map_err(|TooManyEvents { limit }| ApiError::TooManyEvents { limit })?;
     if parsed.items.is_empty() {
         return Err(ApiError::BadRequest("the body holds no events".into()));
     }
-    let total = parsed.items.len();
-    let report = state.outbox.submit(parsed.items).await?;
+    respond(state, parsed).await
+}
+
+/// Commits the items, then answers with the counts (and the errors, if any).
+async fn respond(state: &AppState, parsed: Parsed) -> Result<Response, ApiError> {
+    let total = parsed.events();
+    let bad = parsed.rejected();
+    let Parsed {
+        items,
+        errors,
+        unlisted,
+        ..
+    } = parsed;
+    let report = state.outbox.submit(items).await?;
     let mut body = json!({
         "accepted": report.accepted,
         "duplicates": report.duplicates,
@@ -129,10 +125,9 @@ async fn try_intake(
         "evicted": report.evicted,
         "events": total,
     });
-    if parsed.errors.is_empty() {
+    if bad == 0 {
         return Ok((StatusCode::OK, Json(body)).into_response());
     }
-    let bad = parsed.errors.len();
     body["committed"] = json!(true);
     body["error"] = json!({
         "code": "invalid_events",
@@ -141,11 +136,8 @@ async fn try_intake(
             total - bad
         ),
     });
-    body["errors"] = json!(parsed
-        .errors
-        .into_iter()
-        .take(MAX_LISTED_ERRORS)
-        .collect::<Vec<_>>());
+    body["errors"] = json!(errors);
+    body["errors_not_listed"] = json!(unlisted);
     Ok((StatusCode::BAD_REQUEST, Json(body)).into_response())
 }
 
@@ -158,183 +150,22 @@ fn options<'a>(state: &'a AppState, session: Option<&'a str>) -> ProcessOptions<
     }
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::TooLarge {
-            got: limit as u64 + 1,
-            limit,
-        }),
-        Err(e) => Err(ApiError::BadRequest(format!(
-            "could not read the body: {e}"
-        ))),
-    }
-}
-
-/// Splits and processes a body (see the module notes).
-pub fn parse_body(body: &[u8], opts: &ProcessOptions<'_>, max_line: usize) -> Parsed {
-    let mut out = Parsed::default();
-    let trimmed = body.trim_ascii_start();
-    if trimmed.starts_with(b"[") {
-        match serde_json::from_slice::<Vec<Value>>(trimmed) {
-            Ok(values) => {
-                for (i, v) in values.iter().enumerate() {
-                    push_value(&mut out, v, opts, None, Some(i as u64));
-                }
+/// Reads the body into one buffer (sized from Content-Length when given), refusing it past `limit`.
+async fn read_body(mut body: Body, limit: usize, declared: Option<u64>) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError::TooLarge {
+        got: limit as u64 + 1,
+        limit,
+    };
+    let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize).min(limit));
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(too_large());
             }
-            Err(e) => push_error(&mut out, Some(1), None, format!("invalid JSON array: {e}")),
-        }
-        return out;
-    }
-    if !try_parse_stream(body, opts, max_line, &mut out) {
-        out = Parsed::default();
-        parse_lines(body, opts, max_line, &mut out);
-    }
-    out
-}
-
-/// The fast path: the body is a stream of JSON values. False (and `out` is to be discarded) when it is
-/// not, so the caller falls back to reading line by line.
-fn try_parse_stream(
-    body: &[u8],
-    opts: &ProcessOptions<'_>,
-    max_line: usize,
-    out: &mut Parsed,
-) -> bool {
-    let mut stream = serde_json::Deserializer::from_slice(body).into_iter::<Value>();
-    let (mut start, mut line) = (0usize, 1u64);
-    while let Some(next) = stream.next() {
-        let Ok(v) = next else { return false };
-        let end = stream.byte_offset();
-        let gap = &body[start..end];
-        let value_at = gap.len() - gap.trim_ascii_start().len();
-        line += gap[..value_at].iter().filter(|b| **b == b'\n').count() as u64;
-        if end - start > max_line {
-            return false;
-        }
-        push_value(out, &v, opts, Some(line), None);
-        line += gap[value_at..].iter().filter(|b| **b == b'\n').count() as u64;
-        start = end;
-    }
-    true
-}
-
-/// NDJSON, line by line, with per-line errors.
-fn parse_lines(body: &[u8], opts: &ProcessOptions<'_>, max_line: usize, out: &mut Parsed) {
-    for (i, raw) in body.split(|b| *b == b'\n').enumerate() {
-        let line_no = Some(i as u64 + 1);
-        let line = raw.trim_ascii();
-        if line.is_empty() {
-            continue;
-        }
-        if line.len() > max_line {
-            let msg = format!(
-                "line is {} bytes, over the limit of {max_line} (intake.max_line_bytes)",
-                line.len()
-            );
-            push_error(out, line_no, None, msg);
-            continue;
-        }
-        if let Err(e) = std::str::from_utf8(line) {
-            let msg = format!("invalid UTF-8 at byte {}", e.valid_up_to());
-            push_error(out, line_no, None, msg);
-            continue;
-        }
-        match serde_json::from_slice::<Value>(line) {
-            Ok(v) => push_value(out, &v, opts, line_no, None),
-            Err(e) => push_error(out, line_no, None, format!("invalid JSON: {e}")),
+            buf.extend_from_slice(&data);
         }
     }
-}
-
-fn push_value(
-    out: &mut Parsed,
-    v: &Value,
-    opts: &ProcessOptions<'_>,
-    line: Option<u64>,
-    index: Option<u64>,
-) {
-    match process_value(v, opts) {
-        Ok(outcome) => out.items.push(Item::from_outcome(&outcome)),
-        Err(e) => push_error(out, line, index, e.to_string()),
-    }
-}
-
-fn push_error(out: &mut Parsed, line: Option<u64>, index: Option<u64>, error: String) {
-    let error = crate::outbox::store::sanitize_reason(&error);
-    out.items.push(Item::Malformed {
-        source: "http".into(),
-        line_no: line.or(index),
-        offset: None,
-        reason: error.clone(),
-    });
-    out.errors.push(EventError { line, index, error });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use apiary_schema::hive::Zone;
-    use apiary_schema::Policy;
-
-    const TURN: &str = r#"{"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": "s1", "data": {"model": "m", "input_tokens": 5, "output_tokens": 1, "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.1}, "timestamp": "2026-11-03T10:15:09.412338", "seq": SEQ}"#;
-
-    fn turn(seq: u32) -> String {
-        TURN.replace("SEQ", &seq.to_string())
-    }
-
-    fn parse(body: &[u8]) -> Parsed {
-        let policy = Policy::default_policy();
-        let opts = ProcessOptions {
-            policy: &policy,
-            zone: Zone::Utc,
-            source_identity: None,
-            session_hint: None,
-        };
-        parse_body(body, &opts, 4096)
-    }
-
-    fn kept(p: &Parsed) -> usize {
-        p.items
-            .iter()
-            .filter(|i| matches!(i, Item::Kept(_)))
-            .count()
-    }
-
-    #[test]
-    fn ndjson_pretty_objects_and_arrays_all_split_into_events() {
-        let ndjson = format!("{}\n\n{}\n", turn(1), turn(2));
-        assert_eq!(kept(&parse(ndjson.as_bytes())), 2);
-        let v: Value = serde_json::from_str(&turn(3)).unwrap();
-        let pretty = serde_json::to_string_pretty(&v).unwrap();
-        let p = parse(pretty.as_bytes());
-        assert_eq!((kept(&p), p.errors.len()), (1, 0));
-        let arr = format!("  [{}, {}, 7]", turn(4), turn(5));
-        let p = parse(arr.as_bytes());
-        assert_eq!(kept(&p), 2);
-        assert_eq!(p.errors[0].index, Some(2));
-    }
-
-    #[test]
-    fn a_bad_line_gets_its_own_error_and_the_rest_is_kept() {
-        let body = format!("{}\n{{oops\n{}\n{}\n", turn(1), turn(2), "x".repeat(5000));
-        let p = parse(body.as_bytes());
-        assert_eq!(kept(&p), 2);
-        let lines: Vec<_> = p.errors.iter().map(|e| e.line).collect();
-        assert_eq!(lines, vec![Some(2), Some(4)]);
-        assert!(p.errors[1].error.contains("over the limit"));
-        assert_eq!(
-            p.items.len(),
-            4,
-            "malformed lines are items too (dead-lettered)"
-        );
-    }
-
-    #[test]
-    fn an_event_over_the_line_limit_is_refused_even_when_it_is_valid_json() {
-        let big = turn(1).replace("\"m\"", &format!("\"{}\"", "m".repeat(5000)));
-        let p = parse(format!("{}\n{big}\n", turn(2)).as_bytes());
-        assert_eq!((kept(&p), p.errors.len()), (1, 1));
-        assert_eq!(p.errors[0].line, Some(2));
-    }
+    Ok(Bytes::from(buf))
 }

@@ -45,7 +45,8 @@ pub async fn get_status(State(state): State<AppState>) -> Result<Json<Value>, Ap
     Ok(Json(status_json(&state).await?))
 }
 
-/// `PUT /v1/sync`.
+/// `PUT /v1/sync` (settings token only, see [`super::settings_only`]). Enabling checks the target
+/// ([`crate::push::target`]): an `https://` endpoint (`http://` to loopback only) and a private token file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SyncToggle {
@@ -79,9 +80,12 @@ pub async fn put_sync(
                 "the first enable needs \"endpoint\" and \"token_file\"".into(),
             ));
         };
+        // Checked at every enable, also when remembered: a refused target is never stored.
+        let token_file = crate::push::target::check(&endpoint, std::path::Path::new(&token_file))
+            .map_err(|e| ApiError::BadRequest(format!("sync not enabled: {e}")))?;
         SyncChange::Enable {
             endpoint,
-            token_file,
+            token_file: token_file.display().to_string(),
             include_backlog: toggle.include_backlog,
         }
     } else {

@@ -5,18 +5,34 @@
 //! | `POST /v1/events[?session=ID]` | one JSON event, an array, or NDJSON; Hive-native or canonical ([`events`]); `session` = hint for events that name none |
 //! | `POST /v1/sessions` | register a session with its own user and parent |
 //! | `GET /v1/status` | sync state, mode, counts by outcome, pending, oldest pending age, last push |
-//! | `PUT /v1/sync` | the desktop toggle: `{"enabled": bool, "endpoint"?, "token_file"?, "include_backlog"?, "purge"?}` |
+//! | `PUT /v1/sync` | the desktop toggle (settings token only): `{"enabled": bool, "endpoint"?, "token_file"?, "include_backlog"?, "purge"?}` |
 //! | `GET /v1/usage/sessions/{id}` | tokens, cost and calls of a session and its workers, from local data |
 //! | `GET /metrics` | Prometheus text |
 //!
-//! Every route requires `Authorization: Bearer <DIR/agent.token>` (401 otherwise). Errors are
-//! `{"error": {"code", "message"}}`; retryable outbox conditions (cap reached, disk full) are 503 with
-//! `Retry-After`.
+//! ## Credentials
+//! Two bearer tokens, each created `0600` at first start ([`crate::private`]):
+//! - `DIR/agent.token`, the **intake token**, for producers (the runtime, its hooks, scripts): every route
+//!   except the settings routes.
+//! - `DIR/settings.token`, the **settings token**, for the user's own settings UI (the desktop shell): every
+//!   route, and the only one accepted on the settings routes (`PUT /v1/sync` and every
+//!   future settings route, behind [`settings_only`]). Changing consent — where events go and with which
+//!   credential — is the user's decision, not a producer's: the intake token gets 403 there.
+//!
+//! A request without either token gets 401.
+//!
+//! ## Errors
+//! Every error body is `{"error": {"code", "message"}}`: the handlers' [`ApiError`], and — through
+//! [`rejections::json_errors`], the outermost layer — whatever axum itself answers (404 for an unknown route,
+//! 405, 413 from a body limit, extractor rejections such as a bad query string or path). Retryable outbox
+//! conditions (cap reached, disk full) are 503 with `Retry-After`.
 
 mod error;
 pub mod events;
 mod local;
 mod metrics;
+pub mod parse;
+mod rejections;
+pub mod split;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,14 +55,25 @@ use crate::outbox::Outbox;
 #[derive(Clone)]
 pub struct AppState {
     pub outbox: Outbox,
-    /// The bearer token producers must present.
+    /// The intake token producers present (`DIR/agent.token`).
     pub token: Arc<String>,
+    /// The settings token (`DIR/settings.token`): the only one allowed to change consent.
+    pub settings_token: Arc<String>,
     pub policy: Arc<Policy>,
     pub zone: Zone,
     pub intake: IntakeSettings,
     pub mode: Mode,
     pub started_at: std::time::Instant,
     pub stats: Arc<IntakeStats>,
+}
+
+/// Which token a request presented (set by the auth layer as a request extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The intake token: producers.
+    Producer,
+    /// The settings token: the user's settings UI.
+    Settings,
 }
 
 /// In-memory request counters for `/metrics`.
@@ -66,35 +93,58 @@ impl IntakeStats {
     }
 }
 
-/// The router with auth on every route.
+/// The router: auth on every route, settings routes for the settings token only, JSON errors outermost.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/events", post(events::post_events))
         .route("/v1/sessions", post(local::post_session))
         .route("/v1/status", get(local::get_status))
-        .route("/v1/sync", put(local::put_sync))
+        .route(
+            "/v1/sync",
+            put(local::put_sync).route_layer(axum::middleware::from_fn(settings_only)),
+        )
         .route("/v1/usage/sessions/{id}", get(local::get_session_usage))
         .route("/metrics", get(metrics::get_metrics))
+        .fallback(rejections::no_route)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
         ))
+        .layer(axum::middleware::map_response(rejections::json_errors))
         .with_state(state)
 }
 
-async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+async fn require_token(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let presented = req
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => next.run(req).await,
+        .map(str::trim)
+        .map(str::as_bytes);
+    let caller = match presented {
+        Some(t) if constant_time_eq(t, state.settings_token.as_bytes()) => Caller::Settings,
+        Some(t) if constant_time_eq(t, state.token.as_bytes()) => Caller::Producer,
         _ => {
             IntakeStats::bump(&state.stats.requests_unauthorized);
-            ApiError::Unauthorized.into_response()
+            return ApiError::Unauthorized.into_response();
         }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// Route layer of the settings routes: the settings token only (403 for the intake token).
+pub async fn settings_only(req: Request, next: Next) -> Response {
+    match req.extensions().get::<Caller>() {
+        Some(Caller::Settings) => next.run(req).await,
+        Some(Caller::Producer) => ApiError::Forbidden(
+            "this route changes settings and needs the settings token (DIR/settings.token); \
+             the intake token (DIR/agent.token) cannot change consent"
+                .into(),
+        )
+        .into_response(),
+        None => ApiError::Unauthorized.into_response(),
     }
 }
 
@@ -102,29 +152,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Reads `DIR/agent.token`, creating it (mode 0600, 32 random bytes in hex) at first start.
+/// Reads `DIR/agent.token` (the intake token), creating it (0600, 32 random bytes in hex) at first start.
 pub fn load_or_create_token(data_dir: &std::path::Path) -> std::io::Result<String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = data_dir.join("agent.token");
-    match std::fs::read_to_string(&path) {
-        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    std::fs::create_dir_all(data_dir)?;
-    let token = hex::encode(rand::random::<[u8; 32]>());
-    let tmp = data_dir.join("agent.token.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(token.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(token)
+    crate::private::load_or_create_secret(data_dir, "agent.token")
+}
+
+/// Reads `DIR/settings.token` (the settings token), creating it (0600) at first start.
+pub fn load_or_create_settings_token(data_dir: &std::path::Path) -> std::io::Result<String> {
+    crate::private::load_or_create_secret(data_dir, "settings.token")
 }

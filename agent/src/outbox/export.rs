@@ -21,7 +21,8 @@
 //!
 //! ## Outcome, and what an export does to everyone else
 //! The bundle is written from a read snapshot on a connection of its own (two passes over the same
-//! snapshot: the manifest with its checksum, then the lines), to `FILE.tmp`, fsynced and renamed. Only
+//! snapshot: the manifest with its checksum, then the lines), to a private temporary file created
+//! exclusively beside `FILE` (mode 0600), fsynced and renamed over `FILE`. Only
 //! then are the exported rows turned into `exported` tombstones, by the writer, in chunks of
 //! [`MARK_CHUNK`] rows — so producers, the tailer and the push loop go on while a large backlog is being
 //! exported, and no transaction holds the write lock for long. The rows marked are the ones pending in
@@ -230,18 +231,18 @@ fn try_build_manifest(
     Ok((manifest, last_seq))
 }
 
-/// Pass 2: writes `FILE.tmp`, fsyncs, renames to `FILE`.
+/// Pass 2: writes an exclusive, private temporary file beside `FILE`, fsyncs, renames it to `FILE`
+/// ([`crate::private::AtomicFile`]: nothing planted is followed; on failure it is removed).
 fn write_bundle(
     conn: &rusqlite::Connection,
     out: &Path,
     manifest: &Manifest,
     last_seq: i64,
 ) -> Result<ExportReport, OutboxError> {
-    let tmp = out.with_extension("tmp");
     let io = |e: std::io::Error| OutboxError::Export(format!("{}: {e}", out.display()));
-    let file = std::fs::File::create(&tmp).map_err(io)?;
+    let mut tmp = crate::private::AtomicFile::create(out).map_err(io)?;
     let mut gz = GzEncoder::new(
-        std::io::BufWriter::new(file),
+        std::io::BufWriter::new(tmp.file()),
         flate2::Compression::default(),
     );
     let head = serde_json::json!({ "manifest": manifest });
@@ -256,19 +257,11 @@ fn write_bundle(
         gz.write_all(body.as_bytes()).map_err(io)?;
         gz.write_all(b"\n").map_err(io)?;
     }
-    let file = gz
-        .finish()
+    gz.finish()
         .map_err(io)?
         .into_inner()
         .map_err(|e| io(e.into_error()))?;
-    file.sync_all().map_err(io)?;
-    let file_bytes = file.metadata().map_err(io)?.len();
-    std::fs::rename(&tmp, out).map_err(io)?;
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
+    let file_bytes = tmp.commit().map_err(io)?.metadata().map_err(io)?.len();
     Ok(ExportReport {
         path: out.to_path_buf(),
         events: manifest.counts.events,

@@ -75,8 +75,9 @@ impl Outbox {
             reason: e.to_string(),
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| open_err(&e))?;
+            crate::private::ensure_dir(dir).map_err(|e| open_err(&e))?;
         }
+        crate::private::prepare_database(path).map_err(|e| open_err(&e))?;
         let mut conn = store::open_writer(path, &settings).map_err(|e| open_err(&e))?;
         schema::migrate(&mut conn).map_err(|e| OutboxError::Migrate(e.to_string()))?;
         let now = Utc::now().timestamp_millis();

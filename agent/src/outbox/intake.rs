@@ -61,7 +61,8 @@ impl Op for Submit {
         for item in &self.items {
             try_insert_item(ctx, item, &mut report)?;
         }
-        ctx.count(store::RECEIVED, self.items.len() as i64);
+        let received: u64 = self.items.iter().map(Item::received).sum();
+        ctx.count(store::RECEIVED, received as i64);
         if let Some(cp) = &self.checkpoint {
             try_save_checkpoint(ctx, cp)?;
         }
@@ -166,10 +167,10 @@ fn try_insert_item(
                 ctx.count(store::DUPLICATE, 1);
             }
         }
-        Item::Filtered { reason } => {
-            report.filtered += 1;
-            ctx.count(store::FILTERED, 1);
-            ctx.count(&format!("filtered.{reason}"), 1);
+        Item::Filtered { reason, count } => {
+            report.filtered += count;
+            ctx.count(store::FILTERED, *count as i64);
+            ctx.count(&format!("filtered.{reason}"), *count as i64);
         }
         Item::Malformed {
             source,
@@ -183,6 +184,21 @@ fn try_insert_item(
             )?;
             ctx.count(store::REJECTED, 1);
             ctx.count(&format!("{}malformed", store::DROPS_UNREPORTED), 1);
+        }
+        Item::MalformedMany {
+            source,
+            count,
+            reason,
+        } => {
+            report.rejected += count;
+            store::insert_dead_letter(
+                ctx.conn, ctx.now_ms, None, source, None, None, reason, None,
+            )?;
+            ctx.count(store::REJECTED, *count as i64);
+            ctx.count(
+                &format!("{}malformed", store::DROPS_UNREPORTED),
+                *count as i64,
+            );
         }
     }
     Ok(())

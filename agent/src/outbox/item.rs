@@ -24,7 +24,10 @@ pub struct PreparedEvent {
 impl PreparedEvent {
     /// Serialises `event` and extracts its usage contribution.
     pub fn new(event: &CanonicalEvent) -> PreparedEvent {
-        let body = serde_json::to_string(event).expect("a canonical event serialises");
+        let mut body = serde_json::to_string(event).expect("a canonical event serialises");
+        // The serializer's buffer grows by doubling; an event is held until its commit (a request's
+        // worth of them at once), so it keeps only its own length.
+        body.shrink_to_fit();
         PreparedEvent {
             event_id: event.event_id,
             kind: event.kind,
@@ -42,8 +45,9 @@ impl PreparedEvent {
 pub enum Item {
     /// A durable event: becomes pending (or a duplicate).
     Kept(PreparedEvent),
-    /// Not durable: counted as received and filtered, nothing stored.
-    Filtered { reason: String },
+    /// `count` events that are not durable, for one reason: counted as received and filtered, nothing
+    /// stored. (The HTTP intake folds a request's filtered events into one item per reason.)
+    Filtered { reason: String, count: u64 },
     /// Unreadable: counted as received and rejected, with a dead-letter row holding `source`, position and
     /// reason (never content).
     Malformed {
@@ -52,15 +56,32 @@ pub enum Item {
         offset: Option<u64>,
         reason: String,
     },
+    /// `count` unreadable inputs past a request's dead-letter cap: counted as received and rejected,
+    /// with one dead-letter row for all of them (its reason says how many), so a hostile request cannot
+    /// write a row per garbage element.
+    MalformedMany {
+        source: String,
+        count: u64,
+        reason: String,
+    },
 }
 
 impl Item {
+    /// How many received events this item stands for.
+    pub fn received(&self) -> u64 {
+        match self {
+            Item::Filtered { count, .. } | Item::MalformedMany { count, .. } => *count,
+            Item::Kept(_) | Item::Malformed { .. } => 1,
+        }
+    }
+
     /// Converts a pipeline outcome.
     pub fn from_outcome(outcome: &Outcome) -> Item {
         match outcome {
             Outcome::Kept { event, .. } => Item::Kept(PreparedEvent::new(event)),
             Outcome::Filtered { reason, .. } => Item::Filtered {
                 reason: reason.as_str().to_string(),
+                count: 1,
             },
         }
     }

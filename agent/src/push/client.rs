@@ -1,7 +1,6 @@
 //! One `POST /v1/batches`: gzip, bearer token, and a classification of what came back.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
 use apiary_schema::BatchResponse;
@@ -48,46 +47,14 @@ impl SendResult {
 /// Errors before anything was sent.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
-    #[error("cannot read the token file {path}: {source}")]
-    TokenFile {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("the token file {0} is empty")]
-    EmptyToken(String),
-    #[error("invalid endpoint {0:?}: {1}")]
+    #[error("token file refused: {0}")]
+    TokenFile(crate::private::SecretFileError),
+    #[error("endpoint {0:?} refused: {1}")]
     Endpoint(String, String),
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
     #[error(transparent)]
     Outbox(#[from] crate::outbox::OutboxError),
-}
-
-/// Reads the bearer token (trimmed). Never logged.
-pub fn read_token(path: &Path) -> Result<SecretString, PushError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PushError::TokenFile {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(PushError::EmptyToken(path.display().to_string()));
-    }
-    Ok(SecretString::from(token.to_string()))
-}
-
-/// `<endpoint>/v1/batches`, validated.
-pub fn batches_url(endpoint: &str) -> Result<reqwest::Url, PushError> {
-    let base = endpoint.trim_end_matches('/');
-    let url = reqwest::Url::parse(&format!("{base}/v1/batches"))
-        .map_err(|e| PushError::Endpoint(endpoint.into(), e.to_string()))?;
-    match url.scheme() {
-        "http" | "https" => Ok(url),
-        other => Err(PushError::Endpoint(
-            endpoint.into(),
-            format!("scheme {other} is not http or https"),
-        )),
-    }
 }
 
 /// Builds the shared HTTP client (rustls, no OpenSSL).
@@ -293,15 +260,5 @@ mod tests {
             matches!(classify(200, "<html>", None), SendResult::Retry { .. }),
             "an unreadable 2xx is retried"
         );
-    }
-
-    #[test]
-    fn endpoints_must_be_http_urls() {
-        assert_eq!(
-            batches_url("https://ingest.example/").unwrap().as_str(),
-            "https://ingest.example/v1/batches"
-        );
-        assert!(batches_url("ftp://x").is_err());
-        assert!(batches_url("not a url").is_err());
     }
 }

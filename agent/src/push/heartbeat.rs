@@ -60,7 +60,7 @@ impl Pusher {
         let Some((url, token_file)) = self.target().await? else {
             return Ok(None);
         };
-        let token = client::read_token(&token_file)?;
+        let token = super::target::read_token(&token_file)?;
         let batch = Batch {
             schema_version: apiary_schema::SCHEMA_VERSION,
             batch_id: Uuid::new_v4(),

@@ -16,6 +16,8 @@
 //! | 404, 405, a 4xx without the ingest's error body | a wrong endpoint, not a verdict: like a 5xx (kept, backoff); the reason says which URL to give |
 //! | other 4xx                                | split in halves to isolate the culprit; a single event → dead letter with the reason |
 //! | 401/403                                  | released untouched; sync paused with `re-authenticate`      |
+//! | (not sent) token file refused            | released untouched; sync paused with `re-authenticate`      |
+//! | (not sent) endpoint refused ([`target`]) | released untouched; sync paused with `invalid-endpoint`     |
 //!
 //! Rows leave the outbox only after the ingest confirmed them. The loop keeps up to `concurrency`
 //! batches in flight (the outbox leases claimed rows, so two batches never hold the same event); at
@@ -28,6 +30,7 @@
 mod backoff;
 mod client;
 mod heartbeat;
+pub mod target;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,8 +49,10 @@ use crate::outbox::Outbox;
 pub use backoff::{parse_retry_after, BackoffPolicy};
 pub use client::{PushError, SendResult};
 
-/// The reason shown in `status` when the ingest refused the token.
+/// The reason shown in `status` when the ingest refused the token (or the token file was refused).
 pub const REAUTHENTICATE: &str = "re-authenticate";
+/// The reason shown in `status` when the stored endpoint breaks the endpoint rule ([`target`]).
+pub const INVALID_ENDPOINT: &str = "invalid-endpoint";
 
 /// Push settings (config section `[push]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -206,7 +211,7 @@ impl Pusher {
         }
         match (sync.endpoint, sync.token_file) {
             (Some(endpoint), Some(token_file)) => {
-                Ok(Some((client::batches_url(&endpoint)?, token_file.into())))
+                Ok(Some((target::batches_url(&endpoint)?, token_file.into())))
             }
             _ => Ok(None),
         }
@@ -215,13 +220,27 @@ impl Pusher {
     fn deliver(&self, claimed: Claimed) -> StepFuture<'_> {
         Box::pin(async move {
             let ids = claimed.ids();
-            let Some((url, token_file)) = self.target().await? else {
-                self.outbox.release(ids).await?;
-                return Ok(PushOutcome::Idle(Idle::SyncOff));
+            let (url, token_file) = match self.target().await {
+                Ok(Some(target)) => target,
+                Ok(None) => {
+                    self.outbox.release(ids).await?;
+                    return Ok(PushOutcome::Idle(Idle::SyncOff));
+                }
+                Err(e @ PushError::Endpoint(..)) => {
+                    return self.pause(ids, INVALID_ENDPOINT, e.to_string()).await
+                }
+                Err(e) => {
+                    // Never leave the rows claimed until the lease runs out.
+                    let _ = self.outbox.release(ids).await;
+                    return Err(e);
+                }
             };
-            let token = match client::read_token(&token_file) {
+            let token = match target::read_token(&token_file) {
                 Ok(t) => t,
-                Err(e) => return self.pause(ids, format!("{REAUTHENTICATE}: {e}")).await,
+                Err(e) => {
+                    let reason = format!("{REAUTHENTICATE}: {e}");
+                    return self.pause(ids, REAUTHENTICATE, reason).await;
+                }
             };
             let body = claimed.batch_json(Uuid::new_v4(), &self.agent);
             let outcome = match client::send(&self.client, &url, &token, body.as_bytes()).await {
@@ -262,12 +281,9 @@ impl Pusher {
                         .await
                 }
                 SendResult::Unauthorized { status, message } => {
-                    return self
-                        .pause(
-                            ids,
-                            format!("{REAUTHENTICATE}: the ingest answered {status}: {message}"),
-                        )
-                        .await
+                    let reason =
+                        format!("{REAUTHENTICATE}: the ingest answered {status}: {message}");
+                    return self.pause(ids, REAUTHENTICATE, reason).await;
                 }
             };
             self.record(&outcome).await;
@@ -309,12 +325,19 @@ impl Pusher {
         Ok(a.merge(b))
     }
 
-    async fn pause(&self, ids: Vec<Uuid>, reason: String) -> Result<PushOutcome, PushError> {
+    /// Releases `ids` and pauses sync with `code` ([`REAUTHENTICATE`], [`INVALID_ENDPOINT`]) until the
+    /// user enables it again.
+    async fn pause(
+        &self,
+        ids: Vec<Uuid>,
+        code: &str,
+        reason: String,
+    ) -> Result<PushOutcome, PushError> {
         tracing::error!(%reason, "sync paused");
         self.outbox.release(ids).await?;
         self.outbox
             .set_sync(SyncChange::Pause {
-                reason: Some(REAUTHENTICATE.into()),
+                reason: Some(code.into()),
             })
             .await?;
         let outcome = PushOutcome::Paused { reason };
@@ -402,19 +425,26 @@ impl Pusher {
         if let Err(e) = self.outbox.enqueue_drop_report().await {
             tracing::warn!(error = %e, "could not enqueue the drop report");
         }
-        match self.send_heartbeat().await {
+        let paused = match self.send_heartbeat().await {
             Ok(Some(SendResult::Unauthorized { status, message })) => {
                 let reason = format!("{REAUTHENTICATE}: the ingest answered {status}: {message}");
-                if let Err(e) = self.pause(Vec::new(), reason).await {
-                    tracing::warn!(error = %e, "could not pause sync");
-                }
+                self.pause(Vec::new(), REAUTHENTICATE, reason).await
+            }
+            Err(e @ PushError::Endpoint(..)) => {
+                self.pause(Vec::new(), INVALID_ENDPOINT, e.to_string())
+                    .await
+            }
+            Err(e @ PushError::TokenFile(_)) => {
+                let reason = format!("{REAUTHENTICATE}: {e}");
+                self.pause(Vec::new(), REAUTHENTICATE, reason).await
             }
             Ok(Some(SendResult::Verdicts(v))) => {
                 if let Some(r) = v.rejected.first() {
                     tracing::warn!(reason = %r.reason, "the ingest rejected the heartbeat");
                 }
+                return;
             }
-            Ok(None) => {}
+            Ok(None) => return,
             Ok(Some(other)) => {
                 let reason = other.problem();
                 tracing::warn!(%reason, "heartbeat not accepted");
@@ -424,8 +454,15 @@ impl Pusher {
                     reason,
                 })
                 .await;
+                return;
             }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat failed");
+                return;
+            }
+        };
+        if let Err(e) = paused {
+            tracing::warn!(error = %e, "could not pause sync");
         }
     }
 }

@@ -28,7 +28,7 @@ async fn outbox_with_turns(n: usize, endpoint: Option<&str>) -> Fixture {
     )
     .unwrap();
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "tok-123\n").unwrap();
+    crate::private::write_atomic(&token_file, b"tok-123\n").unwrap();
     if let Some(endpoint) = endpoint {
         let enable = SyncChange::Enable {
             endpoint: endpoint.into(),
@@ -309,6 +309,61 @@ async fn push_pauses_sync_on_401_instead_of_burning_retries() {
     let status = f.outbox.status().await.unwrap().stored;
     assert_eq!(status.sync.paused_reason.as_deref(), Some(REAUTHENTICATE));
     assert_eq!(status.counters.pending, 3, "nothing is lost while paused");
+}
+
+#[tokio::test]
+async fn a_stored_endpoint_the_rules_refuse_releases_its_rows_and_pauses_sync() {
+    let ingest = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(accept_all)
+        .mount(&ingest)
+        .await;
+    // Stored as an older agent (or a hand-edited outbox) could have it: the API refuses both now.
+    for endpoint in ["ftp://127.0.0.1/", "http://203.0.113.9:8080"] {
+        let f = outbox_with_turns(3, Some(endpoint)).await;
+        let pusher = Pusher::new(f.outbox.clone(), settings()).unwrap();
+        let outcome = pusher.try_push_once().await.unwrap();
+        assert!(
+            matches!(&outcome, PushOutcome::Paused { reason } if reason.contains(endpoint)),
+            "{endpoint}: {outcome:?}"
+        );
+        let status = f.outbox.status().await.unwrap().stored;
+        assert_eq!(status.sync.paused_reason.as_deref(), Some(INVALID_ENDPOINT));
+        // Enabling again with a good endpoint sends the rows at once: none is left claimed.
+        let enable = SyncChange::Enable {
+            endpoint: ingest.uri(),
+            token_file: f.token_file.display().to_string(),
+            include_backlog: false,
+        };
+        f.outbox.set_sync(enable).await.unwrap();
+        assert!(matches!(
+            pusher.try_push_once().await.unwrap(),
+            PushOutcome::Sent { events: 3, .. }
+        ));
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_token_file_others_can_read_pauses_sync_instead_of_being_sent() {
+    use std::os::unix::fs::PermissionsExt;
+    let ingest = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(accept_all)
+        .expect(0)
+        .mount(&ingest)
+        .await;
+    let f = outbox_with_turns(2, Some(&ingest.uri())).await;
+    std::fs::set_permissions(&f.token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let pusher = Pusher::new(f.outbox.clone(), settings()).unwrap();
+    let outcome = pusher.try_push_once().await.unwrap();
+    assert!(
+        matches!(&outcome, PushOutcome::Paused { reason } if reason.contains("chmod 600")),
+        "{outcome:?}"
+    );
+    let status = f.outbox.status().await.unwrap().stored;
+    assert_eq!(status.sync.paused_reason.as_deref(), Some(REAUTHENTICATE));
+    assert_eq!(status.counters.pending, 2);
 }
 
 #[tokio::test]

@@ -1,0 +1,288 @@
+//! The intake parser: a request body turned into outbox items, within bounds.
+//!
+//! [`super::split`] finds the events of a body (one JSON event, an array, or NDJSON; Hive-native or
+//! canonical) without building values, and refuses a body of more than `intake.max_events` outright.
+//! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_value`]:
+//! classify, adapt, redact) and dropped, so at most one event's value is alive at a time. An event longer
+//! than `intake.max_line_bytes` is an error without being parsed; invalid UTF-8, bad JSON and nesting
+//! deeper than 128 levels are errors too.
+//!
+//! Unreadable events are received and rejected: the first [`MAX_DEAD_LETTERS`] of a request each get a
+//! dead-letter row (line or index and reason, never content) and an entry in [`Parsed::errors`]; the rest
+//! are only counted ([`Parsed::unlisted`]) and share one more dead-letter row
+//! ([`Item::MalformedMany`]). Filtered events (deltas, chatty types) are counted by reason, one
+//! [`Item::Filtered`] per reason. So a request costs at most its body, one event's value, its kept
+//! events and a bounded number of items besides, whatever it holds.
+
+use apiary_schema::{process_value, Outcome, ProcessOptions};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::split::{split, Piece, Split, TooManyEvents};
+use crate::config::IntakeSettings;
+use crate::outbox::store::sanitize_reason;
+use crate::outbox::Item;
+
+/// Unreadable events of one request that get a dead-letter row and an entry in the response each.
+pub const MAX_DEAD_LETTERS: usize = 100;
+
+/// The bounds of one request's parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `intake.max_line_bytes`: the longest event parsed.
+    pub max_line: usize,
+    /// `intake.max_events`: the most events in one body.
+    pub max_events: usize,
+}
+
+impl From<&IntakeSettings> for Limits {
+    fn from(s: &IntakeSettings) -> Limits {
+        Limits {
+            max_line: s.max_line_bytes,
+            max_events: s.max_events,
+        }
+    }
+}
+
+/// One unreadable event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventError {
+    /// 1-based line (NDJSON or a single value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// 0-based position in a JSON array.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    pub error: String,
+}
+
+/// A request body turned into outbox items.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    /// Kept and filtered events, the listed unreadable ones, and (last) one
+    /// [`Item::MalformedMany`] for the unlisted ones.
+    pub items: Vec<Item>,
+    /// The first [`MAX_DEAD_LETTERS`] unreadable events.
+    pub errors: Vec<EventError>,
+    /// Unreadable events past the first [`MAX_DEAD_LETTERS`]: counted, not listed.
+    pub unlisted: u64,
+    /// Filtered events by reason, folded into one [`Item::Filtered`] each at the end (a body of
+    /// deltas costs a counter, not an item per event).
+    filtered: std::collections::BTreeMap<String, u64>,
+}
+
+impl Parsed {
+    /// Events received (every outcome).
+    pub fn events(&self) -> u64 {
+        self.items.iter().map(Item::received).sum()
+    }
+
+    /// Unreadable events (listed or not).
+    pub fn rejected(&self) -> u64 {
+        self.errors.len() as u64 + self.unlisted
+    }
+
+    fn push_value(&mut self, v: &Value, opts: &ProcessOptions<'_>, piece: &Piece) {
+        match process_value(v, opts) {
+            Ok(Outcome::Filtered { reason, .. }) => {
+                *self
+                    .filtered
+                    .entry(reason.as_str().to_string())
+                    .or_default() += 1;
+            }
+            Ok(outcome) => self.items.push(Item::from_outcome(&outcome)),
+            Err(e) => self.reject(piece.line, piece.index, e.to_string()),
+        }
+    }
+
+    fn reject(&mut self, line: Option<u64>, index: Option<u64>, error: String) {
+        if self.errors.len() == MAX_DEAD_LETTERS {
+            self.unlisted += 1;
+            return;
+        }
+        let error = sanitize_reason(&error);
+        self.items.push(Item::Malformed {
+            source: "http".into(),
+            line_no: line.or(index),
+            offset: None,
+            reason: error.clone(),
+        });
+        self.errors.push(EventError { line, index, error });
+    }
+
+    fn finish(&mut self) {
+        for (reason, count) in std::mem::take(&mut self.filtered) {
+            self.items.push(Item::Filtered { reason, count });
+        }
+        if self.unlisted > 0 {
+            self.items.push(Item::MalformedMany {
+                source: "http".into(),
+                count: self.unlisted,
+                reason: format!(
+                    "{} more unreadable events in the same request (only the first {MAX_DEAD_LETTERS} \
+                     get a dead letter of their own)",
+                    self.unlisted
+                ),
+            });
+        }
+    }
+}
+
+/// Splits and processes a body (see the module notes); refuses a body of too many events.
+pub fn parse_body(
+    body: &[u8],
+    opts: &ProcessOptions<'_>,
+    limits: Limits,
+) -> Result<Parsed, TooManyEvents> {
+    let mut out = Parsed::default();
+    match split(body, limits.max_line, limits.max_events)? {
+        Split::Values(pieces) => {
+            for piece in &pieces {
+                let bytes = &body[piece.range.clone()];
+                parse_piece(&mut out, bytes, piece, opts, limits, "event");
+            }
+        }
+        Split::Lines(pieces) => {
+            for piece in &pieces {
+                let bytes = &body[piece.range.clone()];
+                parse_piece(&mut out, bytes, piece, opts, limits, "line");
+            }
+        }
+    }
+    out.finish();
+    Ok(out)
+}
+
+/// One event (`what`: an "event" of an array or stream, or a "line"): checked, parsed, processed.
+fn parse_piece(
+    out: &mut Parsed,
+    bytes: &[u8],
+    piece: &Piece,
+    opts: &ProcessOptions<'_>,
+    limits: Limits,
+    what: &str,
+) {
+    if bytes.len() > limits.max_line {
+        let msg = format!(
+            "{what} is {} bytes, over the limit of {} (intake.max_line_bytes)",
+            bytes.len(),
+            limits.max_line
+        );
+        return out.reject(piece.line, piece.index, msg);
+    }
+    if let Err(e) = std::str::from_utf8(bytes) {
+        let msg = format!("invalid UTF-8 at byte {}", e.valid_up_to());
+        return out.reject(piece.line, piece.index, msg);
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => out.push_value(&v, opts, piece),
+        Err(e) => out.reject(piece.line, piece.index, format!("invalid JSON: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apiary_schema::hive::Zone;
+    use apiary_schema::Policy;
+
+    const TURN: &str = r#"{"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": "s1", "data": {"model": "m", "input_tokens": 5, "output_tokens": 1, "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.1}, "timestamp": "2026-11-03T10:15:09.412338", "seq": SEQ}"#;
+
+    fn turn(seq: u32) -> String {
+        TURN.replace("SEQ", &seq.to_string())
+    }
+
+    fn parse_with(body: &[u8], max_events: usize) -> Result<Parsed, TooManyEvents> {
+        let policy = Policy::default_policy();
+        let opts = ProcessOptions {
+            policy: &policy,
+            zone: Zone::Utc,
+            source_identity: None,
+            session_hint: None,
+        };
+        let limits = Limits {
+            max_line: 4096,
+            max_events,
+        };
+        parse_body(body, &opts, limits)
+    }
+
+    fn parse(body: &[u8]) -> Parsed {
+        parse_with(body, 1000).unwrap()
+    }
+
+    fn kept(p: &Parsed) -> usize {
+        p.items
+            .iter()
+            .filter(|i| matches!(i, Item::Kept(_)))
+            .count()
+    }
+
+    #[test]
+    fn ndjson_pretty_objects_and_arrays_all_split_into_events() {
+        let ndjson = format!("{}\n\n{}\n", turn(1), turn(2));
+        assert_eq!(kept(&parse(ndjson.as_bytes())), 2);
+        let v: Value = serde_json::from_str(&turn(3)).unwrap();
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        let p = parse(pretty.as_bytes());
+        assert_eq!((kept(&p), p.errors.len()), (1, 0));
+        let arr = format!("  [{}, {}, 7]", turn(4), turn(5));
+        let p = parse(arr.as_bytes());
+        assert_eq!(kept(&p), 2);
+        assert_eq!(p.errors[0].index, Some(2));
+    }
+
+    #[test]
+    fn a_bad_line_gets_its_own_error_and_the_rest_is_kept() {
+        let body = format!("{}\n{{oops\n{}\n{}\n", turn(1), turn(2), "x".repeat(5000));
+        let p = parse(body.as_bytes());
+        assert_eq!(kept(&p), 2);
+        let lines: Vec<_> = p.errors.iter().map(|e| e.line).collect();
+        assert_eq!(lines, vec![Some(2), Some(4)]);
+        assert!(p.errors[1].error.contains("over the limit"));
+        assert_eq!(
+            p.items.len(),
+            4,
+            "malformed lines are items too (dead-lettered)"
+        );
+    }
+
+    #[test]
+    fn an_event_over_the_line_limit_is_refused_even_when_it_is_valid_json() {
+        let big = turn(1).replace("\"m\"", &format!("\"{}\"", "m".repeat(5000)));
+        let p = parse(format!("{}\n{big}\n", turn(2)).as_bytes());
+        assert_eq!((kept(&p), p.errors.len()), (1, 1));
+        assert_eq!(p.errors[0].line, Some(2));
+        let p = parse(format!("[{}, {big}]", turn(2)).as_bytes());
+        assert_eq!((kept(&p), p.errors.len()), (1, 1));
+        assert_eq!(p.errors[0].index, Some(1));
+    }
+
+    #[test]
+    fn unreadable_events_past_the_cap_are_counted_in_one_dead_letter() {
+        let n = MAX_DEAD_LETTERS + 250;
+        let body = format!("[{}, {}]", turn(1), vec!["0"; n].join(","));
+        let p = parse(body.as_bytes());
+        assert_eq!(kept(&p), 1);
+        assert_eq!(p.errors.len(), MAX_DEAD_LETTERS);
+        assert_eq!(p.unlisted, 250);
+        assert_eq!((p.rejected(), p.events()), (n as u64, n as u64 + 1));
+        assert_eq!(p.items.len(), 1 + MAX_DEAD_LETTERS + 1);
+        assert!(matches!(
+            p.items.last(),
+            Some(Item::MalformedMany { count: 250, .. })
+        ));
+    }
+
+    #[test]
+    fn a_body_of_more_events_than_the_limit_is_refused_before_parsing() {
+        let zeros = format!("[{}]", vec!["0"; 1001].join(","));
+        assert_eq!(
+            parse_with(zeros.as_bytes(), 1000).unwrap_err(),
+            TooManyEvents { limit: 1000 }
+        );
+        let lines = "x\n".repeat(1001);
+        assert!(parse_with(lines.as_bytes(), 1000).is_err());
+        assert_eq!(parse_with(lines.as_bytes(), 1001).unwrap().rejected(), 1001);
+    }
+}
