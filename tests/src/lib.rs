@@ -4,11 +4,13 @@
 //! real PostgreSQL, on ports chosen at run time, and talk to them only through their command lines, HTTP
 //! APIs and files — the way users and the desktop shell do.
 //!
-//! - [`bins`]: finds (and if needed builds) the binaries of this workspace.
+//! - [`bins`]: builds (a no-op when fresh) and finds the binaries of this workspace, so a test never runs
+//!   a stale one.
 //! - [`db`]: a fresh database per test on the server `DATABASE_URL` points at (`scripts/pg.sh`).
 //! - [`procs`]: child processes that are killed when dropped, with their output kept for failure reports.
-//! - [`proxy`]: a TCP proxy of our own between agent and ingest that delays, resets, blackholes and
-//!   injects HTTP 503/429 bursts.
+//! - [`proxy`]: a proxy of our own between agent and ingest that counts HTTP requests (not connections),
+//!   can capture their bodies, and delays, holds, resets, blackholes and injects HTTP 503/429 bursts
+//!   ([`http_wire`] frames the messages).
 //! - [`ingest`]: `apiary-ingest serve` processes (killable, restartable on the same port) and its CLI.
 //! - [`stack`]: a whole cloud per test (database, tenant and tokens made through the CLI, one ingest) and
 //!   the typed query API.
@@ -29,6 +31,7 @@ pub mod bins;
 pub mod db;
 pub mod expect;
 pub mod fixture;
+pub mod http_wire;
 pub mod ingest;
 pub mod procs;
 pub mod proxy;

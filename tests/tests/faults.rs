@@ -299,19 +299,19 @@ async fn proxy_faults_between_agent_and_ingest_end_with_everything_delivered_onc
         drained(&agent, sent, Duration::from_secs(60)).await;
         let injected = proxy.injected.load(Ordering::Relaxed) - injected_before;
         assert_eq!(injected, 3, "{status}: the burst was answered");
-        let log = proxy.log.lock().unwrap().clone();
-        let after: Vec<_> = log.iter().filter(|(t, _)| *t >= start).collect();
+        let seen = proxy.seen();
+        let after: Vec<_> = seen.iter().filter(|s| s.at >= start).collect();
         let injections: Vec<Instant> = after
             .iter()
-            .filter(|(_, f)| matches!(f, Fault::Inject { .. }))
-            .map(|(t, _)| *t)
+            .filter(|s| matches!(s.fault, Fault::Inject { .. }))
+            .map(|s| s.at)
             .collect();
         let last = *injections.last().expect("injections were logged");
         let next_pass = after
             .iter()
-            .find(|(t, f)| *t > last && *f == Fault::Pass)
-            .map(|(t, _)| *t)
-            .expect("a connection after the burst");
+            .find(|s| s.at > last && s.fault == Fault::Pass)
+            .map(|s| s.at)
+            .expect("a request after the burst");
         assert!(
             next_pass - last + Duration::from_millis(50) >= Duration::from_secs(u64::from(retry_after)),
             "{status}: retried {:?} after the last injected answer despite Retry-After: {retry_after}",
@@ -326,5 +326,5 @@ async fn proxy_faults_between_agent_and_ingest_end_with_everything_delivered_onc
         }
         cloud.assert_exactly(session, sent as i64).await.unwrap();
     }
-    assert!(proxy.connections.load(Ordering::Relaxed) > 0);
+    assert!(proxy.requests() > 0);
 }
