@@ -299,6 +299,20 @@ async fn answer(
     client.write_all(reply.as_bytes()).await.is_ok() && client.shutdown().await.is_ok()
 }
 
+/// `"N requests"`, followed by the first few (`: POST /v1/batches, ...`) — for assertion messages.
+pub fn summary(seen: &[Seen]) -> String {
+    let mut out = format!("{} requests", seen.len());
+    if !seen.is_empty() {
+        let first: Vec<&str> = seen.iter().take(5).map(|s| s.request.as_str()).collect();
+        out += &format!(
+            ": {}{}",
+            first.join(", "),
+            if seen.len() > 5 { ", ..." } else { "" }
+        );
+    }
+    out
+}
+
 /// A tiny HTTP upstream for the proxy's own tests: answers every request `200` with its path as body.
 pub async fn echo_upstream() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
