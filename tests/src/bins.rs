@@ -45,6 +45,11 @@ fn build_command(profile_dir: &std::path::Path) -> Command {
             "apiary-agent",
             "-p",
             "apiary-ingest",
+            // What `cargo test --workspace` unifies into the agent (its tests enable the feature through
+            // a dev-dependency on itself), so both builds share one artifact instead of relinking each
+            // other's. The feature only adds test entry points the binary never calls.
+            "--features",
+            "apiary-agent/test-hooks",
         ]);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
