@@ -325,9 +325,19 @@ async fn airgapped_export_then_import_gives_the_fixture_totals_once() {
     )
     .await
     .unwrap();
-    let stored = scan::assert_clean(&cloud.db.url).await.unwrap();
-    assert!(
-        scan::holds_the_day(&stored),
-        "the scan read nothing of the day"
+    scan::assert_day_clean(&cloud.db.url).await.unwrap();
+    scan::assert_agent_day_clean(&agent.data_dir).unwrap();
+    // The bundle is a copy of every event that left the device too.
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&bundle).unwrap()),
+        &mut text,
+    )
+    .unwrap();
+    assert!(scan::holds_the_day(&text), "the bundle holds the day");
+    assert_eq!(
+        scan::forbidden_in(&text),
+        Vec::<String>::new(),
+        "in the bundle"
     );
 }
