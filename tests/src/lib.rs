@@ -23,7 +23,7 @@
 //! nothing running; every test gets its own database and temp directories.
 //!
 //! Environment: `DATABASE_URL` (a server whose role may create databases; `scripts/test.sh` provides
-//! one), `APIARY_FULL_FAULTS=1` (the full 20 kill cycles of `tests/faults.rs`), `APIARY_TEST_BIN_DIR`
+//! one), `APIARY_FULL_FAULTS=1` (20 kill cycles instead of 10 in `tests/faults.rs` and `tests/ingest_faults.rs`), `APIARY_TEST_BIN_DIR`
 //! (run against binaries from another directory, e.g. `target/release`).
 
 pub mod agent;
