@@ -151,34 +151,34 @@ async fn a_large_export_runs_beside_intake_and_marks_only_what_its_bundle_holds(
             .await
             .unwrap();
     }
-    // Producers keep going while the export runs; none of them waits for the whole export.
-    let producer = {
-        let outbox = outbox.clone();
-        tokio::spawn(async move {
-            let mut slowest = std::time::Duration::ZERO;
-            for n in 0..200u128 {
-                let t = std::time::Instant::now();
-                outbox
-                    .submit(vec![support::event(backlog + n)])
-                    .await
-                    .unwrap();
-                slowest = slowest.max(t.elapsed());
-            }
-            slowest
-        })
-    };
+    // Between the snapshot and the marking a producer submits 200 events one by one: each must be
+    // committed while the export is paused there (had the export held the writer, as it once did, the
+    // first would wait forever — bounded here by a generous timeout).
     let out = dir.path().join("big.ndjson.gz");
-    let t = std::time::Instant::now();
-    let report = outbox.export(&out).await.unwrap();
-    let export_took = t.elapsed();
-    let slowest = producer.await.unwrap();
+    let producer = outbox.clone();
+    let report = outbox
+        .export_pausing_after_snapshot(&out, async move {
+            for n in 0..200u128 {
+                let submitted = tokio::time::timeout(
+                    std::time::Duration::from_secs(30),
+                    producer.submit(vec![support::event(backlog + n)]),
+                )
+                .await;
+                assert!(
+                    matches!(submitted, Ok(Ok(_))),
+                    "submission {n} beside the export: {submitted:?}"
+                );
+            }
+        })
+        .await
+        .unwrap();
 
     let (manifest, events) = read_bundle(&out).unwrap();
     assert_eq!(events.len() as u64, report.events);
     assert_eq!(manifest.counts.events, report.events);
-    assert!(
-        report.events >= backlog as u64,
-        "the whole backlog is in the bundle"
+    assert_eq!(
+        report.events, backlog as u64,
+        "the whole backlog is in the bundle, nothing that came after the snapshot"
     );
     assert_eq!(
         report.marked, report.events,
@@ -192,18 +192,12 @@ async fn a_large_export_runs_beside_intake_and_marks_only_what_its_bundle_holds(
         "events that arrived after the snapshot stay pending for the next export"
     );
     assert!(st.balanced);
-    // Had the export held the writer throughout (as it once did), a submission queued beside it would
-    // have waited for nearly all of it.
-    assert!(
-        slowest < export_took / 2,
-        "a producer waited {slowest:?} behind an export that took {export_took:?}"
-    );
     // The next export takes exactly the rest; ids never repeat between the two bundles.
     let rest = outbox
         .export(&dir.path().join("rest.ndjson.gz"))
         .await
         .unwrap();
-    assert_eq!(report.events + rest.events, backlog as u64 + 200);
+    assert_eq!(rest.events, 200);
     let (_, rest_lines) = read_bundle(&dir.path().join("rest.ndjson.gz")).unwrap();
     let first: std::collections::HashSet<&String> = events.iter().collect();
     assert!(rest_lines.iter().all(|l| !first.contains(l)));
@@ -211,29 +205,51 @@ async fn a_large_export_runs_beside_intake_and_marks_only_what_its_bundle_holds(
 }
 
 #[tokio::test]
-async fn a_row_delivered_while_the_bundle_is_written_stays_delivered() {
+async fn rows_settled_or_arriving_between_snapshot_and_marking_keep_their_outcome() {
     let dir = tempfile::tempdir().unwrap();
-    let outbox = support::open_syncing(dir.path(), 3).await;
+    let outbox = support::open_syncing(dir.path(), 4).await;
     let claimed = outbox.claim(ALL).await.unwrap();
-    assert_eq!(claimed.events.len(), 3);
-    // The snapshot holds all three; one is acknowledged by the ingest before the marking runs. The
-    // marking goes through the writer after the ack, so the acknowledged row keeps its outcome.
+    assert_eq!(claimed.ids(), (0..4).map(support::id).collect::<Vec<_>>());
+    // The bundle is written from a snapshot holding all four. Before the marking runs, the push loop
+    // settles two of them (one delivered, one rejected) and a fifth event arrives.
     let out = dir.path().join("b.ndjson.gz");
-    let export = {
-        let (outbox, out) = (outbox.clone(), out.clone());
-        tokio::spawn(async move { outbox.export(&out).await })
-    };
-    support::deliver(&outbox, vec![support::id(0)]).await;
-    let report = export.await.unwrap().unwrap();
+    let other = outbox.clone();
+    let report = outbox
+        .export_pausing_after_snapshot(&out, async move {
+            support::deliver(&other, vec![support::id(0)]).await;
+            let r = other
+                .reject(vec![(support::id(1), "HTTP 422: bad event".into())])
+                .await
+                .unwrap();
+            assert_eq!(r.settled, 1);
+            other.submit(vec![support::event(10)]).await.unwrap();
+        })
+        .await
+        .unwrap();
+    let (_, lines) = read_bundle(&out).unwrap();
+    let ids: Vec<String> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event_id"].to_string())
+        .collect();
+    let want: Vec<String> = (0..4).map(|n| format!("\"{}\"", support::id(n))).collect();
+    assert_eq!(ids, want, "the bundle holds the snapshot");
+    assert_eq!((report.events, report.marked), (4, 2), "{report:?}");
     let st = outbox.status().await.unwrap().stored;
+    let c = st.counters;
     assert_eq!(
-        st.counters.delivered + st.counters.exported,
-        3,
-        "each row has exactly one outcome"
+        (c.delivered, c.rejected, c.exported, c.pending),
+        (1, 1, 2, 1),
+        "each row keeps the one outcome it got first: {c:?}"
     );
-    assert_eq!(st.counters.exported, report.marked);
-    assert_eq!(st.pending_events, 0);
     assert!(st.balanced);
+    // The event that arrived after the snapshot is the next export's, alone.
+    let next = outbox
+        .export(&dir.path().join("next.ndjson.gz"))
+        .await
+        .unwrap();
+    assert_eq!((next.events, next.marked), (1, 1));
+    let (_, lines) = read_bundle(&dir.path().join("next.ndjson.gz")).unwrap();
+    assert!(lines[0].contains(&support::id(10).to_string()), "{lines:?}");
     outbox.close().await;
 }
 

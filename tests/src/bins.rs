@@ -1,4 +1,16 @@
-//! Locating the workspace's binaries from a test executable.
+//! Locating the workspace's binaries from a test executable — and making sure they are the code on disk.
+//!
+//! A black-box test that ran a stale `apiary-agent` would test yesterday's code and pass or fail for the
+//! wrong reason (`cargo test -p tests` builds this crate, not the binaries it starts). So the first call
+//! of [`path`] in a test process runs
+//! `cargo build --locked --bins -p apiary-agent -p apiary-ingest` for the profile this test was built
+//! with, into the target directory it runs from: a no-op (well under a second) when the binaries are
+//! fresh, a rebuild of exactly what changed otherwise. Cargo's own lock on the build directory
+//! (`Blocking waiting for file lock on build directory`) serialises test binaries that start at the same
+//! time, so they never build over each other; each waits for the first and then finds the binaries fresh.
+//!
+//! `APIARY_TEST_BIN_DIR` points at another directory of binaries (e.g. a release build made beforehand)
+//! and is used as is, without building.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,34 +28,140 @@ fn profile_dir() -> PathBuf {
     }
 }
 
-/// The path of a workspace binary (`apiary-agent`, `apiary-ingest`), built on first use if it is missing
-/// (e.g. when only `cargo test -p tests` ran). `APIARY_TEST_BIN_DIR` points at another directory of
-/// binaries (e.g. a release build) and is used as is.
+/// The `cargo build` that brings the binaries of `profile_dir` up to date with the sources.
+fn build_command(profile_dir: &std::path::Path) -> Command {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let target_dir = profile_dir.parent().expect("target/");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .args([
+            "--locked",
+            "--bins",
+            "-p",
+            "apiary-agent",
+            "-p",
+            "apiary-ingest",
+            // What `cargo test --workspace` unifies into the agent (its tests enable the feature through
+            // a dev-dependency on itself), so both builds share one artifact instead of relinking each
+            // other's. The feature only adds test entry points the binary never calls.
+            "--features",
+            "apiary-agent/test-hooks",
+        ]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    // Cargo runs a test with variables describing the test's own package (CARGO_MANIFEST_DIR, CARGO_PKG_*,
+    // ...). Build scripts that watch one of them (ring's watches CARGO_MANIFEST_DIR) would see it changed
+    // and rebuild half the dependency tree on every run, for this build and for the next plain one.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if TEST_ONLY_VARS.contains(&key)
+            || key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_BIN_EXE_")
+        {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// Variables cargo sets for a test process only (never in the environment `cargo test` itself ran in).
+const TEST_ONLY_VARS: &[&str] = &[
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+];
+
+/// Builds the binaries once per test process (see the module notes); panics with cargo's output when
+/// the build fails, since every black-box test would otherwise run something other than the sources.
+fn ensure_fresh() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let started = std::time::Instant::now();
+        let out = build_command(&profile_dir())
+            .output()
+            .expect("run cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build of apiary-agent and apiary-ingest failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!(
+            "tests::bins: binaries checked against the sources in {:?}",
+            started.elapsed()
+        );
+    });
+}
+
+/// The path of a workspace binary (`apiary-agent`, `apiary-ingest`), built from the sources on disk
+/// first (once per test process).
 pub fn path(name: &str) -> PathBuf {
     if let Some(dir) = std::env::var_os("APIARY_TEST_BIN_DIR") {
         return PathBuf::from(dir).join(name);
     }
-    static BUILT: OnceLock<()> = OnceLock::new();
+    ensure_fresh();
     let p = profile_dir().join(name);
-    if !p.exists() {
-        BUILT.get_or_init(|| {
-            let release = profile_dir().file_name().is_some_and(|n| n == "release");
-            let mut cmd = Command::new(env!("CARGO"));
-            cmd.args([
-                "build",
-                "--bins",
-                "-p",
-                "apiary-agent",
-                "-p",
-                "apiary-ingest",
-            ]);
-            if release {
-                cmd.arg("--release");
-            }
-            let status = cmd.status().expect("run cargo build");
-            assert!(status.success(), "cargo build of the binaries failed");
-        });
-    }
     assert!(p.exists(), "{} not found after building", p.display());
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::time::SystemTime;
+
+    /// The newest modification time under `dir` (files only), and the file.
+    fn newest(dir: &Path, best: &mut Option<(SystemTime, PathBuf)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                newest(&p, best);
+            } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                if best.as_ref().is_none_or(|(b, _)| t > *b) {
+                    *best = Some((t, p));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_binaries_tests_run_are_newer_than_every_source_they_are_built_from() {
+        if std::env::var_os("APIARY_TEST_BIN_DIR").is_some() {
+            eprintln!("skipped: APIARY_TEST_BIN_DIR names prebuilt binaries");
+            return;
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let shared = ["shared-schema/src", "shared-schema/policy"];
+        let sources = [
+            ("apiary-agent", vec!["agent/src"]),
+            ("apiary-ingest", vec!["ingest/src", "migrations"]),
+        ];
+        for (bin, own) in sources {
+            let mut src = None;
+            for dir in own.iter().chain(&shared) {
+                newest(&root.join(dir), &mut src);
+            }
+            let (src_time, src_file) = src.expect("sources found");
+            let built = std::fs::metadata(super::path(bin))
+                .and_then(|m| m.modified())
+                .unwrap();
+            assert!(
+                built >= src_time,
+                "{bin} is older than {}: a test would run stale code",
+                src_file.display()
+            );
+        }
+    }
 }

@@ -222,3 +222,52 @@ pub fn synthetic_canonical(session: &str, seq0: u64, n: u64) -> Vec<CanonicalEve
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn markers(files: &[DayFile]) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for f in files {
+            let text = String::from_utf8_lossy(&f.lines.concat()).into_owned();
+            for (i, _) in text.match_indices("zzcanary") {
+                out.insert(text[i..i + 12].to_string());
+            }
+        }
+        out
+    }
+
+    /// The scans are only as good as their input: both copies of the day's events (the debug log and
+    /// the session logs) must carry the canaries, so whichever copy an agent keeps is a test.
+    #[test]
+    fn both_logs_of_the_day_carry_its_canaries() {
+        let listed: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(root().join("canaries.json")).unwrap()).unwrap();
+        let listed: BTreeSet<String> = listed["canaries"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| !k.starts_with("zzcanary900"))
+            .cloned()
+            .collect();
+        let (debug, sessions): (Vec<DayFile>, Vec<DayFile>) = day_files()
+            .into_iter()
+            .partition(|f| f.session_hint().is_none());
+        assert_eq!(
+            markers(&debug),
+            listed,
+            "the debug log holds every listed canary"
+        );
+        let in_sessions = markers(&sessions);
+        // Hive strips `data.full_request` from session logs: its one canary is the only one missing.
+        let missing: Vec<&String> = listed.difference(&in_sessions).collect();
+        assert_eq!(
+            missing,
+            ["zzcanary0013"],
+            "canaries missing from the session logs"
+        );
+    }
+}

@@ -2,13 +2,14 @@
 //!
 //! [`Ingest`]: one `apiary-ingest serve` process on a port chosen at run time (a free port is picked here
 //! and passed with `--listen`, so a restart reuses it and the agent's endpoint stays valid). Ready when
-//! `/readyz` answers 200. Killed when dropped.
+//! `/readyz` answers 200 **and** this process logged that it listens on that port (JSON logs), so a server
+//! of another test that took the port is never mistaken for ours. Killed when dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::procs::{run, wait_for, Proc};
+use crate::procs::{run, Proc};
 use crate::stack::client;
 use crate::{bins, free_port};
 
@@ -76,21 +77,41 @@ impl Ingest {
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
             .env("DATABASE_URL", &self.db_url)
             .env("RUST_LOG", "info,sqlx=warn,tower_http=warn")
+            .env("APIARY_LOG_FORMAT", "json")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
+        // Only this run's lines count: the log is appended to across restarts.
+        let log_start = std::fs::metadata(&self.log).map_or(0, |m| m.len() as usize);
         let mut proc = Proc::spawn("apiary-ingest", cmd, &self.log)?;
         let url = format!("{}/readyz", self.url());
-        let ready = wait_for(Duration::from_secs(30), || {
-            let url = url.clone();
-            async move {
-                let r = client().get(&url).send().await.ok()?;
-                r.status().is_success().then_some(())
+        let listening = format!("\"port\":{}", self.port);
+        // A 200 from the port proves nothing by itself: another test's server may hold it (ours then
+        // fails to bind and exits). Ready means: /readyz answers 200 and our process, still running,
+        // logged that it listens on this port.
+        let ours = || {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            text.get(log_start..).is_some_and(|t| {
+                t.lines()
+                    .any(|l| l.contains("\"listening\"") && l.contains(listening.as_str()))
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut ready = None;
+        while std::time::Instant::now() < deadline && proc.is_running() {
+            let answered = client()
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if answered && ours() {
+                ready = Some(());
+                break;
             }
-        })
-        .await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         if ready.is_none() {
             let running = proc.is_running();
             anyhow::bail!(
-                "apiary-ingest on port {} not ready after 30 s (running: {running}); log:\n{}",
+                "apiary-ingest on port {} not ready (running: {running}); log:\n{}",
                 self.port,
                 proc.output()
             );
@@ -129,5 +150,32 @@ impl Ingest {
 impl Drop for Ingest {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_of_someone_else_on_the_port_is_not_taken_for_ours() {
+        // Something that answers 200 to every request, /readyz included, holds the port.
+        let other = crate::proxy::echo_upstream().await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut ingest = Ingest {
+            proc: None,
+            port: other.port(),
+            db_url: "postgres://127.0.0.1:1/none".into(),
+            log: dir.path().join("ingest.log"),
+            env: vec![],
+        };
+        let err = ingest
+            .restart()
+            .await
+            .expect_err("ours could not bind the port");
+        assert!(
+            format!("{err:#}").contains("not ready (running: false)"),
+            "{err:#}"
+        );
     }
 }

@@ -4,11 +4,13 @@
 //! real PostgreSQL, on ports chosen at run time, and talk to them only through their command lines, HTTP
 //! APIs and files — the way users and the desktop shell do.
 //!
-//! - [`bins`]: finds (and if needed builds) the binaries of this workspace.
+//! - [`bins`]: builds (a no-op when fresh) and finds the binaries of this workspace, so a test never runs
+//!   a stale one.
 //! - [`db`]: a fresh database per test on the server `DATABASE_URL` points at (`scripts/pg.sh`).
 //! - [`procs`]: child processes that are killed when dropped, with their output kept for failure reports.
-//! - [`proxy`]: a TCP proxy of our own between agent and ingest that delays, resets, blackholes and
-//!   injects HTTP 503/429 bursts.
+//! - [`proxy`]: a proxy of our own between agent and ingest that counts HTTP requests (not connections),
+//!   can capture their bodies, and delays, holds, resets, blackholes and injects HTTP 503/429 bursts
+//!   ([`http_wire`] frames the messages).
 //! - [`ingest`]: `apiary-ingest serve` processes (killable, restartable on the same port) and its CLI.
 //! - [`stack`]: a whole cloud per test (database, tenant and tokens made through the CLI, one ingest) and
 //!   the typed query API.
@@ -24,7 +26,7 @@
 //! nothing running; every test gets its own database and temp directories.
 //!
 //! Environment: `DATABASE_URL` (a server whose role may create databases; `scripts/test.sh` provides
-//! one), `APIARY_FULL_FAULTS=1` (the full 20 kill cycles of `tests/faults.rs`), `APIARY_TEST_BIN_DIR`
+//! one), `APIARY_FULL_FAULTS=1` (20 kill cycles instead of 10 in `tests/faults.rs` and `tests/ingest_faults.rs`), `APIARY_TEST_BIN_DIR`
 //! (run against binaries from another directory, e.g. `target/release`).
 
 pub mod agent;
@@ -33,6 +35,7 @@ pub mod db;
 pub mod expect;
 pub mod fixture;
 pub mod hostile;
+pub mod http_wire;
 pub mod ingest;
 pub mod isolation;
 pub mod procs;

@@ -1,8 +1,14 @@
-//! A dump of everything the cloud stored, searched for values that must never leave the device.
+//! Scans for values that must never leave the device (the fixture's canary marker and its realistic
+//! secrets), with no blind spot left unchecked:
+//! - the cloud: a `pg_dump --data-only` of the whole database (when `pg_dump` is on PATH and can dump
+//!   this server) **and** a `SELECT` of every text-like column of every table, each searched on its own;
+//! - the device: every file in the agent's data directory, whatever its name (the outbox and its WAL,
+//!   the agent's own log, the token, ...);
+//! - the wire: every request body the proxy captured (gunzipped), re-sends included.
 //!
-//! With `pg_dump` on PATH the whole database is dumped (`--data-only`); otherwise every text, varchar and
-//! json(b) column of every table of the `public` schema is read with `SELECT`. Either way the text is
-//! searched for the fixture's canary marker and its realistic secrets.
+//! A clean scan of nothing proves nothing, so [`assert_day_clean`], [`assert_agent_files_clean`] and
+//! [`assert_wire_clean`] also check that what they read holds the fixture day's ids and model names
+//! ([`holds_the_day`]).
 
 use std::process::Command;
 
@@ -94,8 +100,84 @@ pub async fn assert_clean(db_url: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// Asserts the agent's outbox files (`outbox.db`, `-wal`) hold none of [`FORBIDDEN`] (redaction happens
-/// before the commit, so no page of the file may ever have held one).
+/// For a database that holds the fixture day: each scan on its own (the `SELECT` of every column, and
+/// the `pg_dump` when it can run) holds the day and none of [`FORBIDDEN`].
+pub async fn assert_day_clean(db_url: &str) -> anyhow::Result<()> {
+    let selected = select_all(db_url).await?;
+    check_source("the SELECT of every text column", &selected)?;
+    match Command::new("pg_dump")
+        .args(["--data-only", "--no-owner", "--dbname", db_url])
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            check_source("pg_dump", &String::from_utf8_lossy(&out.stdout))?;
+        }
+        Ok(out) => eprintln!(
+            "scan: pg_dump could not dump this server, only the SELECT scan ran: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => eprintln!("scan: no pg_dump ({e}), only the SELECT scan ran"),
+    }
+    Ok(())
+}
+
+/// One scan's text must hold the day and nothing forbidden.
+fn check_source(what: &str, text: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        holds_the_day(text),
+        "{what} read {} bytes without the fixture day in them: a clean result would mean nothing",
+        text.len()
+    );
+    let hits = forbidden_in(text);
+    anyhow::ensure!(
+        hits.is_empty(),
+        "sensitive values in {what}:\n{}",
+        hits.join("\n")
+    );
+    Ok(())
+}
+
+/// Every file under `dir` (recursively) as lossy text, with its name; none of [`FORBIDDEN`] may be in
+/// any of them. Returns everything read.
+pub fn assert_agent_files_clean(dir: &std::path::Path) -> anyhow::Result<String> {
+    let mut files = vec![];
+    collect_files(dir, &mut files)?;
+    anyhow::ensure!(!files.is_empty(), "no files in {}", dir.display());
+    let mut all = String::new();
+    for f in &files {
+        let text = String::from_utf8_lossy(&std::fs::read(f)?).into_owned();
+        let hits = forbidden_in(&text);
+        anyhow::ensure!(
+            hits.is_empty(),
+            "sensitive values in {}:\n{}",
+            f.display(),
+            hits.join("\n")
+        );
+        all.push_str(&text);
+    }
+    Ok(all)
+}
+
+fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> anyhow::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            collect_files(&p, out)?;
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// [`assert_agent_files_clean`] for an agent holding the fixture day: what it read must hold the day.
+pub fn assert_agent_day_clean(dir: &std::path::Path) -> anyhow::Result<()> {
+    let text = assert_agent_files_clean(dir)?;
+    check_source(&format!("the files of {}", dir.display()), &text)
+}
+
+/// The outbox files of `data_dir` (kept for callers that scan only those; see
+/// [`assert_agent_files_clean`] for every file).
 pub fn assert_outbox_clean(data_dir: &std::path::Path) -> anyhow::Result<()> {
     for name in ["outbox.db", "outbox.db-wal"] {
         let Ok(bytes) = std::fs::read(data_dir.join(name)) else {
@@ -112,7 +194,28 @@ pub fn assert_outbox_clean(data_dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether a dump holds the fixture day's ids and model names (so a clean scan is not a vacuous one).
+/// Every captured request body (see [`crate::proxy::FaultProxy::capture_bodies`]) must be free of
+/// [`FORBIDDEN`], and together they must hold the fixture day.
+pub fn assert_wire_day_clean(seen: &[crate::proxy::Seen]) -> anyhow::Result<()> {
+    let mut all = String::new();
+    for (i, s) in seen.iter().enumerate() {
+        let body = s
+            .body
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("request {i} ({}) was not captured", s.request))?;
+        let hits = forbidden_in(body);
+        anyhow::ensure!(
+            hits.is_empty(),
+            "sensitive values in request {i} ({}):\n{}",
+            s.request,
+            hits.join("\n")
+        );
+        all.push_str(body);
+    }
+    check_source(&format!("{} request bodies", seen.len()), &all)
+}
+
+/// Whether a text holds the fixture day's ids and model names (so a clean scan is not a vacuous one).
 pub fn holds_the_day(text: &str) -> bool {
     [
         "session_20261103_101818_b5220072",

@@ -1,8 +1,10 @@
 //! The fixture day end to end: written into a HIVE_HOME as the runtime writes it (both logs, lines
 //! appended over time, partial lines) and tailed by the agent, or posted to its HTTP intake as NDJSON.
 //! The agent must count every line once (counters add up), keep each durable event once, hold no
-//! sensitive value in its outbox, and — once sync is on — the cloud's `/v1/usage` must equal the
-//! fixture's independently computed totals for every group_by, with nothing sensitive in the database.
+//! sensitive value in any file of its data directory (outbox, WAL, its own log), and — once sync is on —
+//! the cloud's `/v1/usage` must equal the fixture's independently computed totals for every group_by,
+//! with nothing sensitive in the database nor in any request on the wire; each scan must also have read
+//! the day (a clean scan of nothing proves nothing).
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,6 +12,7 @@ use std::time::Duration;
 use tests::agent::{Agent, Counters};
 use tests::expect::{self, assert_fixture_usage, assert_local_usage, Expected};
 use tests::fixture;
+use tests::proxy::FaultProxy;
 use tests::scan;
 use tests::stack::Cloud;
 
@@ -54,7 +57,7 @@ async fn hive_day_written_as_the_runtime_would_is_tailed_exactly_once() {
     assert_eq!(c.pending, durable(), "each durable event kept once: {c:?}");
     c.assert_balanced();
     assert_local_usage(&agent).await.unwrap();
-    scan::assert_outbox_clean(&agent.data_dir).unwrap();
+    scan::assert_agent_day_clean(&agent.data_dir).unwrap();
     // Nothing more arrives later (no re-read of a file, no late partial line).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(agent.counters().await.unwrap(), c);
@@ -71,7 +74,7 @@ async fn hive_day_posted_to_http_intake_is_counted_exactly_once() {
     assert_eq!(c.pending, durable() - unattributable, "{c:?}");
     c.assert_balanced();
     assert_local_usage(&agent).await.unwrap();
-    scan::assert_outbox_clean(&agent.data_dir).unwrap();
+    scan::assert_agent_day_clean(&agent.data_dir).unwrap();
     // A producer re-sending everything changes nothing but the duplicate counter.
     post_day(&agent).await;
     let again = agent.counters().await.unwrap();
@@ -107,10 +110,11 @@ async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
     let agent = Agent::start(&cloud.dir.path().join("agent"), Some(&home))
         .await
         .unwrap();
+    // Through the proxy, which keeps every request body: the wire is scanned too.
+    let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
+    proxy.capture_bodies(true);
     let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
-    agent
-        .sync_enable(&cloud.ingest.url(), &token_file, false)
-        .unwrap();
+    agent.sync_enable(&proxy.url(), &token_file, false).unwrap();
     write_day(&home).await;
     let lines = expect::day_line_count();
     agent
@@ -139,11 +143,9 @@ async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
         .await
         .unwrap();
     assert_eq!(s["phase"], "reviewing", "{s}");
-    let stored = scan::assert_clean(&cloud.db.url).await.unwrap();
-    assert!(
-        scan::holds_the_day(&stored),
-        "the scan read nothing of the day"
-    );
+    scan::assert_day_clean(&cloud.db.url).await.unwrap();
+    scan::assert_wire_day_clean(&proxy.seen()).unwrap();
+    scan::assert_agent_day_clean(&agent.data_dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,11 +173,8 @@ async fn hive_day_posted_to_http_intake_reaches_the_cloud_exactly() {
     )
     .await
     .unwrap();
-    let stored = scan::assert_clean(&cloud.db.url).await.unwrap();
-    assert!(
-        scan::holds_the_day(&stored),
-        "the scan read nothing of the day"
-    );
+    scan::assert_day_clean(&cloud.db.url).await.unwrap();
+    scan::assert_agent_day_clean(&agent.data_dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,7 @@
-//! Consent and air-gapped mode, black box: nothing reaches the ingest while sync is off (the agent points
-//! at our proxy, whose connection counter must stay 0); the backlog captured before consent stays local
+//! Consent and air-gapped mode, black box: nothing reaches the ingest while sync is off — the agent knows
+//! the endpoint (our proxy, which counts HTTP requests, not connections: the agent keeps connections
+//! alive) and has used it, then consent is withdrawn and the agent restarted; an air-gapped agent with
+//! consent still stored opens no connection at all; the backlog captured before consent stays local
 //! unless `sync enable --include-backlog`; an air-gapped agent's `export` bundle loaded with
 //! `apiary-ingest import` gives the fixture's totals, and importing it twice changes nothing.
 
@@ -34,25 +36,107 @@ async fn cloud_llm_calls(cloud: &Cloud) -> u64 {
     v["totals"]["llm_calls"].as_u64().unwrap_or(0)
 }
 
+/// How long a wrongly running push loop has to show itself: four heartbeat intervals, eighty polls.
+const QUIET: Duration = Duration::from_secs(4);
+
+/// Waits until the proxy has seen a request (with sync enabled, a heartbeat comes within a second):
+/// proof that the agent can reach the ingest through it, so silence later means something.
+async fn reached(proxy: &FaultProxy) {
+    let reached = tests::procs::wait_for(Duration::from_secs(20), || async {
+        (proxy.requests() > 0).then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "with sync enabled, no heartbeat reached the proxy: the test could not see a push either"
+    );
+}
+
+/// An agent that knows the proxy's endpoint and has used it: sync enabled once (a heartbeat goes through
+/// the proxy), then disabled, then the agent restarted (so nothing of the enabled state survives in
+/// memory). Returns the agent and the proxy's request count after the restart.
+async fn agent_that_knew_the_endpoint(cloud: &Cloud, proxy: &FaultProxy) -> (Agent, u64) {
+    let data = cloud.dir.path().join("agent");
+    let mut agent = Agent::start_with(&data, None, FAST_PUSH).await.unwrap();
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent.sync_enable(&proxy.url(), &token_file, false).unwrap();
+    reached(proxy).await;
+    agent.cli(&["sync", "disable"]).unwrap();
+    let status = agent.terminate(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let agent = Agent::start_with(&data, None, FAST_PUSH).await.unwrap();
+    let sync = agent.status().await.unwrap()["sync"].clone();
+    assert_eq!(sync["enabled"], false, "{sync}");
+    assert_eq!(
+        sync["endpoint"],
+        proxy.url().as_str(),
+        "the agent still knows the endpoint: {sync}"
+    );
+    (agent, proxy.requests())
+}
+
+/// The requests the proxy saw after the first `from`.
+fn requests_since(proxy: &FaultProxy, from: u64) -> String {
+    tests::proxy::summary(&proxy.seen()[from as usize..])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_reaches_the_ingest_before_consent() {
     let cloud = Cloud::start().await.unwrap();
     let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
-    let data = cloud.dir.path().join("agent");
-    // The endpoint is configured (as the desktop would at sign-in) but sync was never enabled.
-    let agent = Agent::start_with(&data, None, FAST_PUSH).await.unwrap();
+    let (agent, baseline) = agent_that_knew_the_endpoint(&cloud, &proxy).await;
     let (status, v) = agent
         .post_events(fixture::synthetic_turns("session_consent_a", 1, 200))
         .await
         .unwrap();
     assert_eq!(status, 200, "{v}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(proxy.connections.load(Ordering::Relaxed), 0);
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        requests_since(&proxy, baseline),
+        "0 requests",
+        "requests sent with sync off"
+    );
     let c = agent.counters().await.unwrap();
     assert_eq!((c.pending, c.delivered), (200, 0), "{c:?}");
     c.assert_balanced();
-    let status = agent.status().await.unwrap();
-    assert_eq!(status["sync"]["enabled"], false, "{status}");
+    assert_eq!(cloud_llm_calls(&cloud).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_airgapped_agent_with_stored_consent_opens_no_socket_to_the_ingest() {
+    let cloud = Cloud::start().await.unwrap();
+    let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
+    let data = cloud.dir.path().join("agent");
+    let mut agent = Agent::start_with(&data, None, FAST_PUSH).await.unwrap();
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent.sync_enable(&proxy.url(), &token_file, false).unwrap();
+    reached(&proxy).await;
+    let status = agent.terminate(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    // The consent stays stored; the same device comes back air-gapped.
+    let connections = proxy.connections.load(Ordering::SeqCst);
+    let airgapped: Vec<(&str, &str)> = [FAST_PUSH, &[("APIARY_MODE", "airgapped")]].concat();
+    let agent = Agent::start_with(&data, None, &airgapped).await.unwrap();
+    let s = agent.status().await.unwrap();
+    assert_eq!(
+        (s["mode"].as_str(), s["sync"]["enabled"].as_bool()),
+        (Some("airgapped"), Some(true)),
+        "{s}"
+    );
+    let (status, v) = agent
+        .post_events(fixture::synthetic_turns("session_airgapped", 1, 200))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{v}");
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        proxy.connections.load(Ordering::SeqCst),
+        connections,
+        "an air-gapped agent connected to the ingest"
+    );
+    let c = agent.counters().await.unwrap();
+    assert_eq!((c.pending, c.delivered), (200, 0), "{c:?}");
+    c.assert_balanced();
     assert_eq!(cloud_llm_calls(&cloud).await, 0);
 }
 
@@ -74,18 +158,25 @@ async fn nothing_reaches_the_ingest_after_sync_disable() {
         .await
         .unwrap();
     agent.cli(&["sync", "disable"]).unwrap();
-    // Let a push in flight at the moment of disabling finish, then nothing more may connect.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = proxy.connections.load(Ordering::Relaxed);
+    // A request already in flight when the CLI committed the change may still finish; then nothing more.
+    let settled = tests::procs::wait_for(Duration::from_secs(10), || async {
+        (proxy.in_flight() == 0).then_some(())
+    })
+    .await;
+    assert!(
+        settled.is_some(),
+        "a request stayed in flight after disable"
+    );
+    let before = proxy.requests();
     agent
         .post_events(fixture::synthetic_turns("session_consent_b", 101, 100))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(QUIET).await;
     assert_eq!(
-        proxy.connections.load(Ordering::Relaxed),
-        before,
-        "connected after disable"
+        requests_since(&proxy, before),
+        "0 requests",
+        "requests sent after disable"
     );
     assert_eq!(cloud_llm_calls(&cloud).await, 100);
     let c = agent.counters().await.unwrap();
@@ -164,8 +255,19 @@ async fn airgapped_export_then_import_gives_the_fixture_totals_once() {
         .await
         .unwrap();
     let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
-    let refused = agent.sync_enable(&cloud.ingest.url(), &token_file, false);
-    assert!(refused.is_err(), "air-gapped mode must refuse sync enable");
+    let refused = agent
+        .sync_enable(&cloud.ingest.url(), &token_file, false)
+        .expect_err("air-gapped mode must refuse sync enable");
+    assert!(
+        format!("{refused:#}").contains("mode is airgapped: sync cannot be enabled"),
+        "{refused:#}"
+    );
+    let sync = agent.status().await.unwrap()["sync"].clone();
+    assert_eq!(
+        (sync["enabled"].as_bool(), sync["endpoint"].as_str()),
+        (Some(false), None),
+        "a refused enable stores nothing: {sync}"
+    );
     let h = home.clone();
     tokio::task::spawn_blocking(move || fixture::write_day(&h, Duration::from_millis(2), 20))
         .await
@@ -223,9 +325,19 @@ async fn airgapped_export_then_import_gives_the_fixture_totals_once() {
     )
     .await
     .unwrap();
-    let stored = scan::assert_clean(&cloud.db.url).await.unwrap();
-    assert!(
-        scan::holds_the_day(&stored),
-        "the scan read nothing of the day"
+    scan::assert_day_clean(&cloud.db.url).await.unwrap();
+    scan::assert_agent_day_clean(&agent.data_dir).unwrap();
+    // The bundle is a copy of every event that left the device too.
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&bundle).unwrap()),
+        &mut text,
+    )
+    .unwrap();
+    assert!(scan::holds_the_day(&text), "the bundle holds the day");
+    assert_eq!(
+        scan::forbidden_in(&text),
+        Vec::<String>::new(),
+        "in the bundle"
     );
 }

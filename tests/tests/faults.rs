@@ -7,8 +7,10 @@
 //! - our fault proxy between agent and ingest: delays, resets, blackholes, 503/429 bursts (Retry-After
 //!   honoured).
 //!
-//! Cycle counts: a few by default so the whole suite stays well under 30 minutes on 2 cores; set
-//! `APIARY_FULL_FAULTS=1` for the full 20 kill cycles (`APIARY_FULL_FAULTS=1 ./scripts/test.sh -p tests`).
+//! Cycle counts: 10 kill cycles by default (a count that means something, and the whole suite stays well
+//! under 30 minutes on 2 cores); `APIARY_FULL_FAULTS=1` for 20. A kill counts only when it landed
+//! mid-work: during intake, when a producer's request failed in that cycle; during a push, when the
+//! proxy between agent and ingest had a request in flight at the moment of the kill.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -31,12 +33,26 @@ const FAST_RETRY: &[(&str, &str)] = &[
     ("APIARY_PUSH_SHUTDOWN_GRACE_MS", "1000"),
 ];
 
-fn cycles(default: usize) -> usize {
+/// Kill cycles per fault loop.
+fn cycles() -> usize {
     if tests::full_faults() {
         20
     } else {
-        default
+        10
     }
+}
+
+/// Waits (polling every millisecond, up to 30 s) until the proxy has a request in flight; true if one
+/// was seen.
+async fn request_in_flight(proxy: &FaultProxy) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if proxy.in_flight() > 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
 }
 
 /// An agent with sync enabled towards `endpoint`.
@@ -64,9 +80,10 @@ async fn drained(agent: &Agent, n: u64, timeout: Duration) -> Counters {
 }
 
 /// Posts `n` turns of `session` from `seq0` in requests of `per`; retries a request the agent did not
-/// acknowledge (as a producer must), restarting the agent if it is down. Returns the number of requests.
-async fn produce(agent: &mut Agent, session: &str, seq0: u64, n: u64, per: u64) -> u64 {
-    let mut requests = 0;
+/// acknowledge (as a producer must), restarting the agent if it is down. Returns the number of requests
+/// and how many of them failed (no answer at all).
+async fn produce(agent: &mut Agent, session: &str, seq0: u64, n: u64, per: u64) -> (u64, u64) {
+    let (mut requests, mut failed) = (0, 0);
     let mut seq = seq0;
     while seq < seq0 + n {
         let k = per.min(seq0 + n - seq);
@@ -81,13 +98,19 @@ async fn produce(agent: &mut Agent, session: &str, seq0: u64, n: u64, per: u64) 
                     tokio::time::sleep(Duration::from_millis(100)).await
                 }
                 Ok((s, v)) => panic!("intake answered {s}: {v}"),
-                Err(_) if !agent.is_running() => agent.restart().await.unwrap(),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(_) if !agent.is_running() => {
+                    failed += 1;
+                    agent.restart().await.unwrap()
+                }
+                Err(_) => {
+                    failed += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
             }
         }
         seq += k;
     }
-    requests
+    (requests, failed)
 }
 
 /// SIGKILL by pid; true if the process existed.
@@ -108,8 +131,8 @@ async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
     let cloud = Cloud::start().await.unwrap();
     let mut agent = synced_agent(&cloud, &cloud.ingest.url(), &[]).await;
     let session = "session_e2e_kill_intake";
-    let (n, cycles) = (1000u64, cycles(5) as u64);
-    let (mut kills, mut retries) = (0, 0);
+    let (n, cycles) = (1000u64, cycles() as u64);
+    let (mut mid_work, mut retries) = (0, 0);
     for cycle in 0..cycles {
         // A producer posts (retrying what was not acknowledged) while a killer strikes 10–150 ms in.
         let delay = Duration::from_millis(rand::thread_rng().gen_range(10..150));
@@ -118,10 +141,12 @@ async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
             tokio::time::sleep(delay).await;
             kill_9(pid)
         });
-        retries += produce(&mut agent, session, 1 + cycle * n, n, 50).await - n / 50;
+        let (requests, failed) = produce(&mut agent, session, 1 + cycle * n, n, 50).await;
+        retries += requests - n / 50;
         let landed = killer.await.unwrap();
-        if landed {
-            kills += 1;
+        // It counts only if it cut a request: one of this cycle's requests got no answer.
+        if landed && failed > 0 {
+            mid_work += 1;
         }
         // kill(2) only queues the signal: a process killed just now can still look alive, so a landed
         // kill always means a restart (which reaps the old process first).
@@ -130,8 +155,11 @@ async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
         }
         agent.counters().await.unwrap().assert_balanced();
     }
-    eprintln!("{kills}/{cycles} kills landed; {retries} unacknowledged requests re-sent");
-    assert!(kills > 0, "no kill landed");
+    eprintln!("{mid_work}/{cycles} kills cut a request; {retries} unacknowledged requests re-sent");
+    assert!(
+        mid_work >= cycles / 2,
+        "only {mid_work} of {cycles} kills landed during intake"
+    );
     drained(&agent, n * cycles, Duration::from_secs(120)).await;
     cloud
         .assert_exactly(session, (n * cycles) as i64)
@@ -140,52 +168,49 @@ async fn agent_sigkilled_during_intake_loses_and_doubles_nothing() {
 }
 
 /// An agent holding a backlog of `n` turns of `session`, taken in with sync off, then sync enabled with
-/// `--include-backlog`: the push loop starts on a full outbox.
-async fn agent_with_backlog(cloud: &Cloud, extra: &[(&str, &str)], session: &str, n: u64) -> Agent {
+/// `--include-backlog` towards `endpoint`: the push loop starts on a full outbox.
+async fn agent_with_backlog(
+    cloud: &Cloud,
+    endpoint: &str,
+    extra: &[(&str, &str)],
+    session: &str,
+    n: u64,
+) -> Agent {
     let env: Vec<(&str, &str)> = FAST_RETRY.iter().chain(extra).copied().collect();
     let mut agent = Agent::start_with(&cloud.dir.path().join("agent"), None, &env)
         .await
         .unwrap();
     produce(&mut agent, session, 1, n, 1000).await;
     let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent.sync_enable(endpoint, &token_file, true).unwrap();
     agent
-        .sync_enable(&cloud.ingest.url(), &token_file, true)
-        .unwrap();
-    agent
-}
-
-/// Waits until the push loop made progress since `before` delivered events; the counters then.
-async fn progressed(agent: &Agent, before: u64) -> Counters {
-    agent
-        .wait_counters(Duration::from_secs(30), "push progress", |c| {
-            c.delivered > before || c.pending == 0
-        })
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_sigkilled_during_push_loses_and_doubles_nothing() {
     let cloud = Cloud::start().await.unwrap();
-    let cycles = cycles(5) as u64;
+    // Every request is held 300 ms on its way, so a kill can be aimed at a push in flight.
+    let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
+    proxy.set(Fault::Hold(Duration::from_millis(300)));
+    let cycles = cycles() as u64;
     let total = 1000 * cycles;
     let session = "session_e2e_kill_push";
-    // Small batches, so that kills land between sends and their settlements.
     let extra = [("APIARY_PUSH_BATCH_MAX_EVENTS", "50")];
-    let mut agent = agent_with_backlog(&cloud, &extra, session, total).await;
+    let mut agent = agent_with_backlog(&cloud, &proxy.url(), &extra, session, total).await;
     let mut mid_push = 0;
     for _ in 0..cycles {
-        let before = agent.counters().await.unwrap().delivered;
-        let c = progressed(&agent, before).await;
+        assert!(request_in_flight(&proxy).await, "no push under way");
         agent.kill_hard();
-        if c.pending > 0 {
+        // The held request outlives the agent: the kill cut a push between its send and its settlement.
+        if proxy.in_flight() > 0 {
             mid_push += 1;
         }
         agent.restart().await.unwrap();
         agent.counters().await.unwrap().assert_balanced();
     }
-    eprintln!("{mid_push}/{cycles} kills landed with a push under way");
-    assert!(mid_push >= 2, "too few kills landed mid-push: {mid_push}");
+    eprintln!("{mid_push}/{cycles} kills landed with a push in flight");
+    assert_eq!(mid_push, cycles, "kills that missed the push in flight");
+    proxy.set(Fault::Pass);
     drained(&agent, total, Duration::from_secs(120)).await;
     cloud.assert_exactly(session, total as i64).await.unwrap();
 }
@@ -193,24 +218,29 @@ async fn agent_sigkilled_during_push_loses_and_doubles_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_killed_and_restarted_while_the_agent_pushes() {
     let mut cloud = Cloud::start().await.unwrap();
-    let cycles = cycles(3) as u64;
+    let proxy = FaultProxy::start(cloud.ingest.addr()).await.unwrap();
+    let cycles = cycles() as u64;
     let total = 2000 * cycles;
     let session = "session_e2e_kill_ingest";
     let extra = [("APIARY_PUSH_BATCH_MAX_EVENTS", "200")];
-    let agent = agent_with_backlog(&cloud, &extra, session, total).await;
+    let agent = agent_with_backlog(&cloud, &proxy.url(), &extra, session, total).await;
     let mut mid_push = 0;
     for _ in 0..cycles {
-        let before = agent.counters().await.unwrap().delivered;
-        let c = progressed(&agent, before).await;
+        // Kill the ingest while the proxy has a batch on its way to it or back.
+        assert!(request_in_flight(&proxy).await, "no push under way");
+        let in_flight = proxy.in_flight() > 0;
         cloud.ingest.kill();
-        if c.pending > 0 {
+        if in_flight {
             mid_push += 1;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         cloud.ingest.restart().await.unwrap();
     }
-    eprintln!("{mid_push}/{cycles} ingest kills landed with a push under way");
-    assert!(mid_push >= 1, "no ingest kill landed mid-push");
+    eprintln!("{mid_push}/{cycles} ingest kills landed with a batch in flight");
+    assert!(
+        mid_push >= cycles - 1,
+        "only {mid_push} of {cycles} ingest kills landed with a batch in flight"
+    );
     drained(&agent, total, Duration::from_secs(120)).await;
     cloud.assert_exactly(session, total as i64).await.unwrap();
 }
@@ -299,19 +329,19 @@ async fn proxy_faults_between_agent_and_ingest_end_with_everything_delivered_onc
         drained(&agent, sent, Duration::from_secs(60)).await;
         let injected = proxy.injected.load(Ordering::Relaxed) - injected_before;
         assert_eq!(injected, 3, "{status}: the burst was answered");
-        let log = proxy.log.lock().unwrap().clone();
-        let after: Vec<_> = log.iter().filter(|(t, _)| *t >= start).collect();
+        let seen = proxy.seen();
+        let after: Vec<_> = seen.iter().filter(|s| s.at >= start).collect();
         let injections: Vec<Instant> = after
             .iter()
-            .filter(|(_, f)| matches!(f, Fault::Inject { .. }))
-            .map(|(t, _)| *t)
+            .filter(|s| matches!(s.fault, Fault::Inject { .. }))
+            .map(|s| s.at)
             .collect();
         let last = *injections.last().expect("injections were logged");
         let next_pass = after
             .iter()
-            .find(|(t, f)| *t > last && *f == Fault::Pass)
-            .map(|(t, _)| *t)
-            .expect("a connection after the burst");
+            .find(|s| s.at > last && s.fault == Fault::Pass)
+            .map(|s| s.at)
+            .expect("a request after the burst");
         assert!(
             next_pass - last + Duration::from_millis(50) >= Duration::from_secs(u64::from(retry_after)),
             "{status}: retried {:?} after the last injected answer despite Retry-After: {retry_after}",
@@ -326,5 +356,5 @@ async fn proxy_faults_between_agent_and_ingest_end_with_everything_delivered_onc
         }
         cloud.assert_exactly(session, sent as i64).await.unwrap();
     }
-    assert!(proxy.connections.load(Ordering::Relaxed) > 0);
+    assert!(proxy.requests() > 0);
 }

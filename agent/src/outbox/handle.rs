@@ -157,7 +157,7 @@ impl Outbox {
             .map_err(|_| OutboxError::Closed)
     }
 
-    async fn run<T, O: Op + 'static>(
+    pub(super) async fn run<T, O: Op + 'static>(
         &self,
         make: impl FnOnce(Reply<T>) -> O,
     ) -> Result<T, OutboxError> {
@@ -294,6 +294,16 @@ impl Outbox {
     /// Writes every pending event to a bundle at `out` and marks them exported (see [`super::export`]:
     /// the bundle comes from a read snapshot, and the rows are marked in chunks, so intake goes on).
     pub async fn export(&self, out: &Path) -> Result<ExportReport, OutboxError> {
+        self.export_with(out, std::future::ready(())).await
+    }
+
+    /// [`Outbox::export`], awaiting `between` after the bundle is written and before any row is marked
+    /// (only tests pass anything but a ready future: see `test_hooks`).
+    pub(super) async fn export_with(
+        &self,
+        out: &Path,
+        between: impl std::future::Future<Output = ()>,
+    ) -> Result<ExportReport, OutboxError> {
         let (path, out) = (self.inner.path.clone(), out.to_path_buf());
         let (device, policy) = (self.inner.device_id.clone(), self.inner.policy_hash.clone());
         let snapshot = tokio::task::spawn_blocking(move || {
@@ -302,6 +312,7 @@ impl Outbox {
         })
         .await
         .map_err(|e| OutboxError::Export(e.to_string()))??;
+        between.await;
         let mut report = snapshot.report;
         let (mut after, last) = (0, snapshot.last_seq);
         loop {

@@ -41,6 +41,8 @@ pub mod schema;
 pub mod sessions;
 mod sink;
 pub mod store;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 pub mod writer;
 
 use serde::{Deserialize, Serialize};

@@ -80,6 +80,27 @@ fn accept_all(req: &Request) -> ResponseTemplate {
     })
 }
 
+/// The dead letters as (event id, reason, whether the redacted event was kept), oldest first.
+async fn dead_letters(outbox: &Outbox) -> Vec<(uuid::Uuid, String, bool)> {
+    outbox
+        .read_with(|c| {
+            let mut stmt = c.prepare(
+                "SELECT event_id, reason, body IS NOT NULL FROM dead_letters ORDER BY rowid",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                let id: Vec<u8> = r.get(0)?;
+                Ok((
+                    uuid::Uuid::from_slice(&id).unwrap_or_default(),
+                    r.get(1)?,
+                    r.get(2)?,
+                ))
+            })?;
+            rows.collect()
+        })
+        .await
+        .unwrap()
+}
+
 async fn counters(outbox: &Outbox) -> crate::outbox::Counters {
     outbox.status().await.unwrap().stored.counters
 }
@@ -251,6 +272,11 @@ async fn push_isolates_and_dead_letters_the_one_event_a_4xx_refuses() {
         (5, 1, 1)
     );
     assert!(status.counters.balanced());
+    assert_eq!(
+        dead_letters(&f.outbox).await,
+        [(poison, "HTTP 422: bad event".to_string(), true)],
+        "the one refused event, with the ingest's reason"
+    );
 }
 
 #[tokio::test]
@@ -272,6 +298,17 @@ async fn per_event_rejections_go_to_the_dead_letter_table() {
         .mount(&ingest)
         .await;
     let f = outbox_with_turns(4, Some(&ingest.uri())).await;
+    let first = f
+        .outbox
+        .read_with(|c| {
+            c.query_row(
+                "SELECT event_id FROM events ORDER BY seq LIMIT 1",
+                [],
+                |r| r.get::<_, Vec<u8>>(0),
+            )
+        })
+        .await
+        .unwrap();
     let pusher = Pusher::new(f.outbox.clone(), settings()).unwrap();
     assert_eq!(
         pusher.try_push_once().await.unwrap(),
@@ -284,6 +321,14 @@ async fn per_event_rejections_go_to_the_dead_letter_table() {
     );
     let c = counters(&f.outbox).await;
     assert_eq!((c.delivered, c.rejected, c.pending), (3, 1, 0));
+    assert_eq!(
+        dead_letters(&f.outbox).await,
+        [(
+            uuid::Uuid::from_slice(&first).unwrap(),
+            "field outside the policy: data.x".to_string(),
+            true
+        )]
+    );
 }
 
 #[tokio::test]
@@ -371,11 +416,44 @@ async fn nothing_reaches_the_ingest_while_sync_is_off() {
     let ingest = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(accept_all)
-        .expect(0)
         .mount(&ingest)
         .await;
-    let f = outbox_with_turns(3, None).await;
-    let pusher = Pusher::new(f.outbox.clone(), settings()).unwrap();
+    // The outbox knows the mock's endpoint and token: consent was given once (a push goes through, so the
+    // wiring works), then withdrawn.
+    let f = outbox_with_turns(3, Some(&ingest.uri())).await;
+    let pusher = Arc::new(
+        Pusher::new(
+            f.outbox.clone(),
+            PushSettings {
+                heartbeat_interval_secs: 1,
+                poll_interval_ms: 10,
+                ..settings()
+            },
+        )
+        .unwrap(),
+    );
+    assert!(matches!(
+        pusher.try_push_once().await.unwrap(),
+        PushOutcome::Sent { events: 3, .. }
+    ));
+    let reached = ingest.received_requests().await.unwrap().len();
+    assert_eq!(reached, 1, "the endpoint works while sync is on");
+    f.outbox
+        .set_sync(SyncChange::Disable { purge: false })
+        .await
+        .unwrap();
+    let more = (100..110)
+        .map(|i| {
+            let policy = Policy::default_policy();
+            let native = serde_json::json!({"type": "llm_turn_complete", "stream_id": "queen",
+                "execution_id": "session_b", "data": {"model": "m", "input_tokens": 1},
+                "timestamp": "2026-11-03T10:00:00.000001", "seq": i});
+            Item::from_outcome(
+                &apiary_schema::process_value(&native, &ProcessOptions::new(&policy)).unwrap(),
+            )
+        })
+        .collect();
+    f.outbox.submit(more).await.unwrap();
     assert_eq!(
         pusher.try_push_once().await.unwrap(),
         PushOutcome::Idle(Idle::SyncOff)
@@ -385,6 +463,20 @@ async fn nothing_reaches_the_ingest_while_sync_is_off() {
         None,
         "not even a heartbeat"
     );
+    // The loop itself, over three heartbeat intervals and many polls.
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(pusher.clone().run_until_stopped(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    shutdown.cancel();
+    task.await.unwrap();
+    let requests = ingest.received_requests().await.unwrap();
+    assert_eq!(
+        requests.len(),
+        reached,
+        "requests after consent was withdrawn"
+    );
+    let c = counters(&f.outbox).await;
+    assert_eq!((c.delivered, c.pending), (3, 10));
 }
 
 #[tokio::test]

@@ -139,6 +139,22 @@ impl Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// A clean stop: SIGTERM, then wait up to `timeout` for the exit (`None` if it had to be killed).
+    pub fn terminate(mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        // unsafe_code is denied workspace-wide, so signal through the kill command rather than libc::kill.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
 }
 
 impl Drop for Agent {
