@@ -139,7 +139,7 @@ async fn a_really_full_filesystem_is_reported_and_recovered_from() {
 
 #[test]
 fn the_agent_on_a_full_filesystem_answers_503_reports_it_and_recovers() {
-    let Some(fs) = Tmpfs::mount("3m") else {
+    let Some(fs) = Tmpfs::mount("8m") else {
         return;
     };
     let agent = support::Agent::start(&fs.0, &[]);
@@ -178,9 +178,11 @@ fn the_agent_on_a_full_filesystem_answers_503_reports_it_and_recovers() {
                 .unwrap()
         })
     };
-    // Fill what is left but a little, with a file we can delete later.
+    // Fill what is left but a little, with a file we can delete later. Its 2 MiB, once freed, must hold
+    // the next request's rows and the WAL frames a commit and a checkpoint write (512 KiB was not always
+    // enough: the recovery write failed again in 1 run of 3).
     let filler = fs.0.join("filler");
-    std::fs::write(&filler, vec![0u8; 512 * 1024]).unwrap();
+    std::fs::write(&filler, vec![0u8; 2 * 1024 * 1024]).unwrap();
     let mut acked = 0u64;
     let refused = loop {
         let (code, retry, text) = post(acked);
