@@ -162,7 +162,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
         }
         Command::Serve { .. } => {
             let app = Application::build(settings, pool.clone()).await?;
-            tracing::info!(address = %app.address(), "listening");
+            tracing::info!(address = %app.address(), port = app.port(), "listening");
             app.run_until_stopped(shutdown_signal()).await?;
         }
         Command::Tenant {

@@ -78,6 +78,10 @@ pub const OTHER_VARS: &[&str] = &[
     "APIARY_DATA_DIR",
     // the black-box tests: run the fault loops at full count
     "APIARY_FULL_FAULTS",
+    // the tests: the real full-disk tests must run (CI, as root), not skip
+    "APIARY_REQUIRE_TMPFS",
+    // the hostile-input tests: replay one seed
+    "APIARY_HOSTILE_SEED",
 ];
 
 /// Prefixes of variables that scripts and tests own (never reported).
