@@ -15,15 +15,7 @@ use crate::store;
 pub async fn run(config: Option<&Path>) -> bool {
     let mut r = Report::default();
     apiary_plumbing::doctor::check_variables(&mut r);
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let unknown: Vec<String> = apiary_plumbing::env::unknown_vars(&env)
-        .into_iter()
-        .map(|u| u.var)
-        .collect();
-    let known: Vec<(String, String)> = env
-        .into_iter()
-        .filter(|(k, _)| !unknown.contains(k))
-        .collect();
+    let known = apiary_plumbing::env::known_vars();
     let settings = match IngestSettings::load_from(config, &known).and_then(|s| {
         s.validate()?;
         Ok(s)

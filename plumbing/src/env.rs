@@ -154,6 +154,16 @@ pub fn unknown_vars<'a>(env: impl IntoIterator<Item = &'a (String, String)>) -> 
         .collect()
 }
 
+/// The process environment without its unknown `APIARY_*` variables (for `doctor`, which reports those
+/// itself and then checks the rest as if they were not set).
+pub fn known_vars() -> Vec<(String, String)> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let unknown: Vec<String> = unknown_vars(&env).into_iter().map(|u| u.var).collect();
+    env.into_iter()
+        .filter(|(k, _)| !unknown.contains(k))
+        .collect()
+}
+
 /// Logs a warning for each unknown variable of the process environment that is not a typo (typos stop
 /// start-up before logging exists; see the module notes).
 pub fn warn_unknown_vars() {

@@ -29,12 +29,7 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     let dir = common.data_dir.display().to_string();
     apiary_plumbing::doctor::check_variables(&mut r);
     // The variables were judged above; the rest is checked with the known ones only.
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let unknown: Vec<String> = apiary_plumbing::env::unknown_vars(&env)
-        .into_iter()
-        .map(|u| u.var)
-        .collect();
-    let known = env.into_iter().filter(|(k, _)| !unknown.contains(k));
+    let known = apiary_plumbing::env::known_vars();
     let loaded = Settings::load(
         &common.data_dir,
         common.config.as_deref(),
@@ -264,7 +259,10 @@ async fn check_endpoint(r: &mut Report, endpoint: &str, token: &str) -> Option<V
         Ok(resp) => resp,
         Err(e) => {
             r.wrong(
-                format!("cannot reach {base}/healthz: {}", error_chain(&e)),
+                format!(
+                    "cannot reach {base}/healthz: {}",
+                    crate::push::error_chain(&e)
+                ),
                 "check the endpoint URL, the network, and (for https) the certificate",
             );
             return None;
@@ -413,15 +411,4 @@ fn clock_skew(resp: &reqwest::Response, sent: SystemTime) -> Option<i64> {
     let theirs = chrono::DateTime::parse_from_rfc2822(date).ok()?;
     let ours = chrono::DateTime::<chrono::Utc>::from(sent);
     Some((ours - theirs.with_timezone(&chrono::Utc)).num_seconds())
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }

@@ -195,7 +195,8 @@ fn error_message(body: &str) -> String {
         .unwrap_or_else(|| body.chars().take(200).collect())
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error with its sources, `: `-separated (reqwest hides the cause behind "error sending request").
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

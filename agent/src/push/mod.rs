@@ -47,7 +47,7 @@ use crate::outbox::delivery::{ClaimLimits, Claimed, Idle};
 use crate::outbox::Outbox;
 
 pub use backoff::{parse_retry_after, BackoffPolicy};
-pub use client::{PushError, SendResult};
+pub use client::{error_chain, PushError, SendResult};
 
 /// The reason shown in `status` when the ingest refused the token (or the token file was refused).
 pub const REAUTHENTICATE: &str = "re-authenticate";
