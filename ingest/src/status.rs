@@ -209,4 +209,31 @@ mod tests {
         };
         assert_eq!(derive(&f, t(2), TH), Status::Active);
     }
+
+    // Added for mutants `cargo mutants` found surviving (see README, Tests).
+
+    #[test]
+    fn every_status_parses_from_its_api_spelling_and_nothing_else_does() {
+        for (name, status) in Status::ALL {
+            assert_eq!(Status::parse(name), Some(status), "{name}");
+            assert_eq!(serde_json::to_value(status).unwrap(), name);
+        }
+        for bad in ["", "Active", "running", "active "] {
+            assert_eq!(Status::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_device_silent_for_exactly_offline_after_is_still_online() {
+        // Offline means silent for *more than* `offline_after`.
+        let f = Facts {
+            device_heard_at: Some(t(0)),
+            ..working()
+        };
+        assert_eq!(derive(&f, t(3), TH), Status::Active);
+        assert_eq!(
+            derive(&f, t(3) + Duration::milliseconds(1), TH),
+            Status::Offline
+        );
+    }
 }

@@ -178,3 +178,76 @@ fn nested_paths_keep_only_the_listed_leaf() {
     );
     assert!(report.dropped.iter().any(|d| d.path == "usage.prompt"));
 }
+
+// The tests below were added for mutants that `cargo mutants` found surviving (see README, Tests).
+
+#[test]
+fn a_user_policy_may_not_change_a_fields_kind_or_add_enum_values() {
+    let base = Policy::default_policy();
+    // `input_tokens` is a count in the default: calling it a name would let strings through.
+    let retyped =
+        "policy_version = 1\nname = \"mine\"\n[kinds.\"llm.turn\"]\ninput_tokens = \"name\"\n";
+    assert!(
+        matches!(Policy::load_user(retyped, &base), Err(PolicyError::Widens(f)) if f == "llm.turn.input_tokens")
+    );
+    let more_values = "policy_version = 1\nname = \"mine\"\n[kinds.\"llm.turn\"]\ncost_source = { enum = [\"reported\", \"guessed\"] }\n";
+    assert!(
+        matches!(Policy::load_user(more_values, &base), Err(PolicyError::Widens(f)) if f == "llm.turn.cost_source")
+    );
+}
+
+#[test]
+fn a_policy_path_with_an_empty_segment_is_refused() {
+    for path in ["usage..input_tokens", "usage.", ".usage"] {
+        let text = format!(
+            "policy_version = 1\nname = \"n\"\n[kinds.\"llm.turn\"]\n\"{path}\" = \"count\"\n"
+        );
+        assert!(
+            matches!(Policy::from_toml(&text), Err(PolicyError::BadField { ref why, .. }) if why == "empty path segment"),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_kind_error_lists_the_known_kinds() {
+    let err = Policy::from_toml("policy_version = 1\nname = \"x\"\n[kinds.\"llm.stream\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"llm.stream\""), "{err}");
+    for kind in EventKind::ALL {
+        assert!(err.contains(kind.as_str()), "{err} lacks {kind}");
+    }
+}
+
+#[test]
+fn the_policy_reports_its_name_version_and_fields() {
+    let p = Policy::from_toml(
+        "policy_version = 7\nname = \"seven\"\n[kinds.\"llm.turn\"]\nmodel = \"name\"\n",
+    )
+    .unwrap();
+    assert_eq!((p.name(), p.version()), ("seven", 7));
+    let fields = p.fields(EventKind::LlmTurn).expect("llm.turn is allowed");
+    assert_eq!(
+        fields.get("model"),
+        Some(&ValueKind::Simple(SimpleKind::Name))
+    );
+    assert!(p.fields(EventKind::ToolCall).is_none());
+}
+
+#[test]
+fn word_fields_keep_plain_words_and_drop_everything_else() {
+    let word = ValueKind::Simple(SimpleKind::Word);
+    for w in ["end_turn", "doom_loop", "in-progress", "v1.2"] {
+        assert_eq!(conform(json!(w), &word), Ok((json!(w), false)), "{w}");
+    }
+    for bad in [
+        json!("End Turn"),
+        json!(""),
+        json!("sk-ant-api03-abcdefghijklmnop1234"),
+        json!("a".repeat(65)),
+        json!(3),
+    ] {
+        assert!(conform(bad.clone(), &word).is_err(), "{bad}");
+    }
+}
