@@ -117,23 +117,32 @@ pub fn path(name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
-    use std::time::SystemTime;
 
-    /// The newest modification time under `dir` (files only), and the file.
-    fn newest(dir: &Path, best: &mut Option<(SystemTime, PathBuf)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                newest(&p, best);
-            } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
-                if best.as_ref().is_none_or(|(b, _)| t > *b) {
-                    *best = Some((t, p));
+    /// The sources a binary was built from: the dep-info file cargo writes beside it (`<bin>.d`: the
+    /// binary, a colon, then every source file, spaces in names escaped). A file only tests compile (a
+    /// `#[cfg(test)]` module) is not among them, so it cannot make a fresh binary look stale.
+    fn sources_of(bin: &Path) -> Vec<PathBuf> {
+        let text =
+            std::fs::read_to_string(bin.with_extension("d")).expect("dep-info beside the binary");
+        let list = text
+            .lines()
+            .next()
+            .and_then(|l| l.split_once(": "))
+            .map_or("", |(_, r)| r);
+        let mut out = vec![];
+        let mut cur = String::new();
+        let mut chars = list.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => cur.push(chars.next().unwrap()),
+                ' ' => {
+                    out.extend((!cur.is_empty()).then(|| PathBuf::from(std::mem::take(&mut cur))))
                 }
+                c => cur.push(c),
             }
         }
+        out.extend((!cur.is_empty()).then(|| PathBuf::from(cur)));
+        out
     }
 
     #[test]
@@ -142,26 +151,24 @@ mod tests {
             eprintln!("skipped: APIARY_TEST_BIN_DIR names prebuilt binaries");
             return;
         }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let shared = ["shared-schema/src", "shared-schema/policy"];
-        let sources = [
-            ("apiary-agent", vec!["agent/src"]),
-            ("apiary-ingest", vec!["ingest/src", "migrations"]),
-        ];
-        for (bin, own) in sources {
-            let mut src = None;
-            for dir in own.iter().chain(&shared) {
-                newest(&root.join(dir), &mut src);
-            }
-            let (src_time, src_file) = src.expect("sources found");
-            let built = std::fs::metadata(super::path(bin))
-                .and_then(|m| m.modified())
-                .unwrap();
+        for bin in ["apiary-agent", "apiary-ingest"] {
+            let path = super::path(bin);
+            let built = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap();
+            let sources = sources_of(&path);
             assert!(
-                built >= src_time,
-                "{bin} is older than {}: a test would run stale code",
-                src_file.display()
+                sources.iter().any(|s| s.ends_with("src/main.rs")),
+                "{bin}: no sources in its dep-info: {sources:?}"
             );
+            for src in sources {
+                let Ok(t) = std::fs::metadata(&src).and_then(|m| m.modified()) else {
+                    continue;
+                };
+                assert!(
+                    built >= t,
+                    "{bin} is older than {}: a test would run stale code",
+                    src.display()
+                );
+            }
         }
     }
 }
