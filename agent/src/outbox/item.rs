@@ -19,6 +19,8 @@ pub struct PreparedEvent {
     pub body: String,
     /// What the event adds to the local usage table.
     pub usage: Option<(String, UsageAgg)>,
+    /// What the event means for the session's local status (None for device-level events).
+    pub status: Option<apiary_schema::status::Input>,
 }
 
 impl PreparedEvent {
@@ -33,6 +35,7 @@ impl PreparedEvent {
             occurred_at_ms: event.occurred_at.timestamp_millis(),
             body,
             usage: usage_of(event),
+            status: apiary_schema::status::Input::of(event, event.occurred_at),
         }
     }
 }

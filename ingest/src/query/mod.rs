@@ -3,5 +3,6 @@
 //! of a raw tenant id, so no query can be called without the tenant (and user) filter the token allows.
 
 pub mod buckets;
+pub mod history;
 pub mod sessions;
 pub mod usage;

@@ -11,6 +11,8 @@
 //!    bindings.
 //! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
 //! 5. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
+//! 4b. `sessions` and `status_transitions` (sorted by session_id): the new events folded into each
+//!    session's health tracker in event-time order, and the transitions they change ([`super::health`]).
 //! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
 //!
 //! Device-level events (`EventKind::is_device_level`: `agent.heartbeat`, `outbox.dropped`) are stored in
@@ -167,6 +169,14 @@ async fn write_once(
         rows.push(e, user, device, model);
     }
     rows.insert(&mut tx).await?;
+    let health_inputs = super::health::inputs(&events);
+    super::health::fold(
+        &mut tx,
+        sender.tenant_id,
+        &store.status_rules,
+        health_inputs,
+    )
+    .await?;
     rollups::upsert(&mut tx, sender.tenant_id, &rollup).await?;
     upsert_device(
         &mut tx,

@@ -11,5 +11,6 @@ mod import;
 mod ops;
 mod ownership;
 mod sessions;
+mod status_agreement;
 mod usage;
 mod visibility;
