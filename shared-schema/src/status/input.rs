@@ -5,7 +5,7 @@
 //! `data.tool_name`, `data.is_error`, `data.stop_reason`, `data.phase`, `data.action`), so the agent (before
 //! upload) and the ingest (after the policy check) read the same input from the same event.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -87,11 +87,12 @@ pub const WAITING_STATES: [&str; 4] = [
 const TOOL_STOPS: [&str; 3] = ["tool_use", "tool_calls", "function_call"];
 
 impl Input {
-    /// The input of a session event at `at`; None for device-level events.
+    /// The input of a session event at `at` (truncated to microseconds, the precision Postgres and the
+    /// agent's history keep, so every side computes with the same instants); None for device-level events.
     pub fn of(e: &CanonicalEvent, at: DateTime<Utc>) -> Option<Input> {
         e.session_id.as_ref()?;
         Some(Input {
-            at,
+            at: at.trunc_subsecs(6),
             id: e.event_id,
             what: What::of(e),
         })

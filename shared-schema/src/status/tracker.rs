@@ -41,18 +41,23 @@ pub struct Update {
 }
 
 impl Tracker {
-    /// Adds inputs (any order) and returns the history update.
+    /// Adds inputs (any order) and returns the history update. Callers pass each event once (both sides
+    /// deduplicate by event id before this); a copy still in the window is ignored.
     pub fn push(&mut self, inputs: impl IntoIterator<Item = Input>, rules: &Rules) -> Update {
         let first_seq = self.settled.transitions;
         let horizon = self.settled.last_key;
         for mut i in inputs {
-            if self.pending.iter().any(|p| p.id == i.id) || horizon.is_some_and(|h| h.1 == i.id) {
-                continue;
-            }
             if let Some(h) = horizon.filter(|h| i.key() <= *h) {
+                if h.1 == i.id {
+                    continue;
+                }
                 i.at = h.0;
             }
+            // Sorted by key, so a second copy of an input (same time, same id) sits right before `pos`.
             let pos = self.pending.partition_point(|p| p.key() <= i.key());
+            if pos > 0 && self.pending[pos - 1].id == i.id {
+                continue;
+            }
             self.pending.insert(pos, i);
         }
         let overflow = self.pending.len().saturating_sub(REORDER_WINDOW);
