@@ -229,7 +229,7 @@ pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite
                 .status
                 .entry(session.clone())
                 .or_default()
-                .push(i.clone());
+                .push((**i).clone());
         }
     }
     Ok(true)

@@ -10,9 +10,10 @@
 //! 3. `sessions` again (the rows locked in step 1): state facts from the new events and the allowed
 //!    bindings.
 //! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
+//!    Then `sessions` (the rows locked in step 1) and `status_transitions`, by session id: the new events
+//!    folded into each session's health tracker in event-time order, and the transitions they change
+//!    ([`super::health`]).
 //! 5. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
-//! 4b. `sessions` and `status_transitions` (sorted by session_id): the new events folded into each
-//!    session's health tracker in event-time order, and the transitions they change ([`super::health`]).
 //! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
 //!
 //! Device-level events (`EventKind::is_device_level`: `agent.heartbeat`, `outbox.dropped`) are stored in

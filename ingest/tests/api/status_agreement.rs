@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
+/// A `status_transitions` row: seq, at, from, to, cause.
+type StoredTransition = (i64, chrono::DateTime<Utc>, Option<String>, String, String);
+
 /// One random event: kind and data, and the seconds since the previous one.
 fn event_strategy() -> impl Strategy<Value = (i64, &'static str, Value)> {
     let tools = prop::sample::select(vec!["grep", "read_file"]);
@@ -94,24 +97,20 @@ async fn the_stored_status_agrees_with_the_shared_model_on_random_sequences(pool
             assert_eq!(code, StatusCode::OK, "{v}");
             assert_eq!(v["accepted"].as_u64(), Some(chunk.len() as u64), "{v}");
         }
-        let (health, stored): (
-            Option<Value>,
-            Vec<(i64, chrono::DateTime<Utc>, Option<String>, String, String)>,
-        ) = (
+        let health: Option<Value> =
             sqlx::query_scalar("SELECT health FROM sessions WHERE session_id = $1")
                 .bind(&session)
                 .fetch_one(&pool)
                 .await
-                .unwrap(),
-            sqlx::query_as(
-                "SELECT seq, at, from_status, to_status, cause FROM status_transitions
-                 WHERE session_id = $1 ORDER BY seq",
-            )
-            .bind(&session)
-            .fetch_all(&pool)
-            .await
-            .unwrap(),
-        );
+                .unwrap();
+        let stored: Vec<StoredTransition> = sqlx::query_as(
+            "SELECT seq, at, from_status, to_status, cause FROM status_transitions
+             WHERE session_id = $1 ORDER BY seq",
+        )
+        .bind(&session)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
         let got = apiary_ingest::status::tracker(health.as_ref()).current(&rules);
         assert_eq!(
             got, want,
