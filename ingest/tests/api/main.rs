@@ -12,5 +12,6 @@ mod ops;
 mod ownership;
 mod sessions;
 mod status_agreement;
+mod status_history;
 mod usage;
 mod visibility;
