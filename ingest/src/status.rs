@@ -22,6 +22,15 @@ pub fn rules(s: &IngestSettings) -> Rules {
     }
 }
 
+/// A stored tracker read as text (the batch path: no JSON value in between); unreadable is empty, as in
+/// [`tracker`].
+pub fn tracker_from_text(text: &str) -> Tracker {
+    serde_json::from_str(text).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "unreadable sessions.health; reading it as empty");
+        Tracker::default()
+    })
+}
+
 /// A stored tracker (`sessions.health`); an absent one is empty. An unreadable one (which only a
 /// hand-edited row can produce) is logged and read as empty rather than failing every read of the tenant.
 pub fn tracker(stored: Option<&serde_json::Value>) -> Tracker {

@@ -3,7 +3,7 @@
 //!
 //! Every group commit pushes its new events (in `occurred_at` order, the same order and inputs the ingest
 //! folds) into each session's [`Tracker`] (`session_health`) and applies the returned [`Update`] to
-//! `status_transitions` (drop `seq >= first_seq`, insert the recomputed ones), in the group's
+//! `status_transitions` (drop `seq >= first_seq` when a late event changed them, insert the new ones), in the group's
 //! transaction. Reads let time pass up to now ([`view`]); the device is this machine, so it is never
 //! `offline` here. The agent folds with the default thresholds (`stall_after` 300 s), the ingest's
 //! default too.
@@ -32,8 +32,12 @@ pub(crate) fn flush(
              ON CONFLICT(session_id) DO UPDATE SET tracker = ?2",
         )?
         .execute(params![session, json])?;
-        conn.prepare_cached("DELETE FROM status_transitions WHERE session_id = ?1 AND seq >= ?2")?
+        if update.replaces {
+            conn.prepare_cached(
+                "DELETE FROM status_transitions WHERE session_id = ?1 AND seq >= ?2",
+            )?
             .execute(params![session, update.first_seq as i64])?;
+        }
         let mut insert = conn.prepare_cached(
             "INSERT INTO status_transitions (session_id, seq, at, from_status, to_status, cause)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

@@ -87,12 +87,11 @@ impl Health {
     }
 
     /// The status the facts give at time `t` (only the no-progress rule looks at `t`), with its cause.
-    pub fn derive(&self, t: DateTime<Utc>, rules: &Rules) -> Option<(Status, String)> {
+    pub fn derive(&self, t: DateTime<Utc>, rules: &Rules) -> Option<(Status, &str)> {
         self.first_at?;
-        let own = |s: Status, c: &str| Some((s, c.to_string()));
         match self.run {
-            Some(Run::Completed) => return own(Status::Completed, "completed"),
-            Some(Run::Failed) => return own(Status::Failed, "failed"),
+            Some(Run::Completed) => return Some((Status::Completed, "completed")),
+            Some(Run::Failed) => return Some((Status::Failed, "failed")),
             _ => {}
         }
         for (alarm, status) in [
@@ -101,23 +100,23 @@ impl Health {
             (&self.waiting, Status::Waiting),
         ] {
             if let Some(a) = alarm {
-                return Some((status, a.cause.clone()));
+                return Some((status, a.cause.as_str()));
             }
         }
         if self.run == Some(Run::Paused) {
-            return own(Status::Idle, "paused");
+            return Some((Status::Idle, "paused"));
         }
         if self.quiet_deadline(rules).is_some_and(|d| t > d) {
-            return if self.independent {
-                own(Status::Idle, "quiet_independent")
+            return Some(if self.independent {
+                (Status::Idle, "quiet_independent")
             } else {
-                own(Status::Stalled, "no_progress")
-            };
+                (Status::Stalled, "no_progress")
+            });
         }
         if let Some(why) = self.degraded(rules) {
-            return own(Status::Degraded, why);
+            return Some((Status::Degraded, why));
         }
-        own(Status::Active, "progress")
+        Some((Status::Active, "progress"))
     }
 
     /// When the no-progress rule will change the status if no input arrives first.
@@ -132,6 +131,7 @@ impl Health {
         let Some(d) = self.due(rules) else { return };
         if t > d {
             let (status, cause) = self.derive(t, rules).expect("has inputs");
+            let cause = cause.to_string();
             let at = self.since.map_or(d, |s| s.max(d));
             self.set(at, status, cause, out);
         }
@@ -264,12 +264,14 @@ impl Health {
         }
         self.last_key = Some(self.last_key.map_or(input.key(), |k| k.max((at, input.id))));
         if let Some((status, cause)) = self.derive(at, rules) {
-            let cause = if status == Status::Active {
-                cause_of(&input.what)
-            } else {
-                cause
-            };
-            self.set(at, status, cause, out);
+            if Some(status) != self.status {
+                let cause = if status == Status::Active {
+                    cause_of(&input.what)
+                } else {
+                    cause.to_string()
+                };
+                self.set(at, status, cause, out);
+            }
         }
     }
 

@@ -328,7 +328,14 @@ fn inputs() -> impl Strategy<Value = Vec<Input>> {
 
 /// A stored history: `Update`s applied in order.
 fn store(history: &mut Vec<Transition>, u: Update) {
-    history.truncate(u.first_seq as usize);
+    if u.replaces {
+        history.truncate(u.first_seq as usize);
+    }
+    assert_eq!(
+        history.len() as u64,
+        u.first_seq,
+        "an update starts where the history ends"
+    );
     history.extend(u.transitions);
 }
 

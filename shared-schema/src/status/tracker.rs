@@ -9,10 +9,11 @@
 //! horizon's time. Both sides therefore agree exactly whenever events arrive less than 32 inputs out of
 //! order — the agent tails each log in order, so in practice always.
 //!
-//! Every push returns an [`Update`]: the transitions from the settled horizon on, recomputed, which
-//! replace every stored transition with `seq >= first_seq` — so a late event rewrites the recent history
-//! it changes, and a store that applies updates in order holds exactly the transitions of a fold in time
-//! order.
+//! Every push returns an [`Update`]: the transitions from the settled horizon on are recomputed and
+//! compared with those the last push gave (kept in the tracker); from the first difference on they
+//! replace the stored ones (`seq >= first_seq`) — so a late event rewrites the recent history it changes,
+//! a push that changes nothing old writes only its new transitions, and a store that applies updates in
+//! order holds exactly the transitions of a fold in time order.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,14 +31,22 @@ pub struct Tracker {
     /// Sorted by `(at, id)`, at most [`REORDER_WINDOW`] long, all after the settled horizon.
     #[serde(default)]
     pub pending: Vec<Input>,
+    /// The transitions the window's inputs gave at the last push (`seq >= settled.transitions`): what the
+    /// store holds beyond the settled history, so the next push writes only what changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provisional: Vec<Transition>,
 }
 
-/// What a push changes in the stored history: drop every transition with `seq >= first_seq`, then store
-/// `transitions` (numbered from `first_seq`).
+/// What a push changes in the stored history: drop every transition with `seq >= first_seq` (only when
+/// `replaces` — otherwise there is none), then store `transitions` (numbered from `first_seq`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Update {
     pub first_seq: u64,
+    /// Stored transitions from `first_seq` on differ from these and must be dropped first.
+    pub replaces: bool,
     pub transitions: Vec<Transition>,
+    /// The health after every input pushed so far (what [`Tracker::current`] would recompute).
+    pub current: Health,
 }
 
 impl Tracker {
@@ -70,12 +79,23 @@ impl Tracker {
             h.apply(i, rules, &mut out);
         }
         if overflow == self.pending.len() {
-            self.settled = h;
+            self.settled = h.clone();
         }
         self.pending.drain(..overflow);
+        // Unchanged leading transitions are already stored: write from the first difference on.
+        let old = std::mem::take(&mut self.provisional);
+        let same = old.iter().zip(&out).take_while(|(a, b)| a == b).count();
+        let settled_seq = self.settled.transitions;
+        self.provisional = out
+            .iter()
+            .filter(|t| t.seq >= settled_seq)
+            .cloned()
+            .collect();
         Update {
-            first_seq,
-            transitions: out,
+            first_seq: first_seq + same as u64,
+            replaces: same < old.len(),
+            transitions: out.split_off(same),
+            current: h,
         }
     }
 
