@@ -22,13 +22,12 @@ pub fn rules(s: &IngestSettings) -> Rules {
     }
 }
 
-/// A stored tracker read as text (the batch path: no JSON value in between); unreadable is empty, as in
-/// [`tracker`].
-pub fn tracker_from_text(text: &str) -> Tracker {
-    serde_json::from_str(text).unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "unreadable sessions.health; reading it as empty");
-        Tracker::default()
-    })
+/// A stored tracker read as text (the batch path: no JSON value in between); None, logged, when it cannot
+/// be read (only a hand-edited row can do that): the batch then rebuilds it from the stored events.
+pub fn tracker_from_text(text: &str) -> Option<Tracker> {
+    serde_json::from_str(text)
+        .map_err(|e| tracing::warn!(error = %e, "unreadable sessions.health; rebuilding it"))
+        .ok()
 }
 
 /// A stored tracker (`sessions.health`); an absent one is empty. An unreadable one (which only a

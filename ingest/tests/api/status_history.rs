@@ -137,6 +137,23 @@ async fn a_session_stored_before_the_health_model_is_rebuilt_from_its_events(poo
         "{h}"
     );
     assert_eq!(h["status"], "stalled");
+
+    // An unreadable tracker (a hand-edited row) is rebuilt too, its old history replaced, not doubled.
+    sqlx::query("UPDATE sessions SET health = '{\"bogus\": 1}'::jsonb")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let resumed = vec![llm("old", now - Duration::seconds(30), "m", 1, 1, 0.1)];
+    let (code, v) = app.post_batch(&t.ingest, &batch(resumed, vec![])).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let (_, h) = app.get(&t.read, "/v1/sessions/old/history").await;
+    let causes: Vec<&str> = h["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["cause"].as_str().unwrap())
+        .collect();
+    assert_eq!(causes, vec!["llm_turn", "inactive", "llm_turn"], "{h}");
 }
 
 #[sqlx::test(migrations = "../migrations")]
