@@ -26,6 +26,7 @@ fn padded_event(n: u64) -> Item {
         occurred_at_ms: 1_793_000_000_000 + n as i64,
         body,
         usage: None,
+        status: None,
     })
 }
 

@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         check(last is not None, f"session {sid}: no durable event")
         if last is None:
             continue
-        want_last = {"stalled": {"node_stalled"}, "idle": {"client_input_requested"},
+        want_last = {"stalled": {"node_stalled"}, "waiting": {"client_input_requested"},
                      "failed": {"subagent_report", "execution_failed"},
                      "completed": {"execution_completed", "subagent_report"},
                      "active": {"llm_turn_complete", "tool_call_completed"}}[meta["status"]]

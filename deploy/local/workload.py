@@ -637,7 +637,7 @@ def alice_release_notes(x: Ctx):
     turn(q, SONNET, stop="tool_use", new=1200, out=420, finished=False, steps=[{
         "text": f"Draft ready; one question before I finalize. {c()}",
         "tools": [Tool("ask_user", {"questions": questions}, "", during=ask, complete=False)]}])
-    x.status(q, "idle")
+    x.status(q, "waiting")
 
 
 def bob_sql(x: Ctx):
@@ -947,7 +947,7 @@ def expected(homes: list[Home], window: dict, seed: int) -> dict:
             "by_colony: key = colony_id = the queen session that forked the colony; only worker events carry it. "
             "Queen-level usage has no colony (key \"\").",
             "events = durable events (informational: the cloud also stores agent heartbeats and drop reports).",
-            "status 'active' holds while the session made progress within the ingest's stall_after (10 min); "
+            "status 'active' holds while the session made progress within the ingest's stall_after (5 min); "
             "after that a quiet queen in phase 'independent' reads 'idle'.",
         ],
         "totals": finish(total),

@@ -222,7 +222,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
         }
         Command::Import { file, tenant } => {
             let tenant_id = admin::resolve_tenant(&pool, &tenant).await?;
-            let store = Store::new(pool.clone());
+            let store = Store::new(pool.clone()).with_status_rules(crate::status::rules(&settings));
             let rules = IntakeRules::from_settings(&settings);
             let summary = crate::import::run(&store, &rules, tenant_id, &file).await?;
             println!("{}", serde_json::to_string(&summary)?);

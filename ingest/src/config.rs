@@ -78,7 +78,7 @@ impl Default for IngestSettings {
             max_batch_events: 10_000,
             rate_limit_per_sec: 200.0,
             rate_limit_burst: 400.0,
-            stall_after_secs: 600,
+            stall_after_secs: 300,
             offline_after_secs: 180,
             retention_days: 90,
             max_future_secs: 86_400,

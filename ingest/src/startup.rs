@@ -32,7 +32,6 @@ use crate::error::error_body;
 use crate::intake::IntakeRules;
 use crate::metrics::Metrics;
 use crate::routes;
-use crate::status::Thresholds;
 use crate::store::Store;
 
 /// What every handler can reach. Cheap to clone.
@@ -64,7 +63,9 @@ impl AppState {
         );
         AppState {
             auth_guard: Arc::new(auth_guard),
-            store: Arc::new(Store::new(pool.clone())),
+            store: Arc::new(
+                Store::new(pool.clone()).with_status_rules(crate::status::rules(&settings)),
+            ),
             pool,
             rules: Arc::new(IntakeRules::from_settings(&settings)),
             settings: Arc::new(settings),
@@ -74,11 +75,9 @@ impl AppState {
         }
     }
 
-    pub fn thresholds(&self) -> Thresholds {
-        Thresholds {
-            stall_after: chrono::Duration::seconds(self.settings.stall_after_secs),
-            offline_after: chrono::Duration::seconds(self.settings.offline_after_secs),
-        }
+    /// The health model's thresholds (the same the batches fold with).
+    pub fn status_rules(&self) -> &apiary_schema::status::Rules {
+        &self.store.status_rules
     }
 }
 

@@ -16,6 +16,8 @@
 //!   binary. Applied by the agent **before** anything is written to disk, and re-checked by the ingest.
 //! - [`scrub`]: secret scrubbing for strings the policy lets through (API keys, bearer tokens, e-mail
 //!   addresses, absolute paths).
+//! - [`status`]: the health model: a session's status as a pure state machine over its events, with
+//!   transitions and time in state; the agent and the ingest both derive status with it.
 //! - [`pipeline`]: the one entry point both binaries use: native or canonical JSON in, a redacted
 //!   canonical event (or a filter verdict) and a redaction report out.
 //!
@@ -34,6 +36,7 @@ pub mod json_schema;
 pub mod pipeline;
 pub mod policy;
 pub mod scrub;
+pub mod status;
 
 pub use batch::{Batch, BatchResponse, Rejection, SessionBinding};
 pub use event::{AgentRole, CanonicalEvent, EventKind};

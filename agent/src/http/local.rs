@@ -1,4 +1,4 @@
-//! Sessions, status, the sync toggle and local usage.
+//! Sessions (registration, local status), agent status, the sync toggle and local usage.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -95,6 +95,21 @@ pub async fn put_sync(
     };
     let report = state.outbox.set_sync(change).await?;
     Ok(Json(json!(report)))
+}
+
+/// `GET /v1/sessions/{id}`: the session's status derived locally by the shared health model (the same
+/// rules as the ingest), when it began and why, time in each status and every transition; works with sync
+/// off and air-gapped.
+pub async fn get_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    match state.outbox.session_status(&id, chrono::Utc::now()).await? {
+        Some(s) => Ok(Json(json!(s))),
+        None => Err(ApiError::NotFound(format!(
+            "session {id} is not known here"
+        ))),
+    }
 }
 
 pub async fn get_session_usage(

@@ -98,6 +98,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/events", post(events::post_events))
         .route("/v1/sessions", post(local::post_session))
+        .route("/v1/sessions/{id}", get(local::get_session))
         .route("/v1/status", get(local::get_status))
         .route(
             "/v1/sync",

@@ -368,6 +368,17 @@ impl Outbox {
         self.read(move |c| read::session_usage(c, &session)).await
     }
 
+    /// Local status of a session (the shared health model) at `now`; `None` if never seen.
+    pub async fn session_status(
+        &self,
+        session: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<super::health::SessionStatus>, OutboxError> {
+        let session = session.to_string();
+        self.read(move |c| super::health::session_status(c, &session, now))
+            .await
+    }
+
     /// Every tailer checkpoint.
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, OutboxError> {
         self.read(read::checkpoints).await

@@ -240,6 +240,13 @@ pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite
                 .or_default()
                 .add(u);
         }
+        if let Some(i) = &e.status {
+            ctx.delta
+                .status
+                .entry(session.clone())
+                .or_default()
+                .push((**i).clone());
+        }
     }
     Ok(true)
 }

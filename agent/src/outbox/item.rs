@@ -19,6 +19,9 @@ pub struct PreparedEvent {
     pub body: String,
     /// What the event adds to the local usage table.
     pub usage: Option<(String, UsageAgg)>,
+    /// What the event means for the session's local status (None for device-level events). Boxed: most
+    /// items are small and this would double every one of them.
+    pub status: Option<Box<apiary_schema::status::Input>>,
 }
 
 impl PreparedEvent {
@@ -36,6 +39,7 @@ impl PreparedEvent {
             occurred_at_ms: event.occurred_at.timestamp_millis(),
             body,
             usage: usage_of(event),
+            status: apiary_schema::status::Input::of(event, event.occurred_at).map(Box::new),
         }
     }
 }

@@ -34,6 +34,7 @@ pub mod delivery;
 pub mod drops;
 pub mod export;
 mod handle;
+pub mod health;
 pub mod intake;
 pub mod item;
 pub mod read;

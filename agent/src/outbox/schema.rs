@@ -23,6 +23,8 @@
 //! - `usage`: local per-(session, model) totals, updated in the same transaction as the events, so
 //!   `GET /v1/usage/sessions/{id}` keeps working after rows are delivered and their bodies dropped.
 //! - `sessions`: the session registry (identity bound when a session is first seen or registered).
+//! - `session_health`, `status_transitions` (version 3): each session's health tracker and status history
+//!   (the shared health model, see [`super::health`]), updated in the same transaction as the events.
 //! - `sync_state` (one row) and `consent_log` (history): sync on/off, endpoint, token file, consent
 //!   time and the policy hash consented to.
 //! - `dead_letters`: why an event (or an unreadable line) was rejected; holds at most the already
@@ -149,6 +151,23 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
     // instead of counting every uploadable row (uploadable = pending counter − held). Usually empty or small.
     r#"
 CREATE INDEX events_held ON events(seq) WHERE state = 0 AND held = 1;
+"#,
+    // 3: local session status (see `health`): each session's health tracker (JSON) and its status
+    // transitions, written in the same transaction as the events they come from.
+    r#"
+CREATE TABLE session_health (
+    session_id TEXT PRIMARY KEY,
+    tracker    TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE status_transitions (
+    session_id  TEXT    NOT NULL,
+    seq         INTEGER NOT NULL,
+    at          INTEGER NOT NULL, -- Unix microseconds (the ingest's precision)
+    from_status TEXT,
+    to_status   TEXT    NOT NULL,
+    cause       TEXT    NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
 "#,
 ];
 

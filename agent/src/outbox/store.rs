@@ -105,7 +105,7 @@ pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>
         .optional()
 }
 
-/// Writes the group's counter and usage deltas.
+/// Writes the group's counter and usage deltas, and folds its health inputs ([`super::health`]).
 pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<()> {
     let mut counters = conn.prepare_cached(
         "INSERT INTO counters (name, value) VALUES (?1, ?2)
@@ -149,6 +149,7 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
             u.last_at
         ])?;
     }
+    super::health::flush(conn, &delta.status)?;
     Ok(())
 }
 

@@ -86,6 +86,8 @@ impl Ctx<'_> {
 pub(crate) struct Delta {
     pub counters: BTreeMap<String, i64>,
     pub usage: HashMap<(String, String), UsageAgg>,
+    /// New events' health inputs per session, folded at the end of the group ([`super::health`]).
+    pub status: BTreeMap<String, Vec<apiary_schema::status::Input>>,
     pub new_sessions: HashSet<String>,
     /// Claimed in this group.
     pub claimed: HashMap<Uuid, ClaimedRow>,
@@ -460,6 +462,7 @@ mod tests {
             occurred_at_ms: 0,
             body: format!("{{\"n\":{n}}}"),
             usage: None,
+            status: None,
         })
     }
 

@@ -66,6 +66,7 @@ pub fn event(n: u128) -> Item {
         occurred_at_ms: 1_793_000_000_000,
         body,
         usage: None,
+        status: None,
     })
 }
 

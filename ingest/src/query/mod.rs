@@ -3,6 +3,7 @@
 //! of a raw tenant id, so no query can be called without the tenant (and user) filter the token allows.
 
 pub mod buckets;
+pub mod history;
 pub mod sessions;
 pub mod sums;
 pub mod usage;

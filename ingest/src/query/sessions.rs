@@ -13,7 +13,9 @@ use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::usage::usage_json;
 use crate::rollups::Usage;
-use crate::status::{self, Facts, Status, Thresholds};
+use apiary_schema::status::Rules;
+
+use crate::status::{self, Status, View};
 
 /// A stored session joined with its device's liveness.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -36,32 +38,25 @@ pub struct SessionRow {
     pub health_signal: Option<String>,
     pub health_at: Option<DateTime<Utc>>,
     pub device_heard_at: Option<DateTime<Utc>>,
+    /// The health tracker (`sessions.health`).
+    pub health: Option<Value>,
 }
 
 const SELECT: &str = "SELECT s.session_id, s.user_id, s.device_id, s.parent_session_id, s.colony_id, s.agent_role,
     s.worker_id, s.runtime, s.first_seen_at, s.last_event_at, s.last_progress_at, s.phase, s.input_state,
     s.input_at, s.status, s.health_signal, s.health_at,
-    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at
+    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.health
   FROM sessions s LEFT JOIN devices d ON d.tenant_id = s.tenant_id AND d.device_id = s.device_id";
 
 impl SessionRow {
-    fn facts(&self) -> Facts {
-        Facts {
-            lifecycle: self.status.clone(),
-            phase: self.phase.clone(),
-            input_state: self.input_state.clone(),
-            input_at: self.input_at,
-            health_signal: self.health_signal.clone(),
-            health_at: self.health_at,
-            last_progress_at: self.last_progress_at,
-            last_event_at: self.last_event_at,
-            device_heard_at: self.device_heard_at,
-        }
+    /// The status at `now` (the shared health model, time let pass, the device's liveness applied).
+    pub fn view(&self, now: DateTime<Utc>, rules: &Rules) -> View {
+        status::session_view(self.health.as_ref(), self.device_heard_at, now, rules)
     }
 
-    /// The session as JSON, with its derived status and the given totals.
-    pub fn to_json(&self, now: DateTime<Utc>, t: Thresholds, totals: &Usage) -> Value {
-        let status = status::derive(&self.facts(), now, t);
+    /// The session as JSON, with its status, time in each status and the given totals.
+    pub fn to_json(&self, now: DateTime<Utc>, rules: &Rules, totals: &Usage) -> Value {
+        let view = self.view(now, rules);
         let opt = |s: &str| {
             if s.is_empty() {
                 Value::Null
@@ -73,7 +68,9 @@ impl SessionRow {
             "session_id": self.session_id, "user_id": opt(&self.user_id), "device_id": opt(&self.device_id),
             "parent_session_id": self.parent_session_id, "colony_id": self.colony_id,
             "agent_role": self.agent_role, "worker_id": self.worker_id, "runtime": self.runtime,
-            "phase": self.phase, "status": status, "lifecycle": self.status, "input_state": self.input_state,
+            "phase": self.phase, "status": view.status, "status_since": view.since,
+            "status_cause": view.cause, "time_in_state": view.time_in_state,
+            "lifecycle": self.status, "input_state": self.input_state,
             "health": { "signal": self.health_signal, "at": self.health_at },
             "first_seen_at": self.first_seen_at, "last_event_at": self.last_event_at,
             "last_progress_at": self.last_progress_at, "device_last_heard_at": self.device_heard_at,
@@ -153,7 +150,7 @@ pub async fn list(
     r: &TenantRead,
     f: &ListFilter,
     now: DateTime<Utc>,
-    t: Thresholds,
+    rules: &Rules,
 ) -> Result<(Vec<SessionRow>, Option<Cursor>), ApiError> {
     let mut out = Vec::new();
     let mut after = f.after.clone();
@@ -200,7 +197,7 @@ pub async fn list(
             last = Some(Cursor::of(&r));
             if f.statuses
                 .as_ref()
-                .is_none_or(|s| s.contains(&status::derive(&r.facts(), now, t)))
+                .is_none_or(|s| s.contains(&r.view(now, rules).status))
             {
                 out.push(r);
             }
@@ -286,7 +283,7 @@ pub fn tree_json(
     rows: &[SessionRow],
     usage: &HashMap<String, Usage>,
     now: DateTime<Utc>,
-    t: Thresholds,
+    t: &Rules,
 ) -> Value {
     let by_id: HashMap<&str, &SessionRow> =
         rows.iter().map(|r| (r.session_id.as_str(), r)).collect();
@@ -304,7 +301,7 @@ pub fn tree_json(
         children: &HashMap<&str, Vec<&SessionRow>>,
         usage: &HashMap<String, Usage>,
         now: DateTime<Utc>,
-        t: Thresholds,
+        t: &Rules,
         depth: usize,
     ) -> (Value, Usage) {
         let own = usage.get(&r.session_id).copied().unwrap_or_default();

@@ -9,6 +9,7 @@ mod extract;
 pub mod openapi;
 mod ops;
 mod sessions;
+mod status;
 mod usage;
 mod whoami;
 
@@ -26,6 +27,11 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sessions/{id}", get(sessions::get_session))
         .route("/v1/sessions/{id}/usage", get(sessions::get_session_usage))
         .route("/v1/sessions/{id}/tree", get(sessions::get_session_tree))
+        .route(
+            "/v1/sessions/{id}/history",
+            get(sessions::get_session_history),
+        )
+        .route("/v1/status/transitions", get(status::get_transitions))
         .route("/v1/colonies/{id}/usage", get(sessions::get_colony_usage))
         .route("/v1/devices", get(devices::get_devices))
         .route("/v1/whoami", get(whoami::get_whoami))

@@ -7,13 +7,15 @@ use axum::Json;
 use serde_json::{json, Value};
 
 /// Paths documented here (the test compares them with the router).
-pub const PATHS: [&str; 13] = [
+pub const PATHS: [&str; 15] = [
     "/v1/batches",
     "/v1/usage",
     "/v1/sessions",
     "/v1/sessions/{id}",
     "/v1/sessions/{id}/usage",
     "/v1/sessions/{id}/tree",
+    "/v1/sessions/{id}/history",
+    "/v1/status/transitions",
     "/v1/colonies/{id}/usage",
     "/v1/devices",
     "/v1/whoami",
@@ -64,7 +66,7 @@ fn usage_params() -> Value {
 
 fn list_params() -> Value {
     json!([
-        { "name": "status", "in": "query", "description": "Comma-separated derived statuses: active, idle, stalled, failed, completed, offline.", "schema": { "type": "string" } },
+        { "name": "status", "in": "query", "description": "Comma-separated statuses: active, waiting, idle, degraded, stalled, needs_attention, failed, completed, offline, crashed.", "schema": { "type": "string" } },
         { "name": "user", "in": "query", "schema": { "type": "string", "maxLength": 200 } },
         { "name": "device", "in": "query", "schema": { "type": "string", "maxLength": 200 } },
         { "name": "since", "in": "query", "description": "RFC 3339: only sessions with an event at or after this time.", "schema": { "type": "string" } },
@@ -119,7 +121,14 @@ pub fn document() -> Value {
                 "responses": batch_responses } },
             "/v1/usage": read_op("Usage rows (bucket, group keys, sums) and totals; exact sums of the stored events. The one route an operator token may read (per tenant).", usage_params(), "Usage"),
             "/v1/sessions": read_op("The tenant's sessions, most recently active first (last event time, then id), each as /v1/sessions/{id} returns it; `next_cursor` (null at the end) gives the next page. With a status filter a page may come back short, even empty, with a cursor to go on from.", list_params(), "Sessions"),
-            "/v1/sessions/{id}": read_op("A session: identity, phase, status (active|idle|stalled|failed|completed|offline), health, totals.", json!([id_param("session id")]), "Session"),
+            "/v1/sessions/{id}": read_op("A session: identity, phase, status (active|waiting|idle|degraded|stalled|needs_attention|failed|completed|offline|crashed; the shared health model, see the README's status table) with status_since and status_cause, time_in_state (seconds per status), lifecycle, last health signal, totals.", json!([id_param("session id")]), "Session"),
+            "/v1/sessions/{id}/history": read_op("A session's status history: {session_id, status, transitions: [{at, from, to, cause}] oldest first (from is null for the first), truncated, time_in_state}. Includes the transitions time caused after the last event (no progress for stall_after) and the current offline overlay.", json!([id_param("session id")]), "History"),
+            "/v1/status/transitions": read_op("The tenant's status transitions {session_id, at, from, to, cause} with from <= at < to, oldest first, and truncated. A user-bound read token sees its user's sessions only.", json!([
+                { "name": "from", "in": "query", "description": "RFC 3339. Default: `to` minus 24 hours.", "schema": { "type": "string" } },
+                { "name": "to", "in": "query", "description": "RFC 3339, exclusive. Default: now.", "schema": { "type": "string" } },
+                { "name": "status", "in": "query", "description": "Comma-separated: only transitions into these statuses.", "schema": { "type": "string" } },
+                { "name": "limit", "in": "query", "schema": { "type": "integer", "minimum": 1, "maximum": 10000, "default": 1000 } }
+            ]), "Transitions"),
             "/v1/sessions/{id}/usage": read_op("A session's usage (default: all time, by model).", id_and_usage, "Usage"),
             "/v1/sessions/{id}/tree": read_op("The session → colonies → workers, with usage rolled up.", json!([id_param("session id")]), "Tree"),
             "/v1/colonies/{id}/usage": read_op("A colony's usage: its workers (default: all time, by session).", colony_params, "Usage"),

@@ -1,5 +1,6 @@
 //! Session and colony reads (scope `read`): `/v1/sessions` (a listing), `/v1/sessions/{id}`,
-//! `/v1/sessions/{id}/usage`, `/v1/sessions/{id}/tree`, `/v1/colonies/{id}/usage`. Every handler takes a
+//! `/v1/sessions/{id}/usage`, `/v1/sessions/{id}/tree`, `/v1/sessions/{id}/history`,
+//! `/v1/colonies/{id}/usage`. Every handler takes a
 //! [`TenantRead`] (the token's tenant, and its user for a user-bound `read` token). Unknown and
 //! other-tenant ids are both 404.
 
@@ -12,10 +13,9 @@ use serde_json::Value;
 use super::extract::{Path, Query};
 use crate::access::TenantRead;
 use crate::error::ApiError;
-use crate::query::sessions;
 use crate::query::usage::{self, Part, UsageQuery, Within};
+use crate::query::{history, sessions};
 use crate::startup::AppState;
-use crate::status::Status;
 
 fn check_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > 200 {
@@ -70,19 +70,10 @@ fn list_filter(p: &BTreeMap<String, String>) -> Result<sessions::ListFilter, Api
                 )
             })?,
     };
-    let statuses = match p.get("status") {
-        None => None,
-        Some(v) => Some(
-            v.split(',')
-                .map(|s| {
-                    Status::parse(s.trim()).ok_or_else(|| {
-                        let all: Vec<&str> = Status::ALL.iter().map(|(n, _)| *n).collect();
-                        ApiError::bad_param("status", format!("use any of {}", all.join(", ")))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-    };
+    let statuses = p
+        .get("status")
+        .map(|v| crate::status::parse_statuses(v))
+        .transpose()?;
     let since = match p.get("since") {
         None => None,
         Some(v) => Some(
@@ -118,14 +109,14 @@ pub async fn list_sessions(
     let filter = list_filter(&params)?;
     let now = chrono::Utc::now();
     let (rows, next) =
-        sessions::list(&state.pool, &reader, &filter, now, state.thresholds()).await?;
+        sessions::list(&state.pool, &reader, &filter, now, state.status_rules()).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
     let totals = sessions::totals(&state.pool, &reader, &ids).await?;
     let list: Vec<Value> = rows
         .iter()
         .map(|r| {
             let t = totals.get(&r.session_id).copied().unwrap_or_default();
-            r.to_json(now, state.thresholds(), &t)
+            r.to_json(now, state.status_rules(), &t)
         })
         .collect();
     Ok(Json(serde_json::json!({
@@ -146,9 +137,24 @@ pub async fn get_session(
     let t = totals.get(&id).copied().unwrap_or_default();
     Ok(Json(row.to_json(
         chrono::Utc::now(),
-        state.thresholds(),
+        state.status_rules(),
         &t,
     )))
+}
+
+/// A session's status history: every transition `{at, from, to, cause}` oldest first, those derived
+/// since its last event (no progress, offline), and its time in each status.
+pub async fn get_session_history(
+    State(state): State<AppState>,
+    reader: TenantRead,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    check_id(&id)?;
+    let row = sessions::get(&state.pool, &reader, &id).await?;
+    let now = chrono::Utc::now();
+    Ok(Json(
+        history::session_history(&state.pool, &reader, &row, now, state.status_rules()).await?,
+    ))
 }
 
 /// A session's usage (default: all time, by model).
@@ -183,7 +189,7 @@ pub async fn get_session_tree(
         &rows,
         &usage,
         chrono::Utc::now(),
-        state.thresholds(),
+        state.status_rules(),
     )))
 }
 

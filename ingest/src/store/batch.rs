@@ -8,7 +8,8 @@
 //!    allowed events — the returned ids are the new events; everything else is a duplicate and goes no
 //!    further.
 //! 3. `sessions` again (the rows locked in step 1): state facts from the new events and the allowed
-//!    bindings.
+//!    bindings, and each session's health tracker with the new events folded in, in event-time order;
+//!    then `status_transitions` (by session id): the transitions they change ([`super::health`]).
 //! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
 //! 5. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
 //! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
@@ -193,7 +194,20 @@ async fn write_once(
                 .fold(&e.event, e.effective_at);
         }
     }
+    let health = super::health::prepare(
+        &mut tx,
+        sender.tenant_id,
+        &store.status_rules,
+        super::health::inputs(&events),
+    )
+    .await?;
+    for (sid, f) in &health.sessions {
+        if let Some(u) = updates.get_mut(sid) {
+            u.tracker = Some(f.clone());
+        }
+    }
     let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;
+    super::health::store_transitions(&mut tx, sender.tenant_id, health).await?;
 
     let default_user = sender.user_id.clone().unwrap_or_default();
     let mut rows = EventRows::new(sender.tenant_id, received_at, events.len());

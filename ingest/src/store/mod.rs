@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod batch;
 pub mod headroom;
+pub mod health;
 pub mod owners;
 pub mod sessions;
 
@@ -42,6 +43,8 @@ pub struct Store {
     pub pool: PgPool,
     /// Days whose `events` partition is known to exist.
     partitions: Mutex<HashSet<NaiveDate>>,
+    /// Thresholds of the health model the batches fold session events with ([`health`]).
+    pub status_rules: apiary_schema::status::Rules,
 }
 
 impl Store {
@@ -49,7 +52,14 @@ impl Store {
         Store {
             pool,
             partitions: Mutex::new(HashSet::new()),
+            status_rules: apiary_schema::status::Rules::default(),
         }
+    }
+
+    /// This store folding session health with `rules` (the configured thresholds).
+    pub fn with_status_rules(mut self, rules: apiary_schema::status::Rules) -> Store {
+        self.status_rules = rules;
+        self
     }
 
     /// A pool to `url` (connections are opened lazily, so start-up does not need the database up).
@@ -121,11 +131,16 @@ impl Store {
         self.partitions.lock().unwrap().clear();
     }
 
-    /// Drops the partitions of days before `cutoff` and their dedup keys; returns how many were dropped.
+    /// Drops the partitions of days before `cutoff` and their dedup keys, and the status transitions
+    /// older than `cutoff` (history is retained like events); returns how many partitions were dropped.
     pub async fn drop_before(&self, cutoff: NaiveDate) -> Result<i32, sqlx::Error> {
         let n: i32 = sqlx::query_scalar("SELECT apiary_drop_event_partitions($1)")
             .bind(cutoff)
             .fetch_one(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM status_transitions WHERE at < $1")
+            .bind(cutoff.and_time(chrono::NaiveTime::MIN).and_utc())
+            .execute(&self.pool)
             .await?;
         self.forget_partitions();
         Ok(n)

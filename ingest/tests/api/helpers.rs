@@ -85,6 +85,21 @@ impl TestApp {
         Tenant { id, ingest, read }
     }
 
+    /// A `read` token of `tenant` bound to `user`.
+    pub async fn tenant_token_for_user(&self, tenant: Uuid, user: &str) -> String {
+        use apiary_ingest::auth::Scope;
+        let spec = apiary_ingest::store::admin::TokenSpec {
+            tenant: tenant.to_string(),
+            scopes: vec![Scope::Read],
+            user_id: Some(user.to_string()),
+            device_id: None,
+        };
+        apiary_ingest::store::admin::create_token(&self.pool, &spec)
+            .await
+            .unwrap()
+            .1
+    }
+
     pub async fn token(&self, tenant: Uuid, scopes: &[&str]) -> String {
         use apiary_ingest::auth::Scope;
         let spec = apiary_ingest::store::admin::TokenSpec {

@@ -11,5 +11,7 @@ mod import;
 mod ops;
 mod ownership;
 mod sessions;
+mod status_agreement;
+mod status_history;
 mod usage;
 mod visibility;

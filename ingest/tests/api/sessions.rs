@@ -127,7 +127,7 @@ async fn status_is_derived_from_events_thresholds_and_the_device(pool: sqlx::PgP
     app.post_batch(&t.ingest, &batch(vec![late], vec![])).await;
     for (id, want) in [
         ("active", "active"),
-        ("waiting", "idle"),
+        ("waiting", "waiting"),
         ("stuck", "stalled"),
         ("quiet", "stalled"),
         ("chatting", "idle"),

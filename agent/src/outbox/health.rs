@@ -1,0 +1,123 @@
+//! Local session status: the shared health model ([`apiary_schema::status`]) kept per session in the
+//! outbox, so the desktop sees status, history and time in state with sync off or air-gapped.
+//!
+//! Every group commit pushes its new events (in `occurred_at` order, the same order and inputs the ingest
+//! folds) into each session's [`Tracker`] (`session_health`) and applies the returned [`Update`] to
+//! `status_transitions` (drop `seq >= first_seq` when a late event changed them, insert the new ones), in the group's
+//! transaction. Reads let time pass up to now ([`view`]); the device is this machine, so it is never
+//! `offline` here. The agent folds with the default thresholds (`stall_after` 300 s), the ingest's
+//! default too.
+//!
+//! [`Update`]: apiary_schema::status::Update
+
+use std::collections::BTreeMap;
+
+use apiary_schema::status::{view, Input, Liveness, Rules, Status, Tracker, Transition, View};
+use chrono::{DateTime, Utc};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+/// Folds a group's new inputs (per session) into the stored trackers and history.
+pub(crate) fn flush(
+    conn: &Connection,
+    inputs: &BTreeMap<String, Vec<Input>>,
+) -> rusqlite::Result<()> {
+    let rules = Rules::default();
+    for (session, new) in inputs {
+        let mut tracker = load(conn, session)?.unwrap_or_default();
+        let update = tracker.push(new.iter().cloned(), &rules);
+        let json = serde_json::to_string(&tracker).expect("a tracker serialises");
+        conn.prepare_cached(
+            "INSERT INTO session_health (session_id, tracker) VALUES (?1, ?2)
+             ON CONFLICT(session_id) DO UPDATE SET tracker = ?2",
+        )?
+        .execute(params![session, json])?;
+        if update.replaces {
+            conn.prepare_cached(
+                "DELETE FROM status_transitions WHERE session_id = ?1 AND seq >= ?2",
+            )?
+            .execute(params![session, update.first_seq as i64])?;
+        }
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO status_transitions (session_id, seq, at, from_status, to_status, cause)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for t in &update.transitions {
+            insert.execute(params![
+                session,
+                t.seq as i64,
+                t.at.timestamp_micros(),
+                t.from.map(Status::as_str),
+                t.to.as_str(),
+                t.cause
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Tracker>> {
+    let json: Option<String> = conn
+        .prepare_cached("SELECT tracker FROM session_health WHERE session_id = ?1")?
+        .query_row([session], |r| r.get(0))
+        .optional()?;
+    Ok(json.map(|j| match serde_json::from_str(&j) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(session, error = %e, "unreadable session_health row; starting it over");
+            Tracker::default()
+        }
+    }))
+}
+
+/// A session's local status.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionStatus {
+    pub session_id: String,
+    pub status: Status,
+    pub status_since: Option<DateTime<Utc>>,
+    pub status_cause: String,
+    /// Seconds in each status, up to now.
+    pub time_in_state: BTreeMap<Status, f64>,
+    /// Every transition oldest first, then those time caused since the last event.
+    pub transitions: Vec<Transition>,
+}
+
+/// The local status of `session` at `now`; None when no event of it was ever committed here.
+pub fn session_status(
+    conn: &Connection,
+    session: &str,
+    now: DateTime<Utc>,
+) -> rusqlite::Result<Option<SessionStatus>> {
+    let Some(tracker) = load(conn, session)? else {
+        return Ok(None);
+    };
+    let rules = Rules::default();
+    let v: View = view(&tracker.current(&rules), now, &Liveness::local(now), &rules);
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, at, from_status, to_status, cause FROM status_transitions
+         WHERE session_id = ?1 ORDER BY seq",
+    )?;
+    let mut transitions: Vec<Transition> = stmt
+        .query_map([session], |r| {
+            let from: Option<String> = r.get(2)?;
+            let to: String = r.get(3)?;
+            Ok(Transition {
+                seq: r.get::<_, i64>(0)? as u64,
+                at: DateTime::from_timestamp_micros(r.get(1)?).unwrap_or_default(),
+                from: from.as_deref().and_then(Status::parse),
+                to: Status::parse(&to).unwrap_or(Status::Idle),
+                cause: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    transitions.extend(v.derived);
+    Ok(Some(SessionStatus {
+        session_id: session.to_string(),
+        status: v.status,
+        status_since: v.since,
+        status_cause: v.cause,
+        time_in_state: v.time_in_state,
+        transitions,
+    }))
+}

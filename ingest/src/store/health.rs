@@ -1,0 +1,198 @@
+//! Session health in a batch's transaction: each session's new events are pushed into its stored
+//! [`Tracker`](apiary_schema::status::Tracker) (`sessions.health`) in event-time order ([`prepare`],
+//! before the session upsert, which writes the trackers with the other facts), and the transitions they
+//! change are written to `status_transitions` ([`store_transitions`]).
+//!
+//! - The session rows were locked in step 1 ([`super::owners::claim`]), so two batches of one session
+//!   fold one after the other, never interleaved; transitions are keyed `(tenant_id, session_id, seq)`
+//!   and a push rewrites only from the first transition it changed, so a replica can never add a second
+//!   copy of a transition, and a late event rewrites exactly the recent history it changes.
+//! - `stall_due_at` is when the no-progress rule will fire if nothing else arrives. It lets the
+//!   tenant-wide transitions read find the sessions that went quiet without storing anything from a clock.
+//! - A session stored before the health model existed (`health` NULL, older events), or whose tracker
+//!   cannot be read, gets its tracker and history rebuilt from its stored events plus the batch's, in time
+//!   order, the first time a batch touches it.
+//!
+//! Cost (ingest benchmark, 1,000-event batches touching 20 sessions, dev profile, A/B in one run): a
+//! separate read, update, delete and insert per batch took 49 ms of a batch's ≈ 250 ms and cut throughput
+//! by about 30%; riding the session upsert and writing only changed transitions, about 18%.
+
+use std::collections::BTreeMap;
+
+use apiary_schema::status::{Input, Rules, Transition, What};
+use apiary_schema::EventKind;
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::intake::ReadyEvent;
+
+/// The batch's new events as health inputs, per session, at their effective times.
+pub fn inputs(events: &[&ReadyEvent]) -> BTreeMap<String, Vec<Input>> {
+    let mut out: BTreeMap<String, Vec<Input>> = BTreeMap::new();
+    for e in events {
+        if let (Some(s), Some(i)) = (&e.event.session_id, Input::of(&e.event, e.effective_at)) {
+            out.entry(s.clone()).or_default().push(i);
+        }
+    }
+    out
+}
+
+/// A session's tracker after this batch, ready for the session upsert.
+#[derive(Debug, Clone)]
+pub struct Folded {
+    /// The tracker as JSON text (`sessions.health`).
+    pub health: String,
+    /// `sessions.stall_due_at`.
+    pub stall_due_at: Option<DateTime<Utc>>,
+}
+
+/// What [`prepare`] found: the new trackers and the history writes.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    pub sessions: BTreeMap<String, Folded>,
+    writes: TransitionRows,
+    /// (session, first seq) of the sessions whose stored transitions from that seq on are replaced.
+    replaced: Vec<(String, i64)>,
+}
+
+/// Pushes `inputs` into the sessions' stored trackers.
+pub async fn prepare(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    rules: &Rules,
+    mut inputs: BTreeMap<String, Vec<Input>>,
+) -> Result<Prepared, sqlx::Error> {
+    let mut out = Prepared::default();
+    if inputs.is_empty() {
+        return Ok(out);
+    }
+    let ids: Vec<&str> = inputs.keys().map(String::as_str).collect();
+    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
+        "SELECT session_id, health::text, events FROM sessions
+         WHERE tenant_id = $1 AND session_id = ANY($2) ORDER BY session_id",
+    )
+    .bind(tenant_id)
+    .bind(&ids)
+    .fetch_all(&mut **tx)
+    .await?;
+    for (sid, stored, events) in rows {
+        let mut new = inputs.remove(&sid).unwrap_or_default();
+        let parsed = stored.as_deref().and_then(crate::status::tracker_from_text);
+        // No readable tracker: start over from every stored event, replacing whatever history exists.
+        let fresh = parsed.is_none();
+        let mut tracker = parsed.unwrap_or_default();
+        if fresh && events > 0 {
+            let mut all = stored_inputs(tx, tenant_id, &sid).await?;
+            all.append(&mut new);
+            new = all;
+        }
+        new.sort_by_key(Input::key);
+        let update = tracker.push(new, rules);
+        if fresh || update.replaces {
+            let first = if fresh { 0 } else { update.first_seq as i64 };
+            out.replaced.push((sid.clone(), first));
+        }
+        for x in update.transitions {
+            out.writes.push(&sid, x);
+        }
+        out.sessions.insert(
+            sid,
+            Folded {
+                health: serde_json::to_string(&tracker).expect("a tracker serialises"),
+                stall_due_at: update.current.due(rules),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Writes the transitions [`prepare`] computed (after the session upsert stored the trackers).
+pub async fn store_transitions(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    p: Prepared,
+) -> Result<(), sqlx::Error> {
+    if !p.replaced.is_empty() {
+        let (ids, firsts): (Vec<String>, Vec<i64>) = p.replaced.into_iter().unzip();
+        sqlx::query(
+            "DELETE FROM status_transitions t USING unnest($2::text[], $3::int8[]) AS u(id, first)
+             WHERE t.tenant_id = $1 AND t.session_id = u.id AND t.seq >= u.first",
+        )
+        .bind(tenant_id)
+        .bind(&ids)
+        .bind(&firsts)
+        .execute(&mut **tx)
+        .await?;
+    }
+    let t = p.writes;
+    if t.session.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO status_transitions (tenant_id, session_id, seq, at, from_status, to_status, cause)
+         SELECT $1, u.* FROM unnest($2::text[], $3::int8[], $4::timestamptz[], $5::text[], $6::text[],
+             $7::text[]) AS u",
+    )
+    .bind(tenant_id)
+    .bind(&t.session)
+    .bind(&t.seq)
+    .bind(&t.at)
+    .bind(&t.from)
+    .bind(&t.to)
+    .bind(&t.cause)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Transitions as columns, for one `unnest` insert.
+#[derive(Debug, Default)]
+struct TransitionRows {
+    session: Vec<String>,
+    seq: Vec<i64>,
+    at: Vec<DateTime<Utc>>,
+    from: Vec<Option<&'static str>>,
+    to: Vec<&'static str>,
+    cause: Vec<String>,
+}
+
+impl TransitionRows {
+    fn push(&mut self, session: &str, x: Transition) {
+        self.session.push(session.to_string());
+        self.seq.push(x.seq as i64);
+        self.at.push(x.at);
+        self.from.push(x.from.map(|s| s.as_str()));
+        self.to.push(x.to.as_str());
+        self.cause.push(x.cause);
+    }
+}
+
+/// Every stored event of a session as health inputs (the rebuild of a session stored before the health
+/// model existed).
+async fn stored_inputs(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    session: &str,
+) -> Result<Vec<Input>, sqlx::Error> {
+    let rows: Vec<(Uuid, DateTime<Utc>, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT event_id, effective_at, kind, data FROM events
+         WHERE tenant_id = $1 AND session_id = $2 ORDER BY effective_at, event_id",
+    )
+    .bind(tenant_id)
+    .bind(session)
+    .fetch_all(&mut **tx)
+    .await?;
+    let empty = serde_json::Map::new();
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, at, kind, data)| {
+            let kind = EventKind::parse(&kind)?;
+            Some(Input {
+                at,
+                id,
+                what: What::from_data(kind, data.as_object().unwrap_or(&empty)),
+            })
+        })
+        .collect())
+}

@@ -1,0 +1,416 @@
+//! The rules one by one (including the erasures of the old model), and properties over random inputs.
+
+use chrono::{DateTime, Duration, Utc};
+use proptest::prelude::*;
+use uuid::Uuid;
+
+use super::*;
+
+fn t(secs: i64) -> DateTime<Utc> {
+    "2026-11-03T10:00:00Z".parse::<DateTime<Utc>>().unwrap() + Duration::seconds(secs)
+}
+
+fn input(secs: i64, n: u128, what: What) -> Input {
+    Input {
+        at: t(secs),
+        id: Uuid::from_u128(n),
+        what,
+    }
+}
+
+fn signal(s: &str) -> What {
+    What::Signal {
+        signal: s.into(),
+        tool: None,
+    }
+}
+
+fn tool(name: &str) -> What {
+    What::ToolDone {
+        tool: Some(name.into()),
+        error: false,
+    }
+}
+
+fn llm(ends_turn: bool) -> What {
+    What::Llm { ends_turn }
+}
+
+/// Folds `whats` one second apart and returns the health and every transition.
+fn run(whats: &[What]) -> (Health, Vec<Transition>) {
+    let mut h = Health::default();
+    let mut out = Vec::new();
+    for (i, w) in whats.iter().enumerate() {
+        h.apply(
+            &input(i as i64, i as u128, w.clone()),
+            &Rules::default(),
+            &mut out,
+        );
+    }
+    (h, out)
+}
+
+fn status(whats: &[What]) -> Status {
+    run(whats).0.status.unwrap()
+}
+
+#[test]
+fn a_nudge_after_inactivity_leaves_the_session_stalled() {
+    let (h, out) = run(&[llm(false), signal("inactive"), signal("nudge_sent")]);
+    assert_eq!(h.status, Some(Status::Stalled));
+    assert_eq!(out.last().unwrap().cause, "inactive");
+    // The stream recovering (a turn completes) is progress.
+    assert_eq!(
+        status(&[
+            llm(false),
+            signal("inactive"),
+            signal("nudge_sent"),
+            llm(false)
+        ]),
+        Status::Active
+    );
+}
+
+#[test]
+fn retries_and_escalations_after_a_doom_loop_do_not_erase_it() {
+    for milder in ["retry", "escalation_requested", "nudge_sent", "compacted"] {
+        let (h, _) = run(&[tool("grep"), signal("doom_loop"), signal(milder)]);
+        assert_eq!(h.status, Some(Status::Stalled), "{milder}");
+        assert_eq!(h.cause.as_deref(), Some("doom_loop"), "{milder}");
+    }
+    assert_eq!(
+        status(&[llm(false), signal("stalled"), signal("retry")]),
+        Status::Stalled
+    );
+}
+
+#[test]
+fn the_calls_of_a_continuing_doom_loop_are_not_progress() {
+    let looping = [
+        tool("grep"),
+        signal("doom_loop"),
+        llm(false),
+        tool("grep"),
+        llm(false),
+        tool("grep"),
+    ];
+    assert_eq!(status(&looping), Status::Stalled);
+    // Another tool, or a turn that answers instead of calling a tool, breaks the loop.
+    let mut broken = looping.to_vec();
+    broken.push(tool("read_file"));
+    assert_eq!(status(&broken), Status::Active);
+    let mut answered = looping.to_vec();
+    answered.push(llm(true));
+    assert_eq!(status(&answered), Status::Active);
+}
+
+#[test]
+fn the_doom_loop_tool_named_by_the_signal_wins_over_the_last_tool() {
+    let named = What::Signal {
+        signal: "doom_loop".into(),
+        tool: Some("web_search".into()),
+    };
+    assert_eq!(
+        status(&[tool("grep"), named.clone(), tool("web_search")]),
+        Status::Stalled
+    );
+    assert_eq!(status(&[tool("grep"), named, tool("grep")]), Status::Active);
+    // Unknown looping tool: no tool call counts.
+    assert_eq!(
+        status(&[signal("doom_loop"), tool("grep")]),
+        Status::Stalled
+    );
+}
+
+#[test]
+fn an_escalation_left_standing_after_the_loop_breaks_needs_attention() {
+    let (h, out) = run(&[
+        tool("grep"),
+        signal("doom_loop"),
+        signal("escalation_requested"),
+        tool("read_file"),
+    ]);
+    assert_eq!(h.status, Some(Status::NeedsAttention));
+    let last = out.last().unwrap();
+    assert_eq!(
+        (last.from, last.to),
+        (Some(Status::Stalled), Status::NeedsAttention)
+    );
+    assert_eq!(last.cause, "escalation_requested");
+    let answered = [
+        tool("grep"),
+        signal("doom_loop"),
+        signal("escalation_requested"),
+        What::UserInput {
+            state: "received".into(),
+            waiting: false,
+        },
+    ];
+    assert_eq!(status(&answered), Status::Active);
+}
+
+#[test]
+fn waiting_for_the_user_is_not_stalled_however_long_it_lasts() {
+    let mut h = Health::default();
+    let mut out = Vec::new();
+    let r = Rules::default();
+    h.apply(&input(0, 1, llm(true)), &r, &mut out);
+    let ask = What::UserInput {
+        state: "credentials_required".into(),
+        waiting: true,
+    };
+    h.apply(&input(1, 2, ask), &r, &mut out);
+    h.advance(t(86_400), &r, &mut out);
+    assert_eq!(h.status, Some(Status::Waiting));
+    assert_eq!(h.cause.as_deref(), Some("credentials_required"));
+    let v = view(&h, t(86_400), &Liveness::local(t(86_400)), &r);
+    assert_eq!(v.status, Status::Waiting);
+    assert_eq!(v.time_in_state[&Status::Waiting], 86_399.0);
+}
+
+#[test]
+fn no_progress_for_stall_after_stalls_at_the_exact_deadline() {
+    let r = Rules::default();
+    let mut h = Health::default();
+    let mut out = Vec::new();
+    h.apply(&input(0, 1, llm(false)), &r, &mut out);
+    // Signals are not progress: the clock keeps running from the turn.
+    h.apply(&input(200, 2, signal("nudge_sent")), &r, &mut out);
+    h.apply(&input(400, 3, signal("retry")), &r, &mut out);
+    let stall = out.iter().find(|x| x.to == Status::Stalled).unwrap();
+    assert_eq!((stall.at, stall.cause.as_str()), (t(300), "no_progress"));
+    h.apply(&input(500, 4, tool("grep")), &r, &mut out);
+    assert_eq!(h.status, Some(Status::Active));
+    assert_eq!(h.time_in[&Status::Stalled], 200_000);
+    assert_eq!(h.time_in[&Status::Active], 300_000);
+    // A quiet queen in the independent phase is idle instead.
+    let (h, _) = run(&[What::Phase { independent: true }]);
+    let v = view(&h, t(1_000), &Liveness::local(t(1_000)), &r);
+    assert_eq!(
+        (v.status, v.cause.as_str()),
+        (Status::Idle, "quiet_independent")
+    );
+    assert_eq!(v.derived[0].at, t(300));
+}
+
+#[test]
+fn repeated_trouble_while_progressing_is_degraded_until_it_slides_out() {
+    let err = What::ToolDone {
+        tool: Some("grep".into()),
+        error: true,
+    };
+    let (h, out) = run(&[llm(false), err.clone(), err.clone(), err]);
+    assert_eq!(
+        (h.status, h.cause.as_deref()),
+        (Some(Status::Degraded), Some("tool_errors"))
+    );
+    assert_eq!(out.len(), 2);
+    let mut w = vec![signal("retry"), signal("retry"), signal("retry")];
+    assert_eq!(status(&w), Status::Degraded);
+    w.extend(std::iter::repeat_n(llm(false), 18));
+    assert_eq!(status(&w), Status::Active);
+    assert_eq!(
+        status(&[signal("replay_detected"), signal("replay_detected")]),
+        Status::Degraded
+    );
+}
+
+#[test]
+fn lifecycle_ends_win_until_a_new_run_starts() {
+    let done = What::Run {
+        run: Run::Completed,
+    };
+    assert_eq!(
+        status(&[llm(false), done.clone(), signal("doom_loop")]),
+        Status::Completed
+    );
+    assert_eq!(
+        status(&[llm(false), done, What::Run { run: Run::Started }]),
+        Status::Active
+    );
+    let paused = What::Run { run: Run::Paused };
+    assert_eq!(status(&[llm(false), paused]), Status::Idle);
+}
+
+#[test]
+fn overlays_apply_to_open_sessions_only() {
+    let r = Rules::default();
+    let (h, _) = run(&[llm(false)]);
+    let silent = Liveness {
+        device_heard_at: Some(t(10)),
+        runtime_gone_at: None,
+    };
+    let v = view(&h, t(250), &silent, &r);
+    assert_eq!((v.status, v.since), (Status::Offline, Some(t(190))));
+    let gone = Liveness {
+        device_heard_at: Some(t(250)),
+        runtime_gone_at: Some(t(100)),
+    };
+    assert_eq!(view(&h, t(250), &gone, &r).status, Status::Crashed);
+    let (h, _) = run(&[llm(false), What::Run { run: Run::Failed }]);
+    assert_eq!(
+        view(&h, t(10_000), &Liveness::default(), &r).status,
+        Status::Failed
+    );
+}
+
+#[test]
+fn events_are_read_from_allowlisted_fields() {
+    let e: crate::CanonicalEvent = serde_json::from_value(serde_json::json!({
+        "schema_version": 1, "event_id": Uuid::nil(), "type": "llm.turn",
+        "occurred_at": "2026-11-03T10:00:00Z", "runtime": "hive", "session_id": "s",
+        "agent_role": "queen", "native_type": "llm_turn_complete", "data": {"stop_reason": "end_turn"}
+    }))
+    .unwrap();
+    assert_eq!(What::of(&e), What::Llm { ends_turn: true });
+    let mut e2 = e.clone();
+    e2.data.insert("stop_reason".into(), "tool_use".into());
+    assert_eq!(What::of(&e2), What::Llm { ends_turn: false });
+    e2.kind = crate::EventKind::AgentHeartbeat;
+    e2.session_id = None;
+    assert!(Input::of(&e2, t(0)).is_none());
+}
+
+// ---- properties ----
+
+fn what() -> impl Strategy<Value = What> {
+    let tools = prop::sample::select(vec!["grep", "read_file", "web_search"]);
+    let signals = prop::sample::select(vec![
+        "stalled",
+        "doom_loop",
+        "inactive",
+        "ttft_exceeded",
+        "nudge_sent",
+        "retry",
+        "escalation_requested",
+        "input_blocked",
+        "replay_detected",
+        "compacted",
+    ]);
+    let states = prop::sample::select(vec![
+        "requested",
+        "payment_required",
+        "received",
+        "committed",
+    ]);
+    let runs = prop::sample::select(vec![
+        Run::Started,
+        Run::Paused,
+        Run::Completed,
+        Run::Failed,
+        Run::Step,
+    ]);
+    prop_oneof![
+        4 => any::<bool>().prop_map(|ends_turn| What::Llm { ends_turn }),
+        4 => (tools.clone(), any::<bool>()).prop_map(|(t, e)| What::ToolDone { tool: Some(t.into()), error: e }),
+        1 => tools.prop_map(|t| What::ToolStarted { tool: Some(t.into()) }),
+        3 => signals.prop_map(|s| What::Signal { signal: s.into(), tool: None }),
+        1 => states.prop_map(|s| What::UserInput { state: s.into(), waiting: !matches!(s, "received" | "committed") }),
+        1 => runs.prop_map(|run| What::Run { run }),
+        1 => any::<bool>().prop_map(|independent| What::Phase { independent }),
+        1 => Just(What::Work),
+    ]
+}
+
+/// Inputs in time order: gaps of 0 to 400 s (so the no-progress rule fires now and then), distinct ids.
+fn inputs() -> impl Strategy<Value = Vec<Input>> {
+    prop::collection::vec((0i64..400, what()), 1..120).prop_map(|v| {
+        let mut at = 0;
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (gap, w))| {
+                at += gap;
+                input(at, (i as u128) * 7919 % 10_007 + 1, w)
+            })
+            .collect()
+    })
+}
+
+/// A stored history: `Update`s applied in order.
+fn store(history: &mut Vec<Transition>, u: Update) {
+    if u.replaces {
+        history.truncate(u.first_seq as usize);
+    }
+    assert_eq!(
+        history.len() as u64,
+        u.first_seq,
+        "an update starts where the history ends"
+    );
+    history.extend(u.transitions);
+}
+
+proptest! {
+    #[test]
+    fn tracker_pushed_out_of_order_within_the_window_agrees_with_a_fold_in_time_order(
+        ins in inputs(), seed in any::<u64>(), batch in 1usize..40,
+    ) {
+        let r = Rules::default();
+        let mut sorted = ins.clone();
+        sorted.sort_by_key(Input::key);
+        let mut want = Health::default();
+        let mut want_t = Vec::new();
+        for i in &sorted {
+            want.apply(i, &r, &mut want_t);
+        }
+        // Displace every input by less than the window: shuffle within blocks of 16.
+        let mut shuffled = ins.clone();
+        let mut s = seed;
+        for block in shuffled.chunks_mut(16) {
+            for i in (1..block.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                block.swap(i, (s >> 33) as usize % (i + 1));
+            }
+        }
+        let mut tracker = Tracker::default();
+        let mut history = Vec::new();
+        for chunk in shuffled.chunks(batch) {
+            store(&mut history, tracker.push(chunk.iter().cloned(), &r));
+            let json = serde_json::to_string(&tracker).unwrap();
+            tracker = serde_json::from_str(&json).unwrap();
+        }
+        prop_assert_eq!(tracker.current(&r), want);
+        prop_assert_eq!(history, want_t);
+    }
+
+    #[test]
+    fn history_is_consistent_and_time_in_state_adds_up(ins in inputs(), extra in 0i64..2_000) {
+        let r = Rules::default();
+        let mut h = Health::default();
+        let mut out = Vec::new();
+        for i in &ins {
+            h.apply(i, &r, &mut out);
+        }
+        for (n, x) in out.iter().enumerate() {
+            prop_assert_eq!(x.seq, n as u64);
+            prop_assert!(Some(x.to) != x.from);
+            if n > 0 {
+                prop_assert_eq!(x.from, Some(out[n - 1].to));
+                prop_assert!(x.at >= out[n - 1].at);
+            }
+        }
+        let now = ins.last().unwrap().at + Duration::seconds(extra);
+        let v = view(&h, now, &Liveness::local(now), &r);
+        let total: f64 = v.time_in_state.values().sum();
+        prop_assert!((total - (now - ins[0].at).num_milliseconds() as f64 / 1000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn milder_signals_never_clear_a_stall_alarm(
+        ins in inputs(),
+        milder in prop::collection::vec(prop::sample::select(vec!["retry", "nudge_sent", "escalation_requested", "compacted", "replay_detected"]), 1..6),
+    ) {
+        let r = Rules::default();
+        let mut h = Health::default();
+        let mut out = Vec::new();
+        for i in &ins {
+            h.apply(i, &r, &mut out);
+        }
+        let at = ins.last().unwrap().at;
+        h.apply(&Input { at, id: Uuid::from_u128(u128::MAX), what: signal("doom_loop") }, &r, &mut out);
+        let before = h.status;
+        for (n, m) in milder.iter().enumerate() {
+            h.apply(&Input { at, id: Uuid::from_u128(u128::MAX - 1 - n as u128), what: signal(m) }, &r, &mut out);
+            prop_assert_eq!(h.status, before);
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! [`Tracker`]: a session's [`Health`] plus a small re-order window, so late events are folded in time
+//! order instead of arrival order, the same way on the agent and the ingest.
+//!
+//! The tracker keeps the *settled* health (every input up to a horizon) and the last
+//! [`REORDER_WINDOW`] inputs unfolded, sorted by `(at, id)`. A new input is inserted into the window in
+//! order; the current health is the settled one with the window replayed on top (at most 32 folds). When
+//! the window overflows, its oldest inputs are folded into the settled health for good. An input older
+//! than the horizon (later than 32 inputs behind) can no longer be put in its place: it is folded at the
+//! horizon's time. Both sides therefore agree exactly whenever events arrive less than 32 inputs out of
+//! order — the agent tails each log in order, so in practice always.
+//!
+//! Every push returns an [`Update`]: the transitions from the settled horizon on are recomputed and
+//! compared with those the last push gave (kept in the tracker); from the first difference on they
+//! replace the stored ones (`seq >= first_seq`) — so a late event rewrites the recent history it changes,
+//! a push that changes nothing old writes only its new transitions, and a store that applies updates in
+//! order holds exactly the transitions of a fold in time order.
+
+use serde::{Deserialize, Serialize};
+
+use super::health::Health;
+use super::input::Input;
+use super::{Rules, Transition};
+
+/// Inputs kept unfolded for re-ordering.
+pub const REORDER_WINDOW: usize = 32;
+
+/// Settled health plus the re-order window. Serialisable (stored per session).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tracker {
+    pub settled: Health,
+    /// Sorted by `(at, id)`, at most [`REORDER_WINDOW`] long, all after the settled horizon.
+    #[serde(default)]
+    pub pending: Vec<Input>,
+    /// The transitions the window's inputs gave at the last push (`seq >= settled.transitions`): what the
+    /// store holds beyond the settled history, so the next push writes only what changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provisional: Vec<Transition>,
+}
+
+/// What a push changes in the stored history: drop every transition with `seq >= first_seq` (only when
+/// `replaces` — otherwise there is none), then store `transitions` (numbered from `first_seq`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub first_seq: u64,
+    /// Stored transitions from `first_seq` on differ from these and must be dropped first.
+    pub replaces: bool,
+    pub transitions: Vec<Transition>,
+    /// The health after every input pushed so far (what [`Tracker::current`] would recompute).
+    pub current: Health,
+}
+
+impl Tracker {
+    /// Adds inputs (any order) and returns the history update. Callers pass each event once (both sides
+    /// deduplicate by event id before this); a copy still in the window is ignored.
+    pub fn push(&mut self, inputs: impl IntoIterator<Item = Input>, rules: &Rules) -> Update {
+        let first_seq = self.settled.transitions;
+        let horizon = self.settled.last_key;
+        for mut i in inputs {
+            if let Some(h) = horizon.filter(|h| i.key() <= *h) {
+                if h.1 == i.id {
+                    continue;
+                }
+                i.at = h.0;
+            }
+            // Sorted by key, so a second copy of an input (same time, same id) sits right before `pos`.
+            let pos = self.pending.partition_point(|p| p.key() <= i.key());
+            if pos > 0 && self.pending[pos - 1].id == i.id {
+                continue;
+            }
+            self.pending.insert(pos, i);
+        }
+        let overflow = self.pending.len().saturating_sub(REORDER_WINDOW);
+        let mut h = self.settled.clone();
+        let mut out = Vec::new();
+        for (n, i) in self.pending.iter().enumerate() {
+            if n == overflow {
+                self.settled = h.clone();
+            }
+            h.apply(i, rules, &mut out);
+        }
+        if overflow == self.pending.len() {
+            self.settled = h.clone();
+        }
+        self.pending.drain(..overflow);
+        // Unchanged leading transitions are already stored: write from the first difference on.
+        let old = std::mem::take(&mut self.provisional);
+        let same = old.iter().zip(&out).take_while(|(a, b)| a == b).count();
+        let settled_seq = self.settled.transitions;
+        self.provisional = out
+            .iter()
+            .filter(|t| t.seq >= settled_seq)
+            .cloned()
+            .collect();
+        Update {
+            first_seq: first_seq + same as u64,
+            replaces: same < old.len(),
+            transitions: out.split_off(same),
+            current: h,
+        }
+    }
+
+    /// The health after every input pushed so far.
+    pub fn current(&self, rules: &Rules) -> Health {
+        let mut h = self.settled.clone();
+        let mut sink = Vec::new();
+        for i in &self.pending {
+            h.apply(i, rules, &mut sink);
+        }
+        h
+    }
+}
