@@ -7,17 +7,20 @@
 //! 2. **Latency**: p50/p99/max ack latency with 10k events/s offered open-loop (20 events per request
 //!    every 2 ms, measured from the scheduled send time, so a stall is not hidden), next to the device's
 //!    own floor in the same run (a 16 KiB write + fsync: no durable ack can beat it).
+//! 4. **OTLP** (`otlp`): OTLP/HTTP protobuf intake (`POST /v1/traces`, GenAI chat spans, 1000 per export)
+//!    next to NDJSON intake of as many Hive events, alternating in the same run: events/s (medians), and
+//!    ack p50/p99 with 10k events/s offered open-loop to each (20 per request every 2 ms).
 //! 3. **Memory**: the agent's RSS (VmRSS, and peak VmHWM) with a 1M-event backlog.
 //!
 //! Environment: `BENCH_EVENTS` (per throughput run, default 200000), `BENCH_RUNS` (default 5),
 //! `BENCH_BACKLOG` (default 1000000), `BENCH_DIR` (where data dirs go, default the system temp dir),
-//! `BENCH_PARTS` (comma-separated subset of `throughput,latency,memory`; default all three).
+//! `BENCH_PARTS` (comma-separated subset of `throughput,latency,memory,otlp`; default all four).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use apiary_agent::outbox::{schema, store, Item, OutboxSettings, PreparedEvent};
+use apiary_agent::outbox::{open_raw_writer, Item, PreparedEvent};
 use apiary_schema::hive::Zone;
 use apiary_schema::{process_value, Policy, ProcessOptions};
 use serde_json::Value;
@@ -104,11 +107,10 @@ fn prepared(lines: &[String]) -> Vec<PreparedEvent> {
 /// Raw rusqlite: the same rows into the same schema, 1000 per transaction, synchronous=FULL.
 fn raw_rate(rows: &[PreparedEvent], dir: &Path) -> f64 {
     let path = dir.join("raw.db");
-    let mut conn = store::open_writer(&path, &OutboxSettings::default()).unwrap();
+    let mut conn = open_raw_writer(&path).unwrap();
     // Plain SQLite: checkpoints run inside commits (the agent moves them to a thread of their own).
     conn.pragma_update(None, "wal_autocheckpoint", 1000)
         .unwrap();
-    schema::migrate(&mut conn).unwrap();
     let start = Instant::now();
     for chunk in rows.chunks(BODY_EVENTS) {
         let tx = conn.transaction().unwrap();
@@ -141,6 +143,8 @@ struct Agent {
     child: Child,
     base: String,
     token: String,
+    /// `http://` + the OTLP receiver's address.
+    otlp: String,
 }
 
 impl Agent {
@@ -150,6 +154,7 @@ impl Agent {
             .args(["run", "--data-dir"])
             .arg(dir)
             .args(["--listen", "127.0.0.1:0"])
+            .args(["--otlp-listen", "127.0.0.1:0"])
             .env("RUST_LOG", "warn")
             .env("APIARY_ZONE", "UTC")
             .env("APIARY_OUTBOX_MAX_BYTES", (8u64 << 30).to_string())
@@ -161,10 +166,12 @@ impl Agent {
         loop {
             if let Ok(addr) = std::fs::read_to_string(dir.join("agent.addr")) {
                 let token = std::fs::read_to_string(dir.join("agent.token")).unwrap();
+                let otlp = std::fs::read_to_string(dir.join("otlp.addr")).unwrap();
                 return Agent {
                     child,
                     base: format!("http://{}", addr.trim()),
                     token: token.trim().to_string(),
+                    otlp: format!("http://{}", otlp.trim()),
                 };
             }
             assert!(Instant::now() < deadline, "agent did not start");
@@ -203,18 +210,25 @@ impl Drop for Agent {
 
 /// Posts `bodies` over `CONNECTIONS` connections; returns events/s.
 async fn post_all(agent: &Agent, bodies: &[bytes::Bytes], events: usize) -> f64 {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let url = format!("{}/v1/events", agent.base);
+    post_to(&url, "application/x-ndjson", &agent.token, bodies, events).await
+}
+
+/// Posts `bodies` to `url` over `CONNECTIONS` connections; returns events/s.
+async fn post_to(
+    url: &str,
+    ctype: &'static str,
+    token: &str,
+    bodies: &[bytes::Bytes],
+    events: usize,
+) -> f64 {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let (url, token) = (url.to_string(), token.to_string());
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..CONNECTIONS {
-        let (client, url, next, token) = (
-            client.clone(),
-            url.clone(),
-            next.clone(),
-            agent.token.clone(),
-        );
+        let (client, url, next, token) = (client.clone(), url.clone(), next.clone(), token.clone());
         let bodies = bodies.to_vec();
         tasks.push(tokio::spawn(async move {
             loop {
@@ -223,6 +237,7 @@ async fn post_all(agent: &Agent, bodies: &[bytes::Bytes], events: usize) -> f64 
                 let r = client
                     .post(&url)
                     .bearer_auth(&token)
+                    .header("content-type", ctype)
                     .body(body.clone())
                     .send()
                     .await
@@ -246,18 +261,38 @@ fn bodies(lines: &[String], per_body: usize) -> Vec<bytes::Bytes> {
 
 /// Open-loop: `per_req` events every `every`, for `total` events; returns sorted latencies (ms).
 async fn latencies(agent: &Agent, lines: &[String], per_req: usize, every: Duration) -> Vec<f64> {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let url = format!("{}/v1/events", agent.base);
+    open_loop(
+        &url,
+        "application/x-ndjson",
+        &agent.token,
+        bodies(lines, per_req),
+        every,
+    )
+    .await
+}
+
+/// Open-loop: one of `bodies` every `every`; returns sorted latencies (ms) from the scheduled send time.
+async fn open_loop(
+    url: &str,
+    ctype: &'static str,
+    token: &str,
+    bodies: Vec<bytes::Bytes>,
+    every: Duration,
+) -> Vec<f64> {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let (url, token) = (url.to_string(), token.to_string());
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
-    for (i, body) in bodies(lines, per_req).into_iter().enumerate() {
+    for (i, body) in bodies.into_iter().enumerate() {
         let at = start + every * i as u32;
         tokio::time::sleep_until(at).await;
-        let (client, url, token) = (client.clone(), url.clone(), agent.token.clone());
+        let (client, url, token) = (client.clone(), url.clone(), token.clone());
         tasks.push(tokio::spawn(async move {
             let r = client
                 .post(&url)
                 .bearer_auth(&token)
+                .header("content-type", ctype)
                 .body(body)
                 .send()
                 .await
@@ -303,7 +338,8 @@ fn main() {
     let runs = env_usize("BENCH_RUNS", 5);
     let backlog = env_usize("BENCH_BACKLOG", 1_000_000);
     let base = std::env::var("BENCH_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
-    let parts = std::env::var("BENCH_PARTS").unwrap_or_else(|_| "throughput,latency,memory".into());
+    let parts =
+        std::env::var("BENCH_PARTS").unwrap_or_else(|_| "throughput,latency,memory,otlp".into());
     let part = |name: &str| parts.split(',').any(|p| p.trim() == name);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -346,6 +382,125 @@ fn main() {
     if part("memory") {
         memory_part(&rt, &lines, &base, backlog);
     }
+    if part("otlp") {
+        otlp_part(&rt, &lines[..n], runs, &base);
+    }
+}
+
+/// `n` GenAI chat spans from `first` as OTLP protobuf exports of `per` spans (ids from the number).
+fn span_bodies(first: u64, n: usize, per: usize) -> Vec<bytes::Bytes> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value::Value as V, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+    let kv = |k: &str, v: V| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..KeyValue::default()
+    };
+    let ids: Vec<u64> = (first..first + n as u64).collect();
+    ids.chunks(per)
+        .map(|chunk| {
+            let spans = chunk
+                .iter()
+                .map(|&i| Span {
+                    trace_id: (u128::from(i / 8) | 1 << 100).to_be_bytes().to_vec(),
+                    span_id: (i | 1 << 60).to_be_bytes().to_vec(),
+                    name: "chat claude-sonnet-4-5".into(),
+                    start_time_unix_nano: 1_793_613_600_000_000_000 + i * 1_000_000,
+                    end_time_unix_nano: 1_793_613_600_000_000_000 + i * 1_000_000 + 900_000,
+                    attributes: vec![
+                        kv("gen_ai.operation.name", V::StringValue("chat".into())),
+                        kv("gen_ai.provider.name", V::StringValue("anthropic".into())),
+                        kv(
+                            "gen_ai.request.model",
+                            V::StringValue("claude-sonnet-4-5".into()),
+                        ),
+                        kv(
+                            "gen_ai.conversation.id",
+                            V::StringValue(format!("conv-{}", i / 200)),
+                        ),
+                        kv("gen_ai.usage.input_tokens", V::IntValue(18_250)),
+                        kv("gen_ai.usage.cache_read.input_tokens", V::IntValue(12_000)),
+                        kv("gen_ai.usage.output_tokens", V::IntValue(412)),
+                        kv(
+                            "gen_ai.response.finish_reasons",
+                            V::StringValue("tool_use".into()),
+                        ),
+                    ],
+                    ..Span::default()
+                })
+                .collect();
+            let r = ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    scope_spans: vec![ScopeSpans {
+                        spans,
+                        ..ScopeSpans::default()
+                    }],
+                    ..ResourceSpans::default()
+                }],
+            };
+            bytes::Bytes::from(r.encode_to_vec())
+        })
+        .collect()
+}
+
+/// OTLP protobuf intake next to NDJSON intake, alternating runs on fresh agents, then ack latency.
+fn otlp_part(rt: &tokio::runtime::Runtime, lines: &[String], runs: usize, base: &Path) {
+    let n = lines.len();
+    let (mut ndjson, mut otlp) = (Vec::new(), Vec::new());
+    let ndjson_bodies = bodies(lines, BODY_EVENTS);
+    for run in 0..runs {
+        let spans = span_bodies(run as u64 * n as u64, n, BODY_EVENTS);
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let agent = Agent::start(dir.path());
+        let url = format!("{}/v1/traces", agent.otlp);
+        let o = rt.block_on(post_to(
+            &url,
+            "application/x-protobuf",
+            &agent.token,
+            &spans,
+            n,
+        ));
+        agent.stop();
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let agent = Agent::start(dir.path());
+        let h = rt.block_on(post_all(&agent, &ndjson_bodies, n));
+        agent.stop();
+        println!(
+            "  run {}: OTLP protobuf {o:>9.0} spans/s   NDJSON {h:>9.0} ev/s",
+            run + 1
+        );
+        otlp.push(o);
+        ndjson.push(h);
+    }
+    let (o, h) = (median(otlp), median(ndjson));
+    println!(
+        "OTLP intake (median): {o:.0} spans/s, NDJSON {h:.0} ev/s, ratio {:.2}",
+        o / h
+    );
+    let dir = tempfile::tempdir_in(base).unwrap();
+    let agent = Agent::start(dir.path());
+    let url = format!("{}/v1/traces", agent.otlp);
+    let spans = span_bodies(1 << 40, 50_000, 20);
+    let lo = rt.block_on(open_loop(
+        &url,
+        "application/x-protobuf",
+        &agent.token,
+        spans,
+        Duration::from_millis(2),
+    ));
+    let lh = rt.block_on(latencies(
+        &agent,
+        &lines[..50_000.min(n)],
+        20,
+        Duration::from_millis(2),
+    ));
+    println!(
+        "ack latency at 10k ev/s offered: OTLP p50 {:.2} ms, p99 {:.2} ms; NDJSON p50 {:.2} ms, p99 {:.2} ms (same agent, one after the other)",
+        pct(&lo, 0.5), pct(&lo, 0.99), pct(&lh, 0.5), pct(&lh, 0.99)
+    );
+    agent.stop();
 }
 
 /// The device's own commit floor, measured in the same run: a 16 KiB write plus `fsync` (what one small

@@ -1,7 +1,8 @@
 //! `apiary-agent run`: wires the outbox, the local API, the Hive log tailer (and, in online mode, the
 //! push loop) together and runs them until the shutdown token is cancelled.
 //!
-//! Start-up order: policy → outbox (migrated; the data directory made private) → token files → bind the listener (so `DIR/agent.addr`, which
+//! Start-up order: policy → the token's identity, when sync is on (`GET /v1/whoami`, 3 s budget, see
+//! [`crate::identity`]) → outbox (migrated; the data directory made private) → token files → bind the listener (so `DIR/agent.addr`, which
 //! tells the CLI where the running agent listens, is written only once the port is known). Shutdown
 //! order: stop accepting requests and let the ones in flight finish (bounded by [`SHUTDOWN_GRACE`]), let
 //! the push loop finish the batches in flight (bounded by `push.shutdown_grace_ms`), stop the tailer
@@ -30,6 +31,8 @@ pub struct Application {
     data_dir: PathBuf,
     outbox: Outbox,
     listener: tokio::net::TcpListener,
+    /// The OTLP receiver's listener; `None` when `otlp.enabled = false` or its address was taken.
+    otlp: Option<tokio::net::TcpListener>,
     state: AppState,
 }
 
@@ -53,10 +56,21 @@ pub fn open_outbox(
     settings: &Settings,
     policy: &Policy,
 ) -> anyhow::Result<Outbox> {
+    open_outbox_as(data_dir, settings, policy, settings.identity.clone())
+}
+
+/// Opens the outbox of `data_dir` with `identity` as the identity defaults (configured, or reconciled
+/// with the token's, see [`crate::identity`]).
+pub fn open_outbox_as(
+    data_dir: &Path,
+    settings: &Settings,
+    policy: &Policy,
+    identity: crate::identity::IdentityDefaults,
+) -> anyhow::Result<Outbox> {
     Outbox::open(
         &data_dir.join("outbox.db"),
         settings.outbox.clone(),
-        settings.identity.clone(),
+        identity,
         policy,
     )
     .context("opening the outbox")
@@ -70,11 +84,15 @@ impl Application {
             .zone
             .parse()
             .map_err(|e: String| anyhow::anyhow!(e))?;
-        let outbox = open_outbox(data_dir, &settings, &policy)?;
+        let check = crate::identity::check_at_start(data_dir, &settings).await;
+        let outbox = open_outbox_as(data_dir, &settings, &policy, check.identity.clone())?;
+        check.apply(&outbox).await?;
         let token = http::load_or_create_token(data_dir)
             .with_context(|| format!("creating {}", data_dir.join("agent.token").display()))?;
         let settings_token = http::load_or_create_settings_token(data_dir)
             .with_context(|| format!("creating {}", data_dir.join("settings.token").display()))?;
+        // Before agent.addr: that file says the agent is up, and tests read otlp.addr once it exists.
+        let otlp = bind_otlp(data_dir, &settings).await?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("binding the local API to {}", settings.listen))?;
@@ -101,8 +119,14 @@ impl Application {
             data_dir: data_dir.to_path_buf(),
             outbox,
             listener,
+            otlp,
             state,
         })
+    }
+
+    /// The bound OTLP receiver address, if it runs.
+    pub fn otlp_addr(&self) -> Option<SocketAddr> {
+        self.otlp.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The bound local API address.
@@ -123,6 +147,7 @@ impl Application {
             data_dir,
             outbox,
             listener,
+            otlp,
             state,
         } = self;
         let tail = settings.hive_home.clone().map(|home| {
@@ -150,6 +175,12 @@ impl Application {
                 ))
             }
         };
+        let otlp_served = otlp.map(|l| {
+            let stop = shutdown.clone();
+            let server = axum::serve(l, crate::otlp::router(state.clone()))
+                .with_graceful_shutdown(async move { stop.cancelled().await });
+            tokio::spawn(async move { server.await })
+        });
         let app = http::router(state);
         let stop = shutdown.clone();
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -164,6 +195,14 @@ impl Application {
             Ok(Err(e)) => tracing::warn!(error = %e, "local API task failed"),
             Err(_) => {
                 tracing::warn!("requests still in flight after the grace period; leaving them")
+            }
+        }
+        if let Some(served) = otlp_served {
+            if !matches!(
+                tokio::time::timeout(SHUTDOWN_GRACE, served).await,
+                Ok(Ok(Ok(())))
+            ) {
+                tracing::warn!("the OTLP receiver did not stop cleanly within the grace period");
             }
         }
         if let Some(push) = push {
@@ -183,8 +222,36 @@ impl Application {
         }
         outbox.close().await;
         let _ = std::fs::remove_file(data_dir.join("agent.addr"));
+        let _ = std::fs::remove_file(data_dir.join("otlp.addr"));
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// Binds the OTLP receiver when enabled and writes `DIR/otlp.addr`. Its address being taken is not fatal:
+/// 4318 is every OTLP collector's port, and Hive intake must not stop because one runs on this machine;
+/// the agent says so in its log and runs without the receiver.
+async fn bind_otlp(
+    data_dir: &Path,
+    settings: &Settings,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    let _ = std::fs::remove_file(data_dir.join("otlp.addr"));
+    if !settings.otlp.enabled {
+        return Ok(None);
+    }
+    match tokio::net::TcpListener::bind(settings.otlp.listen).await {
+        Ok(l) => {
+            let addr = l.local_addr()?;
+            crate::otlp::write_addr(data_dir, addr).context("writing otlp.addr")?;
+            tracing::info!(%addr, "OTLP receiver listening (/v1/traces, /v1/logs, /v1/metrics)");
+            Ok(Some(l))
+        }
+        Err(e) => {
+            tracing::warn!(addr = %settings.otlp.listen, error = %e,
+                "the OTLP receiver cannot listen (another collector on this port?); running without it: \
+                 set otlp.listen to a free address or otlp.enabled = false");
+            Ok(None)
+        }
     }
 }
 

@@ -30,6 +30,8 @@
 //! | `push.poll_interval_ms` | 100 | how often an idle push loop looks for new events |
 //! | `push.heartbeat_interval_secs` | 30 | heartbeat interval |
 //! | `push.shutdown_grace_ms` | 10000 | time given to batches in flight at shutdown |
+//! | `otlp.enabled` | `true` | the OTLP/HTTP receiver (`/v1/logs`, `/v1/traces`, `/v1/metrics`) |
+//! | `otlp.listen` | `127.0.0.1:4318` | its address (loopback only; OTLP's usual HTTP port) |
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,7 @@ pub struct Settings {
     pub outbox: OutboxSettings,
     pub intake: IntakeSettings,
     pub push: PushSettings,
+    pub otlp: OtlpSettings,
 }
 
 impl Default for Settings {
@@ -69,6 +72,26 @@ impl Default for Settings {
             outbox: OutboxSettings::default(),
             intake: IntakeSettings::default(),
             push: PushSettings::default(),
+            otlp: OtlpSettings::default(),
+        }
+    }
+}
+
+/// The OTLP/HTTP receiver (section `[otlp]`; see [`crate::otlp`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpSettings {
+    /// Off: no OTLP listener at all.
+    pub enabled: bool,
+    /// Loopback address of the receiver; OTLP exporters default to port 4318 for HTTP.
+    pub listen: SocketAddr,
+}
+
+impl Default for OtlpSettings {
+    fn default() -> Self {
+        OtlpSettings {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 4318)),
         }
     }
 }
@@ -124,6 +147,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     pub hive_home: Option<PathBuf>,
     pub mode: Option<Mode>,
+    /// `--otlp-listen`: the OTLP receiver's address.
+    pub otlp_listen: Option<SocketAddr>,
 }
 
 impl Settings {
@@ -138,6 +163,16 @@ impl Settings {
         let file = file
             .map(Path::to_path_buf)
             .or_else(|| default_file.exists().then_some(default_file));
+        Settings::load_from(file.as_deref(), env, flags)
+    }
+
+    /// Like [`Settings::load`] with the file already chosen (`None`: defaults and environment only), for
+    /// commands that need no data directory (`policy explain --config FILE`).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        flags: &Overrides,
+    ) -> Result<Settings, ConfigError> {
         let env: Vec<(String, String)> = env.into_iter().collect();
         if let Some(typo) = apiary_plumbing::env::unknown_vars(&env)
             .into_iter()
@@ -146,7 +181,7 @@ impl Settings {
             return Err(ConfigError::Invalid(typo.message()));
         }
         let mut settings: Settings = apiary_plumbing::config::load(Layers {
-            file: file.as_deref(),
+            file,
             env: &env,
             keys: KEYS,
         })?;
@@ -158,6 +193,9 @@ impl Settings {
         }
         if let Some(mode) = flags.mode {
             settings.mode = mode;
+        }
+        if let Some(addr) = flags.otlp_listen {
+            settings.otlp.listen = addr;
         }
         settings.validate()?;
         Ok(settings)
@@ -171,6 +209,13 @@ impl Settings {
                 "listen = {} is not a loopback address; the local API only listens on loopback \
                  (e.g. listen = \"127.0.0.1:4319\")",
                 self.listen
+            ));
+        }
+        if !self.otlp.listen.ip().is_loopback() {
+            return bad(format!(
+                "otlp.listen = {} is not a loopback address; the OTLP receiver only listens on loopback \
+                 (e.g. otlp.listen = \"127.0.0.1:4318\"), or set otlp.enabled = false",
+                self.otlp.listen
             ));
         }
         if self.outbox.max_bytes < 1024 * 1024 {

@@ -1,6 +1,7 @@
 //! # apiary-agent — the on-device sidecar
 //!
 //! ```text
+//! OTLP exporters ─POST /v1/{traces,logs,metrics}─▶ otlp ─┐  decode → apiary_schema::process_otlp
 //! producers ──POST /v1/events──▶ http::events ─┐  parse → apiary_schema::process_value (classify, adapt,
 //! Hive logs ──tail (tail/)─────▶ TailSink ─────┤  redact) on the producer's side, then
 //!                                              ▼
@@ -15,10 +16,13 @@
 //! ## Modules
 //! - [`config`]: layered settings (defaults → TOML → `APIARY_*` → flags) and their validation.
 //! - [`outbox`]: the durable store and its invariants (ack after commit, one terminal outcome per event,
-//!   counters that add up, bounded disk, full-disk recovery, consent, dedup). The push loop's API lives
-//!   in [`outbox::delivery`]; the export format in [`outbox::export`].
+//!   counters that add up, bounded disk, full-disk recovery, consent, dedup). Sealed: callers get
+//!   [`outbox::Outbox`] (the push loop's claim/settle API, export) and [`outbox::OutboxReader`], with
+//!   named reads, never a connection.
 //! - [`http`]: the loopback API (bearer tokens `DIR/agent.token` for producers, `DIR/settings.token` for
 //!   settings; mode 0600).
+//! - [`otlp`]: the OTLP/HTTP receiver on its own loopback listener (Claude Code, OpenTelemetry GenAI
+//!   instrumentations), with the same token, bounds, redaction and commit-before-ack as `/v1/events`.
 //! - [`private`]: private data directory and files, atomic writes, checks of token files handed in.
 //! - [`tail`]: following Hive's own JSONL logs; the outbox implements its [`tail::TailSink`].
 //! - [`identity`]: identity defaults and explicit session registration.
@@ -27,7 +31,7 @@
 //!
 //! ## Data directory
 //! `DIR` (0700): `DIR/outbox.db` (+ `-wal`, `-shm`), `DIR/agent.token` (producers' bearer token),
-//! `DIR/settings.token` (the settings API's bearer token), `DIR/agent.addr` (while running), all 0600
+//! `DIR/settings.token` (the settings API's bearer token), `DIR/agent.addr` and `DIR/otlp.addr` (while running), all 0600
 //! whatever the umask ([`private`]); `DIR/agent.toml` (optional config).
 //!
 //! ## Modes
@@ -39,6 +43,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod identity;
+pub mod otlp;
 pub mod outbox;
 pub mod private;
 pub mod push;

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     match runtime.block_on(apiary_agent::cli::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", apiary_plumbing::error::chain(&*e));
             ExitCode::FAILURE
         }
     }

@@ -48,38 +48,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-SONNET = "claude-sonnet-4-5-20250929"
-HAIKU = "claude-haiku-4-5-20251001"
-GPT = "gpt-5-mini"
-# USD per million tokens: (fresh input, output, cache read, cache write)
-PRICES = {
-    SONNET: (Decimal("3.00"), Decimal("15.00"), Decimal("0.30"), Decimal("3.75")),
-    HAIKU: (Decimal("1.00"), Decimal("5.00"), Decimal("0.10"), Decimal("1.25")),
-    GPT: (Decimal("0.25"), Decimal("2.00"), Decimal("0.025"), Decimal("0")),
-}
+# How Hive writes its logs (buses, seq, tool_index, coalesced deltas), the prices, the durable types and the
+# sensitive keys: shared with the fixture generator, tests/fixtures/hive/hivelog.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "hive"))
+from hivelog import (  # noqa: E402
+    DELTA_TYPES, DURABLE_TYPES, GPT, HAIKU, PRICES, SENSITIVE_KEYS, SONNET, Bus, Emission, chunks, cost_of, flush,
+    publish, session_lines,
+)
 
-# Durable native types, as shared-schema/src/hive/types.rs classifies them (everything else is filtered).
-DURABLE_TYPES = {
-    "llm_turn_complete", "tool_call_started", "tool_call_completed", "execution_started", "execution_completed",
-    "execution_failed", "execution_paused", "execution_resumed", "execution_resurrected", "payment_required",
-    "stream_started", "stream_stopped", "node_loop_started", "node_loop_completed", "subagent_report",
-    "worker_completed", "worker_failed", "node_stalled", "node_tool_doom_loop", "node_retry", "node_input_blocked",
-    "stream_ttft_exceeded", "stream_inactive", "stream_nudge_sent", "tool_call_replay_detected",
-    "context_compaction_started", "context_compacted", "escalation_requested", "queen_phase_changed",
-    "colony_created", "worker_colony_loaded", "session_forked", "credentials_required", "client_input_requested",
-    "client_input_received", "client_input_committed", "client_credential_form_requested", "task_created",
-    "task_updated", "task_deleted", "task_list_reset", "task_list_reattach_mismatch", "trigger_available",
-    "trigger_activated", "trigger_deactivated", "trigger_fired", "trigger_removed", "trigger_updated",
-    "missed_triggers",
-}
-DELTA_TYPES = {"llm_text_delta", "llm_reasoning_delta", "client_output_delta"}
-# Where user content sits (DESIGN.md's sensitive keys plus the content keys found in Hive's source).
-SENSITIVE_KEYS = {
-    "tool_input", "result", "input", "output", "error", "task", "summary", "data", "conversation", "agent_path",
-    "colony_path", "output_file", "subject", "description", "content", "reasoning", "questions", "headers",
-    "payload", "context", "message_inventory", "snapshot", "full_request", "prompt", "feedback", "goal",
-    "handoff", "instructions", "old_value", "new_value", "message", "reason", "detail",
-}
 # Marker planted in every piece of user content; none may ever reach the outbox, a batch or the cloud.
 CANARY = "zzcanary"
 # Other strings that would betray a leak (secrets and personal data inside the content).
@@ -93,33 +69,8 @@ NOMINAL_DAY_HOURS = 9.0
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Buses, emissions and the two logs (mirrors tests/fixtures/hive/generate.py)
+# A user's Hive process: its emissions, published through hivelog in time order
 # ---------------------------------------------------------------------------------------------------------
-class Emission:
-    __slots__ = ("ts", "order", "bus", "type", "stream_id", "node_id", "execution_id", "data", "correlation_id",
-                 "colony_id", "run_id", "seq", "session", "seq_of")
-
-    def __init__(self, ts, order, bus, type_, stream_id, node_id, execution_id, data, correlation_id, colony_id,
-                 run_id, session):
-        self.ts, self.order, self.bus, self.type = ts, order, bus, type_
-        self.stream_id, self.node_id, self.execution_id, self.data = stream_id, node_id, execution_id, data
-        self.correlation_id, self.colony_id, self.run_id = correlation_id, colony_id, run_id
-        self.seq = None
-        self.seq_of = None  # client_input_committed: data.seq is the seq of this (received) emission
-        self.session = session  # the session Apiary should attribute it to (for expected.json)
-
-
-class Bus:
-    """One Hive EventBus: its own seq counter and tool_index maps; writes one session log (or none)."""
-
-    def __init__(self, session_log: Path | None):
-        self.session_log = session_log
-        self.seq = 0
-        self.tool_index_by_exec: dict[str, int] = {}
-        self.tool_index_by_use_id: dict[str, int] = {}
-        self.pending: dict[tuple, dict] = {}
-
-
 class Home:
     """One user's HIVE_HOME: every emission of that user's Hive process, published in time order."""
 
@@ -140,7 +91,7 @@ class Home:
             run_id=None, session=None):
         self.order += 1
         em = Emission(ts, self.order, bus, type_, stream_id, node_id, execution_id, data, correlation_id,
-                      colony_id, run_id, session)
+                      colony_id, run_id, session=session)
         self.emissions.append(em)
         return em
 
@@ -154,52 +105,17 @@ class Home:
             bus = em.bus
             if bus not in buses:
                 buses.append(bus)
-            bus.seq += 1
-            em.seq = bus.seq
-            data = json.loads(json.dumps(em.data))
-            if em.type == "tool_call_started" and em.execution_id:
-                idx = bus.tool_index_by_exec.get(em.execution_id, 0) + 1
-                bus.tool_index_by_exec[em.execution_id] = idx
-                data["tool_index"] = idx
-                bus.tool_index_by_use_id[data["tool_use_id"]] = idx
-            elif em.type == "tool_call_completed" and data.get("tool_use_id") in bus.tool_index_by_use_id:
-                data["tool_index"] = bus.tool_index_by_use_id[data["tool_use_id"]]
-            if em.seq_of is not None:
-                data["seq"] = em.seq_of.seq
-            em.data = data
-            d = {"type": em.type, "stream_id": em.stream_id, "node_id": em.node_id, "execution_id": em.execution_id,
-                 "data": data, "timestamp": em.ts.isoformat(), "correlation_id": em.correlation_id,
-                 "colony_id": em.colony_id, "seq": em.seq}
-            if em.run_id is not None:
-                d["run_id"] = em.run_id
+            d = publish(em)
+            em.data = d["data"]
             if debug_path is not None:
                 self.writes.append((em.ts, debug_path, json.dumps(d)))
             if bus.session_log is not None:
-                self._write_session(bus, em, d)
+                for line in session_lines(em, d):
+                    self.writes.append((em.ts, bus.session_log, json.dumps(line)))
+        end = self.emissions[-1].ts if self.emissions else datetime.min
         for bus in buses:
-            self._flush(bus)
-
-    def _write_session(self, bus: Bus, em: Emission, d: dict):
-        """Hive's _write_session_log_event: deltas coalesced per (stream, node, execution, iteration,
-        inner_turn, type) with the last delta's data and seq and the first delta's timestamp, flushed just
-        before that stream's llm_turn_complete."""
-        data = d["data"]
-        if em.type in DELTA_TYPES:
-            key = (d["stream_id"], d["node_id"], d["execution_id"], data.get("iteration"), data.get("inner_turn", 0),
-                   em.type)
-            first = bus.pending.get(key)
-            bus.pending[key] = d if first is None else dict(d, timestamp=first["timestamp"])
-            return
-        if em.type == "llm_turn_complete":
-            self._flush(bus, d["stream_id"], d["node_id"], d["execution_id"], at=em.ts)
-        self.writes.append((em.ts, bus.session_log, json.dumps(d)))
-
-    def _flush(self, bus: Bus, stream_id=None, node_id=None, execution_id=None, at=None):
-        at = at or (self.emissions[-1].ts if self.emissions else datetime.min)
-        for key in list(bus.pending):
-            if stream_id is not None and key[:3] != (stream_id, node_id, execution_id):
-                continue
-            self.writes.append((at, bus.session_log, json.dumps(bus.pending.pop(key))))
+            for line in flush(bus):
+                self.writes.append((end, bus.session_log, json.dumps(line)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -265,21 +181,6 @@ def rid(rng: random.Random, n: int) -> str:
 
 def session_id(rng: random.Random, at: datetime) -> str:
     return f"session_{at.strftime('%Y%m%d_%H%M%S')}_{hexid(rng)}"
-
-
-def cost_of(model, inp, cached, cc, out) -> float:
-    p_in, p_out, p_cr, p_cw = PRICES[model]
-    fresh = inp - cached - cc
-    c = (fresh * p_in + cached * p_cr + cc * p_cw + out * p_out) / Decimal(1_000_000)
-    return float(c.quantize(Decimal("0.000001")))
-
-
-def chunks(text: str, n: int) -> list[str]:
-    words = text.split(" ")
-    n = max(1, min(n, len(words)))
-    size = -(-len(words) // n)
-    parts = [" ".join(words[i:i + size]) for i in range(0, len(words), size)]
-    return [p + (" " if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
 
 
 def context_usage(a: Actor, est: int, msgs: int, trigger="pre_turn"):

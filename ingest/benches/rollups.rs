@@ -132,28 +132,28 @@ async fn run_matrix(
     ];
     let grans = ["hour", "day", "month", "total"];
     let zones = ["UTC", "Asia/Kolkata", "America/New_York", "Asia/Kathmandu"];
+    let reads = apiary_ingest::query::ReadDb::new(pool.clone(), Default::default());
     let mut out = vec![];
     let mut i = 0usize;
     for group in groups {
         for gran in grans {
             for tz in zones {
-                let mut p = BTreeMap::new();
-                p.insert("from".to_string(), "2020-01-01T00:00:00Z".to_string());
-                p.insert(
-                    "to".to_string(),
-                    (now.duration_trunc(TimeDelta::minutes(15))? + TimeDelta::days(1)).to_rfc3339(),
+                let to =
+                    (now.duration_trunc(TimeDelta::minutes(15))? + TimeDelta::days(1)).to_rfc3339();
+                let raw = format!(
+                    "from=2020-01-01T00:00:00Z&to={}&group_by={group}&granularity={gran}&tz={tz}",
+                    to.replace('+', "%2B")
                 );
-                p.insert("group_by".to_string(), group.to_string());
-                p.insert("granularity".to_string(), gran.to_string());
-                p.insert("tz".to_string(), tz.to_string());
-                let q = UsageQuery::parse(&p, now).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let params = apiary_ingest::routes::extract::query_params(&raw)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let q = UsageQuery::from_params(params, now).map_err(|e| anyhow::anyhow!("{e}"))?;
                 for _ in 0..5 {
                     let tenant = tenants[i % tenants.len()];
                     i += 1;
                     let t0 = Instant::now();
                     let reader = apiary_ingest::access::TenantRead::tenant_wide(tenant);
                     let within = usage::Within::Tenant(&reader, &usage::Part::Whole);
-                    let rows = usage::run(pool, within, &q)
+                    let rows = usage::run(&reads, within, &q)
                         .await
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                     let took = t0.elapsed();

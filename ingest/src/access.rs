@@ -10,14 +10,18 @@
 //!   that user. Built from the request's [`Principal`] (403 without the `read` scope; operator tokens
 //!   are refused by the `Principal` extractor itself).
 //! - [`UsageReader`]: what `GET /v1/usage` takes: a tenant's read, or the operator's.
+//!
+//! Both are extractors generic over the application state (they need only its
+//! [`AuthState`](crate::auth::AuthState) part). A handler gets the database only as a
+//! [`ReadDb`](crate::query::ReadDb), whose pool only the query functions reach: so a read handler holds a
+//! scope and can run only queries that take one.
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use uuid::Uuid;
 
-use crate::auth::{Caller, Operator, Principal, Scope};
+use crate::auth::{AuthState, Caller, Operator, Principal, Scope};
 use crate::error::ApiError;
-use crate::startup::AppState;
 
 /// A read bound to one tenant (and to one user within it, for a user-bound `read` token).
 #[derive(Debug, Clone)]
@@ -47,6 +51,15 @@ impl TenantRead {
         }
     }
 
+    /// A read limited to one user, for unit tests of the queries.
+    #[cfg(test)]
+    pub(crate) fn for_user(tenant_id: Uuid, user: &str) -> TenantRead {
+        TenantRead {
+            tenant_id,
+            user: Some(user.to_string()),
+        }
+    }
+
     pub fn tenant_id(&self) -> Uuid {
         self.tenant_id
     }
@@ -57,10 +70,14 @@ impl TenantRead {
     }
 }
 
-impl FromRequestParts<AppState> for TenantRead {
+impl<S> FromRequestParts<S> for TenantRead
+where
+    AuthState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         TenantRead::of(&Principal::from_request_parts(parts, state).await?)
     }
 }
@@ -82,6 +99,14 @@ impl OperatorRead {
     pub fn token_id(&self) -> Uuid {
         self.token_id
     }
+
+    /// An operator read, for unit tests of the queries.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> OperatorRead {
+        OperatorRead {
+            token_id: Uuid::nil(),
+        }
+    }
 }
 
 /// Who reads `GET /v1/usage`.
@@ -91,10 +116,14 @@ pub enum UsageReader {
     Operator(OperatorRead),
 }
 
-impl FromRequestParts<AppState> for UsageReader {
+impl<S> FromRequestParts<S> for UsageReader
+where
+    AuthState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         Ok(match Caller::from_request_parts(parts, state).await? {
             Caller::Tenant(p) => UsageReader::Tenant(TenantRead::of(&p)?),
             Caller::Operator(o) => UsageReader::Operator(OperatorRead::of(&o)),

@@ -20,15 +20,18 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::FromRequestParts;
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::auth_guard::AuthGuard;
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::metrics::Metrics;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,12 +278,30 @@ impl TokenGuard {
     }
 }
 
+/// What authenticating a request needs from the application state (see [`crate::state`]).
+#[derive(Clone)]
+pub struct AuthState {
+    /// Where tokens are looked up.
+    pub pool: PgPool,
+    /// Verified-token cache and per-token rate limits.
+    pub tokens: Arc<TokenGuard>,
+    /// Failed-authentication throttle per client address.
+    pub guard: Arc<AuthGuard>,
+    /// Counts the requests answered 429.
+    pub metrics: Arc<Metrics>,
+}
+
 /// Any valid token, rate-limited. Routes take a [`Principal`] (tenant tokens only) or one of the read
 /// scopes of [`crate::access`], which are built from this.
-impl FromRequestParts<AppState> for Caller {
+impl<S> FromRequestParts<S> for Caller
+where
+    AuthState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let auth = AuthState::from_ref(state);
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
@@ -296,10 +317,10 @@ impl FromRequestParts<AppState> for Caller {
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>())
         .map(|c| c.0.ip());
-        let lookup = state.tokens.verify(&state.pool, token);
-        let caller = state.auth_guard.verify(ip, token, lookup).await?;
-        state.tokens.admit(&caller).map_err(|wait| {
-            state.metrics.rate_limited.inc();
+        let lookup = auth.tokens.verify(&auth.pool, token);
+        let caller = auth.guard.verify(ip, hash_token(token), lookup).await?;
+        auth.tokens.admit(&caller).map_err(|wait| {
+            auth.metrics.rate_limited.inc();
             ApiError::RateLimited(wait)
         })?;
         Ok(caller)
@@ -307,10 +328,14 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 /// A tenant token; an operator token is refused (403).
-impl FromRequestParts<AppState> for Principal {
+impl<S> FromRequestParts<S> for Principal
+where
+    AuthState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         match Caller::from_request_parts(parts, state).await? {
             Caller::Tenant(p) => Ok(p),
             Caller::Operator(_) => Err(ApiError::Forbidden(OPERATOR_ONLY.into())),

@@ -21,7 +21,6 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::auth::{hash_token, Caller};
 use crate::error::ApiError;
 
 const MAX_ENTRIES: usize = 100_000;
@@ -55,17 +54,17 @@ impl AuthGuard {
 
     /// Runs `lookup` (the token verification) unless `ip` is throttled or the token is known to be
     /// unknown; a 401 from it counts against `ip`.
-    pub async fn verify(
+    pub async fn verify<T>(
         &self,
         ip: Option<IpAddr>,
-        token: &str,
-        lookup: impl Future<Output = Result<Caller, ApiError>>,
-    ) -> Result<Caller, ApiError> {
+        token_hash: [u8; 32],
+        lookup: impl Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
         let now = Instant::now();
         if let Some(ip) = ip {
             self.admit(ip, now)?;
         }
-        let hash = hash_token(token);
+        let hash = token_hash;
         let known_bad = self
             .unknown
             .lock()
@@ -127,7 +126,7 @@ impl AuthGuard {
 mod tests {
     use super::*;
 
-    fn principal_never() -> Result<Caller, ApiError> {
+    fn principal_never() -> Result<(), ApiError> {
         Err(ApiError::Unauthenticated)
     }
 
@@ -138,7 +137,7 @@ mod tests {
         let mut lookups = 0;
         for i in 0..10 {
             let r = guard
-                .verify(Some(ip), &format!("apy_{i}"), async {
+                .verify(Some(ip), [i; 32], async {
                     lookups += 1;
                     principal_never()
                 })
@@ -152,12 +151,12 @@ mod tests {
         // Another address is not affected.
         let other: IpAddr = "192.0.2.8".parse().unwrap();
         let r = guard
-            .verify(Some(other), "apy_x", async { principal_never() })
+            .verify(Some(other), [100; 32], async { principal_never() })
             .await;
         assert!(matches!(r, Err(ApiError::Unauthenticated)));
         tokio::time::sleep(Duration::from_millis(150)).await;
         let r = guard
-            .verify(Some(ip), "apy_y", async { principal_never() })
+            .verify(Some(ip), [101; 32], async { principal_never() })
             .await;
         assert!(matches!(r, Err(ApiError::Unauthenticated)), "refilled");
     }
@@ -168,7 +167,7 @@ mod tests {
         let mut lookups = 0;
         for _ in 0..5 {
             let _ = guard
-                .verify(None, "apy_same", async {
+                .verify(None, [7; 32], async {
                     lookups += 1;
                     principal_never()
                 })

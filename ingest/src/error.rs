@@ -9,7 +9,40 @@ use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::intake::IntakeError;
+
+/// The body of every error answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, for programs: `invalid_parameter`, `unauthenticated`, `not_found`, ...
+    pub code: String,
+    /// For people.
+    pub message: String,
+    /// One line per problem (422 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Vec<String>>,
+}
+
+impl ErrorBody {
+    pub fn new(code: &str, message: &str) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: code.to_string(),
+                message: message.to_string(),
+                details: None,
+            },
+        }
+    }
+}
 
 /// An API failure, one variant per kind of answer.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +57,7 @@ pub enum ApiError {
         details: Vec<String>,
     },
     /// 401: no token, or an unknown or revoked one.
-    #[error("missing or invalid bearer token")]
+    #[error("missing or invalid bearer token: send `Authorization: Bearer <token>` with a token from `apiary-ingest token create`")]
     Unauthenticated,
     /// 403: the token may not do this.
     #[error("{0}")]
@@ -95,12 +128,27 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
-/// A query string axum cannot decode (e.g. invalid UTF-8 after percent-decoding): 400, JSON body.
-impl From<axum::extract::rejection::QueryRejection> for ApiError {
-    fn from(e: axum::extract::rejection::QueryRejection) -> ApiError {
-        ApiError::BadRequest {
-            code: "invalid_query",
-            message: format!("the query string is malformed: {}", e.body_text()),
+/// An intake refusal as its HTTP answer.
+impl From<IntakeError> for ApiError {
+    fn from(e: IntakeError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            IntakeError::UnsupportedEncoding(_) => ApiError::UnsupportedMedia(message),
+            IntakeError::Encoding(_) => ApiError::BadRequest {
+                code: "bad_encoding",
+                message,
+            },
+            IntakeError::TooLarge(m) => ApiError::TooLarge(m),
+            IntakeError::MalformedJson(_) => ApiError::BadRequest {
+                code: "malformed_json",
+                message,
+            },
+            IntakeError::UnsupportedVersion(m) => ApiError::BadRequest {
+                code: "unsupported_schema_version",
+                message: m,
+            },
+            IntakeError::Invalid { message, details } => ApiError::Invalid { message, details },
+            IntakeError::Forbidden(m) => ApiError::Forbidden(m),
         }
     }
 }
@@ -124,9 +172,9 @@ impl IntoResponse for ApiError {
             }
             _ => tracing::debug!(code, message = %self, "request refused"),
         }
-        let mut body = json!({ "error": { "code": code, "message": self.to_string() } });
+        let mut body = ErrorBody::new(code, &self.to_string());
         if let ApiError::Invalid { details, .. } = &self {
-            body["error"]["details"] = json!(details);
+            body.error.details = Some(details.clone());
         }
         let mut response = (status, axum::Json(body)).into_response();
         let retry = match &self {
@@ -146,9 +194,5 @@ impl IntoResponse for ApiError {
 
 /// An error body as JSON, for responses built outside handlers (timeouts, unknown routes).
 pub fn error_body(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        axum::Json(json!({ "error": { "code": code, "message": message } })),
-    )
-        .into_response()
+    (status, axum::Json(ErrorBody::new(code, message))).into_response()
 }

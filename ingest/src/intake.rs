@@ -17,6 +17,11 @@
 //! session facts use `effective_at`; `occurred_at` is stored as sent. Dedup never looks at either: its key is
 //! `(tenant_id, event_id)` and the first delivery's `effective_at` stands. Imports carry no `sent_at` (a
 //! bundle is loaded long after it was written), so they are never corrected.
+//!
+//! ## Errors
+//! A whole-batch refusal is an [`IntakeError`], one variant per kind of problem; this module knows
+//! nothing of HTTP. The route maps each to its status (`From<IntakeError> for ApiError` in
+//! [`crate::error`]: 400, 403, 413, 415 or 422), and the import command to its own error.
 
 use std::io::Read;
 
@@ -26,9 +31,37 @@ use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::config::IngestSettings;
-use crate::error::ApiError;
 use crate::json_budget;
 use crate::rollups::Usage;
+
+/// Why a whole batch is refused (see the module notes for where each is checked).
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// A `Content-Encoding` other than none, gzip or zstd.
+    #[error("Content-Encoding {0:?} is not supported (use gzip or zstd)")]
+    UnsupportedEncoding(String),
+    /// The body does not decompress.
+    #[error("the body could not be decompressed: {0}")]
+    Encoding(#[source] std::io::Error),
+    /// More than the limits allow: decompressed bytes, JSON values, or events and bindings.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The body is not JSON (or nests too deep).
+    #[error("the body is not valid JSON: {0}")]
+    MalformedJson(#[source] serde_json::Error),
+    /// A schema version this server does not accept.
+    #[error("{0}")]
+    UnsupportedVersion(String),
+    /// Well-formed JSON that does not match the contract; `details` lists the problems.
+    #[error("{message}")]
+    Invalid {
+        message: String,
+        details: Vec<String>,
+    },
+    /// The batch claims a tenant, user or device its token is not bound to.
+    #[error("{0}")]
+    Forbidden(String),
+}
 
 /// A batch that passed the whole-batch checks; `events` are the ones that passed their own.
 #[derive(Debug)]
@@ -85,7 +118,11 @@ impl IntakeRules {
 }
 
 /// Decompresses a body by its `Content-Encoding` (none, gzip, zstd), refusing more than `max` bytes out.
-pub fn decode_body(encoding: Option<&str>, body: &[u8], max: usize) -> Result<Vec<u8>, ApiError> {
+pub fn decode_body(
+    encoding: Option<&str>,
+    body: &[u8],
+    max: usize,
+) -> Result<Vec<u8>, IntakeError> {
     let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(max));
     let limit = max as u64 + 1;
     let res = match encoding.map(|e| e.trim().to_ascii_lowercase()).as_deref() {
@@ -96,18 +133,11 @@ pub fn decode_body(encoding: Option<&str>, body: &[u8], max: usize) -> Result<Ve
         Some("zstd") => {
             zstd::stream::read::Decoder::new(body).and_then(|d| d.take(limit).read_to_end(&mut out))
         }
-        Some(other) => {
-            return Err(ApiError::UnsupportedMedia(format!(
-                "Content-Encoding {other:?} is not supported (use gzip or zstd)"
-            )))
-        }
+        Some(other) => return Err(IntakeError::UnsupportedEncoding(other.to_string())),
     };
-    res.map_err(|e| ApiError::BadRequest {
-        code: "bad_encoding",
-        message: format!("the body could not be decompressed: {e}"),
-    })?;
+    res.map_err(IntakeError::Encoding)?;
     if out.len() > max {
-        return Err(ApiError::TooLarge(format!(
+        return Err(IntakeError::TooLarge(format!(
             "the decompressed body exceeds {max} bytes"
         )));
     }
@@ -122,20 +152,17 @@ pub fn check_batch(
     rules: &IntakeRules,
     now: DateTime<Utc>,
     correct_clock: bool,
-) -> Result<CheckedBatch, ApiError> {
+) -> Result<CheckedBatch, IntakeError> {
     // Count before building: a tree of tiny values costs many times its text (see `json_budget`).
     let budget = json_budget::value_budget(rules.max_batch_events);
     json_budget::check(body, budget).map_err(|e| {
-        ApiError::TooLarge(format!(
+        IntakeError::TooLarge(format!(
             "{e} (at most {} per event of a {}-event batch are accepted)",
             json_budget::VALUES_PER_EVENT,
             rules.max_batch_events
         ))
     })?;
-    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
-        code: "malformed_json",
-        message: format!("the body is not valid JSON: {e}"),
-    })?;
+    let value: Value = serde_json::from_slice(body).map_err(IntakeError::MalformedJson)?;
     check_batch_value(value, principal, policy, rules, now, correct_clock)
 }
 
@@ -147,7 +174,7 @@ pub fn check_batch_value(
     rules: &IntakeRules,
     now: DateTime<Utc>,
     correct_clock: bool,
-) -> Result<CheckedBatch, ApiError> {
+) -> Result<CheckedBatch, IntakeError> {
     let obj = value
         .as_object_mut()
         .ok_or_else(|| invalid("the batch must be a JSON object", vec![]))?;
@@ -161,7 +188,7 @@ pub fn check_batch_value(
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
     if events.len() + bindings > rules.max_batch_events {
-        return Err(ApiError::TooLarge(format!(
+        return Err(IntakeError::TooLarge(format!(
             "the batch holds {} events and {bindings} session bindings; at most {} are accepted together",
             events.len(),
             rules.max_batch_events
@@ -184,7 +211,10 @@ pub fn check_batch_value(
         Duration::zero()
     };
     let window = (rules.oldest_accepted(now), now + rules.max_future);
-    crate::bindings::check(&mut batch, shift, window)?;
+    crate::bindings::check(&mut batch, shift, window).map_err(|problems| IntakeError::Invalid {
+        message: format!("session bindings refused: {}", problems.join("; ")),
+        details: problems,
+    })?;
     check_bindings(&batch, principal)?;
     check_agent_text(&batch.agent)?;
     let device_id = batch
@@ -222,8 +252,8 @@ pub fn check_batch_value(
     Ok(checked)
 }
 
-fn invalid(message: &str, details: Vec<String>) -> ApiError {
-    ApiError::Invalid {
+fn invalid(message: &str, details: Vec<String>) -> IntakeError {
+    IntakeError::Invalid {
         message: message.to_string(),
         details,
     }
@@ -233,16 +263,13 @@ fn accepted_version(n: u64) -> bool {
     u32::try_from(n).is_ok_and(|n| apiary_schema::ACCEPTED_SCHEMA_VERSIONS.contains(&n))
 }
 
-fn check_version(v: Option<&Value>, what: &str) -> Result<(), ApiError> {
+fn check_version(v: Option<&Value>, what: &str) -> Result<(), IntakeError> {
     match v.and_then(Value::as_u64) {
         Some(n) if accepted_version(n) => Ok(()),
-        Some(n) => Err(ApiError::BadRequest {
-            code: "unsupported_schema_version",
-            message: format!(
-                "{what} {n} is not supported; this server accepts {:?}",
-                apiary_schema::ACCEPTED_SCHEMA_VERSIONS
-            ),
-        }),
+        Some(n) => Err(IntakeError::UnsupportedVersion(format!(
+            "{what} {n} is not supported; this server accepts {:?}",
+            apiary_schema::ACCEPTED_SCHEMA_VERSIONS
+        ))),
         None => Err(invalid(
             &format!("`{what}` is missing or not a number"),
             vec![],
@@ -253,7 +280,7 @@ fn check_version(v: Option<&Value>, what: &str) -> Result<(), ApiError> {
 /// The agent's own fields are stored as text: Postgres text cannot hold NUL (nor would a log line want
 /// other control characters), so such a value is a 422 here instead of a database error (a 500 the agent
 /// would retry forever).
-fn check_agent_text(agent: &apiary_schema::batch::AgentInfo) -> Result<(), ApiError> {
+fn check_agent_text(agent: &apiary_schema::batch::AgentInfo) -> Result<(), IntakeError> {
     let fields = [
         ("device_id", agent.device_id.as_deref()),
         ("agent_version", Some(agent.agent_version.as_str())),
@@ -270,9 +297,9 @@ fn check_agent_text(agent: &apiary_schema::batch::AgentInfo) -> Result<(), ApiEr
 }
 
 /// The token, not the payload, decides tenant, user and device.
-fn check_bindings(batch: &Batch, p: &Principal) -> Result<(), ApiError> {
+fn check_bindings(batch: &Batch, p: &Principal) -> Result<(), IntakeError> {
     let tenant = p.tenant_id.to_string();
-    let deny = |m: String| Err(ApiError::Forbidden(m));
+    let deny = |m: String| Err(IntakeError::Forbidden(m));
     if let (Some(bound), Some(claimed)) = (&p.device_id, &batch.agent.device_id) {
         if bound != claimed {
             return deny(format!(

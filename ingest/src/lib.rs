@@ -31,9 +31,12 @@
 //! - A batch is stored whole or not at all; a bad event is rejected with a reason and never stored.
 //!
 //! ## Modules
-//! [`auth`] tokens · [`access`] read scopes · [`config`] settings · [`cli`] commands · [`startup`] server, shutdown, maintenance · [`routes`] one file
-//! per route group · [`query`] reads · [`status`] session status rules · [`import`] export bundles ·
-//! [`metrics`] Prometheus · [`error`] the API error.
+//! [`auth`] tokens · [`access`] read scopes · [`config`] settings · [`cli`] commands · [`state`] the
+//! application state and its parts · [`startup`] server, shutdown, maintenance · [`routes`] one file
+//! per route group, and the OpenAPI document generated from them · [`query`] reads (typed parameters,
+//! pure planners, thin fetches, typed answers) · [`status`] session status rules · [`intake`] batch
+//! checks (pure, with their own error) · [`import`] export bundles · [`metrics`] Prometheus ·
+//! [`error`] the API error.
 
 pub mod access;
 pub mod auth;
@@ -51,6 +54,7 @@ pub mod query;
 pub mod rollups;
 pub mod routes;
 pub mod startup;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod telemetry;

@@ -17,7 +17,7 @@ async fn main() -> std::process::ExitCode {
     let settings = match apiary_ingest::cli::settings(&cli) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("apiary-ingest: {e:#}");
+            eprintln!("apiary-ingest: {}", apiary_plumbing::error::chain(&*e));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -26,7 +26,7 @@ async fn main() -> std::process::ExitCode {
     match apiary_ingest::cli::run(cli, settings).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("apiary-ingest: {e:#}");
+            eprintln!("apiary-ingest: {}", apiary_plumbing::error::chain(&*e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,122 +1,152 @@
-//! Prometheus metrics, hand-rolled (a few atomics; no registry crate needed) and rendered in the text
-//! exposition format by `GET /metrics`. Names follow `apiary_ingest_<thing>_<unit>`.
+//! Prometheus metrics of the ingest, kept and exposed by `prometheus-client` (the Prometheus project's
+//! Rust client) and served by `GET /metrics` in the OpenMetrics text format, which Prometheus scrapes
+//! natively.
+//!
+//! Names follow `apiary_ingest_<thing>_<unit>`; a counter is registered without its `_total`, which the
+//! encoder appends, so the series are the ones dashboards already use (`apiary_ingest_batches_total`,
+//! `apiary_ingest_batch_duration_seconds_bucket{le="0.05"}`, ...). Values are atomics: recording never
+//! takes a lock.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// A monotonically increasing counter.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
-impl Counter {
-    pub fn inc(&self) {
-        self.add(1);
-    }
-    pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
-    }
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+/// The `Content-Type` of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Upper bounds (seconds) of the latency histogram buckets.
+/// Upper bounds (seconds) of the batch latency histogram's buckets.
 const BOUNDS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 5.0];
 
-/// A latency histogram with fixed buckets.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; 10],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        for (i, b) in BOUNDS.iter().enumerate() {
-            if secs <= *b {
-                self.buckets[i].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-}
-
-/// Every metric of the process.
-#[derive(Debug, Default)]
+/// Every metric of the process. Handles are cheap clones of shared atomics.
+#[derive(Debug)]
 pub struct Metrics {
+    /// Batches stored.
     pub batches: Counter,
+    /// Events stored for the first time.
     pub events_accepted: Counter,
+    /// Events already stored (replays, retries).
     pub events_duplicate: Counter,
+    /// Events refused with a reason.
     pub events_rejected: Counter,
+    /// Whole batches refused (4xx).
     pub batches_refused: Counter,
+    /// Requests answered 429 by the per-token rate limit.
     pub rate_limited: Counter,
+    /// Time to check and store a batch.
     pub batch_seconds: Histogram,
+    /// Where the metrics above are registered, for [`Metrics::render`].
+    registry: Registry,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let metrics = Metrics {
+            batches: Counter::default(),
+            events_accepted: Counter::default(),
+            events_duplicate: Counter::default(),
+            events_rejected: Counter::default(),
+            batches_refused: Counter::default(),
+            rate_limited: Counter::default(),
+            batch_seconds: Histogram::new(BOUNDS),
+            registry: Registry::default(),
+        };
+        metrics.registered()
+    }
 }
 
 impl Metrics {
-    /// The text exposition format.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let counters: [(&str, &str, &Counter); 6] = [
+    fn registered(mut self) -> Metrics {
+        let counters = [
+            ("apiary_ingest_batches", "Batches stored.", &self.batches),
             (
-                "apiary_ingest_batches_total",
-                "Batches stored.",
-                &self.batches,
-            ),
-            (
-                "apiary_ingest_events_accepted_total",
+                "apiary_ingest_events_accepted",
                 "Events stored for the first time.",
                 &self.events_accepted,
             ),
             (
-                "apiary_ingest_events_duplicate_total",
+                "apiary_ingest_events_duplicate",
                 "Events already stored.",
                 &self.events_duplicate,
             ),
             (
-                "apiary_ingest_events_rejected_total",
+                "apiary_ingest_events_rejected",
                 "Events refused with a reason.",
                 &self.events_rejected,
             ),
             (
-                "apiary_ingest_batches_refused_total",
+                "apiary_ingest_batches_refused",
                 "Whole batches refused (4xx).",
                 &self.batches_refused,
             ),
             (
-                "apiary_ingest_rate_limited_total",
+                "apiary_ingest_rate_limited",
                 "Requests answered 429.",
                 &self.rate_limited,
             ),
         ];
-        for (name, help, c) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                c.get()
-            );
+        for (name, help, counter) in counters {
+            self.registry.register(name, help, counter.clone());
         }
-        let h = &self.batch_seconds;
-        let name = "apiary_ingest_batch_duration_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Time to store a batch.\n# TYPE {name} histogram"
+        self.registry.register(
+            "apiary_ingest_batch_duration_seconds",
+            "Time to store a batch.",
+            self.batch_seconds.clone(),
         );
-        for (i, b) in BOUNDS.iter().enumerate() {
-            let n = h.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {n}");
-        }
-        let count = h.count.load(Ordering::Relaxed);
-        let sum = h.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {sum}\n{name}_count {count}"
-        );
+        self
+    }
+
+    /// Records one stored batch's time.
+    pub fn observe_batch(&self, took: Duration) {
+        self.batch_seconds.observe(took.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_keeps_the_series_names_and_counts() {
+        let m = Metrics::default();
+        m.batches.inc();
+        m.events_accepted.inc_by(5);
+        m.observe_batch(Duration::from_millis(30));
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE apiary_ingest_batches counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("\napiary_ingest_batches_total 1\n"), "{text}");
+        assert!(
+            text.contains("\napiary_ingest_events_accepted_total 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\napiary_ingest_rate_limited_total 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("apiary_ingest_batch_duration_seconds_bucket{le=\"0.025\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("apiary_ingest_batch_duration_seconds_bucket{le=\"0.05\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("apiary_ingest_batch_duration_seconds_count 1\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

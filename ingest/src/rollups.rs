@@ -1,14 +1,9 @@
 //! Usage rollups: what one event adds, the 15-minute rollup key, and the sorted upsert.
 //!
 //! ## What an event adds ([`Usage::of`])
-//! - every stored event: `events` + 1;
-//! - `llm.turn`: `llm_calls` + 1 and its tokens. `cached_tokens` and `cache_creation_tokens` are already
-//!   *included in* `input_tokens`; they are summed in their own columns and never added to input again.
-//!   `cost_usd` is summed in integer nano-dollars (rounded half away from zero at the 9th decimal), so sums
-//!   are exact and order-independent. A turn whose `cost_source` is `unreported` (or, without
-//!   `cost_source`, has no cost or a zero cost with tokens) counts in `unpriced_turns`: its cost is unknown,
-//!   not free;
-//! - `tool.call` with `status = completed`: `tool_calls` + 1, and `tool_errors` + 1 when `is_error`.
+//! The shared rule, [`apiary_schema::usage::contribution_of`] (the agent's local usage applies the same
+//! one): tokens, cost in integer nano-dollars, `unpriced_turns`, completed tool calls and errors, `events`.
+//! The rollups keep neither `tool_calls_started` nor credits.
 //!
 //! ## Sums cannot wrap
 //! One event's values are bounded (tokens ≤ 10^12, cost ≤ 10^6 USD = 10^15 nano-dollars), their sums are
@@ -33,15 +28,11 @@
 
 use std::collections::BTreeMap;
 
-use apiary_schema::{CanonicalEvent, EventKind};
+use apiary_schema::usage::contribution_of;
+use apiary_schema::CanonicalEvent;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
-
-/// Largest token count accepted in one event (a bigger one is a producer bug, rejected).
-const MAX_TOKENS: u64 = 1_000_000_000_000;
-/// Largest cost accepted in one event, in USD.
-const MAX_COST_USD: f64 = 1_000_000.0;
 
 /// Additive usage totals (one event's contribution, or a sum). `i128` so that no sum of bigint values
 /// can overflow (see the module notes); a stored row holds each column as a bigint.
@@ -60,55 +51,25 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// What one stored event adds. Err (a rejection reason) when a value is out of range.
+    /// What one stored event adds: the shared contribution ([`apiary_schema::usage`]) widened to
+    /// `i128`; a device-level event adds nothing here (it never reaches the rollups). Err (a rejection
+    /// reason) when a value is out of range.
     pub fn of(event: &CanonicalEvent) -> Result<Usage, String> {
-        let mut u = Usage {
-            events: 1,
-            ..Usage::default()
+        let Some(c) = contribution_of(event).map_err(|e| e.to_string())? else {
+            return Ok(Usage::default());
         };
-        match event.kind {
-            EventKind::LlmTurn => {
-                let tokens = |key: &str| -> Result<i128, String> {
-                    let n = event.data_u64(key);
-                    if n > MAX_TOKENS {
-                        return Err(format!("data.{key} is out of range"));
-                    }
-                    Ok(i128::from(n))
-                };
-                u.input_tokens = tokens("input_tokens")?;
-                u.output_tokens = tokens("output_tokens")?;
-                u.cached_tokens = tokens("cached_tokens")?;
-                u.cache_creation_tokens = tokens("cache_creation_tokens")?;
-                u.llm_calls = 1;
-                let cost = event
-                    .data
-                    .get("cost_usd")
-                    .and_then(serde_json::Value::as_f64);
-                if let Some(c) = cost {
-                    u.cost_nanos =
-                        i128::from(cost_nanos(c).ok_or("data.cost_usd is out of range")?);
-                }
-                let unpriced = match event.data_str("cost_source") {
-                    Some("unreported") => true,
-                    Some(_) => false,
-                    None => {
-                        cost.is_none()
-                            || (u.cost_nanos == 0 && u.input_tokens + u.output_tokens > 0)
-                    }
-                };
-                u.unpriced_turns = i128::from(unpriced);
-            }
-            EventKind::ToolCall if event.data_str("status") == Some("completed") => {
-                u.tool_calls = 1;
-                let is_error = event
-                    .data
-                    .get("is_error")
-                    .and_then(serde_json::Value::as_bool);
-                u.tool_errors = i128::from(is_error == Some(true));
-            }
-            _ => {}
-        }
-        Ok(u)
+        Ok(Usage {
+            input_tokens: c.input_tokens.into(),
+            output_tokens: c.output_tokens.into(),
+            cached_tokens: c.cached_tokens.into(),
+            cache_creation_tokens: c.cache_creation_tokens.into(),
+            cost_nanos: c.cost_nanos.into(),
+            llm_calls: c.llm_calls.into(),
+            unpriced_turns: c.unpriced_turns.into(),
+            tool_calls: c.tool_calls.into(),
+            tool_errors: c.tool_errors.into(),
+            events: c.events.into(),
+        })
     }
 
     /// Adds `o`. Cannot overflow for sums of bigint values (fewer than 2^64 terms below 2^63 each).
@@ -164,28 +125,6 @@ impl Usage {
     pub fn fits_row(&self) -> bool {
         self.columns().iter().all(|v| i64::try_from(*v).is_ok())
     }
-}
-
-/// USD → nano-dollars, exactly as Postgres' `round(x::numeric * 1e9)` would round the decimal that
-/// serde_json writes for `x` (shortest round-trip digits). None when negative, not finite or too large.
-pub fn cost_nanos(x: f64) -> Option<i64> {
-    if !x.is_finite() || !(0.0..=MAX_COST_USD).contains(&x) {
-        return None;
-    }
-    let text = format!("{x}");
-    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
-    let int: i64 = int.parse().ok()?;
-    let digits: Vec<u8> = frac.bytes().map(|b| b - b'0').collect();
-    let mut nanos = int * 1_000_000_000;
-    let mut scale = 100_000_000;
-    for d in digits.iter().take(9) {
-        nanos += i64::from(*d) * scale;
-        scale /= 10;
-    }
-    if digits.get(9).is_some_and(|d| *d >= 5) {
-        nanos += 1;
-    }
-    Some(nanos)
 }
 
 /// The 15-minute bucket an instant falls in.
@@ -303,17 +242,6 @@ const UPSERT_HOURLY_SQL: &str = upsert_sql!("usage_rollups_hourly");
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cost_is_converted_to_nanos_like_postgres_rounds_the_decimal() {
-        assert_eq!(cost_nanos(0.02958), Some(29_580_000));
-        assert_eq!(cost_nanos(1.0), Some(1_000_000_000));
-        assert_eq!(cost_nanos(1e-7), Some(100));
-        assert_eq!(cost_nanos(0.0000000005), Some(1));
-        assert_eq!(cost_nanos(0.0000000004), Some(0));
-        assert_eq!(cost_nanos(-1.0), None);
-        assert_eq!(cost_nanos(f64::NAN), None);
-    }
 
     #[test]
     fn buckets_are_quarter_hours() {

@@ -1,4 +1,4 @@
-//! Building and running the HTTP server: shared state, the router and its layers, background maintenance
+//! Building and running the HTTP server: the router and its layers, background maintenance
 //! (partitions ahead, retention), and graceful shutdown.
 //!
 //! Shutdown: when the `shutdown` future passed to [`Application::run_until_stopped`] resolves (SIGTERM or
@@ -12,10 +12,8 @@
 //! ([`crate::auth_guard`]).
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use apiary_schema::Policy;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
@@ -25,61 +23,10 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 
-use crate::auth::TokenGuard;
-use crate::auth_guard::AuthGuard;
 use crate::config::IngestSettings;
 use crate::error::error_body;
-use crate::intake::IntakeRules;
-use crate::metrics::Metrics;
 use crate::routes;
-use crate::store::Store;
-
-/// What every handler can reach. Cheap to clone.
-#[derive(Clone)]
-pub struct AppState {
-    pub pool: PgPool,
-    pub store: Arc<Store>,
-    pub settings: Arc<IngestSettings>,
-    pub tokens: Arc<TokenGuard>,
-    /// Failed-authentication throttle per client address and negative token cache.
-    pub auth_guard: Arc<AuthGuard>,
-    pub metrics: Arc<Metrics>,
-    /// The server-side allowlist, re-applied to every event.
-    pub policy: Arc<Policy>,
-    pub rules: Arc<IntakeRules>,
-}
-
-impl AppState {
-    pub fn new(settings: IngestSettings, pool: PgPool) -> AppState {
-        let tokens = TokenGuard::new(
-            Duration::from_secs(settings.token_cache_secs),
-            settings.rate_limit_per_sec,
-            settings.rate_limit_burst,
-        );
-        let auth_guard = AuthGuard::new(
-            settings.auth_failures_per_sec,
-            settings.auth_failure_burst,
-            Duration::from_secs(settings.token_cache_secs),
-        );
-        AppState {
-            auth_guard: Arc::new(auth_guard),
-            store: Arc::new(
-                Store::new(pool.clone()).with_status_rules(crate::status::rules(&settings)),
-            ),
-            pool,
-            rules: Arc::new(IntakeRules::from_settings(&settings)),
-            settings: Arc::new(settings),
-            tokens: Arc::new(tokens),
-            metrics: Arc::new(Metrics::default()),
-            policy: Arc::new(Policy::default_policy()),
-        }
-    }
-
-    /// The health model's thresholds (the same the batches fold with).
-    pub fn status_rules(&self) -> &apiary_schema::status::Rules {
-        &self.store.status_rules
-    }
-}
+use crate::state::AppState;
 
 /// The router with every route and layer.
 pub fn router(state: AppState) -> Router {

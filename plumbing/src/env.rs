@@ -44,6 +44,8 @@ pub const AGENT_KEYS: &[Key] = &[
     Key::new("push.poll_interval_ms", Kind::Int),
     Key::new("push.heartbeat_interval_secs", Kind::Int),
     Key::new("push.shutdown_grace_ms", Kind::Int),
+    Key::new("otlp.enabled", Kind::Bool),
+    Key::new("otlp.listen", Kind::Str),
 ];
 
 /// The ingest's settings keys (see `deploy/config/ingest.toml`).

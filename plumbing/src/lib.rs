@@ -5,6 +5,7 @@
 //! - [`env`]: the registry of every `APIARY_*` variable any Apiary program or script reads, and the
 //!   check that names a misspelled one with the closest valid name.
 //! - [`doctor`]: the one-line-per-check report of both `doctor` commands.
+//! - [`error`]: error texts that say each cause once, for both command lines.
 //! - [`logging`]: the `log_format` words (`text`, `json`) and the subscriber both binaries install.
 //!
 //! Nothing here knows about events, outboxes or databases.
@@ -12,6 +13,7 @@
 pub mod config;
 pub mod doctor;
 pub mod env;
+pub mod error;
 pub mod logging;
 
 pub use config::{ConfigError, Key, Kind};

@@ -28,6 +28,13 @@ pub fn generated_files() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The schema of `GET /v1/whoami`'s answer ([`crate::identity::TokenIdentity`]), generated from the type
+/// (the ingest's OpenAPI document carries it; it is not a published file).
+pub fn token_identity_schema() -> String {
+    serde_json::to_string(&schemars::schema_for!(crate::identity::TokenIdentity))
+        .expect("schema serialises")
+}
+
 /// The checked-in schema files, embedded at build time.
 pub const CANONICAL_EVENT_SCHEMA: &str = include_str!("../schema/v1/canonical-event.schema.json");
 pub const BATCH_SCHEMA: &str = include_str!("../schema/v1/batch.schema.json");

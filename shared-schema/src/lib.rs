@@ -6,18 +6,27 @@
 //!   ([`EventKind`]). Every runtime's native events are mapped onto it.
 //! - [`batch`]: what the agent sends to `POST /v1/batches` ([`Batch`]) and the per-event verdicts it gets
 //!   back ([`BatchResponse`]), plus the session identity bindings that travel with a batch.
+//! - [`identity`]: the answer of `GET /v1/whoami` ([`identity::TokenIdentity`]): the tenant, scopes, user
+//!   and device a token is bound to.
+//! - [`device`]: the payloads of the agent's own device-level events, the heartbeat and the drop report.
+//! - [`bundle`]: the air-gapped export bundle (manifest, checksum, writer and reader over `Read`/`Write`).
 //! - [`json_schema`]: the JSON Schema files under `shared-schema/schema/` are generated from these Rust
 //!   types (`cargo run -p apiary-schema --bin gen-schema`); a test fails when the checked-in files drift.
 //!   [`json_schema::Validator`] compiles them once and is reused for every batch.
 //! - [`hive`]: the adapter for the Hive runtime: classifies all 74 native event types, resolves session,
 //!   parent, colony, worker and role, computes the deterministic `event_id`, and converts Hive's naive local
 //!   timestamps to UTC.
+//! - [`otel`]: the OpenTelemetry adapter: OTLP exports (decoded with `opentelemetry-proto`) of spans that
+//!   follow the GenAI semantic conventions and of Claude Code's log events, mapped to canonical events
+//!   with deterministic ids and input tokens normalised (cache inside input); metrics are never usage.
 //! - [`policy`]: the allowlist redaction engine. A versioned, hashed TOML policy; the default ships in the
 //!   binary. Applied by the agent **before** anything is written to disk, and re-checked by the ingest.
 //! - [`scrub`]: secret scrubbing for strings the policy lets through (API keys, bearer tokens, e-mail
 //!   addresses, absolute paths).
 //! - [`status`]: the health model: a session's status as a pure state machine over its events, with
 //!   transitions and time in state; the agent and the ingest both derive status with it.
+//! - [`usage`]: what one event adds to usage (tokens, cost in integer nano-USD, unpriced turns, tool
+//!   calls and errors): the one rule the agent's local usage and the ingest's rollups both apply.
 //! - [`pipeline`]: the one entry point both binaries use: native or canonical JSON in, a redacted
 //!   canonical event (or a filter verdict) and a redaction report out.
 //!
@@ -29,18 +38,23 @@
 //!   is `cost_source = "unreported"`, never free.
 
 pub mod batch;
+pub mod bundle;
+pub mod device;
 pub mod event;
 pub mod explain;
 pub mod hive;
+pub mod identity;
 pub mod json_schema;
+pub mod otel;
 pub mod pipeline;
 pub mod policy;
 pub mod scrub;
 pub mod status;
+pub mod usage;
 
 pub use batch::{Batch, BatchResponse, Rejection, SessionBinding};
 pub use event::{AgentRole, CanonicalEvent, EventKind};
-pub use pipeline::{process_value, Outcome, ProcessOptions};
+pub use pipeline::{process_otlp, process_value, Outcome, ProcessOptions};
 pub use policy::{Policy, RedactionReport};
 
 /// The schema version this build writes.

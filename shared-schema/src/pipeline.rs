@@ -1,6 +1,9 @@
 //! The one entry point both binaries use: a JSON value (a Hive-native event or a canonical one) in, a
 //! redacted canonical event or a filter verdict out.
 //!
+//! OTLP exports come in already decoded ([`process_otlp`]): each record is mapped by [`crate::otel`] and
+//! redacted by the same [`redact`] step.
+//!
 //! Order: parse → classify (drop deltas, chatty and non-durable types) → adapt → redact by the policy.
 //! Nothing here touches disk; the agent writes only what [`Outcome::Kept`] holds.
 
@@ -8,6 +11,7 @@ use serde_json::Value;
 
 use crate::event::CanonicalEvent;
 use crate::hive::{self, AdaptError, Adapted, FilterReason, Zone};
+use crate::otel;
 use crate::policy::{Policy, RedactionReport};
 
 /// How to process events.
@@ -58,6 +62,9 @@ pub enum ProcessError {
     Hive(#[from] AdaptError),
     #[error("canonical event does not match schema version 1: {0}")]
     Canonical(String),
+    /// An unreadable OTLP record (span, log record); the reason names an attribute, never its value.
+    #[error("{0}")]
+    Otlp(String),
 }
 
 /// True when the value looks like a canonical event rather than a native one.
@@ -94,6 +101,28 @@ pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome
         }
     };
     redact(event, opts.policy)
+}
+
+/// Processes a decoded OTLP export: each span, log record or data point is mapped ([`crate::otel`]) and
+/// each event redacted by the same policy step as Hive's. One result per record, in order.
+pub fn process_otlp(
+    request: &otel::Request,
+    policy: &Policy,
+) -> Vec<Result<Outcome, ProcessError>> {
+    otel::map_request(request)
+        .into_iter()
+        .map(|record| match record {
+            otel::Record::Event(event) => redact(event, policy),
+            otel::Record::Filtered {
+                native_type,
+                reason,
+            } => Ok(Outcome::Filtered {
+                native_type,
+                reason,
+            }),
+            otel::Record::Rejected { reason, .. } => Err(ProcessError::Otlp(reason)),
+        })
+        .collect()
 }
 
 /// Describes why a canonical event does not parse by the paths of the offending fields only: serde's and

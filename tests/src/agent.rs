@@ -62,6 +62,8 @@ pub struct Agent {
     pub data_dir: PathBuf,
     pub hive_home: Option<PathBuf>,
     pub addr: SocketAddr,
+    /// The OTLP receiver's address (`DIR/otlp.addr`; the agent runs with `--otlp-listen 127.0.0.1:0`).
+    pub otlp_addr: Option<SocketAddr>,
     /// Bearer token of the local API (`DIR/agent.token`).
     pub token: String,
     env: Vec<(String, String)>,
@@ -87,6 +89,7 @@ impl Agent {
             data_dir: data_dir.to_path_buf(),
             hive_home: hive_home.map(Path::to_path_buf),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            otlp_addr: None,
             token: String::new(),
             env: env
                 .iter()
@@ -104,11 +107,13 @@ impl Agent {
         self.kill_hard();
         let addr_file = self.data_dir.join("agent.addr");
         let _ = std::fs::remove_file(&addr_file);
+        let _ = std::fs::remove_file(self.data_dir.join("otlp.addr"));
         let mut cmd = Command::new(bins::path("apiary-agent"));
         cmd.arg("run")
             .arg("--data-dir")
             .arg(&self.data_dir)
-            .args(["--listen", "127.0.0.1:0"]);
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--otlp-listen", "127.0.0.1:0"]);
         if let Some(h) = &self.hive_home {
             cmd.arg("--hive-home").arg(h);
         }
@@ -129,6 +134,9 @@ impl Agent {
             );
         };
         self.addr = addr;
+        self.otlp_addr = std::fs::read_to_string(self.data_dir.join("otlp.addr"))
+            .ok()
+            .and_then(|a| a.trim().parse().ok());
         self.token = std::fs::read_to_string(self.data_dir.join("agent.token"))
             .context("reading agent.token")?
             .trim()

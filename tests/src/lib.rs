@@ -17,6 +17,8 @@
 //! - [`agent`]: `apiary-agent run` processes, their local API (status counters, intake) and CLI.
 //! - [`fixture`]: the Hive fixture day replayed into a HIVE_HOME, as NDJSON, or as canonical batches.
 //! - [`expect`]: what `/v1/usage` must answer for the fixture day, and the comparison.
+//! - [`otlp`]: OTLP exports to the agent's receiver: Claude Code's documented events (fixture) with their
+//!   usage computed independently, and a real OpenTelemetry SDK exporter emitting GenAI spans.
 //! - [`isolation`]: tokens of any binding, hand-built events, batches and bindings for the isolation tests.
 //! - [`hostile`]: what hostile-input tests need: a process's memory peak, compression bombs, raw sockets, raw agent requests, umask-run processes,
 //!   file modes.
@@ -38,6 +40,7 @@ pub mod hostile;
 pub mod http_wire;
 pub mod ingest;
 pub mod isolation;
+pub mod otlp;
 pub mod procs;
 pub mod proxy;
 pub mod scan;

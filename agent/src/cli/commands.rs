@@ -1,18 +1,16 @@
 //! What each subcommand does.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use apiary_schema::hive::Zone;
-use apiary_schema::ProcessOptions;
 
 use super::{settings, Common, SyncAction};
 use crate::app::{self, Application};
 use crate::config::{LogFormat, Mode, Overrides, Settings};
-use crate::outbox::{read, store, SyncChange};
+use crate::outbox::{OutboxReader, SyncChange};
 use crate::telemetry;
 
 pub async fn run(common: &Common, flags: &Overrides) -> anyhow::Result<ExitCode> {
@@ -37,8 +35,8 @@ pub async fn status(common: &Common, json: bool) -> anyhow::Result<ExitCode> {
     let mut v = match live {
         Some(v) => v,
         None => {
-            let conn = store::open_reader(&db).context("opening the outbox")?;
-            let stored = read::stored_status(&conn).context("reading the outbox")?;
+            let reader = OutboxReader::open(&db).context("opening the outbox")?;
+            let stored = reader.stored_status().context("reading the outbox")?;
             let mut v = serde_json::to_value(stored)?;
             v["mode"] = serde_json::json!(settings.mode);
             v["max_bytes"] = serde_json::json!(settings.outbox.max_bytes);
@@ -170,8 +168,29 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     if matches!(change, SyncChange::Enable { .. }) && settings.mode == Mode::Airgapped {
         anyhow::bail!("mode is airgapped: sync cannot be enabled; use `apiary-agent export` (or set mode = \"online\")");
     }
-    let outbox = open(&common, &settings)?;
-    let report = outbox.set_sync(change).await;
+    let adopted = match &change {
+        SyncChange::Enable {
+            endpoint,
+            token_file,
+            ..
+        } => token_identity(&settings, endpoint, Path::new(token_file)).await?,
+        _ => None,
+    };
+    let outbox = match &adopted {
+        Some((identity, _)) => {
+            let policy = app::load_policy(&settings)?;
+            app::open_outbox_as(&common.data_dir, &settings, &policy, identity.clone())?
+        }
+        None => open(&common, &settings)?,
+    };
+    let remembered = match adopted.as_ref().and_then(|(_, user)| user.clone()) {
+        Some(user) => outbox.remember_token_user(user).await,
+        None => Ok(()),
+    };
+    let report = match remembered {
+        Ok(()) => outbox.set_sync(change).await,
+        Err(e) => Err(e),
+    };
     outbox.close().await;
     let report = report?;
     if report.enabled {
@@ -180,10 +199,50 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
             outbox.policy_hash(),
             report.released
         );
+        if let Some((identity, _)) = &adopted {
+            println!(
+                "identity: user {}, device {} (agrees with the token)",
+                identity.user_id.as_deref().unwrap_or("(the token's)"),
+                outbox.device_id()
+            );
+        }
     } else {
         println!("sync disabled; {} pending events purged", report.purged);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Asks the ingest who the token is (`crate::identity`): the identity to use and the token's user to
+/// remember (when `identity.user_id` is unset). Err when the configured identity contradicts the token;
+/// `None` (with a note) when the ingest cannot say.
+async fn token_identity(
+    settings: &Settings,
+    endpoint: &str,
+    token_file: &Path,
+) -> anyhow::Result<Option<(crate::identity::IdentityDefaults, Option<String>)>> {
+    use crate::identity::{reconcile, whoami};
+    let token = match whoami(endpoint, token_file).await {
+        Ok(t) => t,
+        Err(e) => {
+            println!(
+                "note: {e}; the token's identity is checked (and adopted) when the agent starts and \
+                 reaches the ingest — events are kept meanwhile"
+            );
+            return Ok(None);
+        }
+    };
+    match reconcile(&settings.identity, &token) {
+        Ok(identity) => {
+            let user = token
+                .user_id
+                .filter(|_| settings.identity.user_id.is_none());
+            Ok(Some((identity, user)))
+        }
+        Err(problems) => {
+            let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            anyhow::bail!("sync not enabled: {}", text.join("; "))
+        }
+    }
 }
 
 fn open(common: &Common, settings: &Settings) -> anyhow::Result<crate::outbox::Outbox> {
@@ -223,16 +282,16 @@ pub async fn follow(
     telemetry::init(LogFormat::Text, "warn");
     let db = common.data_dir.join("outbox.db");
     anyhow::ensure!(db.exists(), "no outbox at {}", db.display());
-    let conn = store::open_reader(&db)?;
+    let reader = OutboxReader::open(&db)?;
     let mut after = if from_start {
         0
     } else {
-        (read::last_seq(&conn)? - 10).max(0)
+        reader.seq_before_last(10, session.as_deref(), kind.as_deref())?
     };
     let stop = app::shutdown_on_signals();
     let mut stdout = std::io::stdout().lock();
     while !stop.is_cancelled() {
-        let rows = read::follow_after(&conn, after, session.as_deref(), kind.as_deref(), 1000)?;
+        let rows = reader.follow_after(after, session.as_deref(), kind.as_deref(), 1000)?;
         for row in &rows {
             after = row.seq;
             let line = match &row.body {
@@ -254,53 +313,4 @@ pub async fn follow(
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn explain(
-    file: &Path,
-    json: bool,
-    zone: Option<String>,
-    data_dir: Option<PathBuf>,
-    config: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
-    telemetry::init(LogFormat::Text, "warn");
-    let settings = match &data_dir {
-        Some(dir) => Settings::load(
-            dir,
-            config.as_deref(),
-            std::env::vars(),
-            &Overrides::default(),
-        )?,
-        None => Settings::default(),
-    };
-    let policy = app::load_policy(&settings)?;
-    let zone: Zone = zone
-        .as_deref()
-        .unwrap_or(&settings.zone)
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!(e))?;
-    let opts = ProcessOptions {
-        policy: &policy,
-        zone,
-        source_identity: None,
-        session_hint: None,
-    };
-    let mut out = std::io::stdout().lock();
-    if file == Path::new("-") {
-        explain_input(std::io::stdin().lock(), &opts, json, &mut out)?;
-    } else {
-        let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
-        explain_input(std::io::BufReader::new(f), &opts, json, &mut out)?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `policy explain`, as implemented by the schema crate.
-fn explain_input<R: std::io::BufRead, W: Write>(
-    input: R,
-    opts: &ProcessOptions<'_>,
-    json: bool,
-    out: &mut W,
-) -> std::io::Result<apiary_schema::explain::ExplainSummary> {
-    apiary_schema::explain::explain(input, opts, json, out)
 }

@@ -22,7 +22,7 @@ use apiary_plumbing::doctor::Report;
 use super::commands::live_status;
 use super::Common;
 use crate::config::{Mode, Overrides, Settings};
-use crate::outbox::{read, store};
+use crate::outbox::OutboxReader;
 
 pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
     let mut r = Report::default();
@@ -43,7 +43,7 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             r.wrong(
-                format!("configuration: {e:#}"),
+                format!("configuration: {}", apiary_plumbing::error::chain(&e)),
                 "fix the key or variable named (every key: deploy/config/agent.toml)",
             );
             None
@@ -79,11 +79,8 @@ async fn check_outbox(r: &mut Report, data_dir: &Path, dir: &str) -> Option<Valu
     let (status, running) = match live_status(data_dir).await {
         Some(v) => (v, true),
         None => {
-            let conn = store::open_reader(&db).ok()?;
-            (
-                serde_json::to_value(read::stored_status(&conn).ok()?).ok()?,
-                false,
-            )
+            let stored = OutboxReader::open(&db).ok()?.stored_status().ok()?;
+            (serde_json::to_value(stored).ok()?, false)
         }
     };
     if running {
@@ -295,10 +292,11 @@ async fn check_endpoint(r: &mut Report, endpoint: &str, token: &str) -> Option<V
         .ok()?;
     match resp.status().as_u16() {
         200 => resp.json().await.ok(),
-        401 | 403 => {
+        s @ (401 | 403) => {
             r.wrong(
-                "the ingest does not accept this token (revoked, or another ingest's)",
-                "create a new one: apiary-ingest token create --tenant T --scope ingest --user U --device D",
+                format!("the ingest refused the token ({s}): it is unknown to this ingest, revoked, or mistyped"),
+                "check the token in the token file, or create one with `apiary-ingest token create --tenant T \
+                 --scope ingest --user U --device D` and write it there",
             );
             None
         }
@@ -362,8 +360,10 @@ fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &
 fn check_hive_home(r: &mut Report, settings: &Settings) {
     let Some(home) = &settings.hive_home else {
         r.note(
-            "no hive_home: only events posted to the local API are taken",
-            "to follow Hive's logs: hive_home = \"/home/USER/.hive\" (or --hive-home)",
+            "no hive_home in the configuration: unless the agent runs with --hive-home, only events \
+             posted to the local API are taken",
+            "to follow Hive's logs (and have doctor check them): hive_home = \"/home/USER/.hive\" in \
+             agent.toml",
         );
         return;
     };

@@ -7,6 +7,7 @@
 
 mod commands;
 mod doctor;
+mod explain;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +51,9 @@ pub enum Command {
         /// online or airgapped; overrides `mode`.
         #[arg(long, value_parser = parse_mode)]
         mode: Option<Mode>,
+        /// OTLP/HTTP receiver address (loopback only); overrides `otlp.listen`.
+        #[arg(long, value_name = "ADDR")]
+        otlp_listen: Option<SocketAddr>,
     },
     /// Check configuration, consent, token, endpoint, identity and Hive home; one line per check with
     /// the fix; exit status 1 when something is wrong.
@@ -137,10 +141,10 @@ pub enum PolicyAction {
         /// Zone of naive timestamps (local, UTC, or an IANA name); default from config.
         #[arg(long, value_name = "Z")]
         zone: Option<String>,
-        /// Data directory, to use its config's policy_file and zone.
+        /// Data directory, to use its config (DIR/agent.toml) for policy_file and zone.
         #[arg(long, env = "APIARY_DATA_DIR", value_name = "DIR")]
         data_dir: Option<PathBuf>,
-        /// Config file.
+        /// Config file (wins over DIR/agent.toml; needs no --data-dir).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
@@ -172,11 +176,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             hive_home,
             mode,
+            otlp_listen,
         } => {
             let flags = Overrides {
                 listen,
                 hive_home,
                 mode,
+                otlp_listen,
             };
             commands::run(&common, &flags).await
         }
@@ -199,6 +205,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     data_dir,
                     config,
                 },
-        } => commands::explain(&file, json, zone, data_dir, config),
+        } => explain::explain(&file, json, zone, data_dir, config),
     }
 }

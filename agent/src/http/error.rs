@@ -26,6 +26,9 @@ pub enum ApiError {
     Conflict(String),
     #[error(transparent)]
     Outbox(#[from] OutboxError),
+    /// Encoding `/metrics` failed (writing into a string: not expected to happen).
+    #[error("cannot encode the metrics")]
+    Metrics(#[source] std::fmt::Error),
 }
 
 impl ApiError {
@@ -38,6 +41,7 @@ impl ApiError {
             ApiError::TooManyEvents { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_many_events"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Metrics(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Outbox(e) => match e {
                 OutboxError::Full { .. } => (StatusCode::SERVICE_UNAVAILABLE, "outbox_full"),
                 OutboxError::DiskFull => (StatusCode::SERVICE_UNAVAILABLE, "disk_full"),
@@ -49,14 +53,24 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The message with its causes (an outbox error's message names the phase; its cause follows).
+    fn detailed(&self) -> String {
+        match self {
+            ApiError::Outbox(e) => e.detailed(),
+            e => e.to_string(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.parts();
         let message = if status == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(error = %self, "local API request failed");
+            tracing::error!(error = %self.detailed(), "local API request failed");
             "internal error; see the agent's log".to_string()
         } else {
-            self.to_string()
+            self.detailed()
         };
         let mut resp = (
             status,

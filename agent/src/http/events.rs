@@ -151,7 +151,11 @@ fn options<'a>(state: &'a AppState, session: Option<&'a str>) -> ProcessOptions<
 }
 
 /// Reads the body into one buffer (sized from Content-Length when given), refusing it past `limit`.
-async fn read_body(mut body: Body, limit: usize, declared: Option<u64>) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(
+    mut body: Body,
+    limit: usize,
+    declared: Option<u64>,
+) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::TooLarge {
         got: limit as u64 + 1,
         limit,

@@ -15,7 +15,7 @@ use crate::outbox::SyncChange;
 /// Parses a JSON body into `T`, turning every failure into a 400 that says what is wrong.
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
-        ApiError::BadRequest(crate::outbox::store::sanitize_reason(&format!(
+        ApiError::BadRequest(crate::outbox::sanitize_reason(&format!(
             "invalid request body: {e}"
         )))
     })

@@ -1,85 +1,166 @@
-//! `GET /metrics`: Prometheus text exposition, written by hand.
+//! `GET /metrics`: the agent's metrics in the OpenMetrics text format, encoded by `prometheus-client`.
+//!
+//! Every value lives elsewhere already (the outbox's persisted counters and status, the writer's
+//! health, the intake's request counters), so each scrape builds a fresh [`Registry`] from one status
+//! read instead of keeping a second copy of the counts up to date. Counter families are registered
+//! without their `_total` suffix: the encoder adds it to the samples (`apiary_outbox_events_total{…}`), as
+//! OpenMetrics names them. A labelled family with no sample yet (no event filtered so far) is left out
+//! of the exposition, as `prometheus-client` does: to a scraper that is the same as a family without
+//! series.
 
-use std::fmt::Write;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, IntakeStats};
+use crate::outbox::{HealthState, Status};
+
+/// The content type of the OpenMetrics text format.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub async fn get_metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    let s = state.outbox.status().await?;
+    let status = state.outbox.status().await?;
+    let mut registry = Registry::default();
+    register_outbox(&mut registry, &status);
+    register_intake(
+        &mut registry,
+        &state.stats,
+        state.started_at.elapsed().as_secs_f64(),
+    );
     let mut out = String::with_capacity(4096);
-    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, f64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{labels} {v}");
-        }
-    };
-    let st = &s.stored;
-    let c = &st.counters;
-    metric(
+    encode(&mut out, &registry).map_err(ApiError::Metrics)?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], out))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+/// An integer gauge set to `v`. (Help texts are given without their final period: the encoder adds one.)
+fn gauge(registry: &mut Registry, name: &str, help: &str, v: u64) {
+    let g = Gauge::<i64>::default();
+    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+    registry.register(name, help, g);
+}
+
+fn gauge_f64(registry: &mut Registry, name: &str, help: &str, v: f64) {
+    let g = Gauge::<f64, AtomicU64>::default();
+    g.set(v);
+    registry.register(name, help, g);
+}
+
+/// A counter family with one sample per label.
+fn counters<
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) {
+    let family = Family::<L, Counter>::default();
+    for (label, v) in samples {
+        family.get_or_create(&label).inc_by(v);
+    }
+    registry.register(name, help, family);
+}
+
+/// A gauge read from the status: name, help (without its final period: the encoder adds one), value.
+type StatusGauge = (&'static str, &'static str, fn(&Status) -> u64);
+
+/// The outbox's integer gauges (1/0 for the flags).
+const OUTBOX_GAUGES: [StatusGauge; 13] = [
+    (
         "apiary_outbox_pending_events",
-        "gauge",
-        "Events committed and not yet settled.",
-        &[("", c.pending as f64)],
-    );
-    metric(
+        "Events committed and not yet settled",
+        |s| s.stored.counters.pending,
+    ),
+    (
         "apiary_outbox_pending_bytes",
-        "gauge",
-        "JSON bytes of the pending events.",
-        &[("", c.pending_bytes as f64)],
-    );
-    metric(
+        "JSON bytes of the pending events",
+        |s| s.stored.counters.pending_bytes,
+    ),
+    (
         "apiary_outbox_uploadable_events",
-        "gauge",
-        "Pending events that may be uploaded.",
-        &[("", st.uploadable_events as f64)],
-    );
-    metric(
+        "Pending events that may be uploaded",
+        |s| s.stored.uploadable_events,
+    ),
+    (
         "apiary_outbox_held_events",
-        "gauge",
-        "Pending events captured while sync was off.",
-        &[("", st.held_events as f64)],
-    );
-    metric(
-        "apiary_outbox_oldest_pending_age_seconds",
-        "gauge",
-        "Age of the oldest pending event.",
-        &[("", st.oldest_pending_age_seconds.unwrap_or(0.0))],
-    );
-    metric(
+        "Pending events captured while sync was off",
+        |s| s.stored.held_events,
+    ),
+    (
         "apiary_outbox_used_bytes",
-        "gauge",
-        "Used pages times page size.",
-        &[("", st.used_bytes as f64)],
-    );
-    metric(
+        "Used pages times page size",
+        |s| s.stored.used_bytes,
+    ),
+    (
         "apiary_outbox_wal_bytes",
-        "gauge",
-        "Size of the write-ahead log file, on top of the used bytes.",
-        &[("", st.wal_bytes as f64)],
-    );
-    metric(
-        "apiary_outbox_max_bytes",
-        "gauge",
-        "The configured cap.",
-        &[("", s.max_bytes as f64)],
-    );
-    metric(
+        "Size of the write-ahead log file, on top of the used bytes",
+        |s| s.stored.wal_bytes,
+    ),
+    ("apiary_outbox_max_bytes", "The configured cap", |s| {
+        s.max_bytes
+    }),
+    (
         "apiary_outbox_dead_letters",
-        "gauge",
-        "Rows in the dead-letter table.",
-        &[("", st.dead_letters as f64)],
+        "Rows in the dead-letter table",
+        |s| s.stored.dead_letters,
+    ),
+    ("apiary_outbox_sessions", "Sessions in the registry", |s| {
+        s.stored.sessions
+    }),
+    (
+        "apiary_outbox_balanced",
+        "1 when the outcome counters add up",
+        |s| u64::from(s.stored.balanced),
+    ),
+    (
+        "apiary_outbox_healthy",
+        "1 when the last write succeeded",
+        |s| u64::from(s.health.state == HealthState::Ok),
+    ),
+    (
+        "apiary_outbox_disk_full",
+        "1 while writes fail with a full disk",
+        |s| u64::from(s.health.state == HealthState::DiskFull),
+    ),
+    ("apiary_sync_enabled", "1 when sync is enabled", |s| {
+        u64::from(s.stored.sync.enabled)
+    }),
+];
+
+fn register_outbox(registry: &mut Registry, s: &Status) {
+    for (name, help, value) in OUTBOX_GAUGES {
+        gauge(registry, name, help, value(s));
+    }
+    gauge_f64(
+        registry,
+        "apiary_outbox_oldest_pending_age_seconds",
+        "Age of the oldest pending event",
+        s.stored.oldest_pending_age_seconds.unwrap_or(0.0),
     );
-    metric(
-        "apiary_outbox_sessions",
-        "gauge",
-        "Sessions in the registry.",
-        &[("", st.sessions as f64)],
-    );
+    let c = &s.stored.counters;
     let outcomes = [
         ("received", c.received),
         ("delivered", c.delivered),
@@ -90,80 +171,55 @@ pub async fn get_metrics(State(state): State<AppState>) -> Result<impl IntoRespo
         ("purged", c.purged),
         ("exported", c.exported),
     ];
-    let labels: Vec<(String, f64)> = outcomes
-        .iter()
-        .map(|(o, v)| (format!("{{outcome=\"{o}\"}}"), *v as f64))
-        .collect();
-    let refs: Vec<(&str, f64)> = labels.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-    metric(
-        "apiary_outbox_events_total",
-        "counter",
-        "Events by terminal outcome (received is the total).",
-        &refs,
+    counters(
+        registry,
+        "apiary_outbox_events",
+        "Events by terminal outcome (received is the total)",
+        outcomes.map(|(outcome, v)| (OutcomeLabel { outcome }, v)),
     );
-    let labels: Vec<(String, f64)> = st
-        .filtered_by_reason
-        .iter()
-        .map(|(r, v)| (format!("{{reason=\"{r}\"}}"), *v as f64))
-        .collect();
-    let refs: Vec<(&str, f64)> = labels.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-    metric(
-        "apiary_outbox_filtered_total",
-        "counter",
-        "Filtered events by reason.",
-        &refs,
+    let filtered = s.stored.filtered_by_reason.iter();
+    counters(
+        registry,
+        "apiary_outbox_filtered",
+        "Filtered events by reason",
+        filtered.map(|(reason, v)| {
+            (
+                ReasonLabel {
+                    reason: reason.clone(),
+                },
+                *v,
+            )
+        }),
     );
-    metric(
-        "apiary_outbox_refused_total",
-        "counter",
-        "Events refused at the cap (not received).",
-        &[("", c.refused as f64)],
+    let refused = Counter::<u64>::default();
+    refused.inc_by(c.refused);
+    registry.register(
+        "apiary_outbox_refused",
+        "Events refused at the cap (not received)",
+        refused,
     );
-    metric(
-        "apiary_outbox_balanced",
-        "gauge",
-        "1 when the outcome counters add up.",
-        &[("", f64::from(u8::from(st.balanced)))],
+}
+
+fn register_intake(registry: &mut Registry, r: &IntakeStats, uptime_seconds: f64) {
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let results = [
+        ("ok", load(&r.requests_ok)),
+        ("partial", load(&r.requests_partial)),
+        ("refused", load(&r.requests_refused)),
+        ("too_large", load(&r.requests_too_large)),
+        ("unauthorized", load(&r.requests_unauthorized)),
+        ("failed", load(&r.requests_failed)),
+    ];
+    counters(
+        registry,
+        "apiary_intake_requests",
+        "POST /v1/events requests by result",
+        results.map(|(result, v)| (ResultLabel { result }, v)),
     );
-    let h = &s.health;
-    metric(
-        "apiary_outbox_healthy",
-        "gauge",
-        "1 when the last write succeeded.",
-        &[("", f64::from(u8::from(h.state == "ok")))],
-    );
-    metric(
-        "apiary_outbox_disk_full",
-        "gauge",
-        "1 while writes fail with a full disk.",
-        &[("", f64::from(u8::from(h.state == "disk_full")))],
-    );
-    metric(
-        "apiary_sync_enabled",
-        "gauge",
-        "1 when sync is enabled.",
-        &[("", f64::from(u8::from(st.sync.enabled)))],
-    );
-    let r = &state.stats;
-    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
-    metric(
-        "apiary_intake_requests_total",
-        "counter",
-        "POST /v1/events requests by result.",
-        &[
-            ("{result=\"ok\"}", load(&r.requests_ok)),
-            ("{result=\"partial\"}", load(&r.requests_partial)),
-            ("{result=\"refused\"}", load(&r.requests_refused)),
-            ("{result=\"too_large\"}", load(&r.requests_too_large)),
-            ("{result=\"unauthorized\"}", load(&r.requests_unauthorized)),
-            ("{result=\"failed\"}", load(&r.requests_failed)),
-        ],
-    );
-    metric(
+    gauge_f64(
+        registry,
         "apiary_agent_uptime_seconds",
-        "gauge",
-        "Seconds since start.",
-        &[("", state.started_at.elapsed().as_secs_f64())],
+        "Seconds since start",
+        uptime_seconds,
     );
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }

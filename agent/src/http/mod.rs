@@ -7,7 +7,7 @@
 //! | `GET /v1/status` | sync state, mode, counts by outcome, pending, oldest pending age, last push |
 //! | `PUT /v1/sync` | the desktop toggle (settings token only): `{"enabled": bool, "endpoint"?, "token_file"?, "include_backlog"?, "purge"?}` |
 //! | `GET /v1/usage/sessions/{id}` | tokens, cost and calls of a session and its workers, from local data |
-//! | `GET /metrics` | Prometheus text |
+//! | `GET /metrics` | OpenMetrics text ([`metrics`]) |
 //!
 //! ## Credentials
 //! Two bearer tokens, each created `0600` at first start ([`crate::private`]):
@@ -115,7 +115,11 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn require_token(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn require_token(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let presented = req
         .headers()
         .get(AUTHORIZATION)
@@ -124,8 +128,8 @@ async fn require_token(State(state): State<AppState>, mut req: Request, next: Ne
         .map(str::trim)
         .map(str::as_bytes);
     let caller = match presented {
-        Some(t) if constant_time_eq(t, state.settings_token.as_bytes()) => Caller::Settings,
-        Some(t) if constant_time_eq(t, state.token.as_bytes()) => Caller::Producer,
+        Some(t) if token_matches(t, &state.settings_token) => Caller::Settings,
+        Some(t) if token_matches(t, &state.token) => Caller::Producer,
         _ => {
             IntakeStats::bump(&state.stats.requests_unauthorized);
             return ApiError::Unauthorized.into_response();
@@ -149,8 +153,12 @@ pub async fn settings_only(req: Request, next: Next) -> Response {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Compares a presented token with the expected one in constant time (`subtle`): how long it takes
+/// does not depend on where they first differ. (A length mismatch returns early; the tokens' length is
+/// not a secret: both are 64 hex characters.)
+fn token_matches(presented: &[u8], expected: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(presented.ct_eq(expected.as_bytes()))
 }
 
 /// Reads `DIR/agent.token` (the intake token), creating it (0600, 32 random bytes in hex) at first start.

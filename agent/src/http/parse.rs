@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::split::{split, Piece, Split, TooManyEvents};
 use crate::config::IntakeSettings;
-use crate::outbox::store::sanitize_reason;
+use crate::outbox::sanitize_reason;
 use crate::outbox::Item;
 
 /// Unreadable events of one request that get a dead-letter row and an entry in the response each.
@@ -84,18 +84,25 @@ impl Parsed {
 
     fn push_value(&mut self, v: &Value, opts: &ProcessOptions<'_>, piece: &Piece) {
         match process_value(v, opts) {
-            Ok(Outcome::Filtered { reason, .. }) => {
+            Ok(outcome) => self.push_outcome(&outcome),
+            Err(e) => self.reject(piece.line, piece.index, e.to_string()),
+        }
+    }
+
+    /// A kept event becomes an item; a filtered one is counted under its reason.
+    pub(crate) fn push_outcome(&mut self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Filtered { reason, .. } => {
                 *self
                     .filtered
                     .entry(reason.as_str().to_string())
                     .or_default() += 1;
             }
-            Ok(outcome) => self.items.push(Item::from_outcome(&outcome)),
-            Err(e) => self.reject(piece.line, piece.index, e.to_string()),
+            kept => self.items.push(Item::from_outcome(kept)),
         }
     }
 
-    fn reject(&mut self, line: Option<u64>, index: Option<u64>, error: String) {
+    pub(crate) fn reject(&mut self, line: Option<u64>, index: Option<u64>, error: String) {
         if self.errors.len() == MAX_DEAD_LETTERS {
             self.unlisted += 1;
             return;
@@ -110,7 +117,7 @@ impl Parsed {
         self.errors.push(EventError { line, index, error });
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         for (reason, count) in std::mem::take(&mut self.filtered) {
             self.items.push(Item::Filtered { reason, count });
         }

@@ -14,7 +14,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::ApiError;
-use crate::outbox::store::sanitize_reason;
+use crate::outbox::sanitize_reason;
 
 /// How much of a plain-text error body is read to become the message.
 const MAX_MESSAGE_BYTES: usize = 4096;

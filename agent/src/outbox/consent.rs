@@ -13,9 +13,10 @@
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use super::store::{self, state};
-use super::writer::{Ctx, Op, Reply};
-use super::OutboxError;
+use super::counters::Counter;
+use super::error::OutboxError;
+use super::op::{Ctx, Task};
+use super::store::state;
 
 /// A change of the sync switch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,12 +48,12 @@ pub struct SyncReport {
 
 pub(crate) struct SetSync {
     pub change: SyncChange,
-    pub reply: Reply<SyncReport>,
 }
 
-impl Op for SetSync {
-    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
-        self.reply.reset();
+impl Task for SetSync {
+    type Output = SyncReport;
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<SyncReport, OutboxError>> {
         let mut report = SyncReport::default();
         let hash = ctx.state.policy_hash.clone();
         match &self.change {
@@ -104,11 +105,7 @@ impl Op for SetSync {
                 report.enabled = ctx.sync_enabled;
             }
         }
-        self.reply.set(Ok(report));
-        Ok(())
-    }
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+        Ok(Ok(report))
     }
 }
 
@@ -147,9 +144,9 @@ fn try_purge(ctx: &mut Ctx<'_>) -> rusqlite::Result<u64> {
         "UPDATE events SET state = ?1, body = NULL, done_at = ?2 WHERE state = 0",
         params![state::PURGED, ctx.now_ms],
     )?;
-    ctx.count(store::PURGED, n);
-    ctx.count(store::PENDING, -n);
-    ctx.count(store::PENDING_BYTES, -bytes);
+    ctx.count(Counter::Purged, n);
+    ctx.count(Counter::Pending, -n);
+    ctx.count(Counter::PendingBytes, -bytes);
     tracing::info!(purged = n, "pending events purged");
     Ok(n as u64)
 }

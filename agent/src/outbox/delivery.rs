@@ -5,7 +5,7 @@
 //!   `--include-backlog`), due (`next_attempt_at <= now`), not already claimed, and redacted under one
 //!   policy (a batch carries one policy hash). Nothing is returned while sync is off or paused. Bounded by
 //!   count and bytes (at least one event, so an event larger than the byte bound still goes out). Claims
-//!   live in memory with a lease ([`super::writer::CLAIM_LEASE`]); a restart or an expired lease makes the
+//!   live in memory with a lease ([`super::memory::CLAIM_LEASE`]); a restart or an expired lease makes the
 //!   rows claimable again — the ingest dedups by event id, so a re-send is harmless.
 //! - **ack** turns pending rows into tombstones (`delivered` or `duplicate`), **reject** copies the redacted
 //!   event into `dead_letters` with the reason, **fail** bumps `attempts` and sets `next_attempt_at` and
@@ -16,6 +16,7 @@
 //!   in flight, so late verdicts for an earlier process's claims are ignored and those rows are simply
 //!   claimed and sent again (the ingest answers `duplicate`).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use apiary_schema::SessionBinding;
@@ -24,9 +25,12 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::counters::{Counter, DropReason};
+use super::error::OutboxError;
+use super::memory::{ClaimedRow, FULL_SCAN_EVERY};
+use super::op::{Ctx, Task};
+use super::sessions;
 use super::store::{self, state};
-use super::writer::{ClaimedRow, Ctx, Op, Reply, FULL_SCAN_EVERY};
-use super::{sessions, OutboxError};
 
 /// How much one claim may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,116 +124,134 @@ pub struct SettleReport {
 
 pub(crate) struct Claim {
     pub limits: ClaimLimits,
-    pub reply: Reply<Claimed>,
 }
 
-impl Op for Claim {
-    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
-        self.reply.reset();
-        let claimed = try_claim(ctx, self.limits)?;
-        self.reply.set(Ok(claimed));
-        Ok(())
-    }
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+impl Task for Claim {
+    type Output = Claimed;
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<Claimed, OutboxError>> {
+        try_claim(ctx, self.limits).map(Ok)
     }
 }
 
 fn try_claim(ctx: &mut Ctx<'_>, limits: ClaimLimits) -> rusqlite::Result<Claimed> {
-    let mut out = Claimed::default();
-    let paused: Option<String> = ctx.conn.query_row(
-        "SELECT paused_reason FROM sync_state WHERE id = 1",
-        [],
-        |r| r.get(0),
-    )?;
-    if !ctx.sync_enabled || paused.is_some() {
-        out.idle = Some(if ctx.sync_enabled {
-            Idle::Paused
-        } else {
-            Idle::SyncOff
-        });
+    if let Some(idle) = try_idle_reason(ctx)? {
         // Whatever changes while sync is off or paused (rows let go, claims released), scan it all then.
         ctx.delta.rescan_from(0);
-        return Ok(out);
+        return Ok(Claimed {
+            idle: Some(idle),
+            ..Claimed::default()
+        });
     }
-    // Scan from the cursor, or from the start when a full scan is due (see `writer::ClaimCursor`).
+    // Scan from the cursor, or from the start when a full scan is due (see `memory::ClaimCursor`).
     let claims = ctx.state.claims.with(ctx.delta);
     let full = ctx.now_ms >= claims.rescan_at;
-    let start = if full { 0 } else { claims.after_seq };
-    // The cursor ends on the last row looked at and accounted for: taken, in flight (the routine full
-    // scan finds it again if its lease runs out) or not yet due (its retry time schedules a full scan).
-    let mut cursor = start;
-    let mut next_due: Option<i64> = None;
-    let mut policy = None;
-    let mut bytes = 0usize;
-    let mut session_ids = std::collections::BTreeSet::new();
-    {
-        let mut stmt = ctx.conn.prepare_cached(
-            "SELECT event_id, body, attempts, policy_id, session_id, seq, next_attempt_at FROM events
-             WHERE state = 0 AND held = 0 AND seq > ?1 ORDER BY seq",
-        )?;
-        let mut rows = stmt.query([start])?;
-        while let Some(row) = rows.next()? {
-            let seq: i64 = row.get(5)?;
-            let due: i64 = row.get(6)?;
-            if due > ctx.now_ms {
-                next_due = Some(next_due.map_or(due, |d| d.min(due)));
-                cursor = seq;
-                continue;
-            }
-            let id = Uuid::from_slice(&row.get::<_, Vec<u8>>(0)?).unwrap_or_default();
-            if ctx.state.is_in_flight(&id, ctx.delta) {
-                cursor = seq;
-                continue;
-            }
-            let body: String = row.get(1)?;
-            let policy_id: i64 = row.get(3)?;
-            if *policy.get_or_insert(policy_id) != policy_id {
-                break;
-            }
-            if !out.events.is_empty() && bytes + body.len() > limits.max_bytes {
-                break;
-            }
-            bytes += body.len();
-            if let Some(s) = row.get::<_, Option<String>>(4)? {
-                session_ids.insert(s);
-            }
-            ctx.delta.claimed.insert(
-                id,
-                ClaimedRow {
-                    seq,
-                    bytes: body.len() as i64,
-                },
-            );
-            cursor = seq;
-            out.events.push(ClaimedEvent {
-                event_id: id,
-                body,
-                attempts: row.get::<_, i64>(2)? as u32,
-            });
-            if out.events.len() >= limits.max_events {
-                break;
-            }
-        }
-    }
-    ctx.delta.claim_cursor = Some(cursor);
+    let scan = try_scan(ctx, if full { 0 } else { claims.after_seq }, limits)?;
+    ctx.delta.claim_cursor = Some(scan.cursor);
     if full {
         ctx.delta.rescan_reset = Some(ctx.now_ms + FULL_SCAN_EVERY.as_millis() as i64);
     }
-    if let Some(due) = next_due {
+    if let Some(due) = scan.next_due {
         ctx.delta.rescan_from(due);
     }
+    let mut out = Claimed {
+        events: scan.events,
+        ..Claimed::default()
+    };
     if out.events.is_empty() {
         out.idle = Some(Idle::NothingDue);
         return Ok(out);
     }
     out.policy_hash = ctx.conn.query_row(
         "SELECT hash FROM policies WHERE id = ?1",
-        [policy.unwrap_or_default()],
+        [scan.policy.unwrap_or_default()],
         |r| r.get(0),
     )?;
-    out.sessions = sessions::bindings_for(ctx.conn, session_ids.iter().map(String::as_str))?;
+    out.sessions = sessions::bindings_for(ctx.conn, scan.session_ids.iter().map(String::as_str))?;
     Ok(out)
+}
+
+/// Why nothing may be claimed now: sync is off, or the push loop paused it.
+fn try_idle_reason(ctx: &Ctx<'_>) -> rusqlite::Result<Option<Idle>> {
+    let paused: Option<String> = ctx.conn.query_row(
+        "SELECT paused_reason FROM sync_state WHERE id = 1",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(match (ctx.sync_enabled, paused) {
+        (false, _) => Some(Idle::SyncOff),
+        (true, Some(_)) => Some(Idle::Paused),
+        (true, None) => None,
+    })
+}
+
+/// What one claim scan took and where it stopped.
+#[derive(Default)]
+struct Scan {
+    events: Vec<ClaimedEvent>,
+    /// The last row looked at and accounted for: taken, in flight (the routine full scan finds it again
+    /// if its lease runs out) or not yet due (its retry time schedules a full scan).
+    cursor: i64,
+    /// The earliest retry time among the rows passed over.
+    next_due: Option<i64>,
+    /// The policy of the events taken (a batch holds one policy's events).
+    policy: Option<i64>,
+    session_ids: BTreeSet<String>,
+}
+
+/// Takes uploadable rows above `start` in `seq` order, up to the limits, into the delta's claims.
+fn try_scan(ctx: &mut Ctx<'_>, start: i64, limits: ClaimLimits) -> rusqlite::Result<Scan> {
+    let mut scan = Scan {
+        cursor: start,
+        ..Scan::default()
+    };
+    let mut bytes = 0usize;
+    let mut stmt = ctx.conn.prepare_cached(
+        "SELECT event_id, body, attempts, policy_id, session_id, seq, next_attempt_at FROM events
+         WHERE state = 0 AND held = 0 AND seq > ?1 ORDER BY seq",
+    )?;
+    let mut rows = stmt.query([start])?;
+    while let Some(row) = rows.next()? {
+        let seq: i64 = row.get(5)?;
+        let due: i64 = row.get(6)?;
+        if due > ctx.now_ms {
+            scan.next_due = Some(scan.next_due.map_or(due, |d| d.min(due)));
+            scan.cursor = seq;
+            continue;
+        }
+        let id = Uuid::from_slice(&row.get::<_, Vec<u8>>(0)?).unwrap_or_default();
+        if ctx.state.is_in_flight(&id, ctx.delta) {
+            scan.cursor = seq;
+            continue;
+        }
+        let body: String = row.get(1)?;
+        let policy_id: i64 = row.get(3)?;
+        if *scan.policy.get_or_insert(policy_id) != policy_id
+            || (!scan.events.is_empty() && bytes + body.len() > limits.max_bytes)
+        {
+            break;
+        }
+        bytes += body.len();
+        if let Some(s) = row.get::<_, Option<String>>(4)? {
+            scan.session_ids.insert(s);
+        }
+        let claimed = ClaimedRow {
+            seq,
+            bytes: body.len() as i64,
+        };
+        ctx.delta.claimed.insert(id, claimed);
+        scan.cursor = seq;
+        let attempts = row.get::<_, i64>(2)? as u32;
+        scan.events.push(ClaimedEvent {
+            event_id: id,
+            body,
+            attempts,
+        });
+        if scan.events.len() >= limits.max_events {
+            break;
+        }
+    }
+    Ok(scan)
 }
 
 /// What settling does to each id.
@@ -247,19 +269,19 @@ pub(crate) enum SettleKind {
 
 pub(crate) struct Settle {
     pub kind: SettleKind,
-    pub reply: Reply<SettleReport>,
 }
 
-impl Op for Settle {
-    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
-        self.reply.reset();
+impl Task for Settle {
+    type Output = SettleReport;
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<SettleReport, OutboxError>> {
         let mut report = SettleReport::default();
         match &self.kind {
             SettleKind::Ack(acks) => {
                 for (id, d) in acks {
                     let (st, counter) = match d {
-                        Delivery::Delivered => (state::DELIVERED, store::DELIVERED),
-                        Delivery::Duplicate => (state::DUPLICATE, store::DUPLICATE),
+                        Delivery::Delivered => (state::DELIVERED, Counter::Delivered),
+                        Delivery::Duplicate => (state::DUPLICATE, Counter::Duplicate),
                     };
                     tally(
                         &mut report,
@@ -269,7 +291,7 @@ impl Op for Settle {
             }
             SettleKind::Reject(rejections) => {
                 for (id, reason) in rejections {
-                    let body = try_finish_row(ctx, id, state::REJECTED, store::REJECTED, true)?;
+                    let body = try_finish_row(ctx, id, state::REJECTED, Counter::Rejected, true)?;
                     if let Some(body) = &body {
                         let src = "ingest";
                         let id_bytes = Some(id.as_bytes().as_slice());
@@ -283,7 +305,7 @@ impl Op for Settle {
                             reason,
                             Some(body),
                         )?;
-                        ctx.count(&format!("{}rejected", store::DROPS_UNREPORTED), 1);
+                        ctx.count(Counter::Unreported(DropReason::Rejected), 1);
                     }
                     tally(&mut report, body.is_some());
                 }
@@ -314,11 +336,7 @@ impl Op for Settle {
             SettleKind::Fail { ids, .. } | SettleKind::Release(ids) => ids.clone(),
         };
         ctx.delta.settled.extend(ids);
-        self.reply.set(Ok(report));
-        Ok(())
-    }
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+        Ok(Ok(report))
     }
     fn weight(&self) -> usize {
         match &self.kind {
@@ -347,7 +365,7 @@ pub(crate) fn try_finish_row(
     ctx: &mut Ctx<'_>,
     id: &Uuid,
     to_state: i64,
-    counter: &str,
+    counter: Counter,
     want_body: bool,
 ) -> rusqlite::Result<Option<String>> {
     let Some(ClaimedRow { seq, bytes }) = ctx.state.claimed_row(id, ctx.delta) else {
@@ -376,7 +394,7 @@ pub(crate) fn try_finish_row(
         return Ok(None);
     }
     ctx.count(counter, 1);
-    ctx.count(store::PENDING, -1);
-    ctx.count(store::PENDING_BYTES, -bytes);
+    ctx.count(Counter::Pending, -1);
+    ctx.count(Counter::PendingBytes, -bytes);
     Ok(body)
 }

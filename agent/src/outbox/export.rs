@@ -1,23 +1,9 @@
 //! Air-gapped export: every pending event, whether or not sync is enabled, into one bundle file.
 //!
 //! ## Bundle format (version 1) — read by `apiary-ingest import`
-//! A gzip stream of NDJSON (UTF-8, `\n` line ends):
-//! 1. line 1 is the manifest, `{"manifest": {...}}`:
-//!    - `format`: `"apiary-export"`, `format_version`: 1, `schema_version`: the canonical event version (1)
-//!    - `created_at` (RFC 3339 UTC), `agent_version`, `device_id`
-//!    - `policy_hash`: the policy the events were redacted under (when several were, the first of
-//!      `policy_hashes`); `policy_hashes`: all of them
-//!    - `sessions`: a [`SessionBinding`] for every session the events reference, and their parents
-//!    - `counts`: `{"events": n, "by_type": {"llm.turn": n, ...}, "held": n}` (`held`: captured while sync
-//!      was off)
-//!    - `checksum`: `{"algorithm": "sha256", "over": "event_lines", "value": hex}` — SHA-256 over the
-//!      bytes of lines 2..n exactly as written, each including its trailing `\n`
-//! 2. lines 2..n: one redacted canonical event each (the same JSON the push loop would send), in commit
-//!    order.
-//!
-//! An importer should verify the checksum and the count before loading anything, then load the events
-//! with the same dedup by `(tenant, event_id)` as `POST /v1/batches`, so importing a bundle twice — or a
-//! bundle whose events were also pushed — changes nothing.
+//! The shared contract [`apiary_schema::bundle`]: a gzip stream of NDJSON, the manifest line (device,
+//! session bindings, policy hashes, counts, SHA-256 of the event lines) then one redacted canonical event
+//! per line, in commit order. This module gathers the rows; the shared writer lays out the bytes.
 //!
 //! ## Outcome, and what an export does to everyone else
 //! The bundle is written from a read snapshot on a connection of its own (two passes over the same
@@ -33,50 +19,22 @@
 //! terminal outcome of its own: received = delivered + duplicate + rejected + filtered + evicted + purged
 //! + exported + pending.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use apiary_schema::SessionBinding;
+use apiary_schema::bundle::{self, EventLinesHash};
 use chrono::Utc;
 use flate2::write::GzEncoder;
 use rusqlite::params;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use super::store::{self, state};
-use super::writer::{Ctx, Op, Reply};
-use super::{sessions, OutboxError};
+use super::counters::Counter;
+use super::error::{ExportError, OutboxError};
+use super::op::{Ctx, Task};
+use super::sessions;
+use super::store::state;
 
-/// The `manifest` object of a bundle.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Manifest {
-    pub format: String,
-    pub format_version: u32,
-    pub schema_version: u32,
-    pub created_at: chrono::DateTime<Utc>,
-    pub agent_version: String,
-    pub device_id: Option<String>,
-    pub policy_hash: String,
-    pub policy_hashes: Vec<String>,
-    pub sessions: Vec<SessionBinding>,
-    pub counts: ManifestCounts,
-    pub checksum: Checksum,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct ManifestCounts {
-    pub events: u64,
-    pub by_type: BTreeMap<String, u64>,
-    pub held: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Checksum {
-    pub algorithm: String,
-    pub over: String,
-    pub value: String,
-}
+pub use apiary_schema::bundle::{Checksum, Manifest, ManifestCounts};
 
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -107,7 +65,7 @@ pub(crate) fn write_snapshot(
     device_id: &str,
     policy_hash: &str,
 ) -> Result<Snapshot, OutboxError> {
-    let sql = |e: rusqlite::Error| OutboxError::Export(e.to_string());
+    let sql = ExportError::read;
     let tx = conn.unchecked_transaction().map_err(sql)?;
     let (manifest, last_seq) = try_build_manifest(&tx, device_id, policy_hash).map_err(sql)?;
     let report = write_bundle(&tx, out, &manifest, last_seq)?;
@@ -119,7 +77,6 @@ pub(crate) fn write_snapshot(
 pub(crate) struct MarkExported {
     pub after: i64,
     pub last: i64,
-    pub reply: Reply<MarkProgress>,
 }
 
 /// How far marking got.
@@ -131,9 +88,10 @@ pub(crate) struct MarkProgress {
     pub done: bool,
 }
 
-impl Op for MarkExported {
-    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
-        self.reply.reset();
+impl Task for MarkExported {
+    type Output = MarkProgress;
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<MarkProgress, OutboxError>> {
         let marked: Vec<(i64, i64)> = ctx
             .conn
             .prepare_cached(
@@ -148,10 +106,10 @@ impl Op for MarkExported {
             .collect::<rusqlite::Result<_>>()?;
         let n = marked.len() as i64;
         let bytes: i64 = marked.iter().map(|(_, b)| b).sum();
-        ctx.count(store::EXPORTED, n);
-        ctx.count(store::PENDING, -n);
-        ctx.count(store::PENDING_BYTES, -bytes);
-        self.reply.set(Ok(MarkProgress {
+        ctx.count(Counter::Exported, n);
+        ctx.count(Counter::Pending, -n);
+        ctx.count(Counter::PendingBytes, -bytes);
+        Ok(Ok(MarkProgress {
             marked: n as u64,
             upto: marked
                 .iter()
@@ -159,11 +117,7 @@ impl Op for MarkExported {
                 .max()
                 .unwrap_or(self.last),
             done: n < MARK_CHUNK,
-        }));
-        Ok(())
-    }
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+        }))
     }
     fn weight(&self) -> usize {
         MARK_CHUNK as usize
@@ -177,7 +131,7 @@ fn try_build_manifest(
     policy_hash: &str,
 ) -> rusqlite::Result<(Manifest, i64)> {
     let mut counts = ManifestCounts::default();
-    let mut hasher = Sha256::new();
+    let mut hasher = EventLinesHash::default();
     let mut session_ids = BTreeSet::new();
     let mut policy_ids = BTreeSet::new();
     let mut last_seq = 0;
@@ -188,8 +142,7 @@ fn try_build_manifest(
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let body: String = r.get(0)?;
-            hasher.update(body.as_bytes());
-            hasher.update(b"\n");
+            hasher.add_line(&body);
             counts.events += 1;
             *counts.by_type.entry(r.get(1)?).or_default() += 1;
             if let Some(s) = r.get::<_, Option<String>>(2)? {
@@ -209,8 +162,8 @@ fn try_build_manifest(
         )?);
     }
     let manifest = Manifest {
-        format: "apiary-export".into(),
-        format_version: 1,
+        format: bundle::FORMAT.into(),
+        format_version: bundle::FORMAT_VERSION,
         schema_version: apiary_schema::SCHEMA_VERSION,
         created_at: Utc::now(),
         agent_version: env!("CARGO_PKG_VERSION").into(),
@@ -222,11 +175,7 @@ fn try_build_manifest(
         policy_hashes,
         sessions: sessions::bindings_for(conn, session_ids.iter().map(String::as_str))?,
         counts,
-        checksum: Checksum {
-            algorithm: "sha256".into(),
-            over: "event_lines".into(),
-            value: hex::encode(hasher.finalize()),
-        },
+        checksum: hasher.finish(),
     };
     Ok((manifest, last_seq))
 }
@@ -239,23 +188,21 @@ fn write_bundle(
     manifest: &Manifest,
     last_seq: i64,
 ) -> Result<ExportReport, OutboxError> {
-    let io = |e: std::io::Error| OutboxError::Export(format!("{}: {e}", out.display()));
+    let io = |e: std::io::Error| ExportError::write(out, e);
     let mut tmp = crate::private::AtomicFile::create(out).map_err(io)?;
     let mut gz = GzEncoder::new(
         std::io::BufWriter::new(tmp.file()),
         flate2::Compression::default(),
     );
-    let head = serde_json::json!({ "manifest": manifest });
-    writeln!(gz, "{head}").map_err(io)?;
-    let sql = |e: rusqlite::Error| OutboxError::Export(e.to_string());
+    bundle::write_manifest(&mut gz, manifest).map_err(io)?;
+    let sql = ExportError::read;
     let mut stmt = conn
         .prepare("SELECT body FROM events WHERE state = 0 AND seq <= ?1 ORDER BY seq")
         .map_err(sql)?;
     let mut rows = stmt.query([last_seq]).map_err(sql)?;
     while let Some(r) = rows.next().map_err(sql)? {
         let body: String = r.get(0).map_err(sql)?;
-        gz.write_all(body.as_bytes()).map_err(io)?;
-        gz.write_all(b"\n").map_err(io)?;
+        bundle::write_event_line(&mut gz, &body).map_err(io)?;
     }
     gz.finish()
         .map_err(io)?
@@ -271,11 +218,17 @@ fn write_bundle(
     })
 }
 
-/// Reads a bundle back (for tests and for tools): the manifest and the event lines, checksum verified.
+/// Reads a bundle back (for tests and for tools): the manifest and the event lines, checksum and count
+/// verified by the shared reader.
 pub fn read_bundle(path: &Path) -> Result<(Manifest, Vec<String>), String> {
-    use std::io::BufRead;
+    use std::io::{BufRead, BufReader, Read};
+    let mut text = Vec::new();
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let mut lines = std::io::BufReader::new(flate2::read::GzDecoder::new(file)).lines();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut text)
+        .map_err(|e| e.to_string())?;
+    bundle::verify(text.as_slice()).map_err(|e| e.to_string())?;
+    let mut lines = BufReader::new(text.as_slice()).lines();
     let head = lines
         .next()
         .ok_or("empty bundle")?
@@ -283,19 +236,8 @@ pub fn read_bundle(path: &Path) -> Result<(Manifest, Vec<String>), String> {
     let v: serde_json::Value = serde_json::from_str(&head).map_err(|e| e.to_string())?;
     let manifest: Manifest =
         serde_json::from_value(v["manifest"].clone()).map_err(|e| e.to_string())?;
-    let mut hasher = Sha256::new();
-    let mut events = Vec::new();
-    for line in lines {
-        let line = line.map_err(|e| e.to_string())?;
-        hasher.update(line.as_bytes());
-        hasher.update(b"\n");
-        events.push(line);
-    }
-    if hex::encode(hasher.finalize()) != manifest.checksum.value {
-        return Err("checksum mismatch".into());
-    }
-    if events.len() as u64 != manifest.counts.events {
-        return Err("event count mismatch".into());
-    }
+    let events = lines
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     Ok((manifest, events))
 }

@@ -12,17 +12,24 @@ use rusqlite::Connection;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::checkpointer::WalControl;
-use super::consent::SetSync;
-use super::delivery::{Claim, Settle, SettleKind};
+use super::checkpointer::{self, WalControl};
+use super::consent::{SetSync, SyncChange, SyncReport};
+use super::delivery::{Claim, ClaimLimits, Claimed, Delivery, Settle, SettleKind, SettleReport};
 use super::drops::DropReport;
-use super::export::{self, MarkExported};
-use super::intake::Submit;
-use super::read::{self, SessionUsage, StoredStatus};
+use super::error::{ExportError, OutboxError};
+use super::export::{self, ExportReport, MarkExported};
+use super::health::SessionStatus;
+use super::intake::{Submit, SubmitReport};
+use super::item::Item;
+use super::memory::WriterState;
+use super::op::{Ctx, Replying, Task};
+use super::read::{DeadLetter, SessionUsage, StoredStatus, SyncStatus};
+use super::reader::OutboxReader;
 use super::sessions::Register;
-use super::writer::{Close, Health, Job, Op, Reply, SharedHealth, Writer, WriterState};
-use super::*;
-use crate::identity::SessionRegistration;
+use super::settings::{OutboxSettings, Overflow};
+use super::writer::{Close, Health, HealthState, Job, SharedHealth, Writer};
+use super::{schema, store};
+use crate::identity::{IdentityDefaults, SessionRegistration};
 use crate::tail::sink::Checkpoint;
 
 /// The outbox handle. Cheap to clone; the writer thread stops when [`Outbox::close`] is called or the
@@ -33,15 +40,24 @@ pub struct Outbox {
 }
 
 struct Inner {
+    /// The writer thread's queue; `None` once closed.
     tx: Mutex<Option<Sender<Job>>>,
-    reader: Arc<Mutex<Connection>>,
+    /// The read connection the handle's queries share (one at a time, on blocking threads).
+    reader: Arc<Mutex<OutboxReader>>,
+    /// The writer's live health (written by the writer thread).
     health: SharedHealth,
+    /// The database file.
     path: PathBuf,
     settings: OutboxSettings,
+    /// The hash of the policy events are redacted under now.
     policy_hash: String,
+    /// This device's id (configured, or generated at first open).
     device_id: String,
+    /// The writer thread, joined by [`Outbox::close`].
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The WAL checkpointer thread, joined by [`Outbox::close`].
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Tells the checkpointer to stop (and the writer to restart the WAL).
     wal: Arc<WalControl>,
 }
 
@@ -70,35 +86,33 @@ impl Outbox {
         identity: IdentityDefaults,
         policy: &Policy,
     ) -> Result<Outbox, OutboxError> {
-        let open_err = |e: &dyn std::fmt::Display| OutboxError::Open {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            crate::private::ensure_dir(dir).map_err(|e| open_err(&e))?;
-        }
-        crate::private::prepare_database(path).map_err(|e| open_err(&e))?;
-        let mut conn = store::open_writer(path, &settings).map_err(|e| open_err(&e))?;
-        schema::migrate(&mut conn).map_err(|e| OutboxError::Migrate(e.to_string()))?;
-        let now = Utc::now().timestamp_millis();
+        let io_err = |e| OutboxError::open_io(path, e);
+        let conn = try_open_database(path, &settings)?;
         let device_id = try_device_id(&conn, identity.device_id.as_deref())?;
+        let defaults = IdentityDefaults {
+            device_id: Some(device_id.clone()),
+            user_id: match identity.user_id {
+                Some(u) => Some(u),
+                None => store::get_meta(&conn, TOKEN_USER_KEY)?,
+            },
+            ..identity
+        };
+        rebind(&conn, &defaults)?;
+        let now = Utc::now().timestamp_millis();
         let policy_id =
             store::ensure_policy(&conn, policy.hash(), policy.name(), policy.version(), now)?;
         let state = WriterState {
             policy_id,
             policy_hash: policy.hash().to_string(),
-            defaults: IdentityDefaults {
-                device_id: Some(device_id.clone()),
-                ..identity
-            },
+            defaults,
             ..WriterState::default()
         };
         let health: SharedHealth = Arc::new(Mutex::new(Health {
-            state: "ok",
+            state: HealthState::Ok,
             used_bytes: store::used_bytes(&conn)?,
             ..Health::default()
         }));
-        let reader = store::open_reader(path).map_err(|e| open_err(&e))?;
+        let reader = OutboxReader::open(path)?;
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let wal = Arc::new(WalControl::default());
         let writer = Writer {
@@ -111,12 +125,12 @@ impl Outbox {
         let thread = std::thread::Builder::new()
             .name("outbox-writer".into())
             .spawn(move || writer.run(rx))
-            .map_err(|e| open_err(&e))?;
+            .map_err(io_err)?;
         let (db, control) = (path.to_path_buf(), wal.clone());
         let checkpointer = std::thread::Builder::new()
             .name("outbox-checkpointer".into())
-            .spawn(move || super::checkpointer::run(&db, control))
-            .map_err(|e| open_err(&e))?;
+            .spawn(move || checkpointer::run(&db, control))
+            .map_err(io_err)?;
         Ok(Outbox {
             inner: Arc::new(Inner {
                 tx: Mutex::new(Some(tx)),
@@ -157,21 +171,18 @@ impl Outbox {
             .map_err(|_| OutboxError::Closed)
     }
 
-    pub(super) async fn run<T, O: Op + 'static>(
-        &self,
-        make: impl FnOnce(Reply<T>) -> O,
-    ) -> Result<T, OutboxError> {
-        let (reply, rx) = Reply::new();
-        self.send(Box::new(make(reply)))?;
-        rx.await.map_err(|_| OutboxError::Closed)?
+    /// Queues `task` for the writer and waits for its answer (after its group committed).
+    pub(super) async fn run<T: Task>(&self, task: T) -> Result<T::Output, OutboxError> {
+        let (op, answer) = Replying::new(task);
+        self.send(Box::new(op))?;
+        answer.await.map_err(|_| OutboxError::Closed)?
     }
 
     /// Commits processed items; resolves once they are durable.
     pub async fn submit(&self, items: Vec<Item>) -> Result<SubmitReport, OutboxError> {
-        self.run(|reply| Submit {
+        self.run(Submit {
             items,
             checkpoint: None,
-            reply,
         })
         .await
     }
@@ -182,10 +193,9 @@ impl Outbox {
         items: Vec<Item>,
         checkpoint: Checkpoint,
     ) -> Result<SubmitReport, OutboxError> {
-        self.run(|reply| Submit {
+        self.run(Submit {
             items,
             checkpoint: Some(checkpoint),
-            reply,
         })
         .await
     }
@@ -195,21 +205,17 @@ impl Outbox {
         &self,
         registration: SessionRegistration,
     ) -> Result<SessionBinding, OutboxError> {
-        self.run(|reply| Register {
-            registration,
-            reply,
-        })
-        .await
+        self.run(Register { registration }).await
     }
 
     /// Switches sync (consent) on or off, or pauses it.
     pub async fn set_sync(&self, change: SyncChange) -> Result<SyncReport, OutboxError> {
-        self.run(|reply| SetSync { change, reply }).await
+        self.run(SetSync { change }).await
     }
 
     /// Claims a batch of uploadable events (see [`delivery`]).
     pub async fn claim(&self, limits: ClaimLimits) -> Result<Claimed, OutboxError> {
-        self.run(|reply| Claim { limits, reply }).await
+        self.run(Claim { limits }).await
     }
 
     /// The ingest stored (or already had) these events.
@@ -272,21 +278,30 @@ impl Outbox {
     }
 
     async fn settle(&self, kind: SettleKind) -> Result<SettleReport, OutboxError> {
-        self.run(|reply| Settle { kind, reply }).await
+        self.run(Settle { kind }).await
     }
 
     /// Turns unreported evictions and dead letters into `outbox.dropped` events (pending, uploaded like
     /// any other). Returns their ids.
     pub async fn enqueue_drop_report(&self) -> Result<Vec<Uuid>, OutboxError> {
-        self.run(|reply| DropReport { reply }).await
+        self.run(DropReport).await
     }
 
     /// Stores the push loop's last result (shown by `status` as `last_push`).
     pub async fn record_push(&self, result: serde_json::Value) -> Result<(), OutboxError> {
-        self.run(|reply| SetMeta {
+        self.run(SetMeta {
             key: "last_push",
             value: result.to_string(),
-            reply,
+        })
+        .await
+    }
+
+    /// Remembers the user the push token is bound to, for starts where `identity.user_id` is unset and
+    /// the ingest cannot be asked (`crate::identity`).
+    pub async fn remember_token_user(&self, user_id: String) -> Result<(), OutboxError> {
+        self.run(SetMeta {
+            key: TOKEN_USER_KEY,
+            value: user_id,
         })
         .await
     }
@@ -307,18 +322,16 @@ impl Outbox {
         let (path, out) = (self.inner.path.clone(), out.to_path_buf());
         let (device, policy) = (self.inner.device_id.clone(), self.inner.policy_hash.clone());
         let snapshot = tokio::task::spawn_blocking(move || {
-            let conn = store::open_reader(&path).map_err(OutboxError::from)?;
+            let conn = store::open_reader(&path).map_err(ExportError::read)?;
             export::write_snapshot(&conn, &out, &device, &policy)
         })
         .await
-        .map_err(|e| OutboxError::Export(e.to_string()))??;
+        .map_err(|e| OutboxError::Export(ExportError::Task(Arc::new(e))))??;
         between.await;
         let mut report = snapshot.report;
         let (mut after, last) = (0, snapshot.last_seq);
         loop {
-            let step = self
-                .run(|reply| MarkExported { after, last, reply })
-                .await?;
+            let step = self.run(MarkExported { after, last }).await?;
             report.marked += step.marked;
             if step.done {
                 break;
@@ -337,22 +350,20 @@ impl Outbox {
             .unwrap_or_default()
     }
 
-    async fn read<T: Send + 'static>(
+    /// Runs one of the reader's queries on a blocking thread.
+    pub(super) async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        f: impl FnOnce(&OutboxReader) -> Result<T, OutboxError> + Send + 'static,
     ) -> Result<T, OutboxError> {
         let reader = self.inner.reader.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = reader.lock().unwrap_or_else(|p| p.into_inner());
-            f(&conn).map_err(OutboxError::from)
-        })
-        .await
-        .map_err(|e| OutboxError::Database(e.to_string()))?
+        tokio::task::spawn_blocking(move || f(&reader.lock().unwrap_or_else(|p| p.into_inner())))
+            .await
+            .map_err(|e| OutboxError::ReadTask(Arc::new(e)))?
     }
 
     /// Stored status plus live health.
     pub async fn status(&self) -> Result<Status, OutboxError> {
-        let stored = self.read(read::stored_status).await?;
+        let stored = self.read(OutboxReader::stored_status).await?;
         Ok(Status {
             stored,
             max_bytes: self.inner.settings.max_bytes,
@@ -365,7 +376,7 @@ impl Outbox {
     /// Local usage of a session and its workers; `None` if never seen.
     pub async fn session_usage(&self, session: &str) -> Result<Option<SessionUsage>, OutboxError> {
         let session = session.to_string();
-        self.read(move |c| read::session_usage(c, &session)).await
+        self.read(move |r| r.session_usage(&session)).await
     }
 
     /// Local status of a session (the shared health model) at `now`; `None` if never seen.
@@ -373,23 +384,29 @@ impl Outbox {
         &self,
         session: &str,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<super::health::SessionStatus>, OutboxError> {
+    ) -> Result<Option<SessionStatus>, OutboxError> {
         let session = session.to_string();
-        self.read(move |c| super::health::session_status(c, &session, now))
-            .await
+        self.read(move |r| r.session_status(&session, now)).await
     }
 
     /// Every tailer checkpoint.
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, OutboxError> {
-        self.read(read::checkpoints).await
+        self.read(OutboxReader::checkpoints).await
     }
 
-    /// Runs any read-only query on the read connection.
-    pub async fn read_with<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, OutboxError> {
-        self.read(f).await
+    /// The sync switch as stored (another process may have changed it).
+    pub async fn sync_status(&self) -> Result<SyncStatus, OutboxError> {
+        self.read(OutboxReader::sync_status).await
+    }
+
+    /// The newest `limit` dead letters, newest first.
+    pub async fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, OutboxError> {
+        self.read(move |r| r.dead_letters(limit)).await
+    }
+
+    /// How many times consent was changed (rows of the consent log).
+    pub async fn consent_changes(&self) -> Result<u64, OutboxError> {
+        self.read(OutboxReader::consent_changes).await
     }
 
     /// Finishes the queued work, stops the writer thread and waits for it.
@@ -425,6 +442,46 @@ impl Outbox {
     }
 }
 
+/// Meta key of the user adopted from the token (`crate::identity`), used when `identity.user_id` is unset.
+const TOKEN_USER_KEY: &str = "token_user_id";
+
+/// Rebinds the sessions whose binding never reached the ingest to `defaults`, in one transaction
+/// ([`super::sessions::rebind_undelivered`]), and says what it did.
+fn rebind(conn: &Connection, defaults: &IdentityDefaults) -> Result<(), OutboxError> {
+    let tx = conn.unchecked_transaction()?;
+    let r = super::sessions::rebind_undelivered(&tx, defaults)?;
+    tx.commit()?;
+    if r.rebound > 0 {
+        tracing::info!(
+            sessions = r.rebound,
+            user_id = defaults.user_id.as_deref(),
+            device_id = defaults.device_id.as_deref(),
+            "sessions never delivered were rebound to this device's current identity"
+        );
+    }
+    if r.kept > 0 {
+        tracing::warn!(
+            sessions = r.kept,
+            "sessions the ingest already holds under another identity keep it; their new events are \
+             refused by a token bound to another user or device (use a token without that binding to send them)"
+        );
+    }
+    Ok(())
+}
+
+/// Creates the directory and file (private), opens the writing connection and migrates the schema.
+fn try_open_database(path: &Path, settings: &OutboxSettings) -> Result<Connection, OutboxError> {
+    let io_err = |e| OutboxError::open_io(path, e);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::private::ensure_dir(dir).map_err(io_err)?;
+    }
+    crate::private::prepare_database(path).map_err(io_err)?;
+    let mut conn =
+        store::open_writer(path, settings).map_err(|e| OutboxError::open_sqlite(path, e))?;
+    schema::migrate(&mut conn).map_err(|e| OutboxError::Migrate(Arc::new(e)))?;
+    Ok(conn)
+}
+
 /// The configured device id, else the one stored at first open, else a new one (stored).
 fn try_device_id(conn: &Connection, configured: Option<&str>) -> Result<String, OutboxError> {
     if let Some(id) = configured {
@@ -439,19 +496,16 @@ fn try_device_id(conn: &Connection, configured: Option<&str>) -> Result<String, 
     Ok(id)
 }
 
+/// Stores one `meta` value.
 struct SetMeta {
     key: &'static str,
     value: String,
-    reply: Reply<()>,
 }
 
-impl Op for SetMeta {
-    fn apply(&mut self, ctx: &mut writer::Ctx<'_>) -> rusqlite::Result<()> {
-        store::set_meta(ctx.conn, self.key, &self.value)?;
-        self.reply.set(Ok(()));
-        Ok(())
-    }
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+impl Task for SetMeta {
+    type Output = ();
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<(), OutboxError>> {
+        store::set_meta(ctx.conn, self.key, &self.value).map(Ok)
     }
 }

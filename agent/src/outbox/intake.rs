@@ -13,10 +13,15 @@
 //!
 //! The cap is therefore enforced within one submission's size; SQLite reuses the freed space.
 
+use serde::Serialize;
+
+use super::counters::{Counter, DropReason};
+use super::error::OutboxError;
 use super::item::{Item, PreparedEvent};
+use super::op::{Ctx, Task};
+use super::sessions;
+use super::settings::Overflow;
 use super::store::{self, state};
-use super::writer::{Ctx, Op, Reply};
-use super::{sessions, OutboxError, Overflow, SubmitReport};
 use crate::tail::sink::Checkpoint;
 
 /// Estimated bytes a row costs beyond its body (row header, event_id and partial index entries).
@@ -24,10 +29,24 @@ pub const ROW_OVERHEAD: u64 = 150;
 /// Tombstones pruned per attempt when the cap is reached.
 const PRUNE_CHUNK: i64 = 20_000;
 
+/// What one submission did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SubmitReport {
+    /// New pending events.
+    pub accepted: u64,
+    /// Event ids already in the outbox.
+    pub duplicates: u64,
+    /// Not durable.
+    pub filtered: u64,
+    /// Unreadable (dead-lettered).
+    pub rejected: u64,
+    /// Older events evicted to make room (`drop_oldest`).
+    pub evicted: u64,
+}
+
 pub(crate) struct Submit {
     pub items: Vec<Item>,
     pub checkpoint: Option<Checkpoint>,
-    pub reply: Reply<SubmitReport>,
 }
 
 impl Submit {
@@ -49,29 +68,24 @@ impl Submit {
     }
 }
 
-impl Op for Submit {
-    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
-        self.reply.reset();
+impl Task for Submit {
+    type Output = SubmitReport;
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<SubmitReport, OutboxError>> {
         let mut report = SubmitReport::default();
         if let Room::Refused(e) = try_make_room(ctx, self.estimate(), &mut report)? {
-            ctx.count(store::REFUSED, self.kept());
-            self.reply.set(Err(e));
-            return Ok(());
+            ctx.count(Counter::Refused, self.kept());
+            return Ok(Err(e));
         }
         for item in &self.items {
             try_insert_item(ctx, item, &mut report)?;
         }
         let received: u64 = self.items.iter().map(Item::received).sum();
-        ctx.count(store::RECEIVED, received as i64);
+        ctx.count(Counter::Received, received as i64);
         if let Some(cp) = &self.checkpoint {
             try_save_checkpoint(ctx, cp)?;
         }
-        self.reply.set(Ok(report));
-        Ok(())
-    }
-
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+        Ok(Ok(report))
     }
 
     fn weight(&self) -> usize {
@@ -143,10 +157,10 @@ fn try_evict(ctx: &mut Ctx<'_>, need: u64) -> rusqlite::Result<u64> {
         bytes_total += bytes;
     }
     let n = victims.len() as i64;
-    ctx.count(store::EVICTED, n);
-    ctx.count(store::PENDING, -n);
-    ctx.count(store::PENDING_BYTES, -bytes_total);
-    ctx.count(&format!("{}evicted", store::DROPS_UNREPORTED), n);
+    ctx.count(Counter::Evicted, n);
+    ctx.count(Counter::Pending, -n);
+    ctx.count(Counter::PendingBytes, -bytes_total);
+    ctx.count(Counter::Unreported(DropReason::Evicted), n);
     if n > 0 {
         tracing::warn!(evicted = n, "outbox full: oldest pending events evicted");
     }
@@ -164,13 +178,13 @@ fn try_insert_item(
                 report.accepted += 1;
             } else {
                 report.duplicates += 1;
-                ctx.count(store::DUPLICATE, 1);
+                ctx.count(Counter::Duplicate, 1);
             }
         }
         Item::Filtered { reason, count } => {
             report.filtered += count;
-            ctx.count(store::FILTERED, *count as i64);
-            ctx.count(&format!("filtered.{reason}"), *count as i64);
+            ctx.count(Counter::Filtered, *count as i64);
+            ctx.count(Counter::FilteredBy(reason.clone()), *count as i64);
         }
         Item::Malformed {
             source,
@@ -182,8 +196,8 @@ fn try_insert_item(
             store::insert_dead_letter(
                 ctx.conn, ctx.now_ms, None, source, *line_no, *offset, reason, None,
             )?;
-            ctx.count(store::REJECTED, 1);
-            ctx.count(&format!("{}malformed", store::DROPS_UNREPORTED), 1);
+            ctx.count(Counter::Rejected, 1);
+            ctx.count(Counter::Unreported(DropReason::Malformed), 1);
         }
         Item::MalformedMany {
             source,
@@ -194,11 +208,8 @@ fn try_insert_item(
             store::insert_dead_letter(
                 ctx.conn, ctx.now_ms, None, source, None, None, reason, None,
             )?;
-            ctx.count(store::REJECTED, *count as i64);
-            ctx.count(
-                &format!("{}malformed", store::DROPS_UNREPORTED),
-                *count as i64,
-            );
+            ctx.count(Counter::Rejected, *count as i64);
+            ctx.count(Counter::Unreported(DropReason::Malformed), *count as i64);
         }
     }
     Ok(())
@@ -229,8 +240,8 @@ pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite
     if !inserted {
         return Ok(false);
     }
-    ctx.count(store::PENDING, 1);
-    ctx.count(store::PENDING_BYTES, e.body.len() as i64);
+    ctx.count(Counter::Pending, 1);
+    ctx.count(Counter::PendingBytes, e.body.len() as i64);
     if let Some(session) = &e.session_id {
         sessions::try_bind_on_first_sight(ctx, session, e.parent_session_id.as_deref())?;
         if let Some((model, u)) = &e.usage {

@@ -2,6 +2,7 @@
 //! inputs. Preparing an event (serialising it, extracting its usage) happens on the producer's thread, so
 //! the writer thread only runs SQL.
 
+use apiary_schema::usage::{self, contribution_of, Contribution};
 use apiary_schema::{CanonicalEvent, EventKind, Outcome};
 use serde::Serialize;
 use uuid::Uuid;
@@ -91,46 +92,94 @@ impl Item {
     }
 }
 
-/// Usage totals of one (session, model), as kept in the local `usage` table.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// Usage totals of one (session, model), as kept in the local `usage` table: sums of the shared
+/// [`Contribution`]s, integers throughout (cost in nano-USD, credits in micro-credits), so they are exact
+/// and agree with the ingest's rollups.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct UsageAgg {
-    #[serde(skip)]
     pub parent_session_id: Option<String>,
     pub llm_calls: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cached_tokens: i64,
     pub cache_creation_tokens: i64,
-    pub cost_usd: f64,
+    /// Cost in nano-USD.
+    pub cost_nanos: i64,
     pub unpriced_turns: i64,
-    pub credits: f64,
+    /// Credits in micro-credits.
+    pub credits_micros: i64,
     pub tool_calls_started: i64,
     pub tool_calls: i64,
     pub tool_errors: i64,
     pub events: i64,
-    #[serde(skip)]
+    /// Unix milliseconds of the first and last event (not shown).
     pub first_at: i64,
-    #[serde(skip)]
     pub last_at: i64,
 }
 
+/// How a [`UsageAgg`] is shown by the local API: the names and units it always had (`cost_usd` and
+/// `credits` as numbers, now computed from the exact integers), plus the exact `cost_nanos`.
+#[derive(Serialize)]
+struct UsageView {
+    llm_calls: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    cached_tokens: i64,
+    cache_creation_tokens: i64,
+    cost_usd: f64,
+    cost_nanos: i64,
+    unpriced_turns: i64,
+    credits: f64,
+    tool_calls_started: i64,
+    tool_calls: i64,
+    tool_errors: i64,
+    events: i64,
+}
+
+impl Serialize for UsageAgg {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        UsageView {
+            llm_calls: self.llm_calls,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cached_tokens: self.cached_tokens,
+            cache_creation_tokens: self.cache_creation_tokens,
+            cost_usd: usage::nanos_to_usd(self.cost_nanos),
+            cost_nanos: self.cost_nanos,
+            unpriced_turns: self.unpriced_turns,
+            credits: self.credits_micros as f64 / 1e6,
+            tool_calls_started: self.tool_calls_started,
+            tool_calls: self.tool_calls,
+            tool_errors: self.tool_errors,
+            events: self.events,
+        }
+        .serialize(s)
+    }
+}
+
 impl UsageAgg {
+    /// Adds `o` (saturating: a local sum never wraps).
     pub fn add(&mut self, o: &UsageAgg) {
         if self.parent_session_id.is_none() {
             self.parent_session_id.clone_from(&o.parent_session_id);
         }
-        self.llm_calls += o.llm_calls;
-        self.input_tokens += o.input_tokens;
-        self.output_tokens += o.output_tokens;
-        self.cached_tokens += o.cached_tokens;
-        self.cache_creation_tokens += o.cache_creation_tokens;
-        self.cost_usd += o.cost_usd;
-        self.unpriced_turns += o.unpriced_turns;
-        self.credits += o.credits;
-        self.tool_calls_started += o.tool_calls_started;
-        self.tool_calls += o.tool_calls;
-        self.tool_errors += o.tool_errors;
-        self.events += o.events;
+        let sums = [
+            (&mut self.llm_calls, o.llm_calls),
+            (&mut self.input_tokens, o.input_tokens),
+            (&mut self.output_tokens, o.output_tokens),
+            (&mut self.cached_tokens, o.cached_tokens),
+            (&mut self.cache_creation_tokens, o.cache_creation_tokens),
+            (&mut self.cost_nanos, o.cost_nanos),
+            (&mut self.unpriced_turns, o.unpriced_turns),
+            (&mut self.credits_micros, o.credits_micros),
+            (&mut self.tool_calls_started, o.tool_calls_started),
+            (&mut self.tool_calls, o.tool_calls),
+            (&mut self.tool_errors, o.tool_errors),
+            (&mut self.events, o.events),
+        ];
+        for (sum, v) in sums {
+            *sum = sum.saturating_add(v);
+        }
         self.first_at = if self.first_at == 0 {
             o.first_at
         } else {
@@ -138,45 +187,45 @@ impl UsageAgg {
         };
         self.last_at = self.last_at.max(o.last_at);
     }
+
+    /// One event's totals from its shared contribution.
+    fn of(c: Contribution, parent_session_id: Option<String>, at_ms: i64) -> UsageAgg {
+        UsageAgg {
+            parent_session_id,
+            llm_calls: c.llm_calls,
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+            cached_tokens: c.cached_tokens,
+            cache_creation_tokens: c.cache_creation_tokens,
+            cost_nanos: c.cost_nanos,
+            unpriced_turns: c.unpriced_turns,
+            credits_micros: c.credits_micros,
+            tool_calls_started: c.tool_calls_started,
+            tool_calls: c.tool_calls,
+            tool_errors: c.tool_errors,
+            events: c.events,
+            first_at: at_ms,
+            last_at: at_ms,
+        }
+    }
 }
 
-/// The usage an event contributes, keyed by model (`""` for non-LLM events). Device-level events have none.
+/// The usage an event contributes, keyed by model (`""` for non-LLM events), by the shared rule
+/// ([`contribution_of`]). Device-level events have none; neither has an event whose values are out of
+/// range: the ingest refuses it (and the push dead-letters it with that reason), so counting it here
+/// would make the device's totals disagree with the cloud's.
 fn usage_of(e: &CanonicalEvent) -> Option<(String, UsageAgg)> {
     e.session_id.as_ref()?;
-    let at = e.occurred_at.timestamp_millis();
-    let mut u = UsageAgg {
-        parent_session_id: e.parent_session_id.clone(),
-        events: 1,
-        first_at: at,
-        last_at: at,
-        ..UsageAgg::default()
-    };
-    let mut model = String::new();
-    let num = |k: &str| e.data.get(k).and_then(serde_json::Value::as_f64);
-    match e.kind {
-        EventKind::LlmTurn => {
-            model = e.data_str("model").unwrap_or("").to_string();
-            u.llm_calls = 1;
-            u.input_tokens = e.data_u64("input_tokens") as i64;
-            u.output_tokens = e.data_u64("output_tokens") as i64;
-            u.cached_tokens = e.data_u64("cached_tokens") as i64;
-            u.cache_creation_tokens = e.data_u64("cache_creation_tokens") as i64;
-            u.cost_usd = num("cost_usd").unwrap_or(0.0);
-            u.credits = num("credits").unwrap_or(0.0);
-            let unpriced = e.data_str("cost_source") == Some("unreported")
-                || (u.cost_usd == 0.0 && e.data_str("cost_source").is_none());
-            u.unpriced_turns = i64::from(unpriced);
+    match contribution_of(e) {
+        Ok(c) => {
+            let mut c = c?;
+            let model = std::mem::take(&mut c.model);
+            let at = e.occurred_at.timestamp_millis();
+            Some((model, UsageAgg::of(c, e.parent_session_id.clone(), at)))
         }
-        EventKind::ToolCall => match e.data_str("status") {
-            Some("started") => u.tool_calls_started = 1,
-            Some("completed") => {
-                u.tool_calls = 1;
-                let err = e.data.get("is_error").and_then(serde_json::Value::as_bool);
-                u.tool_errors = i64::from(err == Some(true));
-            }
-            _ => {}
-        },
-        _ => {}
+        Err(why) => {
+            tracing::warn!(event_id = %e.event_id, %why, "event not counted in local usage: the ingest will refuse it");
+            None
+        }
     }
-    Some((model, u))
 }

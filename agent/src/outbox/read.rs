@@ -1,5 +1,6 @@
 //! Read-only queries: status, local usage, follow, checkpoints. They run on a separate read connection
-//! (WAL: never blocked by the writer), in the agent or in a CLI process.
+//! (WAL: never blocked by the writer), in the agent or in a CLI process, through the named methods of
+//! [`super::OutboxReader`] and [`super::Outbox`].
 
 use std::collections::BTreeMap;
 
@@ -8,9 +9,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::counters::{Counters, FILTERED_PREFIX, UNREPORTED_PREFIX};
 use super::item::UsageAgg;
 use super::store;
-use super::Counters;
 use crate::tail::sink::Checkpoint;
 
 /// The sync switch as stored.
@@ -106,8 +107,8 @@ pub fn stored_status(conn: &Connection) -> rusqlite::Result<StoredStatus> {
         oldest_pending_age_seconds: oldest.map(|t| (now - t).max(0) as f64 / 1000.0),
         dead_letters: count("SELECT count(*) FROM dead_letters")?,
         sessions: count("SELECT count(*) FROM sessions")?,
-        filtered_by_reason: sub("filtered."),
-        drops_unreported: sub(store::DROPS_UNREPORTED),
+        filtered_by_reason: sub(FILTERED_PREFIX),
+        drops_unreported: sub(UNREPORTED_PREFIX),
         used_bytes: store::used_bytes(&tx)?,
         wal_bytes: wal_bytes(&tx),
         last_push: store::get_meta(&tx, "last_push")?.and_then(|s| serde_json::from_str(&s).ok()),
@@ -148,7 +149,7 @@ pub struct SessionTotals {
 pub fn session_usage(conn: &Connection, session: &str) -> rusqlite::Result<Option<SessionUsage>> {
     let mut stmt = conn.prepare_cached(
         "SELECT session_id, model, parent_session_id, llm_calls, input_tokens, output_tokens,
-            cached_tokens, cache_creation_tokens, cost_usd, unpriced_turns, credits, tool_calls_started,
+            cached_tokens, cache_creation_tokens, cost_nanos, unpriced_turns, credits_micros, tool_calls_started,
             tool_calls, tool_errors, events
          FROM usage
          WHERE session_id = ?1 OR parent_session_id = ?1
@@ -172,9 +173,9 @@ pub fn session_usage(conn: &Connection, session: &str) -> rusqlite::Result<Optio
             output_tokens: r.get(5)?,
             cached_tokens: r.get(6)?,
             cache_creation_tokens: r.get(7)?,
-            cost_usd: r.get(8)?,
+            cost_nanos: r.get(8)?,
             unpriced_turns: r.get(9)?,
-            credits: r.get(10)?,
+            credits_micros: r.get(10)?,
             tool_calls_started: r.get(11)?,
             tool_calls: r.get(12)?,
             tool_errors: r.get(13)?,
@@ -250,6 +251,23 @@ pub fn follow_after(
         })
     })?;
     rows.collect()
+}
+
+/// The seq after which [`follow_after`] with the same filters returns the last `n` matching rows (0 when
+/// there are no more than `n`): seqs have gaps and other sessions' rows, so `last_seq - n` is not it.
+pub fn seq_before_last(
+    conn: &Connection,
+    n: i64,
+    session: Option<&str>,
+    kind: Option<&str>,
+) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT coalesce((SELECT seq FROM events
+             WHERE (?1 IS NULL OR session_id = ?1) AND (?2 IS NULL OR kind = ?2)
+             ORDER BY seq DESC LIMIT 1 OFFSET ?3), 0)",
+        params![session, kind, n],
+        |r| r.get(0),
+    )
 }
 
 /// The highest seq committed so far (0 when empty).

@@ -22,6 +22,8 @@
 //!   informational ones (`filtered.<reason>`, `refused`, `drops_unreported.<reason>`).
 //! - `usage`: local per-(session, model) totals, updated in the same transaction as the events, so
 //!   `GET /v1/usage/sessions/{id}` keeps working after rows are delivered and their bodies dropped.
+//!   Integers since version 4 (`cost_nanos`, `credits_micros`): sums of the shared
+//!   `apiary_schema::usage` contributions, exact like the ingest's rollups.
 //! - `sessions`: the session registry (identity bound when a session is first seen or registered).
 //! - `session_health`, `status_transitions` (version 3): each session's health tracker and status history
 //!   (the shared health model, see [`super::health`]), updated in the same transaction as the events.
@@ -35,9 +37,16 @@
 
 use rusqlite::{Connection, Transaction};
 
+/// One migration: SQL, or code for what SQL cannot do exactly.
+enum Migration {
+    Sql(&'static str),
+    Code(fn(&Transaction<'_>) -> rusqlite::Result<()>),
+}
+use Migration::{Code, Sql};
+
 /// Every migration, in order; index + 1 is its version.
-const MIGRATIONS: &[&str] = &[
-    r#"
+const MIGRATIONS: &[Migration] = &[
+    Sql(r#"
 CREATE TABLE events (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     event_id        BLOB    NOT NULL,
@@ -146,15 +155,15 @@ CREATE TABLE policies (
 );
 
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-"#,
+"#),
     // 2: held rows (captured while sync was off) have an index of their own, so `status` counts them
     // instead of counting every uploadable row (uploadable = pending counter − held). Usually empty or small.
-    r#"
+    Sql(r#"
 CREATE INDEX events_held ON events(seq) WHERE state = 0 AND held = 1;
-"#,
+"#),
     // 3: local session status (see `health`): each session's health tracker (JSON) and its status
     // transitions, written in the same transaction as the events they come from.
-    r#"
+    Sql(r#"
 CREATE TABLE session_health (
     session_id TEXT PRIMARY KEY,
     tracker    TEXT NOT NULL
@@ -168,8 +177,46 @@ CREATE TABLE status_transitions (
     cause       TEXT    NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
-"#,
+"#),
+    // 4: local usage in integers, like the ingest's rollups: `cost_usd` (REAL) becomes `cost_nanos`,
+    // `credits` (REAL) becomes `credits_micros`, each stored sum converted by the shared decimal rule.
+    Code(usage_in_integers),
 ];
+
+/// Migration 4 (see [`MIGRATIONS`]). A stored sum too large for an i64 (not reachable by real usage)
+/// saturates rather than failing the upgrade.
+fn usage_in_integers(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "ALTER TABLE usage ADD COLUMN cost_nanos INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE usage ADD COLUMN credits_micros INTEGER NOT NULL DEFAULT 0;",
+    )?;
+    let rows: Vec<(String, String, f64, f64)> = tx
+        .prepare("SELECT session_id, model, cost_usd, credits FROM usage")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut update = tx.prepare(
+        "UPDATE usage SET cost_nanos = ?3, credits_micros = ?4 WHERE session_id = ?1 AND model = ?2",
+    )?;
+    let exact = |x: f64, decimals| {
+        apiary_schema::usage::decimal_units(x, decimals).unwrap_or(if x < 0.0 {
+            i64::MIN
+        } else {
+            i64::MAX
+        })
+    };
+    for (session, model, cost, credits) in rows {
+        update.execute(rusqlite::params![
+            session,
+            model,
+            exact(cost, 9),
+            exact(credits, 6)
+        ])?;
+    }
+    tx.execute_batch(
+        "ALTER TABLE usage DROP COLUMN cost_usd;
+         ALTER TABLE usage DROP COLUMN credits;",
+    )
+}
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -183,18 +230,21 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, MigrateError> {
             supported: SCHEMA_VERSION,
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+    for (i, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let version = i as i64 + 1;
         let tx = conn.transaction()?;
-        try_apply(&tx, sql, version)?;
+        try_apply(&tx, migration, version)?;
         tx.commit()?;
         tracing::info!(version, "outbox schema migrated");
     }
     Ok(found)
 }
 
-fn try_apply(tx: &Transaction<'_>, sql: &str, version: i64) -> rusqlite::Result<()> {
-    tx.execute_batch(sql)?;
+fn try_apply(tx: &Transaction<'_>, migration: &Migration, version: i64) -> rusqlite::Result<()> {
+    match migration {
+        Sql(sql) => tx.execute_batch(sql)?,
+        Code(apply) => apply(tx)?,
+    }
     tx.pragma_update(None, "user_version", version)
 }
 
@@ -220,6 +270,34 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn version_4_converts_stored_usage_sums_to_exact_integers() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for (i, m) in MIGRATIONS.iter().enumerate().take(3) {
+            let tx = conn.transaction().unwrap();
+            try_apply(&tx, m, i as i64 + 1).unwrap();
+            tx.commit().unwrap();
+        }
+        // Ten turns of 0.1 USD summed as f64 by an agent before version 4.
+        let drifted: f64 = (0..10).map(|_| 0.1).sum();
+        conn.execute(
+            "INSERT INTO usage (session_id, model, cost_usd, credits, llm_calls) VALUES ('s', 'm', ?1, 0.42, 10)",
+            [drifted],
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), 3);
+        let row: (i64, i64, i64) = conn
+            .query_row(
+                "SELECT cost_nanos, credits_micros, llm_calls FROM usage",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(row, (1_000_000_000, 420_000, 10));
+        let old = conn.prepare("SELECT cost_usd FROM usage");
+        assert!(old.is_err(), "the REAL column is gone");
     }
 
     #[test]

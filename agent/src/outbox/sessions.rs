@@ -10,8 +10,8 @@
 //!
 //! Bindings travel with every batch (and export bundle) whose events reference the session.
 
-use super::writer::{Ctx, Op, Reply};
-use super::OutboxError;
+use super::error::OutboxError;
+use super::op::{Ctx, Task};
 use crate::identity::SessionRegistration;
 use apiary_schema::SessionBinding;
 use chrono::{TimeZone, Utc};
@@ -104,12 +104,15 @@ pub fn bindings_for<'a>(
 /// `POST /v1/sessions`: explicit registration.
 pub(crate) struct Register {
     pub registration: SessionRegistration,
-    pub reply: Reply<SessionBinding>,
 }
 
-impl Op for Register {
-    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
-        self.reply.reset();
+impl Task for Register {
+    type Output = SessionBinding;
+
+    fn apply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+    ) -> rusqlite::Result<Result<SessionBinding, OutboxError>> {
         let r = &self.registration;
         let existing = load(ctx.conn, &r.session_id)?;
         let explicit: Option<i64> = ctx
@@ -127,9 +130,7 @@ impl Op for Register {
                 || differs(&r.device_id, &b.device_id)
                 || differs(&r.parent_session_id, &b.parent_session_id)
             {
-                self.reply
-                    .set(Err(OutboxError::SessionConflict(r.session_id.clone())));
-                return Ok(());
+                return Ok(Err(OutboxError::SessionConflict(r.session_id.clone())));
             }
         }
         let d = &ctx.state.defaults;
@@ -158,11 +159,91 @@ impl Op for Register {
         )?;
         ctx.delta.new_sessions.insert(r.session_id.clone());
         let binding = load(ctx.conn, &r.session_id)?.expect("just written");
-        self.reply.set(Ok(binding));
-        Ok(())
+        Ok(Ok(binding))
     }
+}
 
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+/// What [`rebind_undelivered`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebound {
+    /// Sessions rebound to the current identity (their binding never reached the ingest).
+    pub rebound: u64,
+    /// Sessions bound to another identity that the ingest already holds: left as they are.
+    pub kept: u64,
+}
+
+/// Rebinds every implicitly bound session (registered = 0) whose binding differs from the current
+/// `defaults` and has never been accepted by the ingest (no event of it delivered, acknowledged as a
+/// duplicate or exported) to what first sight would bind it to now: its parent's user and device, else
+/// the defaults. A session the ingest already holds keeps its binding (rewriting it could not change the
+/// cloud's, only make the two disagree); explicitly registered sessions are never touched. Run when the
+/// outbox opens, so fixing `[identity]` (or adopting the token's) and restarting recovers every pending
+/// event of sessions first seen under the wrong identity.
+pub(crate) fn rebind_undelivered(
+    conn: &Connection,
+    defaults: &crate::identity::IdentityDefaults,
+) -> rusqlite::Result<Rebound> {
+    type Row = (Option<String>, Option<String>, Option<String>, bool);
+    let mut rows: std::collections::BTreeMap<String, Row> = std::collections::BTreeMap::new();
+    let mut stmt = conn.prepare(
+        "SELECT session_id, user_id, device_id, parent_session_id, registered FROM sessions",
+    )?;
+    let mut q = stmt.query([])?;
+    while let Some(r) = q.next()? {
+        rows.insert(
+            r.get(0)?,
+            (r.get(1)?, r.get(2)?, r.get(3)?, r.get::<_, i64>(4)? == 1),
+        );
     }
+    // What first sight would bind now: sessions without a bound parent first, then children from their
+    // (possibly rebound) parent.
+    let mut want: Vec<(String, Option<String>, Option<String>)> = vec![];
+    for pass in [false, true] {
+        for (id, (user, device, parent, registered)) in &rows {
+            let bound_parent = parent.as_ref().and_then(|p| rows.get(p).map(|r| (p, r)));
+            if *registered || bound_parent.is_some() != pass {
+                continue;
+            }
+            let (u, d) = match bound_parent {
+                Some((p, (pu, pd, ..))) => match want.iter().find(|w| &w.0 == p) {
+                    Some((_, wu, wd)) => (wu.clone(), wd.clone()),
+                    None => (pu.clone(), pd.clone()),
+                },
+                None => (None, None),
+            };
+            let u = u.or(defaults.user_id.clone());
+            let d = d.or(defaults.device_id.clone());
+            if (&u, &d) != (user, device) {
+                want.push((id.clone(), u, d));
+            }
+        }
+    }
+    if want.is_empty() {
+        return Ok(Rebound::default());
+    }
+    let held = held_by_ingest(conn)?;
+    let mut out = Rebound::default();
+    let mut update =
+        conn.prepare("UPDATE sessions SET user_id = ?2, device_id = ?3 WHERE session_id = ?1")?;
+    for (id, u, d) in want {
+        if held.contains(&id) {
+            out.kept += 1;
+        } else {
+            update.execute(params![id, u, d])?;
+            out.rebound += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// Sessions the ingest holds a binding of: one of their events was delivered, acknowledged as a
+/// duplicate, or exported (a bundle carries the bindings). One scan of `events` (it has no session
+/// index): only run when some binding differs from the current identity.
+fn held_by_ingest(conn: &Connection) -> rusqlite::Result<std::collections::HashSet<String>> {
+    use super::store::state::{DELIVERED, DUPLICATE, EXPORTED};
+    let mut stmt = conn.prepare(
+        "SELECT DISTINCT session_id FROM events WHERE session_id IS NOT NULL AND state IN (?1, ?2, ?3)",
+    )?;
+    let ids = stmt.query_map(params![DELIVERED, DUPLICATE, EXPORTED], |r| r.get(0))?;
+    ids.collect()
 }

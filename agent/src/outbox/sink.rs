@@ -2,7 +2,8 @@
 
 use std::future::Future;
 
-use super::{Item, Outbox};
+use super::handle::Outbox;
+use super::item::Item;
 use crate::tail::sink::{Checkpoint, TailItem, TailSink};
 
 impl TailSink for Outbox {

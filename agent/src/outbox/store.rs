@@ -5,25 +5,9 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
-use super::writer::Delta;
-use super::{Counters, OutboxSettings};
-
-/// Outcome counter names. `received = delivered + duplicate + rejected + filtered + evicted + purged +
-/// exported + pending`.
-pub const RECEIVED: &str = "received";
-pub const DELIVERED: &str = "delivered";
-pub const DUPLICATE: &str = "duplicate";
-pub const REJECTED: &str = "rejected";
-pub const FILTERED: &str = "filtered";
-pub const EVICTED: &str = "evicted";
-pub const PURGED: &str = "purged";
-pub const EXPORTED: &str = "exported";
-pub const PENDING: &str = "pending";
-pub const PENDING_BYTES: &str = "pending_bytes";
-/// Submissions refused at the door (cap reached under `reject`): not received, the producer retries.
-pub const REFUSED: &str = "refused";
-/// Drops not yet reported upstream as `outbox.dropped`, by reason.
-pub const DROPS_UNREPORTED: &str = "drops_unreported.";
+use super::counters::Counters;
+use super::memory::Delta;
+use super::settings::OutboxSettings;
 
 /// Row states of `events`.
 pub mod state {
@@ -111,19 +95,20 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
         "INSERT INTO counters (name, value) VALUES (?1, ?2)
          ON CONFLICT(name) DO UPDATE SET value = value + ?2",
     )?;
-    for (name, n) in &delta.counters {
-        counters.execute(params![name, n])?;
+    for (counter, n) in &delta.counters {
+        counters.execute(params![counter.name(), n])?;
     }
     let mut usage = conn.prepare_cached(
         "INSERT INTO usage (session_id, model, parent_session_id, llm_calls, input_tokens, output_tokens,
-            cached_tokens, cache_creation_tokens, cost_usd, unpriced_turns, credits, tool_calls_started,
+            cached_tokens, cache_creation_tokens, cost_nanos, unpriced_turns, credits_micros, tool_calls_started,
             tool_calls, tool_errors, events, first_at, last_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
          ON CONFLICT(session_id, model) DO UPDATE SET
             parent_session_id = coalesce(parent_session_id, ?3),
             llm_calls = llm_calls + ?4, input_tokens = input_tokens + ?5, output_tokens = output_tokens + ?6,
             cached_tokens = cached_tokens + ?7, cache_creation_tokens = cache_creation_tokens + ?8,
-            cost_usd = cost_usd + ?9, unpriced_turns = unpriced_turns + ?10, credits = credits + ?11,
+            cost_nanos = cost_nanos + ?9, unpriced_turns = unpriced_turns + ?10,
+            credits_micros = credits_micros + ?11,
             tool_calls_started = tool_calls_started + ?12, tool_calls = tool_calls + ?13,
             tool_errors = tool_errors + ?14, events = events + ?15,
             first_at = min(first_at, ?16), last_at = max(last_at, ?17)",
@@ -138,9 +123,9 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
             u.output_tokens,
             u.cached_tokens,
             u.cache_creation_tokens,
-            u.cost_usd,
+            u.cost_nanos,
             u.unpriced_turns,
-            u.credits,
+            u.credits_micros,
             u.tool_calls_started,
             u.tool_calls,
             u.tool_errors,
@@ -161,21 +146,7 @@ pub fn read_counter_map(conn: &Connection) -> rusqlite::Result<BTreeMap<String, 
 }
 
 pub fn read_counters(conn: &Connection) -> rusqlite::Result<Counters> {
-    let m = read_counter_map(conn)?;
-    let g = |k: &str| m.get(k).copied().unwrap_or(0).max(0) as u64;
-    Ok(Counters {
-        received: g(RECEIVED),
-        delivered: g(DELIVERED),
-        duplicate: g(DUPLICATE),
-        rejected: g(REJECTED),
-        filtered: g(FILTERED),
-        evicted: g(EVICTED),
-        purged: g(PURGED),
-        exported: g(EXPORTED),
-        pending: g(PENDING),
-        pending_bytes: g(PENDING_BYTES),
-        refused: g(REFUSED),
-    })
+    Ok(Counters::from_rows(&read_counter_map(conn)?))
 }
 
 /// Deletes up to `limit` of the oldest tombstones finished before `cutoff_ms` (`i64::MAX` = any age).

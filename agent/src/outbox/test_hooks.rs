@@ -1,11 +1,18 @@
-//! Test-only entry points (cargo feature `test-hooks`), so tests can force the interleavings and read
-//! the settings they are about instead of hoping for them. Nothing in the agent calls these.
+//! Test-only entry points (cargo feature `test-hooks`, and this crate's unit tests), so tests can force
+//! the interleavings and read the settings they are about instead of hoping for them. Nothing in the
+//! agent calls these.
 
 use std::future::Future;
 use std::path::Path;
 
-use super::writer::{Ctx, Op, Reply};
-use super::{ExportReport, Outbox, OutboxError};
+use rusqlite::Connection;
+
+use super::error::OutboxError;
+use super::export::ExportReport;
+use super::handle::Outbox;
+use super::op::{Ctx, Task};
+use super::settings::OutboxSettings;
+use super::{schema, store};
 
 impl Outbox {
     /// [`Outbox::export`] that awaits `between` after the bundle was written from its snapshot and before
@@ -21,19 +28,37 @@ impl Outbox {
     /// `PRAGMA name` as the writer thread's own connection answers it (e.g. `synchronous`: 2 = FULL).
     pub async fn writer_pragma(&self, name: &str) -> Result<String, OutboxError> {
         let name = name.to_string();
-        self.run(|reply| PragmaProbe { name, reply }).await
+        self.run(PragmaProbe { name }).await
     }
+
+    /// Any read-only query on the handle's read connection, for tests that check rows no named query
+    /// shows (e.g. which row a claim picks).
+    pub async fn raw_read_for_test<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, OutboxError> {
+        self.read(move |r| Ok(f(r.raw_connection_for_test())?))
+            .await
+    }
+}
+
+/// A writing connection to a new or existing file with the outbox's pragmas and schema but no writer
+/// thread: the intake benchmark's raw-SQLite baseline writes through it.
+pub fn open_raw_writer(path: &Path) -> anyhow::Result<Connection> {
+    let mut conn = store::open_writer(path, &OutboxSettings::default())?;
+    schema::migrate(&mut conn)?;
+    Ok(conn)
 }
 
 /// Reads one pragma on the writer's connection.
 struct PragmaProbe {
     name: String,
-    reply: Reply<String>,
 }
 
-impl Op for PragmaProbe {
-    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
-        self.reply.reset();
+impl Task for PragmaProbe {
+    type Output = String;
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<String, OutboxError>> {
         let value: rusqlite::types::Value =
             ctx.conn
                 .query_row(&format!("PRAGMA {}", self.name), [], |r| r.get(0))?;
@@ -42,10 +67,6 @@ impl Op for PragmaProbe {
             rusqlite::types::Value::Text(t) => t,
             other => format!("{other:?}"),
         };
-        self.reply.set(Ok(text));
-        Ok(())
-    }
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
-        self.reply.send(committed);
+        Ok(Ok(text))
     }
 }

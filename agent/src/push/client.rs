@@ -38,9 +38,21 @@ impl SendResult {
             SendResult::Verdicts(_) => String::new(),
             SendResult::Retry { reason, .. } => reason.clone(),
             SendResult::TooLarge => "the ingest answered 413 (too large)".into(),
-            SendResult::Unauthorized { status, message }
-            | SendResult::Refused { status, message } => format!("HTTP {status}: {message}"),
+            SendResult::Unauthorized { status, message } => unauthorized(*status, message),
+            SendResult::Refused { status, message } => format!("HTTP {status}: {message}"),
         }
+    }
+}
+
+/// A 401/403 in words, with the ingest's reason; a 401 also says what to do.
+pub fn unauthorized(status: u16, message: &str) -> String {
+    match status {
+        401 => format!(
+            "the ingest refused the token (401: {message}): check the token in the --token-file given to \
+             `apiary-agent sync enable`, or create one with `apiary-ingest token create --tenant T --scope \
+             ingest`; then run `apiary-agent sync enable` again"
+        ),
+        _ => format!("the ingest answered {status}: {message}"),
     }
 }
 
@@ -197,14 +209,7 @@ fn error_message(body: &str) -> String {
 
 /// An error with its sources, `: `-separated (reqwest hides the cause behind "error sending request").
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
+    apiary_plumbing::error::chain(e)
 }
 
 #[cfg(test)]

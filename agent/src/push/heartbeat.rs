@@ -1,10 +1,11 @@
 //! The heartbeat: a device-level `agent.heartbeat` event sent straight to the ingest (not stored in the
-//! outbox, so a backlog never delays it and a lost one costs nothing).
+//! outbox, so a backlog never delays it and a lost one costs nothing). Its payload is the shared
+//! [`Heartbeat`] the ingest reads back.
 
 use std::time::Duration;
 
-use apiary_schema::{Batch, CanonicalEvent, EventKind};
-use serde_json::json;
+use apiary_schema::device::Heartbeat;
+use apiary_schema::{Batch, CanonicalEvent};
 use uuid::Uuid;
 
 use super::client::{self, PushError, SendResult};
@@ -20,39 +21,16 @@ impl Pusher {
             (true, true) => "paused",
             _ => "disabled",
         };
-        let mut data = serde_json::Map::new();
-        data.insert("agent_version".into(), json!(env!("CARGO_PKG_VERSION")));
-        data.insert("backlog_events".into(), json!(s.pending_events));
-        data.insert("backlog_bytes".into(), json!(s.pending_bytes));
-        if let Some(age) = s.oldest_pending_age_seconds {
-            data.insert("oldest_pending_age_seconds".into(), json!(age));
-        }
-        data.insert("sync_state".into(), json!(sync_state));
-        data.insert(
-            "uptime_seconds".into(),
-            json!(self.started.elapsed().as_secs_f64()),
-        );
-        data.insert(
-            "interval_seconds".into(),
-            json!(self.settings.heartbeat_interval_secs as f64),
-        );
-        Ok(CanonicalEvent {
-            schema_version: apiary_schema::SCHEMA_VERSION,
-            event_id: Uuid::new_v4(),
-            kind: EventKind::AgentHeartbeat,
-            occurred_at: chrono::Utc::now(),
-            runtime: "apiary".into(),
-            session_id: None,
-            parent_session_id: None,
-            colony_id: None,
-            worker_id: None,
-            agent_role: None,
-            node_id: None,
-            execution_id: None,
-            trace_id: None,
-            native_type: "agent.heartbeat".into(),
-            data,
-        })
+        let beat = Heartbeat {
+            agent_version: Some(env!("CARGO_PKG_VERSION").into()),
+            backlog_events: Some(s.pending_events),
+            backlog_bytes: Some(s.pending_bytes),
+            oldest_pending_age_seconds: s.oldest_pending_age_seconds,
+            sync_state: Some(sync_state.into()),
+            uptime_seconds: Some(self.started.elapsed().as_secs_f64()),
+            interval_seconds: Some(self.settings.heartbeat_interval_secs as f64),
+        };
+        Ok(beat.event(chrono::Utc::now()))
     }
 
     /// Sends one heartbeat if sync is enabled and not paused; `None` when nothing was sent.

@@ -42,12 +42,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::outbox::consent::SyncChange;
-use crate::outbox::delivery::{ClaimLimits, Claimed, Idle};
 use crate::outbox::Outbox;
+use crate::outbox::SyncChange;
+use crate::outbox::{ClaimLimits, Claimed, Idle};
 
 pub use backoff::{parse_retry_after, BackoffPolicy};
-pub use client::{error_chain, PushError, SendResult};
+pub use client::{error_chain, http_client, PushError, SendResult};
 
 /// The reason shown in `status` when the ingest refused the token (or the token file was refused).
 pub const REAUTHENTICATE: &str = "re-authenticate";
@@ -202,10 +202,7 @@ impl Pusher {
 
     /// Where to send and with which token, as the user's last `sync enable` said.
     async fn target(&self) -> Result<Option<(reqwest::Url, std::path::PathBuf)>, PushError> {
-        let sync = self
-            .outbox
-            .read_with(crate::outbox::read::sync_status)
-            .await?;
+        let sync = self.outbox.sync_status().await?;
         if !sync.enabled || sync.paused_reason.is_some() {
             return Ok(None);
         }
@@ -281,8 +278,10 @@ impl Pusher {
                         .await
                 }
                 SendResult::Unauthorized { status, message } => {
-                    let reason =
-                        format!("{REAUTHENTICATE}: the ingest answered {status}: {message}");
+                    let reason = format!(
+                        "{REAUTHENTICATE}: {}",
+                        client::unauthorized(status, &message)
+                    );
                     return self.pause(ids, REAUTHENTICATE, reason).await;
                 }
             };
@@ -427,7 +426,10 @@ impl Pusher {
         }
         let paused = match self.send_heartbeat().await {
             Ok(Some(SendResult::Unauthorized { status, message })) => {
-                let reason = format!("{REAUTHENTICATE}: the ingest answered {status}: {message}");
+                let reason = format!(
+                    "{REAUTHENTICATE}: {}",
+                    client::unauthorized(status, &message)
+                );
                 self.pause(Vec::new(), REAUTHENTICATE, reason).await
             }
             Err(e @ PushError::Endpoint(..)) => {

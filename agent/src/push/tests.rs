@@ -82,23 +82,12 @@ fn accept_all(req: &Request) -> ResponseTemplate {
 
 /// The dead letters as (event id, reason, whether the redacted event was kept), oldest first.
 async fn dead_letters(outbox: &Outbox) -> Vec<(uuid::Uuid, String, bool)> {
-    outbox
-        .read_with(|c| {
-            let mut stmt = c.prepare(
-                "SELECT event_id, reason, body IS NOT NULL FROM dead_letters ORDER BY rowid",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                let id: Vec<u8> = r.get(0)?;
-                Ok((
-                    uuid::Uuid::from_slice(&id).unwrap_or_default(),
-                    r.get(1)?,
-                    r.get(2)?,
-                ))
-            })?;
-            rows.collect()
-        })
-        .await
-        .unwrap()
+    let mut letters = outbox.dead_letters(1000).await.unwrap();
+    letters.reverse();
+    letters
+        .into_iter()
+        .map(|d| (d.event_id.unwrap_or_default(), d.reason, d.body.is_some()))
+        .collect()
 }
 
 async fn counters(outbox: &Outbox) -> crate::outbox::Counters {
@@ -224,7 +213,7 @@ async fn push_isolates_and_dead_letters_the_one_event_a_4xx_refuses() {
     let poison = {
         let claimed = f
             .outbox
-            .read_with(|c| {
+            .raw_read_for_test(|c| {
                 c.query_row(
                     "SELECT event_id FROM events ORDER BY seq LIMIT 1 OFFSET 3",
                     [],
@@ -300,7 +289,7 @@ async fn per_event_rejections_go_to_the_dead_letter_table() {
     let f = outbox_with_turns(4, Some(&ingest.uri())).await;
     let first = f
         .outbox
-        .read_with(|c| {
+        .raw_read_for_test(|c| {
             c.query_row(
                 "SELECT event_id FROM events ORDER BY seq LIMIT 1",
                 [],

@@ -61,6 +61,18 @@ pub fn discover(home: &Path) -> io::Result<Vec<Source>> {
     Ok(found)
 }
 
+/// The session of a per-session log, `…/sessions/<session_id>/events.jsonl`: the directory's name. `None`
+/// for any other file (and for a non-UTF-8 directory name: the session id is the directory's real name).
+/// The tailer gives it to every line of the file as `session_hint`; `policy explain` does the same, so it
+/// shows what the tailer would keep.
+pub fn session_hint(path: &Path) -> Option<String> {
+    let dir = path.parent()?;
+    let sessions = dir.parent()?.file_name()?;
+    (path.file_name()? == "events.jsonl" && sessions == "sessions")
+        .then(|| dir.file_name()?.to_str().map(str::to_string))
+        .flatten()
+}
+
 /// Whether the file `name` in the directory `rel` (components below the home) is a log to follow.
 fn classify(rel: &[String], name: &str, path: PathBuf) -> Option<Source> {
     let key = rel
@@ -70,10 +82,8 @@ fn classify(rel: &[String], name: &str, path: PathBuf) -> Option<Source> {
         .collect::<Vec<_>>()
         .join("/");
     let session_hint = match rel {
-        [.., sessions, _] if name == "events.jsonl" && sessions == "sessions" => {
-            // The session id is the directory's real name: a non-UTF-8 name does not qualify.
-            Some(path.parent()?.file_name()?.to_str()?.to_string())
-        }
+        // `sessions/<id>` below the home (the hint's own rule does not know where the home is).
+        [_, _, ..] if name == "events.jsonl" => Some(session_hint(&path)?),
         [dir] if dir == "event_logs" && name.ends_with(".jsonl") => None,
         _ => return None,
     };

@@ -54,7 +54,7 @@ use apiary_schema::{Outcome, Policy};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-pub use discover::{discover as discover_logs, Source};
+pub use discover::{discover as discover_logs, session_hint, Source};
 pub use sink::{Checkpoint, TailItem, TailSink};
 pub use tailer::Tailer;
 

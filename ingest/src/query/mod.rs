@@ -1,9 +1,45 @@
-//! Read queries behind the `/v1` read endpoints. Every function takes a typed read scope
-//! ([`crate::access::TenantRead`], or for usage across tenants an [`crate::access::OperatorRead`]) instead
-//! of a raw tenant id, so no query can be called without the tenant (and user) filter the token allows.
+//! Read queries behind the `/v1` read endpoints.
+//!
+//! Two seals make a read without the tenant filter impossible to write by accident:
+//! - every query takes a typed read scope ([`crate::access::TenantRead`], or for usage across tenants an
+//!   [`crate::access::OperatorRead`]) instead of a raw tenant id, and binds its tenant (and user);
+//! - the pool is reachable only here: handlers get a [`ReadDb`], whose pool is private to this module
+//!   and its children, so a handler can call these functions but cannot run a query of its own.
+//!
+//! Each read is split the same way: parameters arrive as typed structs (the route's query string
+//! deserialized), a pure part plans the SQL ([`usage::plan`]: buckets, which rollup, the statement built
+//! with `sqlx::QueryBuilder`) and is unit-tested without a database, a thin fetch runs it and decodes
+//! rows into `FromRow` types, and the answer is a `Serialize` + `ToSchema` type (the OpenAPI document is
+//! generated from the same types, [`crate::routes::openapi`]).
 
 pub mod buckets;
+pub mod devices;
 pub mod history;
+pub mod params;
 pub mod sessions;
 pub mod sums;
 pub mod usage;
+
+use apiary_schema::status::Rules;
+use sqlx::PgPool;
+
+/// The database as the read handlers see it: the pool, sealed (only [`crate::query`] reaches it), and
+/// the health model's thresholds every status read applies.
+#[derive(Clone)]
+pub struct ReadDb {
+    /// Private to this module and its children: see the module notes.
+    pool: PgPool,
+    /// The thresholds sessions are folded with (the same the batches use).
+    rules: Rules,
+}
+
+impl ReadDb {
+    pub fn new(pool: PgPool, rules: Rules) -> ReadDb {
+        ReadDb { pool, rules }
+    }
+
+    /// The health model's thresholds.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+}

@@ -7,13 +7,19 @@
 //! read as text into `i128`. The fallback costs only the rare query that needs it, and a tenant's reads
 //! can no longer be broken for good by what it stored.
 //!
-//! JSON: a sum within the 64-bit range is an exact integer; beyond it (10^19 tokens, or 18 billion USD in
-//! nano-dollars) it is written as a floating-point number, the nearest JSON can carry without a
-//! string.
+//! Both forms name each sum after its column, and [`ExactSum`] decodes either (a bigint or the text of
+//! the exact form), so one `FromRow` type ([`SumColumns`]) reads the rows of both.
+//!
+//! JSON ([`Sum`]): a sum within the 64-bit range is an exact integer; beyond it (10^19 tokens, or 18
+//! billion USD in nano-dollars) it is written as a floating-point number, the nearest JSON can carry
+//! without a string.
 
-use serde_json::Value;
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use serde::{Serialize, Serializer};
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgTypeInfo, PgValueRef};
+use sqlx::{Decode, Postgres, Type, ValueRef};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type as SchemaType};
+use utoipa::openapi::RefOr;
 
 use crate::rollups::Usage;
 
@@ -33,69 +39,140 @@ const COLUMNS: [&str; 10] = [
     "events",
 ];
 
-/// The ten sum expressions, comma-separated: `apiary_sum(c)`, or exact `sum(c)::text` when `wide`.
+/// The ten sum expressions, comma-separated, each named after its column: `apiary_sum(c) AS c`, or
+/// exact `sum(c)::text AS c` when `wide`.
 pub fn select(wide: bool) -> String {
     COLUMNS
         .iter()
         .map(|c| {
             if wide {
-                format!("sum({c})::text")
+                format!("sum({c})::text AS {c}")
             } else {
-                format!("apiary_sum({c})")
+                format!("apiary_sum({c}) AS {c}")
             }
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// The ten sums of `row` starting at column `first` (bigint, or text from the exact fallback).
-pub fn usage_at(row: &PgRow, first: usize) -> Result<Usage, sqlx::Error> {
-    let mut cols = [0i128; 10];
-    for (i, c) in cols.iter_mut().enumerate() {
-        let at = first + i;
-        *c = match row.try_get::<Option<i64>, _>(at) {
-            Ok(v) => i128::from(v.unwrap_or(0)),
-            Err(_) => match row.try_get::<Option<String>, _>(at)? {
-                None => 0,
-                Some(t) => t.parse().map_err(|e| sqlx::Error::ColumnDecode {
-                    index: at.to_string(),
-                    source: Box::new(e),
-                })?,
-            },
-        };
+/// One sum as the database answers it: a bigint (`apiary_sum`) or the text of an exact `sum()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExactSum(pub i128);
+
+impl Type<Postgres> for ExactSum {
+    fn type_info() -> PgTypeInfo {
+        <i64 as Type<Postgres>>::type_info()
     }
-    Ok(Usage::from_columns(cols))
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <i64 as Type<Postgres>>::compatible(ty) || <String as Type<Postgres>>::compatible(ty)
+    }
 }
 
-/// A sum as a JSON number: exact within 64 bits, else the nearest float.
-pub fn json_number(v: i128) -> Value {
-    if let Ok(n) = i64::try_from(v) {
-        Value::from(n)
-    } else if let Ok(n) = u64::try_from(v) {
-        Value::from(n)
-    } else {
-        Value::from(v as f64)
+impl<'r> Decode<'r, Postgres> for ExactSum {
+    fn decode(value: PgValueRef<'r>) -> Result<ExactSum, BoxDynError> {
+        if <i64 as Type<Postgres>>::compatible(&value.type_info()) {
+            Ok(ExactSum(i128::from(<i64 as Decode<Postgres>>::decode(
+                value,
+            )?)))
+        } else {
+            Ok(ExactSum(
+                <&str as Decode<Postgres>>::decode(value)?.parse()?,
+            ))
+        }
     }
 }
+
+/// The ten sums of a row (absent ones, from no rows, are zero).
+#[derive(Debug, Clone, Copy, Default, sqlx::FromRow)]
+pub struct SumColumns {
+    input_tokens: Option<ExactSum>,
+    output_tokens: Option<ExactSum>,
+    cached_tokens: Option<ExactSum>,
+    cache_creation_tokens: Option<ExactSum>,
+    cost_nanos: Option<ExactSum>,
+    llm_calls: Option<ExactSum>,
+    unpriced_turns: Option<ExactSum>,
+    tool_calls: Option<ExactSum>,
+    tool_errors: Option<ExactSum>,
+    events: Option<ExactSum>,
+}
+
+impl SumColumns {
+    pub fn usage(&self) -> Usage {
+        let v = |s: Option<ExactSum>| s.unwrap_or_default().0;
+        Usage::from_columns([
+            v(self.input_tokens),
+            v(self.output_tokens),
+            v(self.cached_tokens),
+            v(self.cache_creation_tokens),
+            v(self.cost_nanos),
+            v(self.llm_calls),
+            v(self.unpriced_turns),
+            v(self.tool_calls),
+            v(self.tool_errors),
+            v(self.events),
+        ])
+    }
+}
+
+/// A sum in JSON: exact within 64 bits, else the nearest float.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sum(pub i128);
+
+impl Serialize for Sum {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Ok(n) = i64::try_from(self.0) {
+            s.serialize_i64(n)
+        } else if let Ok(n) = u64::try_from(self.0) {
+            s.serialize_u64(n)
+        } else {
+            s.serialize_f64(self.0 as f64)
+        }
+    }
+}
+
+impl utoipa::PartialSchema for Sum {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::Number)
+            .description(Some(
+                "An exact sum: an integer within the 64-bit range, the nearest floating-point number beyond it.",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Sum {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn json(v: i128) -> serde_json::Value {
+        serde_json::to_value(Sum(v)).unwrap()
+    }
+
     #[test]
     fn sums_are_exact_integers_within_64_bits_and_floats_beyond() {
-        assert_eq!(json_number(42), Value::from(42));
-        assert_eq!(json_number(i128::from(u64::MAX)), Value::from(u64::MAX));
+        assert_eq!(json(42), serde_json::Value::from(42));
+        assert_eq!(json(-3), serde_json::Value::from(-3));
         assert_eq!(
-            json_number(i128::from(u64::MAX) * 4).as_f64(),
+            json(i128::from(u64::MAX)),
+            serde_json::Value::from(u64::MAX)
+        );
+        assert_eq!(
+            json(i128::from(u64::MAX) * 4).as_f64(),
             Some(u64::MAX as f64 * 4.0)
         );
     }
 
     #[test]
     fn both_forms_name_every_column_once() {
-        assert!(select(false).starts_with("apiary_sum(input_tokens), apiary_sum(output_tokens)"));
+        assert!(select(false).starts_with(
+            "apiary_sum(input_tokens) AS input_tokens, apiary_sum(output_tokens) AS output_tokens"
+        ));
         assert_eq!(select(true).matches("sum(").count(), 10);
-        assert!(select(true).ends_with("sum(events)::text"));
+        assert!(select(true).ends_with("sum(events)::text AS events"));
     }
 }

@@ -9,13 +9,31 @@ use axum::http::{header, HeaderMap};
 use axum::Json;
 use http_body_util::BodyExt;
 
+use super::docs::{BatchBody, BatchErrors, BatchResponseBody};
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
 use crate::intake::{check_batch, decode_body};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::batch::{self, Sender};
 
-/// Decodes, checks and stores one batch; answers the per-event verdicts.
+/// Ingest a batch of canonical events (scope ingest). Content-Encoding gzip or zstd accepted.
+///
+/// Events and session bindings together count towards max_batch_events (413). A binding whose ids
+/// (session, user, device, parent; and agent.device_id) are not ids by the policy's rule — e.g. they look
+/// like an e-mail address, a path or a key — or whose first_seen_at (clock-corrected) lies outside the
+/// accepted window refuses the whole batch (422, one detail per problem). A token bound to a user or
+/// device may write only that user's (device's) sessions: an event whose session, parent or colony
+/// belongs to another is rejected per event with the reason.
+#[utoipa::path(
+    post,
+    path = "/v1/batches",
+    request_body(content = BatchBody, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Per-event verdicts. Replaying a batch changes nothing.", body = BatchResponseBody),
+        BatchErrors
+    )
+)]
 #[tracing::instrument(skip_all, fields(tenant = %principal.tenant_id))]
 pub async fn post_batch(
     State(state): State<AppState>,
@@ -28,12 +46,17 @@ pub async fn post_batch(
     match &result {
         Ok(r) => {
             state.metrics.batches.inc();
-            state.metrics.events_accepted.add(r.accepted);
-            state.metrics.events_duplicate.add(r.duplicates);
-            state.metrics.events_rejected.add(r.rejected.len() as u64);
-            state.metrics.batch_seconds.observe(started.elapsed());
+            state.metrics.events_accepted.inc_by(r.accepted);
+            state.metrics.events_duplicate.inc_by(r.duplicates);
+            state
+                .metrics
+                .events_rejected
+                .inc_by(r.rejected.len() as u64);
+            state.metrics.observe_batch(started.elapsed());
         }
-        Err(_) => state.metrics.batches_refused.inc(),
+        Err(_) => {
+            state.metrics.batches_refused.inc();
+        }
     }
     result.map(Json)
 }
@@ -45,51 +68,16 @@ async fn handle(
     body: Body,
 ) -> Result<BatchResponse, ApiError> {
     principal.require(Scope::Ingest)?;
-    if let Some(ct) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    {
-        let ct_main = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        let jsonish = ct_main == "application/json"
-            || ct_main.ends_with("+json")
-            || ct_main == "application/octet-stream";
-        if !jsonish {
-            return Err(ApiError::UnsupportedMedia(format!(
-                "Content-Type {ct:?} is not supported (use application/json)"
-            )));
-        }
-    }
-    let max = state.settings.max_body_bytes;
-    let bytes = http_body_util::Limited::new(body, max)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                ApiError::TooLarge(format!("the body exceeds {max} bytes"))
-            } else {
-                ApiError::BadRequest {
-                    code: "bad_body",
-                    message: "the request body could not be read".into(),
-                }
-            }
-        })?
-        .to_bytes();
+    check_content_type(headers)?;
+    let bytes = read_body(body, state.settings.max_body_bytes).await?;
     let encoding = headers
         .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok());
-    let rules = state.rules.clone();
-    let policy = state.policy.clone();
-    let p = principal.clone();
-    let max_out = rules.max_decompressed_bytes;
-    let encoding = encoding.map(str::to_string);
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let (rules, policy, p) = (state.rules.clone(), state.policy.clone(), principal.clone());
     // Decompression, JSON parsing and validation are CPU work: keep them off the async workers.
     let checked = tokio::task::spawn_blocking(move || {
-        let decoded = decode_body(encoding.as_deref(), &bytes, max_out)?;
+        let decoded = decode_body(encoding.as_deref(), &bytes, rules.max_decompressed_bytes)?;
         check_batch(&decoded, &p, &policy, &rules, chrono::Utc::now(), true)
     })
     .await
@@ -109,4 +97,45 @@ async fn handle(
     tokio::spawn(async move { batch::write(&store, &sender, checked).await })
         .await
         .map_err(|e| ApiError::Internal(e.into()))?
+}
+
+/// 415 unless the `Content-Type`, when given, is JSON (or `application/octet-stream`).
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Ok(());
+    };
+    let main = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if main == "application/json" || main.ends_with("+json") || main == "application/octet-stream" {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMedia(format!(
+            "Content-Type {ct:?} is not supported (use application/json)"
+        )))
+    }
+}
+
+/// The body, at most `max` bytes (413 beyond).
+async fn read_body(body: Body, max: usize) -> Result<bytes::Bytes, ApiError> {
+    let collected = http_body_util::Limited::new(body, max)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ApiError::TooLarge(format!("the body exceeds {max} bytes"))
+            } else {
+                ApiError::BadRequest {
+                    code: "bad_body",
+                    message: "the request body could not be read".into(),
+                }
+            }
+        })?;
+    Ok(collected.to_bytes())
 }

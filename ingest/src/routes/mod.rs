@@ -1,11 +1,16 @@
 //! HTTP routes, one file per group. Every `/v1` route authenticates with a bearer token (the
 //! [`Principal`](crate::auth::Principal) extractor, which also applies the per-token rate limit) and is
-//! scoped to the token's tenant. Query strings and path parameters go through [`extract`]'s wrappers so
-//! that a malformed one answers the JSON error body (400), never axum's plain-text rejection.
+//! scoped to the token's tenant. Query strings deserialize into each route's parameter struct and path
+//! parameters are read through [`extract`]'s wrappers, so that a malformed one answers the JSON error
+//! body (400, naming the parameter), never axum's plain-text rejection. Handlers take the parts of the
+//! state they need ([`crate::state`]); read handlers reach the database only through
+//! [`crate::query::ReadDb`] and a read scope. Every handler carries its `#[utoipa::path]`, from which
+//! [`openapi`] builds the document.
 
 mod batches;
 mod devices;
-mod extract;
+mod docs;
+pub mod extract;
 pub mod openapi;
 mod ops;
 mod sessions;
@@ -16,7 +21,7 @@ mod whoami;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Every route.
 pub fn router() -> Router<AppState> {

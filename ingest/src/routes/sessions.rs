@@ -1,21 +1,22 @@
 //! Session and colony reads (scope `read`): `/v1/sessions` (a listing), `/v1/sessions/{id}`,
 //! `/v1/sessions/{id}/usage`, `/v1/sessions/{id}/tree`, `/v1/sessions/{id}/history`,
-//! `/v1/colonies/{id}/usage`. Every handler takes a
-//! [`TenantRead`] (the token's tenant, and its user for a user-bound `read` token). Unknown and
-//! other-tenant ids are both 404.
-
-use std::collections::BTreeMap;
+//! `/v1/colonies/{id}/usage`. Every handler takes a [`TenantRead`] (the token's tenant, and its user for
+//! a user-bound `read` token) and the [`ReadDb`]. Unknown and other-tenant ids are both 404.
 
 use axum::extract::State;
 use axum::Json;
-use serde_json::Value;
+use chrono::{DateTime, Utc};
 
+use super::docs::ReadErrors;
 use super::extract::{Path, Query};
 use crate::access::TenantRead;
 use crate::error::ApiError;
-use crate::query::usage::{self, Part, UsageQuery, Within};
-use crate::query::{history, sessions};
-use crate::startup::AppState;
+use crate::query::history::{self, SessionHistory};
+use crate::query::sessions::body::{self, SessionBody, SessionPage, TreeNode};
+use crate::query::sessions::{self, ListFilter, ListParams};
+use crate::query::usage::body::{ColonyUsage, SessionUsage};
+use crate::query::usage::{self, Dim, GroupBy, Part, TimeArg, UsageParams, UsageQuery, Within};
+use crate::query::ReadDb;
 
 fn check_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > 200 {
@@ -25,13 +26,12 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// Usage parameters with defaults for a single session or colony: all time, totals, by `group_by`.
-fn usage_params(mut p: BTreeMap<String, String>, group_by: &str) -> Result<UsageQuery, ApiError> {
-    p.entry("from".into())
-        .or_insert_with(|| "2000-01-01T00:00:00Z".into());
-    p.entry("group_by".into())
-        .or_insert_with(|| group_by.into());
-    let q = UsageQuery::parse(&p, chrono::Utc::now())?;
-    if q.group_by.contains(&usage::Dim::Tenant) {
+fn scoped_usage(mut p: UsageParams, group_by: Dim) -> Result<UsageQuery, ApiError> {
+    let epoch: DateTime<Utc> = "2000-01-01T00:00:00Z".parse().expect("a valid time");
+    p.from.get_or_insert(TimeArg::Instant(epoch));
+    p.group_by.get_or_insert(GroupBy(vec![group_by]));
+    let q = UsageQuery::from_params(p, Utc::now())?;
+    if q.group_by.contains(&Dim::Tenant) {
         return Err(ApiError::bad_param(
             "group_by",
             "tenant is not available here",
@@ -40,174 +40,154 @@ fn usage_params(mut p: BTreeMap<String, String>, group_by: &str) -> Result<Usage
     Ok(q)
 }
 
-const LIST_PARAMS: [&str; 6] = ["status", "user", "device", "since", "limit", "cursor"];
-const LIST_DEFAULT_LIMIT: usize = 100;
-const LIST_MAX_LIMIT: usize = 1000;
-
-/// Parses the listing's parameters; an unknown one, or a bad value, is a 400 naming it.
-fn list_filter(p: &BTreeMap<String, String>) -> Result<sessions::ListFilter, ApiError> {
-    if let Some(k) = p.keys().find(|k| !LIST_PARAMS.contains(&k.as_str())) {
-        return Err(ApiError::bad_param(k, "unknown parameter"));
-    }
-    let text = |k: &str| -> Result<Option<String>, ApiError> {
-        match p.get(k) {
-            Some(v) if v.is_empty() || v.len() > 200 => {
-                Err(ApiError::bad_param(k, "must have 1 to 200 characters"))
-            }
-            v => Ok(v.cloned()),
-        }
-    };
-    let limit = match p.get("limit") {
-        None => LIST_DEFAULT_LIMIT,
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=LIST_MAX_LIMIT).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_param(
-                    "limit",
-                    format!("must be a whole number from 1 to {LIST_MAX_LIMIT}"),
-                )
-            })?,
-    };
-    let statuses = p
-        .get("status")
-        .map(|v| crate::status::parse_statuses(v))
-        .transpose()?;
-    let since = match p.get("since") {
-        None => None,
-        Some(v) => Some(
-            chrono::DateTime::parse_from_rfc3339(v)
-                .map_err(|_| ApiError::bad_param("since", "must be an RFC 3339 time"))?
-                .with_timezone(&chrono::Utc),
-        ),
-    };
-    let after = match p.get("cursor") {
-        None => None,
-        Some(v) => Some(sessions::Cursor::decode(v).ok_or_else(|| {
-            ApiError::bad_param("cursor", "is not a cursor this endpoint returned")
-        })?),
-    };
-    Ok(sessions::ListFilter {
-        user: text("user")?,
-        device: text("device")?,
-        since,
-        statuses,
-        limit,
-        after,
-    })
-}
-
-/// The tenant's sessions, most recently active first, a page at a time (`next_cursor` continues).
-/// Filters: `status` (comma-separated derived statuses), `user`, `device`, `since`. A `read` token bound
-/// to a user sees only that user's sessions.
+/// The tenant's sessions, most recently active first (last event time, then id), each as
+/// `/v1/sessions/{id}` returns it; `next_cursor` (null at the end) gives the next page. With a status
+/// filter a page may come back short, even empty, with a cursor to go on from. A `read` token bound to
+/// a user sees only that user's sessions.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    params(ListParams),
+    security(("bearer" = [])),
+    responses((status = 200, description = "A page of sessions.", body = SessionPage), ReadErrors)
+)]
 pub async fn list_sessions(
-    State(state): State<AppState>,
+    State(db): State<ReadDb>,
     reader: TenantRead,
-    Query(params): Query<BTreeMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
-    let filter = list_filter(&params)?;
-    let now = chrono::Utc::now();
-    let (rows, next) =
-        sessions::list(&state.pool, &reader, &filter, now, state.status_rules()).await?;
+    Query(params): Query<ListParams>,
+) -> Result<Json<SessionPage>, ApiError> {
+    let filter = ListFilter::from(params);
+    let now = Utc::now();
+    let (rows, next) = sessions::list::list(&db, &reader, &filter, now, db.rules()).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
-    let totals = sessions::totals(&state.pool, &reader, &ids).await?;
-    let list: Vec<Value> = rows
+    let totals = sessions::totals(&db, &reader, &ids).await?;
+    let sessions = rows
         .iter()
         .map(|r| {
             let t = totals.get(&r.session_id).copied().unwrap_or_default();
-            r.to_json(now, state.status_rules(), &t)
+            SessionBody::new(r, now, db.rules(), &t)
         })
         .collect();
-    Ok(Json(serde_json::json!({
-        "sessions": list,
-        "next_cursor": next.map(|c| c.encode()),
-    })))
+    Ok(Json(SessionPage {
+        sessions,
+        next_cursor: next.map(|c| c.encode()),
+    }))
 }
 
-/// One session: identity, phase, derived status, health, last event, totals.
+/// A session: identity, phase, status (the shared health model, see the README's status table) with
+/// status_since and status_cause, time_in_state (seconds per status), lifecycle, last health signal,
+/// totals.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}",
+    params(("id" = String, Path, description = "session id", max_length = 200)),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The session.", body = SessionBody), ReadErrors)
+)]
 pub async fn get_session(
-    State(state): State<AppState>,
+    State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionBody>, ApiError> {
     check_id(&id)?;
-    let row = sessions::get(&state.pool, &reader, &id).await?;
-    let totals = sessions::totals(&state.pool, &reader, std::slice::from_ref(&id)).await?;
+    let row = sessions::get(&db, &reader, &id).await?;
+    let totals = sessions::totals(&db, &reader, std::slice::from_ref(&id)).await?;
     let t = totals.get(&id).copied().unwrap_or_default();
-    Ok(Json(row.to_json(
-        chrono::Utc::now(),
-        state.status_rules(),
-        &t,
-    )))
+    Ok(Json(SessionBody::new(&row, Utc::now(), db.rules(), &t)))
 }
 
-/// A session's status history: every transition `{at, from, to, cause}` oldest first, those derived
-/// since its last event (no progress, offline), and its time in each status.
+/// A session's status history: every transition `{at, from, to, cause}` oldest first (from is null for
+/// the first), including those time caused after its last event (no progress for stall_after) and the
+/// current offline overlay, and its time in each status.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/history",
+    params(("id" = String, Path, description = "session id", max_length = 200)),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The session's history.", body = SessionHistory), ReadErrors)
+)]
 pub async fn get_session_history(
-    State(state): State<AppState>,
+    State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionHistory>, ApiError> {
     check_id(&id)?;
-    let row = sessions::get(&state.pool, &reader, &id).await?;
-    let now = chrono::Utc::now();
-    Ok(Json(
-        history::session_history(&state.pool, &reader, &row, now, state.status_rules()).await?,
-    ))
+    let row = sessions::get(&db, &reader, &id).await?;
+    let now = Utc::now();
+    let h = history::session_history(&db, &reader, &row, now, db.rules()).await?;
+    Ok(Json(h))
 }
 
 /// A session's usage (default: all time, by model).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/usage",
+    params(("id" = String, Path, description = "session id", max_length = 200), UsageParams),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The session's usage.", body = SessionUsage), ReadErrors)
+)]
 pub async fn get_session_usage(
-    State(state): State<AppState>,
+    State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
-    Query(params): Query<BTreeMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+    Query(params): Query<UsageParams>,
+) -> Result<Json<SessionUsage>, ApiError> {
     check_id(&id)?;
-    let q = usage_params(params, "model")?;
-    sessions::get(&state.pool, &reader, &id).await?;
+    let q = scoped_usage(params, Dim::Model)?;
+    sessions::get(&db, &reader, &id).await?;
     let part = Part::Sessions(vec![id.clone()]);
-    let rows = usage::run(&state.pool, Within::Tenant(&reader, &part), &q).await?;
-    let mut body = usage::response_json(&q, &rows);
-    body["session_id"] = id.into();
-    Ok(Json(body))
+    let rows = usage::run(&db, Within::Tenant(&reader, &part), &q).await?;
+    Ok(Json(SessionUsage {
+        session_id: id,
+        usage: usage::UsageResponse::new(&q, &rows),
+    }))
 }
 
-/// The session and its colonies and workers, usage rolled up the tree.
+/// The session → colonies → workers, with usage rolled up.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/tree",
+    params(("id" = String, Path, description = "session id", max_length = 200)),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The tree.", body = TreeNode), ReadErrors)
+)]
 pub async fn get_session_tree(
-    State(state): State<AppState>,
+    State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TreeNode>, ApiError> {
     check_id(&id)?;
-    let rows = sessions::subtree(&state.pool, &reader, &id).await?;
+    let rows = sessions::subtree(&db, &reader, &id).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
-    let usage = sessions::totals(&state.pool, &reader, &ids).await?;
-    Ok(Json(sessions::tree_json(
-        &id,
-        &rows,
-        &usage,
-        chrono::Utc::now(),
-        state.status_rules(),
-    )))
+    let usage = sessions::totals(&db, &reader, &ids).await?;
+    body::tree(&id, &rows, &usage, Utc::now(), db.rules())
+        .map(Json)
+        .ok_or(ApiError::NotFound("session"))
 }
 
 /// A colony's usage: its workers' events (default: all time, by session).
+#[utoipa::path(
+    get,
+    path = "/v1/colonies/{id}/usage",
+    params(("id" = String, Path, description = "colony id", max_length = 200), UsageParams),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The colony's usage.", body = ColonyUsage), ReadErrors)
+)]
 pub async fn get_colony_usage(
-    State(state): State<AppState>,
+    State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
-    Query(params): Query<BTreeMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+    Query(params): Query<UsageParams>,
+) -> Result<Json<ColonyUsage>, ApiError> {
     check_id(&id)?;
-    let q = usage_params(params, "session")?;
-    if !sessions::colony_exists(&state.pool, &reader, &id).await? {
+    let q = scoped_usage(params, Dim::Session)?;
+    if !sessions::colony_exists(&db, &reader, &id).await? {
         return Err(ApiError::NotFound("colony"));
     }
     let part = Part::Colony(id.clone());
-    let rows = usage::run(&state.pool, Within::Tenant(&reader, &part), &q).await?;
-    let mut body = usage::response_json(&q, &rows);
-    body["colony_id"] = id.into();
-    Ok(Json(body))
+    let rows = usage::run(&db, Within::Tenant(&reader, &part), &q).await?;
+    Ok(Json(ColonyUsage {
+        colony_id: id,
+        usage: usage::UsageResponse::new(&q, &rows),
+    }))
 }

@@ -3,33 +3,40 @@
 //! that user's usage. An operator token (made by `apiary-ingest operator-token create`) reads every
 //! tenant's usage, grouped by tenant and optionally by model.
 
-use std::collections::BTreeMap;
-
 use axum::extract::State;
 use axum::Json;
-use serde_json::Value;
 
+use super::docs::ReadErrors;
 use super::extract::Query;
 use crate::access::UsageReader;
 use crate::error::ApiError;
-use crate::query::usage::{self, Part, UsageQuery, Within};
-use crate::startup::AppState;
+use crate::query::usage::{self, Part, UsageParams, UsageQuery, UsageResponse, Within};
+use crate::query::ReadDb;
 
-/// Usage rows and totals for the token's tenant (or per tenant, for an operator token).
+/// Usage rows (bucket, group keys, sums) and totals; exact sums of the stored events. The one route an
+/// operator token may read (per tenant).
+#[utoipa::path(
+    get,
+    path = "/v1/usage",
+    params(UsageParams),
+    security(("bearer" = [])),
+    responses((status = 200, description = "Usage.", body = UsageResponse), ReadErrors)
+)]
 pub async fn get_usage(
-    State(state): State<AppState>,
+    State(db): State<ReadDb>,
     reader: UsageReader,
-    Query(params): Query<BTreeMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
-    let q = UsageQuery::parse(&params, chrono::Utc::now())?;
+    Query(params): Query<UsageParams>,
+) -> Result<Json<UsageResponse>, ApiError> {
+    let logged = format!("{params:?}");
+    let q = UsageQuery::from_params(params, chrono::Utc::now())?;
     let within = match &reader {
         UsageReader::Tenant(r) => Within::Tenant(r, &Part::Whole),
         UsageReader::Operator(o) => {
             // Cross-tenant reads are rare and powerful: leave a trace of each.
-            tracing::info!(operator_token = %o.token_id(), query = ?params, "operator usage read");
+            tracing::info!(operator_token = %o.token_id(), query = %logged, "operator usage read");
             Within::AllTenants(o)
         }
     };
-    let rows = usage::run(&state.pool, within, &q).await?;
-    Ok(Json(usage::response_json(&q, &rows)))
+    let rows = usage::run(&db, within, &q).await?;
+    Ok(Json(UsageResponse::new(&q, &rows)))
 }

@@ -3,28 +3,28 @@
 //! without a configured identity takes the token's, and a configured one that contradicts the token is
 //! named at once instead of pausing sync later.
 
+use apiary_schema::identity::TokenIdentity;
 use axum::Json;
-use serde::Serialize;
-use uuid::Uuid;
 
+use super::docs::{AuthErrors, TokenIdentityBody};
 use crate::auth::Principal;
 
-/// The answer of `GET /v1/whoami`.
-#[derive(Debug, Serialize)]
-pub struct WhoAmI {
-    pub tenant_id: Uuid,
-    /// `ingest`, `read`, `admin`.
-    pub scopes: Vec<&'static str>,
-    /// The user every session this token sends belongs to, if bound.
-    pub user_id: Option<String>,
-    /// The device every batch this token sends comes from, if bound.
-    pub device_id: Option<String>,
-}
-
-pub async fn get_whoami(principal: Principal) -> Json<WhoAmI> {
-    Json(WhoAmI {
-        tenant_id: principal.tenant_id,
-        scopes: principal.scopes.iter().map(|s| s.as_str()).collect(),
+/// What the presented token is: tenant_id, scopes, and the user_id and device_id it is bound to (null
+/// when unbound). Any scope. The answer is the shared contract type, so the agent reads what this writes.
+#[utoipa::path(
+    get,
+    path = "/v1/whoami",
+    security(("bearer" = [])),
+    responses((status = 200, description = "The token's identity.", body = TokenIdentityBody), AuthErrors)
+)]
+pub async fn get_whoami(principal: Principal) -> Json<TokenIdentity> {
+    Json(TokenIdentity {
+        tenant_id: principal.tenant_id.to_string(),
+        scopes: principal
+            .scopes
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect(),
         user_id: principal.user_id.clone(),
         device_id: principal.device_id.clone(),
     })

@@ -29,6 +29,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use apiary_schema::device::{DropReport, Heartbeat};
 use apiary_schema::{BatchResponse, EventKind, Rejection};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -401,28 +402,20 @@ async fn upsert_device(
         .iter()
         .filter(|e| e.event.kind == EventKind::AgentHeartbeat)
         .max_by_key(|e| e.effective_at);
+    let payload = beat
+        .map(|b| Heartbeat::from_data(&b.event.data))
+        .unwrap_or_default();
     // A drop counter, not usage: it saturates at the bigint maximum instead of failing the batch.
     let dropped: i128 = events
         .iter()
         .filter(|e| e.event.kind == EventKind::OutboxDropped)
-        .filter_map(|e| {
-            e.event
-                .data
-                .get("count")
-                .and_then(serde_json::Value::as_i64)
-        })
-        .filter(|n| *n > 0)
-        .map(i128::from)
+        .filter_map(|e| DropReport::from_data(&e.event.data))
+        .map(|r| i128::from(r.count))
         .sum();
     let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
     let live = sender.live.then_some(received_at);
-    let num = |k: &str| {
-        beat.and_then(|b| b.event.data.get(k))
-            .and_then(serde_json::Value::as_i64)
-    };
-    let version = beat
-        .and_then(|b| b.event.data_str("agent_version").map(str::to_string))
-        .or(agent_version);
+    let num = |n: Option<u64>| n.and_then(|n| i64::try_from(n).ok());
+    let version = payload.agent_version.clone().or(agent_version);
     sqlx::query(
         "INSERT INTO devices AS d (tenant_id, device_id, user_id, first_seen_at, last_seen_at,
             last_heartbeat_at, heartbeat_event_at, agent_version, backlog_events, backlog_bytes,
@@ -456,10 +449,10 @@ async fn upsert_device(
     .bind(beat.and(live))
     .bind(beat.map(|b| b.effective_at))
     .bind(version)
-    .bind(num("backlog_events"))
-    .bind(num("backlog_bytes"))
-    .bind(beat.and_then(|b| b.event.data.get("oldest_pending_age_seconds")).and_then(serde_json::Value::as_f64))
-    .bind(beat.and_then(|b| b.event.data_str("sync_state").map(str::to_string)))
+    .bind(num(payload.backlog_events))
+    .bind(num(payload.backlog_bytes))
+    .bind(payload.oldest_pending_age_seconds)
+    .bind(payload.sync_state)
     .bind(dropped)
     .execute(&mut **tx)
     .await?;

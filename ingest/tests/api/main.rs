@@ -8,6 +8,7 @@ mod batches;
 mod cross_tenant;
 mod exactness;
 mod import;
+mod openapi;
 mod ops;
 mod ownership;
 mod sessions;

@@ -443,12 +443,7 @@ fn derive_usage(data: &mut Map<String, Value>) {
         .filter_map(|k| data.get(*k).and_then(Value::as_u64))
         .sum();
     let cost = data.get("cost_usd").and_then(Value::as_f64);
-    let source = match cost {
-        Some(c) if c > 0.0 => "reported",
-        Some(_) if tokens == 0 => "reported",
-        _ => "unreported",
-    };
-    data.insert("cost_source".into(), source.into());
+    data.insert("cost_source".into(), cost_source(cost, tokens).into());
     if !data.contains_key("provider") {
         if let Some(p) = data
             .get("model")
@@ -457,6 +452,16 @@ fn derive_usage(data: &mut Map<String, Value>) {
         {
             data.insert("provider".into(), p.into());
         }
+    }
+}
+
+/// `cost_source` of an LLM turn: a cost of 0 with tokens means the producer reported none ("unreported",
+/// never free); no cost at all is unreported too.
+pub fn cost_source(cost: Option<f64>, tokens: u64) -> &'static str {
+    match cost {
+        Some(c) if c > 0.0 => "reported",
+        Some(_) if tokens == 0 => "reported",
+        _ => "unreported",
     }
 }
 

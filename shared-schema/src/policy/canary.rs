@@ -34,7 +34,7 @@ use crate::Policy;
 const CANARY: &str = "zzcanary";
 
 /// The shipped allowlist as this test reads it: kind → field path → value kind (a TOML value).
-fn allowlist() -> &'static BTreeMap<String, BTreeMap<String, toml::Value>> {
+pub(super) fn allowlist() -> &'static BTreeMap<String, BTreeMap<String, toml::Value>> {
     static LIST: OnceLock<BTreeMap<String, BTreeMap<String, toml::Value>>> = OnceLock::new();
     LIST.get_or_init(|| {
         #[derive(serde::Deserialize)]
@@ -52,7 +52,7 @@ fn re(pattern: &str) -> Regex {
 }
 
 /// Whether `v` has the value kind `spec` (`"count"`, `"id"`, `{ enum = [..] }`, ...).
-fn fits(spec: &toml::Value, v: &Value) -> bool {
+pub(super) fn fits(spec: &toml::Value, v: &Value) -> bool {
     static ID: OnceLock<(Regex, Regex, Regex)> = OnceLock::new();
     let (id, hashed, word) = ID.get_or_init(|| {
         (
@@ -84,7 +84,7 @@ fn fits(spec: &toml::Value, v: &Value) -> bool {
 
 /// The secret the string still holds, if any (the shapes the generator plants, found by this test's
 /// own patterns).
-fn leak(s: &str) -> Option<&'static str> {
+pub(super) fn leak(s: &str) -> Option<&'static str> {
     static RULES: OnceLock<Vec<(&'static str, Regex)>> = OnceLock::new();
     let rules = RULES.get_or_init(|| {
         [
@@ -105,7 +105,7 @@ fn leak(s: &str) -> Option<&'static str> {
 }
 
 /// Every marker (`zzcanary<N>`) in a string.
-fn markers(s: &str) -> Vec<String> {
+pub(super) fn markers(s: &str) -> Vec<String> {
     static M: OnceLock<Regex> = OnceLock::new();
     M.get_or_init(|| re(r"zzcanary\d+"))
         .find_iter(s)
@@ -132,7 +132,7 @@ fn leaves(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
 }
 
 /// Envelope fields that hold ids in a canonical event.
-const ENVELOPE_IDS: [&str; 7] = [
+pub(super) const ENVELOPE_IDS: [&str; 7] = [
     "session_id",
     "parent_session_id",
     "colony_id",
@@ -228,7 +228,7 @@ fn check(event: &Value, input: &Value) -> Result<(), String> {
 }
 
 /// A string that carries marker `n`: plain, or wrapped in something the scrubber must catch.
-fn marked(n: u32) -> impl Strategy<Value = String> {
+pub(super) fn marked(n: u32) -> impl Strategy<Value = String> {
     let c = format!("{CANARY}{n}");
     prop::sample::select(vec![
         c.clone(),
@@ -250,7 +250,7 @@ fn marked(n: u32) -> impl Strategy<Value = String> {
 }
 
 /// A scalar: marked text most of the time, else numbers, booleans, null.
-fn leaf() -> impl Strategy<Value = Value> {
+pub(super) fn leaf() -> impl Strategy<Value = Value> {
     prop_oneof![
         4 => (0u32..1_000_000).prop_flat_map(marked).prop_map(Value::String),
         1 => any::<u32>().prop_map(Value::from),
@@ -361,7 +361,7 @@ fn native_event() -> impl Strategy<Value = Value> {
     })
 }
 
-fn cases() -> u32 {
+pub(super) fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -424,4 +424,6 @@ pub fn normalise_id(s: &str) -> Option<String> {
 #[cfg(test)]
 mod canary;
 #[cfg(test)]
+mod canary_otlp;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,112 @@
+//! [`OutboxReader`]: a read-only view of an outbox file with named queries, for the agent's own reads
+//! and for other processes (the CLI's `status` and `follow`, `doctor`). Opening it never creates,
+//! migrates or writes the file; it runs beside a live agent (WAL readers never block the writer).
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use rusqlite::Connection;
+
+use super::error::OutboxError;
+use super::health::{self, SessionStatus};
+use super::read::{self, DeadLetter, FollowRow, SessionUsage, StoredStatus, SyncStatus};
+use super::store;
+use crate::tail::sink::Checkpoint;
+
+/// A read-only connection to an outbox, with its queries.
+pub struct OutboxReader {
+    conn: Connection,
+}
+
+impl OutboxReader {
+    /// Opens the outbox at `path` read-only (it must exist).
+    pub fn open(path: &Path) -> Result<OutboxReader, OutboxError> {
+        let conn = store::open_reader(path).map_err(|e| OutboxError::open_sqlite(path, e))?;
+        Ok(OutboxReader { conn })
+    }
+
+    /// Everything `status` shows that lives in the database.
+    pub fn stored_status(&self) -> Result<StoredStatus, OutboxError> {
+        Ok(read::stored_status(&self.conn)?)
+    }
+
+    /// The sync switch as stored.
+    pub fn sync_status(&self) -> Result<SyncStatus, OutboxError> {
+        Ok(read::sync_status(&self.conn)?)
+    }
+
+    /// Local usage of a session and its workers; `None` if never seen.
+    pub fn session_usage(&self, session: &str) -> Result<Option<SessionUsage>, OutboxError> {
+        Ok(read::session_usage(&self.conn, session)?)
+    }
+
+    /// Local status of a session (the shared health model) at `now`; `None` if never seen.
+    pub fn session_status(
+        &self,
+        session: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<SessionStatus>, OutboxError> {
+        Ok(health::session_status(&self.conn, session, now)?)
+    }
+
+    /// Rows committed after `after_seq`, oldest first, at most `limit` (optionally one session's or one
+    /// kind's).
+    pub fn follow_after(
+        &self,
+        after_seq: i64,
+        session: Option<&str>,
+        kind: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<FollowRow>, OutboxError> {
+        Ok(read::follow_after(
+            &self.conn, after_seq, session, kind, limit,
+        )?)
+    }
+
+    /// The seq after which [`Self::follow_after`] with the same filters returns the last `n` matching rows
+    /// (0 when there are no more than `n`).
+    pub fn seq_before_last(
+        &self,
+        n: i64,
+        session: Option<&str>,
+        kind: Option<&str>,
+    ) -> Result<i64, OutboxError> {
+        Ok(read::seq_before_last(&self.conn, n, session, kind)?)
+    }
+
+    /// The highest seq committed so far (0 when empty).
+    pub fn last_seq(&self) -> Result<i64, OutboxError> {
+        Ok(read::last_seq(&self.conn)?)
+    }
+
+    /// Every tailer checkpoint.
+    pub fn checkpoints(&self) -> Result<Vec<Checkpoint>, OutboxError> {
+        Ok(read::checkpoints(&self.conn)?)
+    }
+
+    /// The newest `limit` dead letters, newest first.
+    pub fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, OutboxError> {
+        Ok(read::dead_letters(&self.conn, limit)?)
+    }
+
+    /// How many times consent was changed (rows of the consent log).
+    pub fn consent_changes(&self) -> Result<u64, OutboxError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM consent_log", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    /// SQLite's `PRAGMA integrity_check`: `"ok"`, or the first problems it found.
+    pub fn integrity_check(&self) -> Result<String, OutboxError> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?)
+    }
+
+    /// The connection, for tests that check rows no named query shows (cargo feature `test-hooks`).
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn raw_connection_for_test(&self) -> &Connection {
+        &self.conn
+    }
+}

@@ -1,0 +1,111 @@
+//! Claims scan from a cursor (past the rows still in flight), so these check that nothing behind the
+//! cursor is forgotten: a retry that falls due, a released claim, rows let go by consent, a restart.
+
+use crate::support;
+
+use std::time::Duration;
+
+use apiary_agent::outbox::{ClaimLimits, OutboxSettings};
+use support::enable;
+use uuid::Uuid;
+
+const TEN: ClaimLimits = ClaimLimits {
+    max_events: 10,
+    max_bytes: 1 << 24,
+};
+
+fn ids(range: std::ops::Range<u128>) -> Vec<Uuid> {
+    range.map(support::id).collect()
+}
+
+#[tokio::test]
+async fn a_failed_batch_comes_back_when_due_even_while_new_events_keep_arriving() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = support::open_syncing(dir.path(), 10).await;
+    let first = outbox.claim(TEN).await.unwrap();
+    assert_eq!(first.ids(), ids(0..10));
+    outbox
+        .fail(first.ids(), Duration::from_millis(400), "503")
+        .await
+        .unwrap();
+    // New events keep coming; until the retry is due only they are claimed, in order.
+    let mut next = 10u128;
+    let started = std::time::Instant::now();
+    let mut retried = None;
+    while started.elapsed() < Duration::from_secs(5) {
+        outbox
+            .submit((next..next + 10).map(support::event).collect())
+            .await
+            .unwrap();
+        let c = outbox.claim(TEN).await.unwrap();
+        if c.ids() == ids(0..10) {
+            retried = Some(started.elapsed());
+            break;
+        }
+        assert_eq!(c.ids(), ids(next..next + 10), "fresh events, oldest first");
+        support::deliver(&outbox, c.ids()).await;
+        next += 10;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waited = retried.expect("the failed batch was never claimed again");
+    assert!(
+        waited >= Duration::from_millis(350),
+        "claimed again before its retry time ({waited:?})"
+    );
+    let c = outbox.claim(TEN).await.unwrap();
+    assert_eq!(c.ids(), ids(next..next + 10), "then the newest ones");
+    outbox.close().await;
+}
+
+#[tokio::test]
+async fn released_claims_and_rows_let_go_by_consent_are_claimed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = support::open(dir.path(), OutboxSettings::default());
+    outbox
+        .submit((0..5).map(support::event).collect())
+        .await
+        .unwrap();
+    outbox.set_sync(enable(false)).await.unwrap();
+    outbox
+        .submit((5..25).map(support::event).collect())
+        .await
+        .unwrap();
+    let a = outbox.claim(TEN).await.unwrap();
+    let b = outbox.claim(TEN).await.unwrap();
+    assert_eq!((a.ids(), b.ids()), (ids(5..15), ids(15..25)));
+    assert!(outbox.claim(TEN).await.unwrap().events.is_empty());
+    outbox.release(a.ids()).await.unwrap();
+    assert_eq!(outbox.claim(TEN).await.unwrap().ids(), ids(5..15));
+    // The backlog from before consent sits behind the cursor; enabling with it makes it claimable now.
+    outbox.set_sync(enable(true)).await.unwrap();
+    assert_eq!(outbox.claim(TEN).await.unwrap().ids(), ids(0..5));
+    outbox.close().await;
+}
+
+#[tokio::test]
+async fn after_a_restart_everything_unsettled_is_claimable_again_and_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = support::open_syncing(dir.path(), 30).await;
+    let a = outbox.claim(TEN).await.unwrap();
+    let b = outbox.claim(TEN).await.unwrap();
+    support::deliver(&outbox, a.ids()).await;
+    outbox
+        .fail(b.ids(), Duration::from_secs(3600), "timeout")
+        .await
+        .unwrap();
+    outbox.close().await;
+    drop(outbox);
+
+    let outbox = support::open(dir.path(), OutboxSettings::default());
+    let c = outbox.claim(TEN).await.unwrap();
+    assert_eq!(
+        c.ids(),
+        ids(20..30),
+        "never claimed before, and not delivered"
+    );
+    assert!(
+        outbox.claim(TEN).await.unwrap().events.is_empty(),
+        "the failed batch waits for its retry time across the restart"
+    );
+    outbox.close().await;
+}

@@ -1,0 +1,20 @@
+//! The agent's integration tests, one test binary (one link instead of one per file): each module is
+//! what used to be its own `tests/*.rs` file; `support` and `tail_support` are the helpers they share.
+
+mod support;
+mod tail_support;
+
+mod claims;
+mod consent_export;
+mod crash;
+mod full_disk;
+mod http_api;
+mod intake_parser;
+mod metrics;
+mod outbox_model;
+mod status_model;
+mod tail_bad_input;
+mod tail_fixture;
+mod tail_follow;
+mod tail_restart;
+mod wal;

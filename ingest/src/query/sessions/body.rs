@@ -1,0 +1,224 @@
+//! A session as the API answers it ([`SessionBody`]), the listing's page, and the queen → colonies →
+//! workers tree ([`TreeNode`]) with usage rolled up. Built from [`SessionRow`]s; the OpenAPI schemas are
+//! derived from these types.
+
+use std::collections::{BTreeMap, HashMap};
+
+use apiary_schema::status::{Rules, Status};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::RefOr;
+use utoipa::ToSchema;
+
+use super::SessionRow;
+use crate::query::usage::UsageSums;
+use crate::rollups::Usage;
+
+/// The schema of a status (its wire names).
+pub fn status_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(Status::ALL.iter().map(|s| s.as_str())))
+}
+
+/// The schema of a status or null (the `from` of a first transition).
+pub fn nullable_status_schema() -> ObjectBuilder {
+    let names = Status::ALL
+        .iter()
+        .map(|s| serde_json::Value::from(s.as_str()));
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(names.chain([serde_json::Value::Null])))
+}
+
+/// The schema of `time_in_state`: seconds per status.
+pub fn time_in_state_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some("Seconds spent in each status, up to now."))
+        .additional_properties(Some(RefOr::<Schema>::from(
+            ObjectBuilder::new().schema_type(Type::Number).build(),
+        )))
+}
+
+/// The session's last health signal from the runtime.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HealthSignal {
+    pub signal: Option<String>,
+    pub at: Option<DateTime<Utc>>,
+}
+
+/// A session: identity, phase, derived status (the shared health model at the time of the read, the
+/// device's liveness applied), lifecycle, last health signal, totals.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionBody {
+    pub session_id: String,
+    pub user_id: Option<String>,
+    pub device_id: Option<String>,
+    pub parent_session_id: Option<String>,
+    pub colony_id: Option<String>,
+    pub agent_role: Option<String>,
+    pub worker_id: Option<String>,
+    pub runtime: Option<String>,
+    pub phase: Option<String>,
+    #[schema(schema_with = status_schema)]
+    pub status: Status,
+    /// When the current status began (null for a session with no events).
+    pub status_since: Option<DateTime<Utc>>,
+    pub status_cause: String,
+    #[schema(schema_with = time_in_state_schema)]
+    pub time_in_state: BTreeMap<Status, f64>,
+    /// The lifecycle the runtime reported (`running`, `completed`, ...).
+    pub lifecycle: Option<String>,
+    pub input_state: Option<String>,
+    pub health: HealthSignal,
+    pub first_seen_at: DateTime<Utc>,
+    pub last_event_at: Option<DateTime<Utc>>,
+    pub last_progress_at: Option<DateTime<Utc>>,
+    pub device_last_heard_at: Option<DateTime<Utc>>,
+    /// All-time usage (in a tree: of the session and everything below it).
+    pub totals: UsageSums,
+}
+
+fn none_if_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+impl SessionBody {
+    /// The session at `now` with the given totals.
+    pub fn new(r: &SessionRow, now: DateTime<Utc>, rules: &Rules, totals: &Usage) -> SessionBody {
+        let view = r.view(now, rules);
+        SessionBody {
+            session_id: r.session_id.clone(),
+            user_id: none_if_empty(&r.user_id),
+            device_id: none_if_empty(&r.device_id),
+            parent_session_id: r.parent_session_id.clone(),
+            colony_id: r.colony_id.clone(),
+            agent_role: r.agent_role.clone(),
+            worker_id: r.worker_id.clone(),
+            runtime: r.runtime.clone(),
+            phase: r.phase.clone(),
+            status: view.status,
+            status_since: view.since,
+            status_cause: view.cause,
+            time_in_state: view.time_in_state,
+            lifecycle: r.status.clone(),
+            input_state: r.input_state.clone(),
+            health: HealthSignal {
+                signal: r.health_signal.clone(),
+                at: r.health_at,
+            },
+            first_seen_at: r.first_seen_at,
+            last_event_at: r.last_event_at,
+            last_progress_at: r.last_progress_at,
+            device_last_heard_at: r.device_heard_at,
+            totals: UsageSums::from(totals),
+        }
+    }
+}
+
+/// A page of the session listing.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionBody>,
+    /// Pass as `cursor` for the next page; null at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// A session in the tree: the session (its `totals` are of it and everything below), its own `usage`,
+/// and its children grouped by colony.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TreeNode {
+    #[serde(flatten)]
+    pub session: SessionBody,
+    /// The session's own usage.
+    pub usage: UsageSums,
+    pub colonies: Vec<ColonyNode>,
+}
+
+/// A colony below a session: its workers and their totals.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ColonyNode {
+    pub colony_id: String,
+    pub totals: UsageSums,
+    #[schema(no_recursion)]
+    pub workers: Vec<TreeNode>,
+}
+
+/// Most levels a tree shows below its root.
+const MAX_DEPTH: usize = 8;
+
+/// What building a tree reads.
+struct Tree<'a> {
+    children: HashMap<&'a str, Vec<&'a SessionRow>>,
+    usage: &'a HashMap<String, Usage>,
+    now: DateTime<Utc>,
+    rules: &'a Rules,
+}
+
+impl Tree<'_> {
+    fn node(&self, r: &SessionRow, depth: usize) -> (TreeNode, Usage) {
+        let own = self.usage.get(&r.session_id).copied().unwrap_or_default();
+        let mut total = own;
+        let mut colonies: BTreeMap<String, (Vec<TreeNode>, Usage)> = BTreeMap::new();
+        for c in self
+            .children
+            .get(r.session_id.as_str())
+            .into_iter()
+            .flatten()
+        {
+            if depth >= MAX_DEPTH {
+                break;
+            }
+            let (v, sub) = self.node(c, depth + 1);
+            total.add(&sub);
+            let key = c.colony_id.clone().unwrap_or_else(|| r.session_id.clone());
+            let entry = colonies.entry(key).or_default();
+            entry.0.push(v);
+            entry.1.add(&sub);
+        }
+        let node = TreeNode {
+            session: SessionBody::new(r, self.now, self.rules, &total),
+            usage: UsageSums::from(&own),
+            colonies: colonies
+                .into_iter()
+                .map(|(colony_id, (workers, u))| ColonyNode {
+                    colony_id,
+                    totals: UsageSums::from(&u),
+                    workers,
+                })
+                .collect(),
+        };
+        (node, total)
+    }
+}
+
+/// The tree under `root` (None when `rows` lack it): each node has its own `usage`, `totals` (itself
+/// and everything below) and its children grouped by colony.
+pub fn tree(
+    root: &str,
+    rows: &[SessionRow],
+    usage: &HashMap<String, Usage>,
+    now: DateTime<Utc>,
+    rules: &Rules,
+) -> Option<TreeNode> {
+    let by_id: HashMap<&str, &SessionRow> =
+        rows.iter().map(|r| (r.session_id.as_str(), r)).collect();
+    let mut children: HashMap<&str, Vec<&SessionRow>> = HashMap::new();
+    for r in rows {
+        let parent = r.parent_session_id.as_deref().or(r.colony_id.as_deref());
+        if let Some(p) = parent.filter(|p| *p != r.session_id && by_id.contains_key(p)) {
+            if r.session_id != root {
+                children.entry(p).or_default().push(r);
+            }
+        }
+    }
+    let tree = Tree {
+        children,
+        usage,
+        now,
+        rules,
+    };
+    by_id.get(root).map(|r| tree.node(r, 0).0)
+}

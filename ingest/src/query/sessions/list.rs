@@ -1,0 +1,239 @@
+//! The session listing (`GET /v1/sessions`): its parameters ([`ListParams`]), the page statement (pure,
+//! [`page_query`]) and the paging loop ([`list`]), which derives each session's status at `now` and so
+//! filters by status after the query.
+
+use std::str::FromStr;
+
+use apiary_schema::status::Rules;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use sqlx::{Postgres, QueryBuilder};
+use utoipa::IntoParams;
+
+use super::{SessionRow, SELECT};
+use crate::access::TenantRead;
+use crate::error::ApiError;
+use crate::query::params::{parsed, Limit, Rfc3339, Statuses, Text};
+use crate::query::ReadDb;
+
+/// Default page size.
+pub const DEFAULT_LIMIT: usize = 100;
+/// Largest page size.
+pub const MAX_LIMIT: usize = 1000;
+
+/// The query string of `GET /v1/sessions`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Comma-separated statuses: active, waiting, idle, degraded, stalled, needs_attention, failed,
+    /// completed, offline, crashed.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub status: Option<Statuses>,
+    /// Only this user's sessions.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>, min_length = 1, max_length = 200)]
+    pub user: Option<Text>,
+    /// Only this device's sessions.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>, min_length = 1, max_length = 200)]
+    pub device: Option<Text>,
+    /// RFC 3339: only sessions with an event at or after this time.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub since: Option<Rfc3339>,
+    /// Page size, 1 to 1000 (default 100).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub limit: Option<Limit<MAX_LIMIT>>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub cursor: Option<Cursor>,
+}
+
+/// Where a page of [`list`] ended: the sort key of the last session looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub at: DateTime<Utc>,
+    pub session_id: String,
+}
+
+impl Cursor {
+    /// Opaque to clients: Unix microseconds, a dot, the session id.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.at.timestamp_micros(), self.session_id)
+    }
+
+    pub fn decode(s: &str) -> Option<Cursor> {
+        let (micros, id) = s.split_once('.')?;
+        let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+        (!id.is_empty() && id.len() <= 200).then(|| Cursor {
+            at,
+            session_id: id.to_string(),
+        })
+    }
+
+    pub(super) fn of(r: &SessionRow) -> Cursor {
+        Cursor {
+            at: r.last_event_at.unwrap_or(r.first_seen_at),
+            session_id: r.session_id.clone(),
+        }
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Cursor, String> {
+        Cursor::decode(s).ok_or_else(|| "is not a cursor this endpoint returned".into())
+    }
+}
+
+/// What `GET /v1/sessions` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub user: Option<String>,
+    pub device: Option<String>,
+    /// Only sessions with an event (or, without events, first seen) at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only sessions whose derived status is one of these.
+    pub statuses: Option<Vec<apiary_schema::status::Status>>,
+    pub limit: usize,
+    pub after: Option<Cursor>,
+}
+
+impl From<ListParams> for ListFilter {
+    fn from(p: ListParams) -> ListFilter {
+        ListFilter {
+            user: p.user.map(|t| t.0),
+            device: p.device.map(|t| t.0),
+            since: p.since.map(|t| t.0),
+            statuses: p.status.map(|s| s.0),
+            limit: p.limit.map_or(DEFAULT_LIMIT, |l| l.0),
+            after: p.cursor,
+        }
+    }
+}
+
+/// Most sessions one request looks at when a status filter skips some: a page can come back short (even
+/// empty) with a cursor to go on from, instead of one request scanning a whole large tenant.
+const LIST_SCAN_MAX: usize = 10_000;
+/// Sessions fetched per query while a status filter is on.
+const LIST_CHUNK: usize = 500;
+
+/// Up to `fetch` sessions the reader may see matching `f`, after `after`, most recently active first.
+pub fn page_query(
+    r: &TenantRead,
+    f: &ListFilter,
+    after: Option<&Cursor>,
+    fetch: usize,
+) -> QueryBuilder<'static, Postgres> {
+    let mut q = QueryBuilder::new(SELECT);
+    q.push(" WHERE s.tenant_id = ").push_bind(r.tenant_id());
+    for (col, v) in [
+        ("s.user_id", r.user()),
+        ("s.user_id", f.user.as_deref()),
+        ("s.device_id", f.device.as_deref()),
+    ] {
+        if let Some(v) = v {
+            q.push(format!(" AND {col} = ")).push_bind(v.to_string());
+        }
+    }
+    if let Some(since) = f.since {
+        q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
+            .push_bind(since);
+    }
+    if let Some(c) = after {
+        q.push(" AND (COALESCE(s.last_event_at, s.first_seen_at), s.session_id) < (")
+            .push_bind(c.at)
+            .push(", ")
+            .push_bind(c.session_id.clone())
+            .push(")");
+    }
+    q.push(" ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT ")
+        .push_bind(fetch as i64);
+    q
+}
+
+/// The sessions the reader may see, most recently active first: ordered by the last event's
+/// time (the first-seen time for a session registered without events), then by id, both descending.
+/// Status is derived here, at `now`, so the status filter runs after the query. Returns the page and,
+/// when there may be more, the cursor to pass on.
+pub async fn list(
+    db: &ReadDb,
+    r: &TenantRead,
+    f: &ListFilter,
+    now: DateTime<Utc>,
+    rules: &Rules,
+) -> Result<(Vec<SessionRow>, Option<Cursor>), ApiError> {
+    let mut out = Vec::new();
+    let mut after = f.after.clone();
+    let mut scanned = 0usize;
+    loop {
+        let fetch = match f.statuses {
+            None => f.limit + 1 - out.len(),
+            Some(_) => LIST_CHUNK,
+        };
+        let rows: Vec<SessionRow> = page_query(r, f, after.as_ref(), fetch)
+            .build_query_as()
+            .fetch_all(&db.pool)
+            .await?;
+        let exhausted = rows.len() < fetch;
+        let mut last = None;
+        for r in rows {
+            if out.len() == f.limit {
+                return Ok((out, last.or(after)));
+            }
+            scanned += 1;
+            last = Some(Cursor::of(&r));
+            if f.statuses
+                .as_ref()
+                .is_none_or(|s| s.contains(&r.view(now, rules).status))
+            {
+                out.push(r);
+            }
+        }
+        if exhausted {
+            return Ok((out, None));
+        }
+        after = last.or(after);
+        if scanned >= LIST_SCAN_MAX {
+            return Ok((out, after));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    #[test]
+    fn a_user_bound_read_filters_by_its_user_whatever_the_parameters_say() {
+        let r = TenantRead::for_user(Uuid::nil(), "alice");
+        let params: ListParams =
+            crate::routes::extract::query_params("user=bob&device=d1&limit=5").unwrap();
+        let f = ListFilter::from(params);
+        assert_eq!(f.limit, 5);
+        let cursor = Cursor::decode("1700000000000000.s9").unwrap();
+        let sql = page_query(&r, &f, Some(&cursor), 6).into_sql();
+        assert!(
+            sql.contains(
+                "WHERE s.tenant_id = $1 AND s.user_id = $2 AND s.user_id = $3 AND s.device_id = $4"
+            ),
+            "{sql}"
+        );
+        assert!(sql.contains("s.session_id) < ($5, $6)"), "{sql}");
+        assert!(sql.ends_with("s.session_id DESC LIMIT $7"), "{sql}");
+    }
+
+    #[test]
+    fn cursors_round_trip_and_foreign_text_is_refused() {
+        let c = Cursor::decode("1700000000000000.s.1").unwrap();
+        assert_eq!(c.session_id, "s.1");
+        assert_eq!(Cursor::decode(&c.encode()), Some(c));
+        assert!(Cursor::from_str("not-a-cursor").is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! Session reads: one session with its derived status and totals, and the queen → colonies → workers tree
+//! with usage rolled up. Every query takes a [`TenantRead`]: bound to its tenant (and, for a user-bound
+//! `read` token, to its user); a session of another tenant or user is "not found".
+
+pub mod body;
+pub mod list;
+
+use std::collections::HashMap;
+
+use apiary_schema::status::Rules;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::sums::{self, SumColumns};
+use super::ReadDb;
+use crate::access::TenantRead;
+use crate::error::ApiError;
+use crate::rollups::Usage;
+use crate::status::{self, View};
+
+pub use body::{SessionBody, SessionPage, TreeNode};
+pub use list::{Cursor, ListFilter, ListParams};
+
+/// A stored session joined with its device's liveness.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SessionRow {
+    pub session_id: String,
+    pub user_id: String,
+    pub device_id: String,
+    pub parent_session_id: Option<String>,
+    pub colony_id: Option<String>,
+    pub agent_role: Option<String>,
+    pub worker_id: Option<String>,
+    pub runtime: Option<String>,
+    pub first_seen_at: DateTime<Utc>,
+    pub last_event_at: Option<DateTime<Utc>>,
+    pub last_progress_at: Option<DateTime<Utc>>,
+    pub phase: Option<String>,
+    pub input_state: Option<String>,
+    pub input_at: Option<DateTime<Utc>>,
+    pub status: Option<String>,
+    pub health_signal: Option<String>,
+    pub health_at: Option<DateTime<Utc>>,
+    pub device_heard_at: Option<DateTime<Utc>>,
+    /// The health tracker (`sessions.health`).
+    pub health: Option<Value>,
+}
+
+pub(super) const SELECT: &str = "SELECT s.session_id, s.user_id, s.device_id, s.parent_session_id, s.colony_id, s.agent_role,
+    s.worker_id, s.runtime, s.first_seen_at, s.last_event_at, s.last_progress_at, s.phase, s.input_state,
+    s.input_at, s.status, s.health_signal, s.health_at,
+    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.health
+  FROM sessions s LEFT JOIN devices d ON d.tenant_id = s.tenant_id AND d.device_id = s.device_id";
+
+impl SessionRow {
+    /// The status at `now` (the shared health model, time let pass, the device's liveness applied).
+    pub fn view(&self, now: DateTime<Utc>, rules: &Rules) -> View {
+        status::session_view(self.health.as_ref(), self.device_heard_at, now, rules)
+    }
+}
+
+/// One session the reader may see, or 404.
+pub async fn get(db: &ReadDb, r: &TenantRead, id: &str) -> Result<SessionRow, ApiError> {
+    sqlx::query_as::<_, SessionRow>(&format!(
+        "{SELECT} WHERE s.tenant_id = $1 AND s.session_id = $2 AND ($3::text IS NULL OR s.user_id = $3)"
+    ))
+    .bind(r.tenant_id())
+    .bind(id)
+    .bind(r.user())
+    .fetch_optional(&db.pool)
+    .await?
+    .ok_or(ApiError::NotFound("session"))
+}
+
+/// A session's id and its sums.
+#[derive(Debug, sqlx::FromRow)]
+struct SessionSums {
+    session_id: String,
+    #[sqlx(flatten)]
+    sums: SumColumns,
+}
+
+/// All-time totals per session (of the sessions the reader may see; exact whatever their size, see
+/// [`sums`]).
+pub async fn totals(
+    db: &ReadDb,
+    r: &TenantRead,
+    ids: &[String],
+) -> Result<HashMap<String, Usage>, ApiError> {
+    let statement = |wide: bool| {
+        let mut q = sqlx::QueryBuilder::new("SELECT session_id, ");
+        q.push(sums::select(wide))
+            .push(" FROM usage_rollups WHERE tenant_id = ")
+            .push_bind(r.tenant_id())
+            .push(" AND session_id = ANY(")
+            .push_bind(ids.to_vec())
+            .push(")");
+        if let Some(u) = r.user() {
+            q.push(" AND user_id = ").push_bind(u.to_string());
+        }
+        q.push(" GROUP BY session_id");
+        q
+    };
+    let rows: Vec<SessionSums> = match statement(false).build_query_as().fetch_all(&db.pool).await {
+        Err(e) if sums::is_out_of_range(&e) => {
+            statement(true).build_query_as().fetch_all(&db.pool).await?
+        }
+        r => r?,
+    };
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.session_id, r.sums.usage()))
+        .collect())
+}
+
+/// The session and everything below it (children by parent or colony), at most 8 levels deep; for a
+/// user-bound reader only that user's sessions (and 404 when the root is not one of them).
+pub async fn subtree(db: &ReadDb, r: &TenantRead, root: &str) -> Result<Vec<SessionRow>, ApiError> {
+    let sql = format!(
+        "WITH RECURSIVE t(session_id, depth) AS (
+            SELECT session_id, 0 FROM sessions WHERE tenant_id = $1 AND session_id = $2
+          UNION
+            SELECT s.session_id, t.depth + 1 FROM sessions s JOIN t
+              ON s.tenant_id = $1 AND s.session_id <> t.session_id
+             AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id)
+            WHERE t.depth < 8)
+         {SELECT} WHERE s.tenant_id = $1 AND s.session_id IN (SELECT session_id FROM t)
+            AND ($3::text IS NULL OR s.user_id = $3)"
+    );
+    let rows = sqlx::query_as::<_, SessionRow>(&sql)
+        .bind(r.tenant_id())
+        .bind(root)
+        .bind(r.user())
+        .fetch_all(&db.pool)
+        .await?;
+    if !rows.iter().any(|r| r.session_id == root) {
+        return Err(ApiError::NotFound("session"));
+    }
+    Ok(rows)
+}
+
+/// True when the reader may see a session in, or usage for, the colony.
+pub async fn colony_exists(db: &ReadDb, r: &TenantRead, colony: &str) -> Result<bool, ApiError> {
+    let found: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE tenant_id = $1 AND (colony_id = $2 OR session_id = $2)
+                AND ($3::text IS NULL OR user_id = $3))
+             OR EXISTS (SELECT 1 FROM usage_rollups WHERE tenant_id = $1 AND colony_id = $2
+                AND ($3::text IS NULL OR user_id = $3))",
+    )
+    .bind(r.tenant_id())
+    .bind(colony)
+    .bind(r.user())
+    .fetch_one(&db.pool)
+    .await?;
+    Ok(found)
+}

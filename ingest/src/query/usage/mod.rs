@@ -1,0 +1,260 @@
+//! Usage queries over `usage_rollups`: typed parameters ([`UsageParams`] → [`UsageQuery`]), a pure
+//! planner ([`plan`]), a thin fetch ([`fetch::run`]) and the typed answer ([`body`]).
+//!
+//! Buckets: the rollup's 15-minute buckets are folded into hour, day or month buckets of the requested
+//! zone: the bucket starts are computed in Rust ([`super::buckets`], the semantics of Postgres'
+//! `date_trunc(unit, t, tz)`, correct across DST changes — a local day may be 23 or 25 hours long) and
+//! each row finds its bucket with `width_bucket` against that sorted array. Exact in every zone because
+//! every UTC offset in use is a multiple of 15 minutes; `from` and `to` must therefore fall on 15-minute
+//! boundaries. A range longer than two months is first clamped to the rows' extent (one index probe),
+//! so the array stays short.
+//!
+//! Two rollups: a tenant-wide query reads `usage_rollups_hourly` for every whole UTC hour that no bucket
+//! boundary cuts and `usage_rollups` (15 minutes) for the rest ([`plan::Split`]): in a whole-hour zone
+//! that is hourly rows only, for a day or month in a half- or quarter-hour zone one cut hour per bucket;
+//! hour buckets in such a zone, and session or colony scopes (small, with their own index), read quarter
+//! rows only. Both tables hold the same sums (written together), so the answer is the same either way.
+//!
+//! Sums use `apiary_sum` (a bigint-state sum, see its migration): Postgres' `sum(bigint)` allocates a
+//! numeric state per group, which dominated queries with thousands of groups. A sum past the bigint
+//! range re-runs the query with exact sums ([`super::sums`]).
+//!
+//! Rows come back sorted by bucket then group keys (sorted here, not by the database).
+//!
+//! Who sees what ([`Within`]): a [`TenantRead`] sums only its tenant's rows (and only its user's, for a
+//! user-bound `read` token); `group_by=tenant` then answers that one tenant. Only an [`OperatorRead`]
+//! (an operator token) sums across tenants, and only grouped by tenant, optionally by model too
+//! ([`OPERATOR_DIMS`]).
+
+pub mod body;
+pub mod fetch;
+pub mod params;
+pub mod plan;
+pub mod split;
+
+use std::str::FromStr;
+
+use chrono::{DateTime, DurationRound, TimeDelta, TimeZone, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::access::{OperatorRead, TenantRead};
+use crate::error::ApiError;
+
+pub use body::{UsageResponse, UsageSums};
+pub use fetch::{run, UsageRow};
+pub use params::{GroupBy, TimeArg, UsageParams, Zone};
+
+/// A dimension to group by. Asked for by its word (`group_by=user`), answered by its field (`user_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
+pub enum Dim {
+    #[serde(rename = "tenant_id")]
+    Tenant,
+    #[serde(rename = "user_id")]
+    User,
+    #[serde(rename = "model")]
+    Model,
+    #[serde(rename = "colony_id")]
+    Colony,
+    #[serde(rename = "session_id")]
+    Session,
+    #[serde(rename = "device_id")]
+    Device,
+}
+
+impl Dim {
+    /// Every dimension, in the order of the key columns of a usage row.
+    pub const ALL: [Dim; 6] = [
+        Dim::Tenant,
+        Dim::User,
+        Dim::Model,
+        Dim::Colony,
+        Dim::Session,
+        Dim::Device,
+    ];
+
+    fn parse(s: &str) -> Option<Dim> {
+        Some(match s {
+            "tenant" => Dim::Tenant,
+            "user" => Dim::User,
+            "model" => Dim::Model,
+            "colony" => Dim::Colony,
+            "session" => Dim::Session,
+            "device" => Dim::Device,
+            _ => return None,
+        })
+    }
+
+    /// The rollup column (as text) this dimension groups by.
+    pub fn column(self) -> &'static str {
+        match self {
+            Dim::Tenant => "tenant_id::text",
+            Dim::User => "user_id",
+            Dim::Model => "model",
+            Dim::Colony => "colony_id",
+            Dim::Session => "session_id",
+            Dim::Device => "device_id",
+        }
+    }
+
+    /// The field of a usage row that holds this dimension's key.
+    pub fn field(self) -> &'static str {
+        match self {
+            Dim::Tenant => "tenant_id",
+            Dim::User => "user_id",
+            Dim::Model => "model",
+            Dim::Colony => "colony_id",
+            Dim::Session => "session_id",
+            Dim::Device => "device_id",
+        }
+    }
+}
+
+/// Bucket size of the answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Granularity {
+    Hour,
+    Day,
+    Month,
+    #[default]
+    Total,
+}
+
+impl FromStr for Granularity {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Granularity, String> {
+        Ok(match s {
+            "" | "total" => Granularity::Total,
+            "hour" => Granularity::Hour,
+            "day" => Granularity::Day,
+            "month" => Granularity::Month,
+            _ => return Err(format!("{s:?} is not one of hour, day, month, total")),
+        })
+    }
+}
+
+/// Whose usage a query sums.
+#[derive(Debug, Clone, Copy)]
+pub enum Within<'a> {
+    /// Part of one tenant's usage (of one user's, for a user-bound read).
+    Tenant(&'a TenantRead, &'a Part),
+    /// Every tenant's usage, grouped by tenant (operator tokens only).
+    AllTenants(&'a OperatorRead),
+}
+
+/// A restriction to part of a tenant's usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// All of it.
+    Whole,
+    /// These sessions.
+    Sessions(Vec<String>),
+    /// One colony's workers.
+    Colony(String),
+}
+
+/// The dimensions an operator may group by: tenant (required) and model. A tenant's users, sessions,
+/// colonies and devices are the tenant's business, not the operator's.
+pub const OPERATOR_DIMS: [Dim; 2] = [Dim::Tenant, Dim::Model];
+
+/// A usage request with every default applied and every value checked.
+#[derive(Debug, Clone)]
+pub struct UsageQuery {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub group_by: Vec<Dim>,
+    pub granularity: Granularity,
+    pub tz: Tz,
+}
+
+impl UsageQuery {
+    /// Applies the defaults and checks the range; a bad value is a 400 naming its parameter.
+    pub fn from_params(p: UsageParams, now: DateTime<Utc>) -> Result<UsageQuery, ApiError> {
+        let tz = p.tz.map_or(Tz::UTC, |z| z.0);
+        let quarter = TimeDelta::minutes(15);
+        let default_to = now.duration_trunc(quarter).expect("in range") + quarter;
+        let to = match p.to {
+            Some(t) => resolve_time("to", t, tz)?,
+            None => default_to,
+        };
+        let from = match p.from {
+            Some(t) => resolve_time("from", t, tz)?,
+            None => to - TimeDelta::days(30),
+        };
+        if from >= to {
+            return Err(ApiError::bad_param("from", "must be before `to`"));
+        }
+        if to - from > TimeDelta::days(50 * 366) {
+            return Err(ApiError::bad_param(
+                "to",
+                "the range may span at most fifty years",
+            ));
+        }
+        Ok(UsageQuery {
+            from,
+            to,
+            group_by: p.group_by.unwrap_or_default().0,
+            granularity: p.granularity.unwrap_or_default(),
+            tz,
+        })
+    }
+}
+
+/// The instant of a `from` / `to` value in `tz`; must fall on a 15-minute boundary.
+fn resolve_time(name: &str, t: TimeArg, tz: Tz) -> Result<DateTime<Utc>, ApiError> {
+    let t = match t {
+        TimeArg::Instant(t) => t,
+        TimeArg::Local(n) => tz
+            .from_local_datetime(&n)
+            .earliest()
+            .map(|t| t.with_timezone(&Utc))
+            .ok_or_else(|| {
+                ApiError::bad_param(name, format!("{n} does not exist in {tz} (DST gap)"))
+            })?,
+    };
+    if t.duration_trunc(TimeDelta::minutes(15)).ok() != Some(t) {
+        return Err(ApiError::bad_param(
+            name,
+            "must fall on a 15-minute boundary (the rollup grain)",
+        ));
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::extract::query_params;
+
+    fn query(raw: &str) -> Result<UsageQuery, ApiError> {
+        UsageQuery::from_params(query_params(raw)?, Utc::now())
+    }
+
+    #[test]
+    fn local_dates_resolve_in_the_zone_and_misaligned_times_name_the_parameter() {
+        let q = query("from=2026-11-03&to=2026-11-04&tz=Asia/Kolkata").unwrap();
+        assert_eq!(q.from.to_rfc3339(), "2026-11-02T18:30:00+00:00");
+        for (raw, param) in [
+            ("from=2026-11-03T10:07:00Z", "`from`"),
+            ("tz=Mars/Olympus", "`tz`"),
+            ("group_by=user,prompt", "`group_by`"),
+            ("granularity=week", "`granularity`"),
+            ("from=2026-11-05&to=2026-11-04", "`from`"),
+            ("colour=red", "`colour`"),
+        ] {
+            let err = query(raw).unwrap_err();
+            assert!(err.to_string().contains(param), "{raw}: {err}");
+        }
+    }
+
+    #[test]
+    fn empty_values_mean_the_defaults_and_dimensions_count_once() {
+        let q = query("tz=&granularity=&group_by=user,,model,user").unwrap();
+        assert_eq!((q.tz, q.granularity), (Tz::UTC, Granularity::Total));
+        assert_eq!(q.group_by, [Dim::User, Dim::Model]);
+        assert_eq!(q.to - q.from, TimeDelta::days(30));
+    }
+}

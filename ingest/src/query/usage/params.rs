@@ -1,0 +1,108 @@
+//! The usage routes' query string ([`UsageParams`]) and the value types of its parameters, each parsing
+//! its own text (the extractor names the parameter when one fails).
+
+use std::str::FromStr;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono_tz::Tz;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::{Dim, Granularity};
+use crate::query::params::parsed;
+
+/// The `group_by` parameter: comma-separated dimensions, each once, in the order given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupBy(pub Vec<Dim>);
+
+impl FromStr for GroupBy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<GroupBy, String> {
+        let mut dims = vec![];
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let d = Dim::parse(part).ok_or_else(|| {
+                format!("{part:?} is not one of tenant, user, model, colony, session, device")
+            })?;
+            if !dims.contains(&d) {
+                dims.push(d);
+            }
+        }
+        Ok(GroupBy(dims))
+    }
+}
+
+/// The `tz` parameter: an IANA zone (empty: UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Zone(pub Tz);
+
+impl FromStr for Zone {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Zone, String> {
+        if s.is_empty() {
+            return Ok(Zone(Tz::UTC));
+        }
+        s.parse()
+            .map(Zone)
+            .map_err(|_| format!("{s:?} is not an IANA time zone"))
+    }
+}
+
+/// A `from` / `to` value before the zone is known: an instant, or a local date-time in `tz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeArg {
+    /// RFC 3339.
+    Instant(DateTime<Utc>),
+    /// `YYYY-MM-DD` (local midnight) or `YYYY-MM-DDTHH:MM:SS` without an offset.
+    Local(NaiveDateTime),
+}
+
+impl FromStr for TimeArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TimeArg, String> {
+        if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+            Ok(TimeArg::Instant(t.with_timezone(&Utc)))
+        } else if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+            Ok(TimeArg::Local(d.and_hms_opt(0, 0, 0).expect("midnight")))
+        } else if let Ok(n) = NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S") {
+            Ok(TimeArg::Local(n))
+        } else {
+            Err(format!(
+                "{s:?} is not an RFC 3339 time or a YYYY-MM-DD date"
+            ))
+        }
+    }
+}
+
+/// The query string of the usage routes (`/v1/usage`, and a session's or colony's usage).
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UsageParams {
+    /// RFC 3339 time or YYYY-MM-DD (local midnight in tz); on a 15-minute boundary. Default: `to` minus
+    /// 30 days (for a session or colony: all time).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub from: Option<TimeArg>,
+    /// Exclusive end, same forms. Default: the next 15-minute boundary.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub to: Option<TimeArg>,
+    /// Comma-separated: tenant, user, model, colony, session, device. A tenant's token (any scope, admin
+    /// included) reads its own tenant only: grouped by tenant it answers that one row. An operator token
+    /// reads every tenant and must group by tenant, optionally with model; other dimensions are refused
+    /// (400).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub group_by: Option<GroupBy>,
+    /// Bucket size (default total).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<Granularity>)]
+    pub granularity: Option<Granularity>,
+    /// IANA zone for buckets, e.g. Asia/Kolkata. Default UTC.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub tz: Option<Zone>,
+}

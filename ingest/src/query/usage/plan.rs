@@ -1,0 +1,361 @@
+//! The usage planner: pure (no database), unit-tested. From a checked [`UsageQuery`] and whose usage it
+//! may read ([`Within`]) it decides the rows' filter ([`Filter`]), whether the range is first clamped
+//! to the data's extent, the buckets ([`super::super::buckets`]), which rollup answers which part of the
+//! range ([`Split`]), and builds the statements with `sqlx::QueryBuilder` (every value a bind).
+//!
+//! The statement's shape is fixed whatever the grouping: `b` (the bucket's index), one text column per
+//! dimension of [`Dim::ALL`] (`NULL` when not grouped by it), and the ten sums — so rows decode into one
+//! `FromRow` type ([`super::fetch`]) instead of being read by position.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use sqlx::{Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use super::split::Split;
+use super::{Dim, Granularity, Part, UsageQuery, Within, OPERATOR_DIMS};
+use crate::error::ApiError;
+use crate::query::buckets::{self, Buckets, Unit};
+use crate::query::sums;
+
+/// Longest range whose buckets are computed without first asking for the data's extent.
+pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
+
+/// The rollup columns a usage query reads.
+const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, input_tokens, \
+    output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
+    tool_errors, events";
+
+/// Which rollup rows a query may sum: the tenant (none for the operator), the user, the part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    tenant: Option<Uuid>,
+    user: Option<String>,
+    part: Part,
+}
+
+impl Filter {
+    /// The filter `within` allows; 400 when an operator groups by anything but tenant (and model).
+    pub fn of(within: Within<'_>, group_by: &[Dim]) -> Result<Filter, ApiError> {
+        Ok(match within {
+            Within::Tenant(r, part) => Filter {
+                tenant: Some(r.tenant_id()),
+                user: r.user().map(str::to_string),
+                part: part.clone(),
+            },
+            Within::AllTenants(_) => {
+                if !group_by.contains(&Dim::Tenant)
+                    || group_by.iter().any(|d| !OPERATOR_DIMS.contains(d))
+                {
+                    return Err(ApiError::bad_param(
+                        "group_by",
+                        "an operator token reads usage per tenant: group by tenant, optionally with model",
+                    ));
+                }
+                Filter {
+                    tenant: None,
+                    user: None,
+                    part: Part::Whole,
+                }
+            }
+        })
+    }
+
+    /// Appends ` WHERE ...` (tenant, part, user; never the time range).
+    fn push_where(&self, q: &mut QueryBuilder<'static, Postgres>) {
+        q.push(" WHERE TRUE");
+        if let Some(t) = self.tenant {
+            q.push(" AND tenant_id = ").push_bind(t);
+        }
+        match &self.part {
+            Part::Whole => {}
+            Part::Sessions(ids) => {
+                q.push(" AND session_id = ANY(")
+                    .push_bind(ids.clone())
+                    .push(")");
+            }
+            Part::Colony(c) => {
+                q.push(" AND colony_id = ").push_bind(c.clone());
+            }
+        }
+        if let Some(u) = &self.user {
+            q.push(" AND user_id = ").push_bind(u.clone());
+        }
+    }
+
+    /// The first and last 15-minute bucket with rows in `[from, to)`.
+    pub fn extent_query(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> QueryBuilder<'static, Postgres> {
+        let mut q = QueryBuilder::new("SELECT min(bucket), max(bucket) FROM usage_rollups");
+        self.push_where(&mut q);
+        q.push(" AND bucket >= ").push_bind(from);
+        q.push(" AND bucket < ").push_bind(to);
+        q
+    }
+}
+
+/// The calendar unit of a granularity (none for totals).
+fn unit(g: Granularity) -> Option<Unit> {
+    match g {
+        Granularity::Hour => Some(Unit::Hour),
+        Granularity::Day => Some(Unit::Day),
+        Granularity::Month => Some(Unit::Month),
+        Granularity::Total => None,
+    }
+}
+
+/// True when buckets are asked for over a range long enough to clamp it to the data's extent first
+/// (a long range with little data stays cheap).
+pub fn needs_extent(q: &UsageQuery) -> bool {
+    unit(q.granularity).is_some() && q.to - q.from > MAX_UNCLAMPED
+}
+
+/// The range clamped to the rows' extent (`first`, `last` from [`Filter::extent_query`]); None when
+/// there are no rows.
+pub fn clamp(
+    q: &UsageQuery,
+    (first, last): (Option<DateTime<Utc>>, Option<DateTime<Utc>>),
+) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let (first, last) = (first?, last?);
+    Some((q.from.max(first), q.to.min(last + TimeDelta::minutes(15))))
+}
+
+/// Everything needed to run a usage query and label its rows.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub filter: Filter,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    /// The requested grouping, in order.
+    pub group_by: Vec<Dim>,
+    /// None for totals.
+    pub buckets: Option<Buckets>,
+    /// Some when whole hours come from the hourly rollup.
+    pub split: Option<Split>,
+}
+
+impl Plan {
+    /// The plan over `[from, to)` (the query's range, or that range clamped, see [`clamp`]).
+    pub fn new(filter: Filter, q: &UsageQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Plan {
+        let buckets = unit(q.granularity).map(|u| buckets::buckets(u, q.tz, from, to));
+        let split = match (&filter.tenant, &filter.part) {
+            (Some(_), Part::Whole) => {
+                let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
+                Split::of(from, to, &starts)
+            }
+            _ => None,
+        };
+        Plan {
+            filter,
+            from,
+            to,
+            group_by: q.group_by.clone(),
+            buckets,
+            split,
+        }
+    }
+
+    /// The statement: exact `sum()` as text when `wide`, else `apiary_sum` (see [`sums`]).
+    pub fn query(&self, wide: bool) -> QueryBuilder<'static, Postgres> {
+        let mut q = QueryBuilder::new("SELECT ");
+        match &self.buckets {
+            Some(b) => {
+                q.push("width_bucket(bucket, ")
+                    .push_bind(b.starts.clone())
+                    .push(")");
+            }
+            None => {
+                q.push("0");
+            }
+        }
+        q.push("::int4 AS b");
+        for d in Dim::ALL {
+            match self.group_by.contains(&d) {
+                true => q.push(format!(", {} AS {}", d.column(), d.field())),
+                false => q.push(format!(", NULL::text AS {}", d.field())),
+            };
+        }
+        q.push(", ").push(sums::select(wide)).push(" FROM (");
+        self.push_source(&mut q);
+        q.push(") AS r GROUP BY 1");
+        for (i, d) in Dim::ALL.iter().enumerate() {
+            if self.group_by.contains(d) {
+                q.push(format!(", {}", i + 2));
+            }
+        }
+        q
+    }
+
+    /// The rollup rows the query sums: quarter rows of the range, or whole hours from the hourly
+    /// rollup plus quarter rows for the rest ([`Split`]).
+    fn push_source(&self, q: &mut QueryBuilder<'static, Postgres>) {
+        match &self.split {
+            None => {
+                q.push(format!("SELECT {COLUMNS} FROM usage_rollups"));
+                self.filter.push_where(q);
+                q.push(" AND bucket >= ").push_bind(self.from);
+                q.push(" AND bucket < ").push_bind(self.to);
+            }
+            Some(s) => {
+                q.push(format!("SELECT {COLUMNS} FROM usage_rollups_hourly"));
+                self.filter.push_where(q);
+                q.push(" AND bucket >= ").push_bind(s.hour_from);
+                q.push(" AND bucket < ").push_bind(s.hour_to);
+                q.push(" AND bucket <> ALL(")
+                    .push_bind(s.cut_hours.clone())
+                    .push(")");
+                q.push(format!(" UNION ALL SELECT {COLUMNS} FROM usage_rollups"));
+                self.filter.push_where(q);
+                q.push(" AND bucket = ANY(")
+                    .push_bind(s.quarters.clone())
+                    .push(")");
+            }
+        }
+    }
+
+    /// The bucket a row's `b` names (1-based `width_bucket`; every row is at or after the range's start);
+    /// None for totals.
+    pub fn label(&self, b: i32) -> Option<DateTime<Utc>> {
+        self.buckets.as_ref().map(|bs| {
+            let i = (b.max(1) as usize - 1).min(bs.labels.len() - 1);
+            bs.labels[i]
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::TenantRead;
+    use chrono_tz::Tz;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn query(from: &str, to: &str, gran: Granularity, tz: &str, group_by: &[Dim]) -> UsageQuery {
+        UsageQuery {
+            from: t(from),
+            to: t(to),
+            group_by: group_by.to_vec(),
+            granularity: gran,
+            tz: tz.parse::<Tz>().unwrap(),
+        }
+    }
+
+    fn tenant_filter(part: Part) -> Filter {
+        let r = TenantRead::tenant_wide(Uuid::nil());
+        Filter::of(Within::Tenant(&r, &part), &[]).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_wide_day_query_reads_both_rollups_and_groups_by_the_asked_dimensions() {
+        let q = query(
+            "2026-11-01T00:00:00Z",
+            "2026-11-04T00:00:00Z",
+            Granularity::Day,
+            "Asia/Kolkata",
+            &[Dim::Model, Dim::User],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        assert_eq!(plan.buckets.as_ref().unwrap().starts.len(), 4);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.starts_with("SELECT width_bucket(bucket, $1)::int4 AS b, NULL::text AS tenant_id, user_id AS user_id, model AS model, NULL::text AS colony_id"), "{sql}");
+        assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
+        assert!(
+            sql.contains("FROM usage_rollups WHERE TRUE AND tenant_id = $6 AND bucket = ANY($7)"),
+            "{sql}"
+        );
+        assert!(sql.ends_with(") AS r GROUP BY 1, 3, 4"), "{sql}");
+        assert!(sql.contains("apiary_sum(events) AS events"));
+        assert!(plan
+            .query(true)
+            .into_sql()
+            .contains("sum(events)::text AS events"));
+    }
+
+    #[test]
+    fn sessions_colonies_and_users_read_quarter_rows_with_their_filter() {
+        let q = query(
+            "2026-11-01T00:00:00Z",
+            "2026-11-04T00:00:00Z",
+            Granularity::Total,
+            "UTC",
+            &[],
+        );
+        let plan = Plan::new(tenant_filter(Part::Colony("c1".into())), &q, q.from, q.to);
+        assert_eq!(plan.split, None);
+        assert_eq!(plan.label(1), None);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.starts_with("SELECT 0::int4 AS b,"), "{sql}");
+        assert!(sql.contains("FROM usage_rollups WHERE TRUE AND tenant_id = $1 AND colony_id = $2 AND bucket >= $3 AND bucket < $4) AS r GROUP BY 1"), "{sql}");
+        assert!(sql.ends_with("GROUP BY 1"), "{sql}");
+        let part = Part::Sessions(vec!["s1".into()]);
+        let alice = TenantRead::for_user(Uuid::nil(), "alice");
+        let f = Filter::of(Within::Tenant(&alice, &part), &[]).unwrap();
+        let sql = Plan::new(f, &q, q.from, q.to).query(false).into_sql();
+        assert!(
+            sql.contains("AND session_id = ANY($2) AND user_id = $3 AND bucket >= $4"),
+            "{sql}"
+        );
+    }
+
+    #[test]
+    fn an_operator_sums_every_tenant_but_only_per_tenant() {
+        let op = crate::access::OperatorRead::for_tests();
+        assert!(Filter::of(Within::AllTenants(&op), &[Dim::Model]).is_err());
+        assert!(Filter::of(Within::AllTenants(&op), &[Dim::Tenant, Dim::User]).is_err());
+        let f = Filter::of(Within::AllTenants(&op), &[Dim::Tenant, Dim::Model]).unwrap();
+        let q = query(
+            "2026-11-01T00:00:00Z",
+            "2026-11-02T00:00:00Z",
+            Granularity::Total,
+            "UTC",
+            &[Dim::Tenant, Dim::Model],
+        );
+        let plan = Plan::new(f, &q, q.from, q.to);
+        assert_eq!(
+            plan.split, None,
+            "the hourly split is for one tenant's whole usage"
+        );
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("tenant_id::text AS tenant_id"), "{sql}");
+        assert!(
+            sql.contains("FROM usage_rollups WHERE TRUE AND bucket >= $1"),
+            "{sql}"
+        );
+        assert!(!sql.contains("tenant_id ="), "{sql}");
+    }
+
+    #[test]
+    fn long_bucketed_ranges_are_clamped_to_the_data_first() {
+        let mut q = query(
+            "2020-01-01T00:00:00Z",
+            "2026-01-01T00:00:00Z",
+            Granularity::Month,
+            "UTC",
+            &[],
+        );
+        assert!(needs_extent(&q));
+        assert_eq!(clamp(&q, (None, None)), None);
+        let clamped = clamp(
+            &q,
+            (
+                Some(t("2025-03-01T10:00:00Z")),
+                Some(t("2025-03-04T10:00:00Z")),
+            ),
+        );
+        assert_eq!(
+            clamped,
+            Some((t("2025-03-01T10:00:00Z"), t("2025-03-04T10:15:00Z")))
+        );
+        q.granularity = Granularity::Total;
+        assert!(!needs_extent(&q), "totals need no buckets");
+        let sql = tenant_filter(Part::Whole)
+            .extent_query(q.from, q.to)
+            .into_sql();
+        assert_eq!(sql, "SELECT min(bucket), max(bucket) FROM usage_rollups WHERE TRUE AND tenant_id = $1 AND bucket >= $2 AND bucket < $3");
+    }
+}

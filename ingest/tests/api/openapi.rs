@@ -1,0 +1,348 @@
+//! The served OpenAPI document against real answers: every endpoint is called on a running app with
+//! data in it, and each answer's body is validated against the schema the document gives for that
+//! path, method and status (OpenAPI 3.1 schemas are JSON Schema 2020-12; `$ref`s resolve within the
+//! document). Also: `/metrics` parses as Prometheus text with the series dashboards use.
+
+use chrono::{Duration, Utc};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+/// JSON pointer escaping of one path segment.
+fn escape(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+/// The schema the document gives for `method path` answering `status`, as a pointer into the document
+/// (following a `$ref` to a shared response).
+fn schema_pointer(doc: &Value, path: &str, method: &str, status: u16) -> String {
+    let op = format!("/paths/{}/{method}/responses", escape(path));
+    let mut response = format!("{op}/{status}");
+    let r = doc
+        .pointer(&response)
+        .unwrap_or_else(|| panic!("{method} {path} documents no {status}"));
+    if let Some(target) = r["$ref"].as_str() {
+        response = target.trim_start_matches('#').to_string();
+    }
+    let schema = format!("{response}/content/application~1json/schema");
+    assert!(
+        doc.pointer(&schema).is_some(),
+        "{method} {path} {status} has no JSON schema"
+    );
+    schema
+}
+
+/// Validates `body` against the schema at `pointer` of `doc`.
+fn check(doc: &Value, what: &str, pointer: &str, body: &Value) {
+    // The whole document is the root resource, so every `#/components/...` reference resolves.
+    let mut root = doc.clone();
+    // A fragment is a URI: the braces of a path template are percent-encoded there.
+    let fragment = pointer.replace('{', "%7B").replace('}', "%7D");
+    root["$ref"] = json!(format!("#{fragment}"));
+    root["$schema"] = json!("https://json-schema.org/draft/2020-12/schema");
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&root)
+        .unwrap_or_else(|e| panic!("{what}: the schema does not compile: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{what}: {errors:#?}\nbody: {body:#}");
+}
+
+struct Call<'a> {
+    path: &'a str,
+    url: String,
+    token: Option<&'a str>,
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let doc: Value = app
+        .client
+        .get(format!("{}/openapi.json", app.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+
+    // Data for every read: a queen with a worker in its colony, usage, a heartbeat, a failure.
+    let now = Utc::now();
+    let mut w = llm("w1", now, "m", 10, 2, 0.25);
+    w["agent_role"] = "worker".into();
+    w["colony_id"] = "q1".into();
+    w["parent_session_id"] = "q1".into();
+    let hb = event(
+        "agent.heartbeat",
+        None,
+        now,
+        json!({ "backlog_events": 3, "agent_version": "0.2.0", "oldest_pending_age_seconds": 1.5 }),
+    );
+    let events = vec![
+        llm("q1", now - Duration::minutes(5), "m", 100, 5, 1.0),
+        tool("q1", now - Duration::minutes(4), true),
+        w,
+        hb,
+    ];
+    let body = serde_json::to_vec(&batch(events, vec![binding("q1", "alice")])).unwrap();
+    let response = app
+        .client
+        .post(format!("{}/v1/batches", app.base))
+        .bearer_auth(&t.ingest)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = response.json().await.unwrap();
+    check(
+        &doc,
+        "POST /v1/batches",
+        &schema_pointer(&doc, "/v1/batches", "post", 200),
+        &answer,
+    );
+    let (s, refused) = app
+        .post_batch(&t.ingest, &json!({ "schema_version": 1 }))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    check(
+        &doc,
+        "POST /v1/batches 422",
+        &schema_pointer(&doc, "/v1/batches", "post", 422),
+        &refused,
+    );
+
+    let day = now.format("%Y-%m-%d").to_string();
+    let read = Some(t.read.as_str());
+    let calls = [
+        Call {
+            path: "/v1/usage",
+            url: format!("/v1/usage?group_by=user,model,session&granularity=hour&from={day}"),
+            token: read,
+        },
+        Call {
+            path: "/v1/usage",
+            url: "/v1/usage?group_by=tenant,device,colony&tz=Asia/Kolkata&granularity=day".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/sessions",
+            url: "/v1/sessions?limit=1".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/sessions/{id}",
+            url: "/v1/sessions/q1".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/sessions/{id}/usage",
+            url: "/v1/sessions/q1/usage".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/sessions/{id}/tree",
+            url: "/v1/sessions/q1/tree".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/sessions/{id}/history",
+            url: "/v1/sessions/q1/history".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/status/transitions",
+            url: "/v1/status/transitions".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/colonies/{id}/usage",
+            url: "/v1/colonies/q1/usage".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/devices",
+            url: "/v1/devices".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/whoami",
+            url: "/v1/whoami".into(),
+            token: read,
+        },
+        Call {
+            path: "/healthz",
+            url: "/healthz".into(),
+            token: None,
+        },
+        Call {
+            path: "/readyz",
+            url: "/readyz".into(),
+            token: None,
+        },
+        Call {
+            path: "/openapi.json",
+            url: "/openapi.json".into(),
+            token: None,
+        },
+        // Refusals answer the documented error body.
+        Call {
+            path: "/v1/sessions/{id}",
+            url: "/v1/sessions/nobody".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/usage",
+            url: "/v1/usage?colour=red".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/devices",
+            url: "/v1/devices".into(),
+            token: Some("apy_unknown"),
+        },
+        Call {
+            path: "/v1/sessions",
+            url: "/v1/sessions".into(),
+            token: Some(t.ingest.as_str()),
+        },
+    ];
+    let mut documented = std::collections::BTreeSet::new();
+    for c in &calls {
+        let mut req = app.client.get(format!("{}{}", app.base, c.url));
+        if let Some(token) = c.token {
+            req = req.bearer_auth(token);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap();
+        let what = format!("GET {} ({status})", c.url);
+        check(
+            &doc,
+            &what,
+            &schema_pointer(&doc, c.path, "get", status),
+            &body,
+        );
+        if status == 200 {
+            documented.insert(c.path);
+        }
+    }
+    // The answers had something in them (a schema is no test of an empty list).
+    let (_, tree) = app.get(&t.read, "/v1/sessions/q1/tree").await;
+    assert_eq!(
+        tree["colonies"][0]["workers"][0]["session_id"], "w1",
+        "{tree}"
+    );
+    let (_, devices) = app.get(&t.read, "/v1/devices").await;
+    assert_eq!(devices["devices"][0]["backlog_events"], 3, "{devices}");
+
+    // Every JSON path of the document was called (`/metrics` is text, checked below).
+    let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+    for p in paths {
+        assert!(
+            documented.contains(p.as_str()) || p == "/v1/batches" || p == "/metrics",
+            "{p} was not exercised"
+        );
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_tampered_answer_fails_the_schema(pool: sqlx::PgPool) {
+    // The conformance check above can fail: a field of the wrong type is caught.
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let doc: Value = app.get(&t.read, "/openapi.json").await.1;
+    let (_, mut usage) = app.get(&t.read, "/v1/usage?group_by=user").await;
+    let pointer = schema_pointer(&doc, "/v1/usage", "get", 200);
+    let mut root = doc.clone();
+    root["$ref"] = json!(format!("#{pointer}"));
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&root)
+        .unwrap();
+    assert!(validator.is_valid(&usage));
+    usage["totals"]["events"] = json!("seven");
+    assert!(!validator.is_valid(&usage));
+}
+
+/// One sample line of the Prometheus text format: `name{labels} value`.
+fn sample(line: &str) -> Option<(&str, f64)> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let name = series.split('{').next()?;
+    let ok_name = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        v => v.parse().ok()?,
+    };
+    ok_name.then_some((series, value))
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn metrics_parse_as_prometheus_text_with_the_dashboard_series(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let (s, _) = app
+        .post_batch(
+            &t.ingest,
+            &batch(vec![tool("q1", Utc::now(), false)], vec![]),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let r = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap();
+    let content_type = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    let text = r.text().await.unwrap();
+    let mut types = std::collections::BTreeMap::new();
+    let mut samples = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            types.insert(name.to_string(), kind.to_string());
+        } else if line.starts_with('#') {
+            continue;
+        } else {
+            let (series, value) = sample(line).unwrap_or_else(|| panic!("not a sample: {line:?}"));
+            samples.insert(series.to_string(), value);
+        }
+    }
+    for (family, kind) in [
+        ("apiary_ingest_batches", "counter"),
+        ("apiary_ingest_events_accepted", "counter"),
+        ("apiary_ingest_events_duplicate", "counter"),
+        ("apiary_ingest_events_rejected", "counter"),
+        ("apiary_ingest_batches_refused", "counter"),
+        ("apiary_ingest_rate_limited", "counter"),
+        ("apiary_ingest_batch_duration_seconds", "histogram"),
+    ] {
+        assert_eq!(types.get(family).map(String::as_str), Some(kind), "{text}");
+    }
+    assert_eq!(samples["apiary_ingest_batches_total"], 1.0, "{text}");
+    assert_eq!(
+        samples["apiary_ingest_events_accepted_total"], 1.0,
+        "{text}"
+    );
+    assert_eq!(samples["apiary_ingest_batch_duration_seconds_count"], 1.0);
+    assert_eq!(
+        samples["apiary_ingest_batch_duration_seconds_bucket{le=\"+Inf\"}"],
+        1.0
+    );
+    assert!(samples.contains_key("apiary_ingest_batch_duration_seconds_bucket{le=\"0.005\"}"));
+}

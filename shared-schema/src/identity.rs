@@ -1,0 +1,19 @@
+//! `GET /v1/whoami`: what a token is. The agent asks it at `sync enable` and at start, so that a device
+//! without a configured identity takes the user and device its token is bound to, and a configured one
+//! that contradicts the token is named at once instead of pausing sync at the first batch.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The answer of `GET /v1/whoami`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenIdentity {
+    /// The tenant every event sent with this token belongs to.
+    pub tenant_id: String,
+    /// `ingest`, `read`, `admin`.
+    pub scopes: Vec<String>,
+    /// The user every session this token sends belongs to, if bound.
+    pub user_id: Option<String>,
+    /// The device every batch this token sends comes from, if bound.
+    pub device_id: Option<String>,
+}
