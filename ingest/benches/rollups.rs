@@ -47,8 +47,10 @@ FROM (
 ) g JOIN (SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) - 1 AS n FROM tenants) t ON t.n = g.s % 50";
 
 const ROLL_UP: &str = "
-INSERT INTO usage_rollups
+INSERT INTO usage_rollups (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, output_tokens,
+    cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
 SELECT tenant_id, date_bin('15 minutes', effective_at, '2000-01-01'), user_id, device_id, colony_id, session_id, model,
+    runtime,
     COALESCE(sum((data->>'input_tokens')::int8) FILTER (WHERE kind = 'llm.turn'), 0),
     COALESCE(sum((data->>'output_tokens')::int8) FILTER (WHERE kind = 'llm.turn'), 0),
     COALESCE(sum((data->>'cached_tokens')::int8) FILTER (WHERE kind = 'llm.turn'), 0),
@@ -59,15 +61,16 @@ SELECT tenant_id, date_bin('15 minutes', effective_at, '2000-01-01'), user_id, d
     count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed'),
     count(*) FILTER (WHERE kind = 'tool.call' AND (data->>'is_error')::bool),
     count(*)
-FROM events GROUP BY 1, 2, 3, 4, 5, 6, 7";
+FROM events GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
 
 /// The hourly rollup from the quarter rows (what the ingest writes in the same transaction).
 const ROLL_UP_HOURLY: &str = "
-INSERT INTO usage_rollups_hourly
+INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, output_tokens,
+    cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
 SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id, device_id, colony_id, session_id,
-    model, sum(input_tokens), sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos),
+    model, runtime, sum(input_tokens), sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos),
     sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
-FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7";
+FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
 
 async fn generate(pool: &PgPool, total: i64, start: chrono::DateTime<Utc>) -> anyhow::Result<()> {
     for i in 0..50 {

@@ -13,7 +13,7 @@
 //! (`store::headroom`), and the reads sum with a fallback to exact numeric sums (`query::sums`).
 //!
 //! ## Grain and key
-//! `(tenant_id, bucket, user_id, device_id, colony_id, session_id, model)`, `bucket` = `effective_at`
+//! `(tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime)`, `bucket` = `effective_at`
 //! floored to 15 minutes (see the migration for why 15 minutes makes day buckets exact in every zone).
 //! The same rows summed per UTC hour go to `usage_rollups_hourly`, which answers the whole hours of a
 //! query (see `query::usage`); it is written from the same pre-aggregated map, so an hourly row is always
@@ -146,6 +146,8 @@ pub struct RollupKey {
     pub colony_id: String,
     pub session_id: String,
     pub model: String,
+    /// The event's runtime (`hive`, `claude_code`, `otel`, ...).
+    pub runtime: String,
 }
 
 /// Adds the pre-aggregated 15-minute rows to `usage_rollups`, then their hourly sums to
@@ -178,7 +180,7 @@ async fn upsert_into(
 ) -> Result<(), sqlx::Error> {
     let n = rows.len();
     let mut buckets = Vec::with_capacity(n);
-    let mut dims: [Vec<&str>; 5] = Default::default();
+    let mut dims: [Vec<&str>; 6] = Default::default();
     let mut nums: [Vec<i64>; 10] = Default::default();
     // `store::headroom` admitted only what fits; a sum that does not is refused here, never wrapped.
     let too_big = || sqlx::Error::Encode("a rollup sum exceeds the bigint range".into());
@@ -190,6 +192,7 @@ async fn upsert_into(
             &k.colony_id,
             &k.session_id,
             &k.model,
+            &k.runtime,
         ]) {
             col.push(v.as_str());
         }
@@ -197,7 +200,7 @@ async fn upsert_into(
             col.push(i64::try_from(v).map_err(|_| too_big())?);
         }
     }
-    let [users, devices, colonies, sessions, models] = dims;
+    let [users, devices, colonies, sessions, models, runtimes] = dims;
     let mut q = sqlx::query(sql)
         .bind(tenant_id)
         .bind(buckets)
@@ -205,7 +208,8 @@ async fn upsert_into(
         .bind(devices)
         .bind(colonies)
         .bind(sessions)
-        .bind(models);
+        .bind(models)
+        .bind(runtimes);
     for col in nums {
         q = q.bind(col);
     }
@@ -217,13 +221,13 @@ async fn upsert_into(
 macro_rules! upsert_sql {
     ($table:literal) => {
         concat!("
-INSERT INTO ", $table, " AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model,
+INSERT INTO ", $table, " AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
     input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
     tool_calls, tool_errors, events)
 SELECT $1, u.* FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-    $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
-    $16::int8[], $17::int8[]) AS u
-ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model) DO UPDATE SET
+    $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
+    $16::int8[], $17::int8[], $18::int8[]) AS u
+ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime) DO UPDATE SET
     input_tokens = r.input_tokens + EXCLUDED.input_tokens,
     output_tokens = r.output_tokens + EXCLUDED.output_tokens,
     cached_tokens = r.cached_tokens + EXCLUDED.cached_tokens,

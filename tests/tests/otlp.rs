@@ -215,6 +215,33 @@ async fn an_sdk_trace_and_a_claude_code_stream_reach_usage_exactly_once() {
         [("claude_code".to_string(), 5), ("otel".to_string(), 11)]
     );
     pool.close().await;
+    // ... and so is their usage (`group_by=runtime`).
+    let v = cloud
+        .read_api()
+        .usage(
+            "runtime",
+            "total",
+            "2026-01-01T00:00:00Z",
+            "2027-12-01T00:00:00Z",
+        )
+        .await
+        .unwrap();
+    let by_runtime: std::collections::BTreeMap<String, Usage> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["runtime"].as_str().unwrap().to_string(),
+                Usage::from_totals(r),
+            )
+        })
+        .collect();
+    assert_eq!(by_runtime.len(), 2, "{v}");
+    by_runtime["claude_code"].assert_eq(&otlp::claude_fixture_usage(), "runtime claude_code");
+    let mut otel = a;
+    otel.add(&b);
+    by_runtime["otel"].assert_eq(&otel, "runtime otel");
     let stored = tests::scan::assert_clean(&cloud.db.url).await.unwrap();
     assert!(stored.contains("search_flights") && stored.contains("claude-sonnet-4-5-20250929"));
     for secret in ["payroll", "id_rsa", "passport", "a1b2c3d4-e5f6"] {

@@ -234,6 +234,7 @@ async fn write_once(
             colony_id: e.event.colony_id.clone().unwrap_or_default(),
             session_id: e.event.session_id.clone().unwrap_or_default(),
             model: model.clone(),
+            runtime: e.event.runtime.clone(),
         };
         rollup.add(key, &e.usage, e.event.event_id);
         rows.push(e, user, device, model);

@@ -122,6 +122,7 @@ type SumsRow = (
     String,
     String,
     String,
+    String,
     Vec<i64>,
 );
 
@@ -133,14 +134,15 @@ async fn read(
 ) -> Result<BTreeMap<RollupKey, Usage>, sqlx::Error> {
     let col = |f: fn(&RollupKey) -> &str| keys.iter().map(f).collect::<Vec<&str>>();
     let rows: Vec<SumsRow> = sqlx::query_as(&format!(
-        "SELECT r.bucket, r.user_id, r.device_id, r.colony_id, r.session_id, r.model,
+        "SELECT r.bucket, r.user_id, r.device_id, r.colony_id, r.session_id, r.model, r.runtime,
             ARRAY[r.input_tokens, r.output_tokens, r.cached_tokens, r.cache_creation_tokens, r.cost_nanos,
                   r.llm_calls, r.unpriced_turns, r.tool_calls, r.tool_errors, r.events]
-         FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-             AS k(bucket, user_id, device_id, colony_id, session_id, model)
+         FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                     $8::text[])
+             AS k(bucket, user_id, device_id, colony_id, session_id, model, runtime)
          JOIN {table} r ON r.tenant_id = $1 AND r.bucket = k.bucket AND r.user_id = k.user_id
              AND r.device_id = k.device_id AND r.colony_id = k.colony_id AND r.session_id = k.session_id
-             AND r.model = k.model"
+             AND r.model = k.model AND r.runtime = k.runtime"
     ))
     .bind(tenant_id)
     .bind(keys.iter().map(|k| k.bucket).collect::<Vec<_>>())
@@ -149,12 +151,13 @@ async fn read(
     .bind(col(|k| &k.colony_id))
     .bind(col(|k| &k.session_id))
     .bind(col(|k| &k.model))
+    .bind(col(|k| &k.runtime))
     .fetch_all(pool)
     .await?;
     Ok(rows
         .into_iter()
         .map(
-            |(bucket, user_id, device_id, colony_id, session_id, model, sums)| {
+            |(bucket, user_id, device_id, colony_id, session_id, model, runtime, sums)| {
                 let key = RollupKey {
                     bucket,
                     user_id,
@@ -162,6 +165,7 @@ async fn read(
                     colony_id,
                     session_id,
                     model,
+                    runtime,
                 };
                 let mut cols = [0i128; 10];
                 for (c, v) in cols.iter_mut().zip(sums) {
@@ -190,6 +194,7 @@ mod tests {
             colony_id: String::new(),
             session_id: "s".into(),
             model: "m".into(),
+            runtime: "hive".into(),
         }
     }
 

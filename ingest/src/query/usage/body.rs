@@ -62,6 +62,8 @@ pub struct UsageRowBody {
     pub session_id: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_id: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Option<String>>,
     #[serde(flatten)]
     pub sums: UsageSums,
 }
@@ -115,6 +117,7 @@ fn row_body(q: &UsageQuery, r: &UsageRow) -> UsageRowBody {
         colony_id: None,
         session_id: None,
         device_id: None,
+        runtime: None,
         sums: UsageSums::from(&r.usage),
     };
     for (d, k) in q.group_by.iter().zip(&r.keys) {
@@ -126,6 +129,7 @@ fn row_body(q: &UsageQuery, r: &UsageRow) -> UsageRowBody {
             Dim::Colony => body.colony_id = v,
             Dim::Session => body.session_id = v,
             Dim::Device => body.device_id = v,
+            Dim::Runtime => body.runtime = v,
         }
     }
     body

@@ -30,6 +30,7 @@ struct Raw {
     colony_id: Option<String>,
     session_id: Option<String>,
     device_id: Option<String>,
+    runtime: Option<String>,
     #[sqlx(flatten)]
     sums: SumColumns,
 }
@@ -43,6 +44,7 @@ impl Raw {
             Dim::Colony => &self.colony_id,
             Dim::Session => &self.session_id,
             Dim::Device => &self.device_id,
+            Dim::Runtime => &self.runtime,
         };
         k.clone().unwrap_or_default()
     }

@@ -61,17 +61,20 @@ pub enum Dim {
     Session,
     #[serde(rename = "device_id")]
     Device,
+    #[serde(rename = "runtime")]
+    Runtime,
 }
 
 impl Dim {
     /// Every dimension, in the order of the key columns of a usage row.
-    pub const ALL: [Dim; 6] = [
+    pub const ALL: [Dim; 7] = [
         Dim::Tenant,
         Dim::User,
         Dim::Model,
         Dim::Colony,
         Dim::Session,
         Dim::Device,
+        Dim::Runtime,
     ];
 
     fn parse(s: &str) -> Option<Dim> {
@@ -82,6 +85,7 @@ impl Dim {
             "colony" => Dim::Colony,
             "session" => Dim::Session,
             "device" => Dim::Device,
+            "runtime" => Dim::Runtime,
             _ => return None,
         })
     }
@@ -95,6 +99,7 @@ impl Dim {
             Dim::Colony => "colony_id",
             Dim::Session => "session_id",
             Dim::Device => "device_id",
+            Dim::Runtime => "runtime",
         }
     }
 
@@ -107,6 +112,7 @@ impl Dim {
             Dim::Colony => "colony_id",
             Dim::Session => "session_id",
             Dim::Device => "device_id",
+            Dim::Runtime => "runtime",
         }
     }
 }

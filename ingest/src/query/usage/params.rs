@@ -22,7 +22,9 @@ impl FromStr for GroupBy {
         let mut dims = vec![];
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let d = Dim::parse(part).ok_or_else(|| {
-                format!("{part:?} is not one of tenant, user, model, colony, session, device")
+                format!(
+                    "{part:?} is not one of tenant, user, model, colony, session, device, runtime"
+                )
             })?;
             if !dims.contains(&d) {
                 dims.push(d);
@@ -90,7 +92,7 @@ pub struct UsageParams {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>)]
     pub to: Option<TimeArg>,
-    /// Comma-separated: tenant, user, model, colony, session, device. A tenant's token (any scope, admin
+    /// Comma-separated: tenant, user, model, colony, session, device, runtime. A tenant's token (any scope, admin
     /// included) reads its own tenant only: grouped by tenant it answers that one row. An operator token
     /// reads every tenant and must group by tenant, optionally with model; other dimensions are refused
     /// (400).

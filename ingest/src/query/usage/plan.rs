@@ -21,7 +21,7 @@ use crate::query::sums;
 pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 
 /// The rollup columns a usage query reads.
-const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, input_tokens, \
+const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, \
     output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
     tool_errors, events";
 
