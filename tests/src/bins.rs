@@ -114,6 +114,23 @@ pub fn path(name: &str) -> PathBuf {
     p
 }
 
+/// Runs the binary `name` (as [`path`] builds it) with `args` and `env` added and `RUST_LOG=warn`, to
+/// its end; (exit code, stdout followed by stderr), as a user sees them.
+pub fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = std::process::Command::new(path(name));
+    cmd.args(args).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};

@@ -3,7 +3,6 @@
 //! events pending under a wrong identity are delivered once the configuration is fixed.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -12,20 +11,9 @@ use tests::bins;
 use tests::ingest::ingest_cli;
 use tests::stack::{write_private, Cloud};
 
-/// Runs a binary; (exit code, stdout + stderr).
+/// Runs a binary with the zone fixed; (exit code, stdout + stderr).
 fn run_bin(name: &str, args: &[&str]) -> (i32, String) {
-    let out = Command::new(bins::path(name))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .env("APIARY_ZONE", "UTC")
-        .output()
-        .expect("run the binary");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    bins::run(name, args, &[("APIARY_ZONE", "UTC")])
 }
 
 fn last_line(s: &str) -> String {

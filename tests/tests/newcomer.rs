@@ -1,30 +1,14 @@
 //! A new user's mistakes, black box: each test types what a person would and asserts what they are told,
 //! and that nothing they sent is lost.
 
-use std::process::Command;
 use std::time::Duration;
 
 use tests::agent::Agent;
-use tests::bins;
 use tests::db::TestDb;
 use tests::fixture;
 use tests::stack::Cloud;
 
-/// Runs a binary with `env` added; (exit code, stdout + stderr).
-fn run_bin(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let mut cmd = Command::new(bins::path(name));
-    cmd.args(args).env("RUST_LOG", "warn");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run the binary");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
+use tests::bins::run as run_bin;
 
 /// `sync enable --endpoint http://host:port/v1/batches` (the path appended): the ingest answers 404 for
 /// `/v1/batches/v1/batches`. That is a wrong endpoint, not a verdict on the event: it stays pending, the

@@ -11,21 +11,7 @@ use tests::db::TestDb;
 use tests::stack::Cloud;
 use tests::{bins, fixture};
 
-/// Runs a binary with `env` added; (exit code, stdout + stderr).
-fn run_bin(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let mut cmd = Command::new(bins::path(name));
-    cmd.args(args).env("RUST_LOG", "warn");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run the binary");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
+use tests::bins::run as run_bin;
 
 /// `DATABASE_URL` naming a role without privileges: Postgres' reason appears once, not once per layer of
 /// the error (`…: permission denied for table t: permission denied for table t`).
