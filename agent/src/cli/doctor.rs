@@ -50,6 +50,7 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
         }
     };
     let status = check_outbox(&mut r, &common.data_dir, &dir).await;
+    check_disk(&mut r, &common.data_dir);
     if let Some(status) = &status {
         if let Some(settings) = &settings {
             check_sync(&mut r, settings, status, &dir).await;
@@ -355,6 +356,50 @@ fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &
             whoami["device_id"].as_str().unwrap_or("any"),
         ));
     }
+}
+
+/// Below this much free space the outbox is about to refuse events (it keeps what it has, and the
+/// runtime's logs are read again once space is freed, but new HTTP intake answers 503).
+const DISK_WRONG_BYTES: u64 = 64 << 20;
+/// Below this much, worth knowing.
+const DISK_NOTE_BYTES: u64 = 1 << 30;
+
+/// Free space on the data directory's file system, for an unprivileged user.
+fn check_disk(r: &mut Report, data_dir: &Path) {
+    let Some(free) = free_bytes(data_dir) else {
+        r.note(
+            "free disk space not checked (not readable here, or not on this platform)",
+            "make sure the data directory's disk has room for the outbox (outbox.max_bytes)",
+        );
+        return;
+    };
+    let mib = free >> 20;
+    if free < DISK_WRONG_BYTES {
+        r.wrong(
+            format!(
+                "only {mib} MiB free on the data directory's disk: the outbox will refuse events"
+            ),
+            "free disk space there, or move the data directory (--data-dir) to a larger disk",
+        );
+    } else if free < DISK_NOTE_BYTES {
+        r.note(
+            format!("{mib} MiB free on the data directory's disk"),
+            "keep room for the outbox (outbox.max_bytes) and its write-ahead log",
+        );
+    } else {
+        r.ok(format!("{mib} MiB free on the data directory's disk"));
+    }
+}
+
+#[cfg(unix)]
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let s = rustix::fs::statvfs(dir).ok()?;
+    Some(s.f_bavail.saturating_mul(s.f_frsize))
+}
+
+#[cfg(not(unix))]
+fn free_bytes(_dir: &Path) -> Option<u64> {
+    None
 }
 
 fn check_hive_home(r: &mut Report, settings: &Settings) {

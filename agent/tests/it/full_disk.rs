@@ -205,6 +205,26 @@ fn the_agent_on_a_full_filesystem_answers_503_reports_it_and_recovers() {
     let s = status();
     assert_eq!(s["health"]["state"], "disk_full", "{s}");
     assert_eq!(s["counters"]["pending"].as_u64(), Some(acked), "{s}");
+    // `doctor` says so, with the fix, and fails.
+    let doctor = || {
+        let out = std::process::Command::new(support::bin())
+            .args(["doctor", "--data-dir"])
+            .arg(&fs.0)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, text) = doctor();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("MiB free on the data directory's disk: the outbox will refuse events"),
+        "{text}"
+    );
+    assert!(text.contains("outbox health: disk_full"), "{text}");
     std::fs::remove_file(&filler).unwrap();
     let (code, _, text) = post(acked);
     assert_eq!(code, 200, "writes resume once space is back: {text}");
