@@ -12,23 +12,31 @@
 * usage recomputed from the logs (durable events, deduplicated by (session, stream, seq, type, timestamp)
   the way Apiary identifies Hive events) equals expected.json by user, model, colony and session;
 * the status story holds: the stalled worker ends on node_stalled, the idle queen on client_input_requested,
-  failed/completed sessions end the way their status says.
+  failed/completed sessions end the way their status says;
+* Claude Code's OTLP exports (OUT/claude_code/<user>/): OTLP/JSON as Claude Code sends it, event.sequence
+  increasing per session, markers only in attributes the agent drops (prompt, tool_parameters, tool_input,
+  error, user.*, organization.id, resource attributes but service.name); their usage, recomputed from the
+  raw attributes (input = input_tokens + cache_read_tokens + cache_creation_tokens, records deduplicated
+  by request_id / tool_use_id / session.id + event.sequence as Apiary identifies them), is part of the
+  totals above; quiet sessions ended at least stall_after before the end of the day, the active one not.
 Exit 0 when all hold; 1 with a list of failures otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import sys
 from collections import defaultdict
-from decimal import Decimal
+from datetime import datetime, timezone
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workload as w  # noqa: E402  (constants only)
+import workload as w  # noqa: E402  (constants only; w.claude_code: DROPPED_ATTRIBUTES)
 
 KEYS = ["type", "stream_id", "node_id", "execution_id", "data", "timestamp", "correlation_id", "colony_id", "seq"]
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?$")
@@ -91,6 +99,77 @@ def usage_add(m, d):
         m["tool_errors"] += int(bool(data["is_error"]))
 
 
+def otlp_value(v: dict):
+    """An OTLP/JSON AnyValue as Python: strings stay strings, intValue (a string) becomes int."""
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        return int(v["intValue"])
+    if "doubleValue" in v:
+        return float(v["doubleValue"])
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    FAIL.append(f"unexpected OTLP value {v}")
+    return None
+
+
+def claude_code_events(out: Path, exp: dict, patterns: list[str]) -> list[tuple[str, str, dict, int]]:
+    """The durable Claude Code records of every export, deduplicated: (user, event name, attributes, time ms)."""
+    seen: dict[tuple, tuple] = {}
+    last_seq: dict[str, int] = {}
+    for user, names in exp.get("claude_code", {}).get("exports", {}).items():
+        for name in names:
+            path = out / "claude_code" / user / name
+            raw = path.read_bytes()
+            body = json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw)
+            for rl in body["resourceLogs"]:
+                resource = {kv["key"]: otlp_value(kv["value"]) for kv in rl["resource"]["attributes"]}
+                check(resource.get("service.name") == "claude-code", f"{path}: service.name {resource.get('service.name')}")
+                for k, v in resource.items():
+                    if isinstance(v, str) and any(pat in v for pat in patterns):
+                        check(k != "service.name", f"{path}: marker in service.name, which the agent keeps")
+                for sl in rl["scopeLogs"]:
+                    for r in sl["logRecords"]:
+                        a = {kv["key"]: otlp_value(kv["value"]) for kv in r["attributes"]}
+                        ev = r["body"]["stringValue"]
+                        check(ev == f"claude_code.{a.get('event.name')}", f"{path}: body {ev} vs event.name")
+                        ms = int(r["timeUnixNano"]) // 1_000_000
+                        iso = datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+                        check(a.get("event.timestamp") == iso, f"{path}: event.timestamp {a.get('event.timestamp')} "
+                                                               f"!= timeUnixNano {iso}")
+                        sid, seq = a["session.id"], int(a["event.sequence"])
+                        for k, v in a.items():
+                            if isinstance(v, str) and any(pat in v for pat in patterns):
+                                check(k in w.claude_code.DROPPED_ATTRIBUTES,
+                                      f"{path}: marker in {k} of {ev}, an attribute the agent is not known to drop")
+                        short = ev.split(".", 1)[1]
+                        if short not in ("api_request", "tool_result", "api_error"):
+                            continue
+                        own = a.get("tool_use_id") if short == "tool_result" else a.get("request_id")
+                        ident = (short, own) if own else (short, sid, seq)
+                        if ident in seen:
+                            continue
+                        check(seq > last_seq.get(sid, 0), f"{path}: event.sequence {seq} of {sid} does not increase")
+                        last_seq[sid] = seq
+                        seen[ident] = (user, short, a, ms)
+    return list(seen.values())
+
+
+def claude_code_add(m: dict, short: str, a: dict):
+    if short == "api_request":
+        cr, cw = int(a["cache_read_tokens"]), int(a["cache_creation_tokens"])
+        m["input_tokens"] += int(a["input_tokens"]) + cr + cw
+        m["output_tokens"] += int(a["output_tokens"])
+        m["cached_tokens"] += cr
+        m["cache_creation_tokens"] += cw
+        cost = Decimal(repr(float(a["cost_usd"])))
+        m["cost_nanos"] += int((cost * Decimal(1_000_000_000)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        m["llm_calls"] += 1
+    elif short == "tool_result":
+        m["tool_calls"] += 1
+        m["tool_errors"] += int(a["success"] == "false")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="check workload.py output")
     ap.add_argument("--out", type=Path, required=True)
@@ -148,6 +227,46 @@ def main(argv=None) -> int:
         if d["type"] == "tool_call_completed":
             started[d["data"]["tool_use_id"]] -= 1
 
+    for sid, meta in exp["sessions"].items():
+        if meta.get("runtime", "hive") != "hive":
+            continue
+        last = last_durable.get(sid)
+        check(last is not None, f"session {sid}: no durable event")
+        if last is None:
+            continue
+        want_last = {"stalled": {"node_stalled"}, "waiting": {"client_input_requested"},
+                     "failed": {"subagent_report", "execution_failed"},
+                     "completed": {"execution_completed", "subagent_report"},
+                     "active": {"llm_turn_complete", "tool_call_completed"}}[meta["status"]]
+        check(last["type"] in want_last, f"session {sid} ({meta['status']}): last durable event is {last['type']}")
+    # Claude Code, from its exports alone
+    end_ms = round(datetime.fromisoformat(exp["window"]["end_local"]).timestamp() * 1000)
+    cc_last: dict[str, tuple[str, int]] = {}
+    cc = claude_code_events(args.out, exp, exp["privacy"]["leak_patterns"])
+    for user, short, a, ms in cc:
+        sid = a["session.id"]
+        for m in (by_user[user], by_session[sid], by_colony[""]):
+            claude_code_add(m, short, a)
+        if short == "api_request":
+            claude_code_add(by_model[a["model"]], short, a)
+        if ms >= cc_last.get(sid, ("", 0))[1]:
+            cc_last[sid] = (short, ms)
+    for sid in exp.get("claude_code", {}).get("sessions", []):
+        meta = exp["sessions"][sid]
+        check(meta["runtime"] == "claude_code" and meta["colony"] is None and meta["parent"] is None,
+              f"Claude Code session {sid}: {meta}")
+        last = cc_last.get(sid)
+        check(last is not None, f"Claude Code session {sid}: no durable record")
+        if last is None:
+            continue
+        quiet_s = (end_ms - last[1]) / 1000
+        if meta["status"] == "active":
+            check(last[0] in ("api_request", "tool_result") and quiet_s < 60,
+                  f"Claude Code session {sid} (active): last record {last[0]} {quiet_s:.0f}s before the end")
+        else:
+            check(meta["status"] == "stalled" and quiet_s > 300,
+                  f"Claude Code session {sid} ({meta['status']}): last record {quiet_s:.0f}s before the end")
+
     def same(name, got, want):
         for k in keys:
             check(got.get(k, 0) == want.get(k, 0), f"{name}: {k} recomputed {got.get(k, 0)} != expected {want.get(k, 0)}")
@@ -162,15 +281,6 @@ def main(argv=None) -> int:
         same(f"colony {c or '(none)'}", by_colony[c], v)
     for sid, meta in exp["sessions"].items():
         same(f"session {sid}", by_session[sid], meta["usage"])
-        last = last_durable.get(sid)
-        check(last is not None, f"session {sid}: no durable event")
-        if last is None:
-            continue
-        want_last = {"stalled": {"node_stalled"}, "waiting": {"client_input_requested"},
-                     "failed": {"subagent_report", "execution_failed"},
-                     "completed": {"execution_completed", "subagent_report"},
-                     "active": {"llm_turn_complete", "tool_call_completed"}}[meta["status"]]
-        check(last["type"] in want_last, f"session {sid} ({meta['status']}): last durable event is {last['type']}")
     open_calls = [k for k, v in started.items() if v != 0]
     check(len(open_calls) <= 1, f"unpaired tool calls: {open_calls}")  # the idle queen's ask_user is still open
     n_files = sum(len(v) for v in exp["files"].values())
@@ -180,7 +290,9 @@ def main(argv=None) -> int:
         print(f"{len(FAIL)} failure(s)")
         return 1
     print(f"ok: {n_files} files, {len(events)} durable events ({len(debug_events)} also in the debug log), "
-          f"{len(exp['sessions'])} sessions; totals, statuses and privacy markers as expected.json says")
+          f"{len(cc)} durable Claude Code records in {sum(len(v) for v in exp['claude_code']['exports'].values())} "
+          f"OTLP exports, {len(exp['sessions'])} sessions; totals, statuses and privacy markers as expected.json "
+          f"says")
     return 0
 
 

@@ -12,8 +12,10 @@
 # creates a fresh database for the run (the previous demo database is dropped); migrates; creates a tenant,
 # one ingest token per user bound to that user and device, and a read token; starts the ingest on a free
 # port; starts one apiary-agent per user (data dir ./.apiary/demo/<user>/agent, device <user>-laptop,
-# tailing its own HIVE_HOME ./.apiary/demo/hive/<user>, sync enabled against the ingest); writes the
-# workload (deploy/local/workload.py: 3 users' day of Hive sessions, the tail of it live); waits until
+# tailing its own HIVE_HOME ./.apiary/demo/hive/<user>, its OTLP receiver on a free loopback port, sync
+# enabled against the ingest); writes the workload (deploy/local/workload.py: 3 users' day of Hive sessions,
+# the tail of it live); sends alice's and carol's Claude Code sessions of the same day to their agents'
+# OTLP receivers (deploy/local/claude_code.py post: OTLP/JSON log exports, one of them twice); waits until
 # every agent has delivered everything; prints the dashboard (deploy/local/report.py) compared with the
 # totals the generator computed; checks that no planted secret reached an outbox or Postgres.
 #
@@ -23,12 +25,12 @@
 #   APIARY_DEMO_TRICKLE   seconds over which the last quarter of the day is written live (default 8; 0 = all at once)
 #   APIARY_DEMO_SKIP_BUILD=1  use the binaries in target/release as they are
 #   DATABASE_URL, APIARY_PG_DIR, APIARY_PG_FORCE_PRIVATE=1: see scripts/pg.sh
-# Logs: ./.apiary/demo/logs (ingest.log, agent-<user>.log, build.log, workload.log).
+# Logs: ./.apiary/demo/logs (ingest.log, agent-<user>.log, build.log, workload.log, claude_code.log).
 # Exit status: 0 when the dashboard matches the workload and nothing leaked; 1 otherwise.
 
 set -euo pipefail
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 
 KEEP=0
 STOP_ONLY=0
@@ -58,7 +60,7 @@ IFS=, read -r -a USER_LIST <<<"$USERS"
 
 T0=$(date +%s)
 STEP=0
-NSTEPS=10
+NSTEPS=11
 step() {
     STEP=$((STEP + 1))
     printf '\n==> [%d/%d] %s   (+%ss)\n' "$STEP" "$NSTEPS" "$*" "$(($(date +%s) - T0))"
@@ -252,6 +254,10 @@ device_id = "$u-laptop"
 
 [push]
 heartbeat_interval_secs = 5
+
+[otlp]
+# a free port each (the default, 127.0.0.1:4318, can serve one agent only); the agent writes it to otlp.addr
+listen = "127.0.0.1:0"
 TOML
     "$BIN/apiary-agent" sync enable --data-dir "$dir" --endpoint "$INGEST_URL" \
         --token-file "$DEMO/$u/ingest.token" >>"$LOGS/agent-$u.log" 2>&1 \
@@ -263,7 +269,8 @@ done
 for u in "${USER_LIST[@]}"; do
     AGENT_ADDR[$u]=$(python3 "$HERE/demo_util.py" wait-agent "$DEMO/$u/agent" --pid "${AGENT_PID[$u]}" \
         --log "$LOGS/agent-$u.log" --timeout 60) || die "the agent of $u did not start"
-    info "$u: agent on http://${AGENT_ADDR[$u]} (pid ${AGENT_PID[$u]}), tailing .apiary/demo/hive/$u"
+    OTLP_ADDR=$(cat "$DEMO/$u/agent/otlp.addr" 2>/dev/null || echo "none (see $LOGS/agent-$u.log)")
+    info "$u: agent on http://${AGENT_ADDR[$u]} (pid ${AGENT_PID[$u]}), OTLP on http://$OTLP_ADDR, tailing .apiary/demo/hive/$u"
     DRAIN_ARGS+=("$u=$DEMO/$u/agent:${AGENT_PID[$u]}")
 done
 
@@ -273,6 +280,20 @@ python3 "$HERE/workload.py" --out "$DEMO/hive" --users "$USERS" --seed "$SEED" -
     2> >(tee "$LOGS/workload.log" | grep --line-buffered -v 'trickle:' | sed -u 's/^workload: /    /') \
     || die "the workload generator failed; see $LOGS/workload.log"
 sleep 0.2
+
+# ---------------------------------------------------------------------------------------------------------
+CC_ARGS=()
+for u in "${USER_LIST[@]}"; do
+    if [ -d "$DEMO/hive/claude_code/$u" ]; then CC_ARGS+=("$u=$DEMO/$u/agent"); fi
+done
+step "Sending Claude Code's telemetry of the same day to the agents' OTLP receivers (deploy/local/claude_code.py)"
+if [ "${#CC_ARGS[@]}" -gt 0 ]; then
+    python3 "$HERE/claude_code.py" post --dir "$DEMO/hive/claude_code" "${CC_ARGS[@]}" \
+        2> >(tee "$LOGS/claude_code.log" | sed -u 's/^claude_code: /    /') \
+        || die "posting Claude Code's OTLP exports failed; see $LOGS/claude_code.log and the agents' logs"
+else
+    info "none of ${USERS} runs Claude Code in this workload"
+fi
 
 # ---------------------------------------------------------------------------------------------------------
 step "Waiting until every agent has delivered everything (timeout ${TIMEOUT}s)"
@@ -309,6 +330,7 @@ SQL
 )
 TABLES=$(psql -w -X -q -A -t -d "$DATABASE_URL" -c "SELECT count(*) $USER_TABLES" 2>>"$LOGS/psql.log" || echo "?")
 info "$PLANTED canary markers, plus home paths, emails and API keys, were planted in prompts, tool inputs and results"
+info "(Hive's and Claude Code's: its prompts, tool parameters and errors, e-mail, account and organization ids)"
 info "found in the ${#USER_LIST[@]} agents' outbox files (db + WAL): $OUTBOX_HITS line(s); in Postgres ($TABLES tables, whole rows): $PG_HITS row(s)"
 LEAKS=0
 [ "$OUTBOX_HITS" = 0 ] && [ "$PG_HITS" = 0 ] || LEAKS=1
@@ -317,7 +339,7 @@ LEAKS=0
 ELAPSED=$(($(date +%s) - T0))
 echo
 if [ "$REPORT_RC" = 0 ] && [ "$LEAKS" = 0 ]; then
-    echo "Demo OK in ${ELAPSED}s: the dashboard matches what the team's Hive wrote, and nothing sensitive left the devices."
+    echo "Demo OK in ${ELAPSED}s: the dashboard matches what the team's Hive and Claude Code produced, and nothing sensitive left the devices."
     RC=0
 else
     echo "Demo FINISHED WITH PROBLEMS in ${ELAPSED}s: $([ "$REPORT_RC" = 0 ] || echo 'dashboard mismatch (see above); ')$([ "$LEAKS" = 0 ] || echo 'sensitive data found (see above)')"
@@ -334,6 +356,8 @@ EOF
     for u in "${USER_LIST[@]}"; do
         printf '  agent %-7s http://%s   (token: .apiary/demo/%s/agent/agent.token, Hive home .apiary/demo/hive/%s)\n' \
             "$u" "${AGENT_ADDR[$u]}" "$u" "$u"
+        printf '        %-7s OTLP http://%s   (OTEL_EXPORTER_OTLP_ENDPOINT for Claude Code, same token)\n' \
+            "" "$(cat "$DEMO/$u/agent/otlp.addr" 2>/dev/null || echo '-')"
     done
     if [ "$OWN_PG" = 1 ]; then echo "  postgres      $ADMIN_URL   (private cluster in $APIARY_PG_BASE)"; fi
     cat <<EOF

@@ -4,13 +4,14 @@
     python3 deploy/local/report.py --url http://127.0.0.1:8080 --token-file .apiary/demo/read.token \
                                    [--expected .apiary/demo/hive/expected.json] [--from ... --to ... --tz ...]
 
-Prints usage by user, by model and by colony (tokens in / cached / cache writes / out, cost, unpriced turns,
-LLM calls, tool calls, tool errors, events), every session's status (phase, health, last event), device
-liveness (last heartbeat, backlog, agent version), and, with --expected, one line comparing the dashboard
-with the totals the workload generator computed itself.
+Prints usage by user, by model, by colony and by runtime (Hive, Claude Code; tokens in / cached / cache
+writes / out, cost, unpriced turns, LLM calls, tool calls, tool errors, events), every session's status
+(runtime, phase, health, last event), device liveness (last heartbeat, backlog, agent version), and, with
+--expected, one line comparing the dashboard with the totals the workload generator computed itself.
 
-Uses only the read API: GET /v1/usage (group_by user, model, colony, session+user), GET /v1/sessions/{id},
-GET /v1/devices, with a `read`-scope bearer token.
+Uses only the read API: GET /v1/usage (group_by user, model, colony, runtime, session+user),
+GET /v1/sessions/{id}, GET /v1/devices, with a `read`-scope bearer token. (An ingest without
+group_by=runtime: usage by runtime is then the session rows added up by each session's runtime.)
 Exit status: 0 printed (and matches --expected when given), 1 mismatch, 2 the API could not be read.
 """
 
@@ -141,8 +142,8 @@ def compare(name: str, got: dict | None, want: dict, problems: list[str]) -> boo
     return True
 
 
-def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, totals: dict, sessions: dict
-                   ) -> tuple[str, list[str], list[str]]:
+def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, by_runtime: dict, totals: dict,
+                   sessions: dict) -> tuple[str, list[str], list[str]]:
     problems: list[str] = []
     notes: list[str] = []
     parts = []
@@ -158,6 +159,9 @@ def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, to
     for c, w in exp["by_colony"].items():
         ok += compare(f"colony {c or '(none)'}", by_colony.get(c or None), w, problems)
     parts.append(f"by colony {ok}/{len(exp['by_colony'])}")
+    if "by_runtime" in exp:
+        ok = sum(compare(f"runtime {r}", by_runtime.get(r), w, problems) for r, w in exp["by_runtime"].items())
+        parts.append(f"by runtime {ok}/{len(exp['by_runtime'])}")
     tot_ok = compare("totals", totals, exp["totals"], problems)
     parts.append("totals " + ("ok" if tot_ok else "DIFFER"))
     ok = 0
@@ -170,19 +174,28 @@ def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, to
         got = s.get("status")
         if got == want:
             ok += 1
-        elif want == "active" and got == "idle":
+        elif want == "active" and got == meta.get("quiet_status", "idle"):
             ok += 1
-            notes.append(f"{meta['label']}: idle rather than active (quiet for longer than the ingest's "
-                         f"stall_after, in phase independent)")
+            notes.append(f"{meta['label']}: {got} rather than active (quiet for longer than the ingest's "
+                         f"stall_after by the time this report ran)")
         else:
             problems.append(f"session {short(sid)} ({meta['label']}): status {got}, expected {want}")
         if s.get("user_id") != meta["user"]:
             problems.append(f"session {short(sid)}: user {s.get('user_id')}, expected {meta['user']}")
         if (s.get("parent_session_id") or None) != meta["parent"]:
             problems.append(f"session {short(sid)}: parent {s.get('parent_session_id')}, expected {meta['parent']}")
+        if "runtime" in meta and s.get("runtime") != meta["runtime"]:
+            problems.append(f"session {short(sid)}: runtime {s.get('runtime')}, expected {meta['runtime']}")
     for sid in sorted(set(sessions) - set(exp["sessions"])):
         problems.append(f"session {sid}: on the dashboard but not in the workload")
     parts.append(f"statuses {ok}/{len(exp['sessions'])}")
+    quiet_cc = [m["label"].split(" ")[0] for sid, m in exp["sessions"].items()
+                if m.get("runtime") == "claude_code" and m["status"] == "stalled"
+                and (sessions.get(sid) or {}).get("status") == "stalled"]
+    if quiet_cc:
+        notes.append(f"Claude Code sessions {', '.join(quiet_cc)} read stalled (no_progress), as expected.json says: "
+                     f"Claude Code reports no session end, so Apiary's health model cannot tell a finished session "
+                     f"from a stuck one once it is quiet for longer than stall_after")
     return ", ".join(parts), problems, notes
 
 
@@ -214,6 +227,10 @@ def main(argv=None) -> int:
             if sid:
                 sessions[sid] = api.get(f"/v1/sessions/{urllib.parse.quote(sid, safe='')}")
         devices = api.get("/v1/devices")["devices"]
+        try:
+            u_runtime = api.get("/v1/usage", group_by="runtime", **rng)
+        except ApiFailure:
+            u_runtime = None  # an older ingest: added up from the session rows below
     except ApiFailure as e:
         print(f"report: {e}", file=sys.stderr)
         return 2
@@ -224,6 +241,15 @@ def main(argv=None) -> int:
     by_user = {r.get("user_id"): r for r in u_user["rows"]}
     by_model = {r.get("model"): r for r in u_model["rows"]}
     by_colony = {r.get("colony_id"): r for r in u_colony["rows"]}
+    by_runtime: dict = {}
+    if u_runtime is not None:
+        by_runtime = {r.get("runtime") or "(none)": r for r in u_runtime["rows"]}
+    else:
+        for r in u_session["rows"]:
+            rt = (sessions.get(r.get("session_id")) or {}).get("runtime") or "(no session)"
+            acc = by_runtime.setdefault(rt, {})
+            for key in USAGE_KEYS + ["events"]:
+                acc[key] = acc.get(key, 0) + (r.get(key) or 0)
     totals = u_user["totals"]
     exp = json.loads(args.expected.read_text()) if args.expected else None
     labels = {sid: m["label"] for sid, m in (exp or {}).get("sessions", {}).items()}
@@ -262,8 +288,13 @@ def main(argv=None) -> int:
             wdesc = f"{len(workers)} (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")"
             rows.append([short(cid), queen.get("user_id") or "-", wdesc] + usage_cells(r))
         else:
-            rows.append(["(queens' own usage)", "-", "-"] + usage_cells(r))
+            rows.append(["(none: queens, Claude Code)", "-", "-"] + usage_cells(r))
     out.append(table(["colony", "user", "workers"] + hdr, rows, set(range(3, len(hdr) + 3))))
+
+    out.append("\nUsage by runtime   (the agent runtime that produced the events)" if u_runtime is not None else
+               "\nUsage by runtime   (this ingest has no group_by=runtime: the session rows, by session runtime)")
+    rows = [[rt] + usage_cells(r) for rt, r in sorted(by_runtime.items())]
+    out.append(table(["runtime"] + hdr, rows, right))
 
     counts = {}
     for s in sessions.values():
@@ -284,7 +315,8 @@ def main(argv=None) -> int:
         health = (s.get("health") or {}).get("signal") or "-"
         t = s.get("totals") or {}
         label = labels.get(s["session_id"], "")
-        return [s.get("user_id") or "-", prefix + short(s["session_id"]), s.get("agent_role") or "-",
+        return [s.get("user_id") or "-", prefix + short(s["session_id"]), s.get("runtime") or "-",
+                s.get("agent_role") or "-",
                 s.get("phase") or "-", (s.get("status") or "?").upper() if s.get("status") in ("stalled", "failed")
                 else s.get("status") or "?", health, when(s.get("last_event_at"), now),
                 num(t.get("llm_calls", 0)), num(t.get("tool_calls", 0)), cost_str(t), label]
@@ -293,8 +325,8 @@ def main(argv=None) -> int:
         kids = sorted(children.get(q["session_id"], []), key=lambda s: s.get("first_seen_at") or "")
         for i, k in enumerate(kids):
             rows.append(srow(k, "└ " if i == len(kids) - 1 else "├ "))
-    out.append(table(["user", "session", "role", "phase", "status", "last health signal", "last event",
-                      "llm", "tools", "cost USD", "(workload label)" if labels else ""], rows, {7, 8, 9}))
+    out.append(table(["user", "session", "runtime", "role", "phase", "status", "last health signal", "last event",
+                      "llm", "tools", "cost USD", "(workload label)" if labels else ""], rows, {8, 9, 10}))
 
     out.append(f"\nDevices ({len(devices)})")
     rows = []
@@ -309,7 +341,7 @@ def main(argv=None) -> int:
 
     code = 0
     if exp is not None:
-        summary, problems, notes = check_expected(exp, by_user, by_model, by_colony, totals, sessions)
+        summary, problems, notes = check_expected(exp, by_user, by_model, by_colony, by_runtime, totals, sessions)
         verdict = "MATCH" if not problems else "MISMATCH"
         out.append(f"\nDashboard vs expected.json (computed by the workload generator from what it wrote): "
                    f"{summary} -> {verdict}")

@@ -9,8 +9,12 @@ tests/fixtures/hive/README.md): the always-on per-session logs
 ``queens/<profile>/sessions/<session_id>/events.jsonl`` (queen and her colony workers in one file, streaming
 deltas coalesced), and for alice also the ``HIVE_DEBUG_EVENTS=1`` log ``event_logs/<YYYYmmdd_HHMMSS>.jsonl``
 (every event of the process, deltas included), so the same events arrive through two logs and must dedup.
-Then OUT/expected.json: totals the generator computed itself (by user, model, colony, session), the
-session statuses a dashboard should show, and the sensitive markers that must never leave a device.
+Beside Hive, some users also run Claude Code (``--claude-code``, default alice and carol): its telemetry,
+as the OTLP/JSON log exports Claude Code would send, goes to ``OUT/claude_code/<user>/NNN.json[.gz]``
+(deploy/local/claude_code.py builds them; ``claude_code.py post`` sends them to the users' agents).
+Then OUT/expected.json: totals the generator computed itself (by user, model, colony, session; Hive and
+Claude Code together), the session statuses a dashboard should show, and the sensitive markers that must
+never leave a device.
 
 The day (3 users, 9 queen sessions, 7 colony workers):
   alice  A1 CI failure Q&A (haiku + gpt-5-mini, a failing gh call, an unpriced turn)        completed
@@ -26,6 +30,9 @@ The day (3 users, 9 queen sessions, 7 colony workers):
   carol  C1 market research (gpt-5-mini, web searches, unpriced turns)                       completed
          C2 docs refresh: colony "docs_refresh", 2 workers (sonnet, haiku)                    completed
          C3 onboarding checklist: still working, last turn a minute before "now"             active
+and in Claude Code (claude_code.py; no colonies, no end event: a quiet session reads stalled):
+  alice  K1 flaky refund test, K2 SQL migration review                                    stalled (quiet)
+  carol  K3 pricing page copy (opus); K4 laptop setup script, its last request 20 s before the end  active
 
 Timestamps are today's date in naive local time (as Hive writes them), spread over the hours before
 ``--end`` (default: one minute ago); the stalled worker's last signal is ~6 minutes before the end, the
@@ -55,6 +62,9 @@ from hivelog import (  # noqa: E402
     DELTA_TYPES, DURABLE_TYPES, GPT, HAIKU, PRICES, SENSITIVE_KEYS, SONNET, Bus, Emission, chunks, cost_of, flush,
     publish, session_lines,
 )
+# Claude Code beside Hive: its sessions and their OTLP exports (deploy/local/claude_code.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import claude_code  # noqa: E402
 
 # Marker planted in every piece of user content; none may ever reach the outbox, a batch or the cloud.
 CANARY = "zzcanary"
@@ -803,13 +813,19 @@ def add_usage(m: dict, em: Emission):
     m["events"] += 1
 
 
+def add_counts(m: dict, u: dict):
+    for k in USAGE_KEYS + ["events"]:
+        m[k] += u[k]
+
+
 def finish(m: dict) -> dict:
     out = dict(m)
     out["cost_usd"] = float(Decimal(m["cost_nanos"]) / Decimal(1_000_000_000))
     return out
 
 
-def expected(homes: list[Home], window: dict, seed: int) -> dict:
+def expected(homes: list[Home], window: dict, seed: int, claude: list | None = None,
+             claude_files: dict | None = None) -> dict:
     by_user, by_model, by_colony, by_session = (defaultdict(zero) for _ in range(4))
     total = zero()
     sessions = {}
@@ -826,9 +842,24 @@ def expected(homes: list[Home], window: dict, seed: int) -> dict:
             if em.type in ("llm_turn_complete", "tool_call_completed"):
                 add_usage(by_colony[em.colony_id or ""], em)
         for sid, meta in home.sessions.items():
-            sessions[sid] = dict(meta)
+            sessions[sid] = dict(meta, runtime="hive")
+    claude = claude or []
+    for cs in claude:  # Claude Code: top-level sessions, no colony; usage computed by claude_code.py
+        for m in (by_user[cs.user], by_session[cs.sid], total, by_colony[""]):
+            add_counts(m, cs.usage)
+        for model, u in cs.by_model.items():
+            add_counts(by_model[model], u)
+        for r in cs.records:
+            if r.name in claude_code.DURABLE:
+                types[f"claude_code.{r.name}"] += 1
+        sessions[cs.sid] = {"user": cs.user, "role": "queen", "parent": None, "colony": None, "label": cs.label,
+                            "status": cs.status, "runtime": "claude_code"}
     for sid, meta in sessions.items():
         meta["usage"] = finish(by_session[sid])
+        if meta["status"] == "active":
+            # what the session reads once quiet for longer than the ingest's stall_after (the demo took long):
+            # a queen in her independent phase is idle; a Claude Code session, which has no phase, stalled
+            meta["quiet_status"] = "idle" if meta["runtime"] == "hive" else "stalled"
     colonies = {}
     for sid, meta in sessions.items():
         if meta["role"] == "worker":
@@ -837,6 +868,9 @@ def expected(homes: list[Home], window: dict, seed: int) -> dict:
             col["workers"].append(sid)
     for cid, col in colonies.items():
         col["usage"] = finish(by_colony[cid])
+    by_runtime = defaultdict(zero)
+    for sid, meta in sessions.items():
+        add_counts(by_runtime[meta["runtime"]], by_session[sid])
     strip_events = lambda m: {k: v for k, v in finish(m).items() if k != "events"}  # noqa: E731
     return {
         "generator": "deploy/local/workload.py",
@@ -849,20 +883,34 @@ def expected(homes: list[Home], window: dict, seed: int) -> dict:
             "Queen-level usage has no colony (key \"\").",
             "events = durable events (informational: the cloud also stores agent heartbeats and drop reports).",
             "status 'active' holds while the session made progress within the ingest's stall_after (5 min); "
-            "after that a quiet queen in phase 'independent' reads 'idle'.",
+            "after that a quiet queen in phase 'independent' reads 'idle' (quiet_status).",
+            "Claude Code (runtime claude_code): input_tokens = its input_tokens + cache_read_tokens + "
+            "cache_creation_tokens; cost = its cost_usd rounded to nano-USD; llm_calls = api_request records, "
+            "tool_calls = tool_result records, tool_errors = those with success false; events = api_request + "
+            "tool_result + api_error (the other records are filtered). Its sessions have no colony and never "
+            "report an end: quiet for longer than stall_after, they read 'stalled' (no_progress).",
         ],
         "totals": finish(total),
         "by_user": {u: finish(m) for u, m in sorted(by_user.items())},
         "by_model": {k: strip_events(m) for k, m in sorted(by_model.items())},
         "by_colony": {k: strip_events(m) for k, m in sorted(by_colony.items())},
+        "by_runtime": {k: finish(m) for k, m in sorted(by_runtime.items())},
         "colonies": colonies,
         "sessions": dict(sorted(sessions.items(), key=lambda kv: (kv[1]["user"], kv[1]["label"]))),
         "statuses": {s: sum(1 for m in sessions.values() if m["status"] == s)
                      for s in sorted({m["status"] for m in sessions.values()})},
         "durable_events_by_type": dict(sorted(types.items())),
         "files": {h.user: sorted({str(p.relative_to(h.root)) for _, p, _ in h.writes}) for h in homes},
-        "privacy": {"canary": CANARY, "canaries_planted": sum(h.canaries for h in homes),
-                    "leak_patterns": LEAK_PATTERNS},
+        "claude_code": {
+            "generator": "deploy/local/claude_code.py",
+            "exports": claude_files or {},
+            "sessions": [cs.sid for cs in claude],
+            "records": sum(len(cs.records) for cs in claude),
+            "durable_records": sum(1 for cs in claude for r in cs.records if r.name in claude_code.DURABLE),
+        },
+        "privacy": {"canary": CANARY, "canaries_planted": sum(h.canaries for h in homes) +
+                    sum(cs.canaries for cs in claude),
+                    "leak_patterns": LEAK_PATTERNS + claude_code.leak_patterns(claude)},
     }
 
 
@@ -919,6 +967,9 @@ def main(argv=None) -> int:
                     help="write the last part of the day live, line by line, over SECONDS")
     ap.add_argument("--trickle-share", type=float, default=0.25, metavar="FRACTION",
                     help="share of the lines written live with --trickle (default: %(default)s)")
+    ap.add_argument("--claude-code", default=",".join(claude_code.DEFAULT_USERS), metavar="USERS",
+                    help="users who also run Claude Code: its OTLP exports under OUT/claude_code/ "
+                         "(default: %(default)s; '' for none)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
@@ -945,7 +996,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     homes, window = build(out, users, args.seed, end)
-    exp = expected(homes, window, args.seed)
+    cc_users = [u for u in users if u in {v.strip() for v in args.claude_code.split(",")}]
+    claude = claude_code.build(cc_users, args.seed, window["day_start"], end)
+    if (out / "claude_code").exists():
+        shutil.rmtree(out / "claude_code")
+    claude_files = claude_code.write_exports(claude, out / "claude_code")
+    exp = expected(homes, window, args.seed, claude, claude_files)
     tmp = out / "expected.json.tmp"
     tmp.write_text(json.dumps(exp, indent=2) + "\n", encoding="utf-8")
     tmp.replace(out / "expected.json")
@@ -962,12 +1018,15 @@ def main(argv=None) -> int:
     else:
         write_all(ordered)
     t = exp["totals"]
-    log(f"{len(users)} users, {len(exp['sessions'])} sessions "
-        f"({sum(1 for s in exp['sessions'].values() if s['role'] == 'queen')} queens), "
+    hive = [s for s in exp["sessions"].values() if s["runtime"] == "hive"]
+    log(f"{len(users)} users, {len(hive)} Hive sessions ({sum(1 for s in hive if s['role'] == 'queen')} queens), "
         f"{sum(len(f) for f in exp['files'].values())} log files, {len(ordered)} lines; "
-        f"{t['llm_calls']} LLM turns, {t['tool_calls']} tool calls, ${t['cost_usd']:.4f}; "
         f"window {exp['window']['start_local']} .. {exp['window']['end_local']}")
-    log(f"expected totals in {out / 'expected.json'}")
+    if claude:
+        log(claude_code.summary(claude) + f"; {sum(len(f) for f in claude_files.values())} OTLP exports in "
+            f"{out / 'claude_code'} (not sent yet)")
+    log(f"together: {t['llm_calls']} LLM calls, {t['tool_calls']} tool calls, ${t['cost_usd']:.4f}; "
+        f"expected totals in {out / 'expected.json'}")
     return 0
 
 
