@@ -112,7 +112,13 @@ pub fn process_otlp(
     otel::map_request(request)
         .into_iter()
         .map(|record| match record {
-            otel::Record::Event(event) => redact(event, policy),
+            // A value the ingest would refuse (a token count above 10^12, a negative or too large cost) is
+            // refused here, so the exporter hears of it in `partial_success` instead of the event being
+            // dead-lettered after a push.
+            otel::Record::Event(event) => match crate::usage::contribution_of(&event) {
+                Err(why) => Err(ProcessError::Otlp(why.to_string())),
+                Ok(_) => redact(event, policy),
+            },
             otel::Record::Filtered {
                 native_type,
                 reason,

@@ -110,7 +110,7 @@ pub fn map_record(record: &LogRecord, attrs: Attrs<'_>, index: u64) -> Record {
     let trace_id = hex_id(&record.trace_id).or_else(|| attrs.str("prompt.id"));
     Record::Event(CanonicalEvent {
         schema_version: crate::SCHEMA_VERSION,
-        event_id: identity(short, &session, record, &attrs),
+        event_id: identity(short, &session, record, &attrs, occurred_at),
         kind,
         occurred_at,
         runtime: "claude_code".into(),
@@ -128,7 +128,13 @@ pub fn map_record(record: &LogRecord, attrs: Attrs<'_>, index: u64) -> Record {
 }
 
 /// The event id from Claude Code's own identity of the event (see [`super`]).
-fn identity(short: &str, session: &str, record: &LogRecord, a: &Attrs<'_>) -> uuid::Uuid {
+fn identity(
+    short: &str,
+    session: &str,
+    record: &LogRecord,
+    a: &Attrs<'_>,
+    occurred_at: chrono::DateTime<chrono::Utc>,
+) -> uuid::Uuid {
     let own = match short {
         "api_request" | "api_error" | "api_refusal" => a.str("request_id").map(|r| ("request", r)),
         "tool_result" => a.str("tool_use_id").map(|t| ("tool", t)),
@@ -138,7 +144,13 @@ fn identity(short: &str, session: &str, record: &LogRecord, a: &Attrs<'_>) -> uu
         return event_id(&["claude_code", short, what, &id]);
     }
     if let Some(seq) = a.str("event.sequence") {
-        return event_id(&["claude_code", short, "sequence", session, &seq]);
+        // The sequence restarts with the process while a resumed session keeps its id, so the record's
+        // time is part of its identity (a re-sent record carries the same time).
+        let time = occurred_at
+            .timestamp_nanos_opt()
+            .unwrap_or_default()
+            .to_string();
+        return event_id(&["claude_code", short, "sequence", session, &seq, &time]);
     }
     // No identity of its own: its time and attributes (the same record re-sent is the same bytes).
     let mut attrs: Vec<String> = record

@@ -32,7 +32,8 @@
 //! - `trace_id`: the span's or log record's trace id (hex), else Claude Code's `prompt.id`.
 //! - `event_id` = UUID v5 ([`OTEL_NAMESPACE`]) over the producer's own identity, never the payload: a span
 //!   — its trace id and span id; `api_request`, `api_error`, `api_refusal` — the event name and
-//!   `request_id`; `tool_result` — `tool_use_id`; else `session.id` + `event.sequence` + the event name;
+//!   `request_id`; `tool_result` — `tool_use_id`; else `session.id` + `event.sequence` + the record's time + the event
+//!   name (the sequence restarts when a resumed session runs in a new process);
 //!   only a record with none of these falls back to its time and attributes. So a retried export, or the
 //!   same record sent twice, is stored once.
 //! - time: a span's end (else start); a log record's `time_unix_nano`, else `observed_time_unix_nano`,

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::event::EventKind;
-use crate::pipeline::{process_otlp, Outcome};
+use crate::pipeline::{process_otlp, Outcome, ProcessError};
 use crate::Policy;
 
 /// Claude Code's documented log events, as OTLP/JSON (also the black-box tests' fixture).
@@ -450,6 +450,81 @@ fn responses_carry_partial_success_only_when_something_was_rejected() {
     ))
     .unwrap();
     assert_eq!(j["partialSuccess"]["errorMessage"], "x");
+    // OTLP/JSON: 64-bit integers are strings; a full success is the empty object.
+    assert_eq!(j["partialSuccess"]["rejectedSpans"], "1", "{j}");
+    assert_eq!(
+        wire::encode_response(Signal::Metrics, Encoding::Json, 0, ""),
+        b"{}"
+    );
     let _ = ExportLogsServiceRequest::default();
     assert_eq!(EventKind::parse("llm.turn"), Some(EventKind::LlmTurn));
+}
+
+/// One Claude Code log record of `name` in session `session`, at `nanos`, with `attrs` added.
+fn claude_record(name: &str, session: &str, nanos: u64, attrs: Vec<KeyValue>) -> Request {
+    let mut attributes = vec![s("event.name", name), s("session.id", session)];
+    attributes.extend(attrs);
+    let v = serde_json::json!({"resourceLogs": [{"scopeLogs": [{"logRecords": [{
+        "timeUnixNano": nanos.to_string(),
+        "body": {"stringValue": format!("claude_code.{name}")},
+    }]}]}]});
+    let Request::Logs(mut req) = decode(
+        Signal::Logs,
+        Encoding::Json,
+        v.to_string().as_bytes(),
+        bounds(),
+    )
+    .unwrap() else {
+        unreachable!()
+    };
+    req.resource_logs[0].scope_logs[0].log_records[0].attributes = attributes;
+    Request::Logs(req)
+}
+
+#[test]
+fn a_resumed_session_restarting_its_sequence_keeps_both_records() {
+    // Two api_requests without request_id, of one session, both `event.sequence` 3, half an hour apart
+    // (a resumed session in a new process): two events. The same record again: the same id.
+    let turn = |nanos: u64, input: i64| {
+        claude_record(
+            "api_request",
+            "resumed-1",
+            nanos,
+            vec![
+                s("event.sequence", "3"),
+                s("model", "m"),
+                i("input_tokens", input),
+            ],
+        )
+    };
+    let t0 = 1_793_700_000_000_000_000u64;
+    let first = kept(&turn(t0, 1000));
+    let later = kept(&turn(t0 + 1_800_000_000_000, 2000));
+    assert_eq!((first.len(), later.len()), (1, 1));
+    assert_ne!(first[0]["event_id"], later[0]["event_id"]);
+    assert_eq!(first[0]["event_id"], kept(&turn(t0, 1000))[0]["event_id"]);
+}
+
+#[test]
+fn values_the_ingest_would_refuse_are_rejected_at_intake() {
+    let t0 = 1_793_700_000_000_000_000u64;
+    for (what, attr) in [
+        (
+            "negative cost",
+            kv("cost_usd", any_value::Value::DoubleValue(-0.01)),
+        ),
+        ("tokens above 10^12", i("input_tokens", 2_000_000_000_000)),
+    ] {
+        let req = claude_record(
+            "api_request",
+            "s-1",
+            t0,
+            vec![s("request_id", "req_1"), s("model", "m"), attr],
+        );
+        let results = process_otlp(&req, &Policy::default_policy());
+        assert!(
+            matches!(&results[..], [Err(ProcessError::Otlp(_))]),
+            "{what}: {results:?}"
+        );
+    }
 }

@@ -289,21 +289,31 @@ pub fn encode_response(
     let rejected = i64::try_from(rejected).unwrap_or(i64::MAX);
     let error_message = message.to_string();
     let any = rejected > 0 || !message.is_empty();
+    if encoding == Encoding::Json {
+        // OTLP/JSON: a full success is the empty object (opentelemetry-proto's serde would write
+        // `"partialSuccess": null`), and 64-bit integers are decimal strings (its serde writes a number).
+        if !any {
+            return b"{}".to_vec();
+        }
+        let field = match signal {
+            Signal::Traces => "rejectedSpans",
+            Signal::Logs => "rejectedLogRecords",
+            Signal::Metrics => "rejectedDataPoints",
+        };
+        let body = serde_json::json!({
+            "partialSuccess": { field: rejected.to_string(), "errorMessage": error_message }
+        });
+        return serde_json::to_vec(&body).expect("a response serialises");
+    }
     macro_rules! respond {
         ($resp:ident, $partial:ident, $field:ident) => {{
-            let r = $resp {
+            $resp {
                 partial_success: any.then(|| $partial {
                     $field: rejected,
                     error_message,
                 }),
-            };
-            match encoding {
-                Encoding::Protobuf => r.encode_to_vec(),
-                // opentelemetry-proto's serde writes an unset field as `null`; OTLP/JSON omits it, so a
-                // full success is the empty object, as collectors answer.
-                Encoding::Json if !any => b"{}".to_vec(),
-                Encoding::Json => serde_json::to_vec(&r).expect("a response serialises"),
             }
+            .encode_to_vec()
         }};
     }
     match signal {
