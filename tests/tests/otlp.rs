@@ -242,6 +242,17 @@ async fn an_sdk_trace_and_a_claude_code_stream_reach_usage_exactly_once() {
     let mut otel = a;
     otel.add(&b);
     by_runtime["otel"].assert_eq(&otel, "runtime otel");
+    // Quiet since the fixture's day, a Claude Code session waits for its user: idle, not stalled.
+    let s = cloud
+        .read_api()
+        .get_ok(&format!("/v1/sessions/{}", otlp::CLAUDE_SESSION))
+        .await
+        .unwrap();
+    assert_eq!(
+        (s["status"].as_str(), s["status_cause"].as_str()),
+        (Some("idle"), Some("quiet_interactive")),
+        "{s}"
+    );
     let stored = tests::scan::assert_clean(&cloud.db.url).await.unwrap();
     assert!(stored.contains("search_flights") && stored.contains("claude-sonnet-4-5-20250929"));
     for secret in ["payroll", "id_rsa", "passport", "a1b2c3d4-e5f6"] {

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use apiary_schema::status::input::is_interactive;
 use apiary_schema::status::{Input, Rules, Transition, What};
 use apiary_schema::EventKind;
 use chrono::{DateTime, Utc};
@@ -175,8 +176,8 @@ async fn stored_inputs(
     tenant_id: Uuid,
     session: &str,
 ) -> Result<Vec<Input>, sqlx::Error> {
-    let rows: Vec<(Uuid, DateTime<Utc>, String, serde_json::Value)> = sqlx::query_as(
-        "SELECT event_id, effective_at, kind, data FROM events
+    let rows: Vec<(Uuid, DateTime<Utc>, String, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT event_id, effective_at, kind, runtime, data FROM events
          WHERE tenant_id = $1 AND session_id = $2 ORDER BY effective_at, event_id",
     )
     .bind(tenant_id)
@@ -186,12 +187,13 @@ async fn stored_inputs(
     let empty = serde_json::Map::new();
     Ok(rows
         .into_iter()
-        .filter_map(|(id, at, kind, data)| {
+        .filter_map(|(id, at, kind, runtime, data)| {
             let kind = EventKind::parse(&kind)?;
             Some(Input {
                 at,
                 id,
                 what: What::from_data(kind, data.as_object().unwrap_or(&empty)),
+                interactive: is_interactive(&runtime),
             })
         })
         .collect())

@@ -57,6 +57,10 @@ pub struct Health {
     pub waiting: Option<Alarm>,
     /// The queen's phase is `independent` (talking with the user; quiet there is idle, not stalled).
     pub independent: bool,
+    /// The session is interactive (its events come from an interactive runtime, see
+    /// [`super::input::Input::interactive`]): quiet there is idle, not stalled.
+    #[serde(default)]
+    pub interactive: bool,
     /// The tool of the latest tool call seen.
     pub last_tool: Option<String>,
     /// The last `window` units of work, oldest first: `o` ok, `e` tool error, `r` retry, `p` replay.
@@ -109,6 +113,8 @@ impl Health {
         if self.quiet_deadline(rules).is_some_and(|d| t > d) {
             return Some(if self.independent {
                 (Status::Idle, "quiet_independent")
+            } else if self.interactive {
+                (Status::Idle, "quiet_interactive")
             } else {
                 (Status::Stalled, "no_progress")
             });
@@ -170,6 +176,7 @@ impl Health {
         let at = self.last_key.map_or(input.at, |(t, _)| t.max(input.at));
         self.advance(at, rules, out);
         self.first_at.get_or_insert(at);
+        self.interactive |= input.interactive;
         let in_doom = self.doom_tool.is_some();
         let progress = match &input.what {
             What::Llm { ends_turn } => {

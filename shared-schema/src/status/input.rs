@@ -21,6 +21,20 @@ pub struct Input {
     pub id: Uuid,
     /// What happened.
     pub what: What,
+    /// The event comes from an interactive runtime ([`INTERACTIVE_RUNTIMES`]): a session driven by its
+    /// user turn by turn, with no phases and no liveness signals of its own, so a quiet one is waiting for
+    /// its user (`idle`), not stuck.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
+}
+
+/// Runtimes whose sessions are interactive (see [`Input::interactive`]): Claude Code, and apps reporting
+/// OpenTelemetry GenAI spans. Hive runs colonies on its own and says when it is waiting for its user.
+pub const INTERACTIVE_RUNTIMES: [&str; 2] = ["claude_code", "otel"];
+
+/// True when events of `runtime` come from interactive sessions.
+pub fn is_interactive(runtime: &str) -> bool {
+    INTERACTIVE_RUNTIMES.contains(&runtime)
 }
 
 /// What an event means for the health model.
@@ -95,6 +109,7 @@ impl Input {
             at: at.trunc_subsecs(6),
             id: e.event_id,
             what: What::of(e),
+            interactive: is_interactive(&e.runtime),
         })
     }
 

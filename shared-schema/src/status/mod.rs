@@ -35,7 +35,7 @@
 //! | `needs_attention` | attention alarm: `escalation_requested`, `input_blocked` | input received, a progressing LLM turn, a new or ended run |
 //! | `waiting` | an input request (`requested`, `credentials_required`, `credential_form_requested`, `payment_required`) | progress, a new or ended run |
 //! | `idle` | the execution is paused | execution resumed/started |
-//! | `idle` / `stalled` | no progress for more than `stall_after` (300 s): `idle` in the `independent` phase, else `stalled` (cause `no_progress`) | progress |
+//! | `idle` / `stalled` | no progress for more than `stall_after` (300 s): `idle` in the `independent` phase (cause `quiet_independent`) or in an interactive runtime's session (`quiet_interactive`, see [`input::INTERACTIVE_RUNTIMES`]), else `stalled` (cause `no_progress`) | progress |
 //! | `degraded` | in the last `window` (20) units of work (LLM turns, tool results, retries, replays): ≥ 3 tool errors, ≥ 3 retries or ≥ 2 replays | the trouble sliding out of the window |
 //! | `active` | otherwise | |
 //!

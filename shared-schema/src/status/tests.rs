@@ -15,6 +15,7 @@ fn input(secs: i64, n: u128, what: What) -> Input {
         at: t(secs),
         id: Uuid::from_u128(n),
         what,
+        interactive: false,
     }
 }
 
@@ -191,6 +192,45 @@ fn no_progress_for_stall_after_stalls_at_the_exact_deadline() {
         (Status::Idle, "quiet_independent")
     );
     assert_eq!(v.derived[0].at, t(300));
+}
+
+#[test]
+fn a_quiet_interactive_session_is_idle_and_its_alarms_still_stand() {
+    let r = Rules::default();
+    let interactive = |secs, n, what| Input {
+        interactive: true,
+        ..input(secs, n, what)
+    };
+    // A Claude Code session after its last turn waits for its user: idle at the deadline, not stalled.
+    let mut h = Health::default();
+    let mut out = Vec::new();
+    h.apply(&interactive(0, 1, llm(false)), &r, &mut out);
+    h.apply(&interactive(10, 2, tool("Bash")), &r, &mut out);
+    let v = view(&h, t(1_000), &Liveness::local(t(1_000)), &r);
+    assert_eq!(
+        (v.status, v.cause.as_str()),
+        (Status::Idle, "quiet_interactive")
+    );
+    assert_eq!(v.derived[0].at, t(310));
+    // A stall alarm it reports still stalls it; the same inputs from Hive stall on no progress.
+    h.apply(&interactive(20, 3, signal("stalled")), &r, &mut out);
+    assert_eq!(h.status, Some(Status::Stalled));
+    let (h, _) = run(&[llm(false), tool("Bash")]);
+    let v = view(&h, t(1_000), &Liveness::local(t(1_000)), &r);
+    assert_eq!(
+        (v.status, v.cause.as_str()),
+        (Status::Stalled, "no_progress")
+    );
+    // Read from events: the runtime decides.
+    let mut e: crate::CanonicalEvent = serde_json::from_value(serde_json::json!({
+        "schema_version": 1, "event_id": Uuid::from_u128(9), "type": "llm.turn",
+        "occurred_at": "2026-11-03T10:00:00Z", "runtime": "claude_code", "session_id": "s",
+        "native_type": "claude_code.api_request", "data": {}
+    }))
+    .unwrap();
+    assert!(Input::of(&e, e.occurred_at).unwrap().interactive);
+    e.runtime = "hive".into();
+    assert!(!Input::of(&e, e.occurred_at).unwrap().interactive);
 }
 
 #[test]
@@ -406,10 +446,10 @@ proptest! {
             h.apply(i, &r, &mut out);
         }
         let at = ins.last().unwrap().at;
-        h.apply(&Input { at, id: Uuid::from_u128(u128::MAX), what: signal("doom_loop") }, &r, &mut out);
+        h.apply(&Input { at, id: Uuid::from_u128(u128::MAX), what: signal("doom_loop"), interactive: false }, &r, &mut out);
         let before = h.status;
         for (n, m) in milder.iter().enumerate() {
-            h.apply(&Input { at, id: Uuid::from_u128(u128::MAX - 1 - n as u128), what: signal(m) }, &r, &mut out);
+            h.apply(&Input { at, id: Uuid::from_u128(u128::MAX - 1 - n as u128), what: signal(m), interactive: false }, &r, &mut out);
             prop_assert_eq!(h.status, before);
         }
     }
