@@ -310,15 +310,15 @@ def laptop_setup(x: Script):
 
 # (user, key, label, script, model style, version, gzip, placement, status)
 # placement: ("at", fraction of the day) or ("end", seconds before the end of the day of the last record)
-# status: a Claude Code session never reports its end, so once quiet for longer than the ingest's
-# stall_after (5 min) Apiary's health model reads it `stalled` (no_progress): see the demo's report.
+# status: a Claude Code session never reports its end; it is interactive (driven by its user turn by
+# turn), so once quiet for longer than the ingest's stall_after (5 min) it reads `idle` (quiet_interactive).
 SESSIONS = [
     ("alice", "K1", "K1 flaky refund test (Claude Code)", flaky_refund_test, "string", "2.0.14", False,
-     ("at", 0.22), "stalled"),
+     ("at", 0.22), "idle"),
     ("alice", "K2", "K2 SQL migration review (Claude Code)", migration_review, "native", "2.1.210", False,
-     ("at", 0.66), "stalled"),
+     ("at", 0.66), "idle"),
     ("carol", "K3", "K3 pricing page copy (Claude Code)", pricing_copy, "native", "2.1.210", True,
-     ("at", 0.38), "stalled"),
+     ("at", 0.38), "idle"),
     ("carol", "K4", "K4 laptop setup script (Claude Code, active)", laptop_setup, "string", "2.1.210", False,
      ("end", 20), "active"),
 ]

@@ -30,8 +30,8 @@ The day (3 users, 9 queen sessions, 7 colony workers):
   carol  C1 market research (gpt-5-mini, web searches, unpriced turns)                       completed
          C2 docs refresh: colony "docs_refresh", 2 workers (sonnet, haiku)                    completed
          C3 onboarding checklist: still working, last turn a minute before "now"             active
-and in Claude Code (claude_code.py; no colonies, no end event: a quiet session reads stalled):
-  alice  K1 flaky refund test, K2 SQL migration review                                    stalled (quiet)
+and in Claude Code (claude_code.py; no colonies, no end event: a quiet session waits for its user, idle):
+  alice  K1 flaky refund test, K2 SQL migration review                                    idle (quiet)
   carol  K3 pricing page copy (opus); K4 laptop setup script, its last request 20 s before the end  active
 
 Timestamps are today's date in naive local time (as Hive writes them), spread over the hours before
@@ -858,8 +858,8 @@ def expected(homes: list[Home], window: dict, seed: int, claude: list | None = N
         meta["usage"] = finish(by_session[sid])
         if meta["status"] == "active":
             # what the session reads once quiet for longer than the ingest's stall_after (the demo took long):
-            # a queen in her independent phase is idle; a Claude Code session, which has no phase, stalled
-            meta["quiet_status"] = "idle" if meta["runtime"] == "hive" else "stalled"
+            # a queen in her independent phase is idle, and so is a quiet Claude Code session (interactive)
+            meta["quiet_status"] = "idle"
     colonies = {}
     for sid, meta in sessions.items():
         if meta["role"] == "worker":
@@ -888,7 +888,7 @@ def expected(homes: list[Home], window: dict, seed: int, claude: list | None = N
             "cache_creation_tokens; cost = its cost_usd rounded to nano-USD; llm_calls = api_request records, "
             "tool_calls = tool_result records, tool_errors = those with success false; events = api_request + "
             "tool_result + api_error (the other records are filtered). Its sessions have no colony and never "
-            "report an end: quiet for longer than stall_after, they read 'stalled' (no_progress).",
+            "report an end: quiet for longer than stall_after, they wait for their user and read 'idle' (quiet_interactive).",
         ],
         "totals": finish(total),
         "by_user": {u: finish(m) for u, m in sorted(by_user.items())},

@@ -83,6 +83,13 @@ fn unpriced_turns_follow_one_rule() {
         1,
         "zero cost with tokens"
     );
+    // Any tokens make a zero cost unpriced: output alone, or as many out as in (cargo-mutants: `-` for
+    // the `+` of input + output survived the cases above).
+    assert_eq!(unpriced(json!({"output_tokens": 7, "cost_usd": 0})), 1);
+    assert_eq!(
+        unpriced(json!({"input_tokens": 5, "output_tokens": 5, "cost_usd": 0})),
+        1
+    );
     // The drift case: no cost source, zero cost, zero tokens — nothing consumed, free.
     assert_eq!(unpriced(json!({"cost_usd": 0})), 0);
     assert_eq!(unpriced(json!({"cost_usd": 0.01})), 0);
