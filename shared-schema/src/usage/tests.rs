@@ -35,6 +35,13 @@ fn cost_is_converted_to_nanos_like_postgres_rounds_the_decimal() {
 }
 
 #[test]
+fn nanos_print_as_usd() {
+    assert_eq!(nanos_to_usd(3_500_000_000), 3.5);
+    assert_eq!(nanos_to_usd(1), 1e-9);
+    assert_eq!(nanos_to_usd(-20_000_000), -0.02);
+}
+
+#[test]
 fn stored_sums_of_either_sign_convert_by_the_same_decimal_rule() {
     assert_eq!(decimal_units(0.9999999999999999, 9), Some(1_000_000_000));
     assert_eq!(decimal_units(-0.0000000015, 9), Some(-2));
