@@ -173,24 +173,86 @@ pub fn reads(kind: EventKind) -> bool {
     )
 }
 
-/// An epoch-milliseconds timestamp field (the policy's `timestamp` kind).
-fn epoch_ms(e: &CanonicalEvent, key: &str) -> Option<DateTime<Utc>> {
-    let ms = e.data.get(key)?.as_u64()?;
-    DateTime::from_timestamp_millis(i64::try_from(ms).ok()?)
+/// What the fold reads of an event.
+#[derive(Debug, Clone, Copy)]
+pub struct Fact<'a> {
+    pub kind: EventKind,
+    pub id: Uuid,
+    pub execution_id: Option<&'a str>,
+    pub data: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// An owned copy of what the fold reads of one session event, at its effective time (the agent's writer
+/// folds it once the commit knows the event is new).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedFact {
+    pub kind: EventKind,
+    pub id: Uuid,
+    pub execution_id: Option<String>,
+    pub data: serde_json::Map<String, serde_json::Value>,
+    pub at: DateTime<Utc>,
+}
+
+impl OwnedFact {
+    /// The fact of a session event the fold reads; None for other events.
+    pub fn of(e: &CanonicalEvent, at: DateTime<Utc>) -> Option<OwnedFact> {
+        (e.session_id.is_some() && reads(e.kind)).then(|| OwnedFact {
+            kind: e.kind,
+            id: e.event_id,
+            execution_id: e.execution_id.clone(),
+            data: e.data.clone(),
+            at,
+        })
+    }
+
+    /// Borrowed, for [`Work::fold_parts`].
+    pub fn fact(&self) -> Fact<'_> {
+        Fact {
+            kind: self.kind,
+            id: self.id,
+            execution_id: self.execution_id.as_deref(),
+            data: &self.data,
+        }
+    }
+}
+
+impl Fact<'_> {
+    fn data_str(&self, key: &str) -> Option<&str> {
+        self.data.get(key).and_then(serde_json::Value::as_str)
+    }
+
+    /// An epoch-milliseconds timestamp field (the policy's `timestamp` kind).
+    fn epoch_ms(&self, key: &str) -> Option<DateTime<Utc>> {
+        let ms = self.data.get(key)?.as_u64()?;
+        DateTime::from_timestamp_millis(i64::try_from(ms).ok()?)
+    }
 }
 
 impl Work {
     /// Folds one event at its effective time (truncated to microseconds like the health model, so every
     /// side computes with the same instants). Events of other kinds are ignored.
     pub fn fold(&mut self, e: &CanonicalEvent, at: DateTime<Utc>) {
+        self.fold_parts(
+            &Fact {
+                kind: e.kind,
+                id: e.event_id,
+                execution_id: e.execution_id.as_deref(),
+                data: &e.data,
+            },
+            at,
+        );
+    }
+
+    /// [`Work::fold`] from the parts of an event that it reads (a stored event row).
+    pub fn fold_parts(&mut self, e: &Fact<'_>, at: DateTime<Utc>) {
         let at = at.trunc_subsecs(6);
-        let s = Stamp { at, id: e.event_id };
+        let s = Stamp { at, id: e.id };
         match e.kind {
             EventKind::TaskChanged => self.fold_task(e, s),
             EventKind::TriggerChanged => self.fold_trigger(e, s),
             EventKind::ToolCall => self.fold_call(e, at),
             EventKind::Execution | EventKind::WorkerFinished => {
-                if matches!(run_of(e.kind, &e.data), Some(Run::Completed | Run::Failed)) {
+                if matches!(run_of(e.kind, e.data), Some(Run::Completed | Run::Failed)) {
                     max_at(&mut self.ended_at, at);
                 }
             }
@@ -198,7 +260,7 @@ impl Work {
         }
     }
 
-    fn fold_task(&mut self, e: &CanonicalEvent, s: Stamp) {
+    fn fold_task(&mut self, e: &Fact<'_>, s: Stamp) {
         if e.data_str("action") == Some("list_reset") {
             max_at(&mut self.reset_at, s.at);
             return;
@@ -223,7 +285,7 @@ impl Work {
         }
     }
 
-    fn fold_trigger(&mut self, e: &CanonicalEvent, s: Stamp) {
+    fn fold_trigger(&mut self, e: &Fact<'_>, s: Stamp) {
         let Some(id) = e.data_str("trigger_id") else {
             return;
         };
@@ -254,19 +316,21 @@ impl Work {
         if let Some(state) = state {
             put(&mut t.state, state.to_string(), s);
         }
-        let fired = epoch_ms(e, "last_fired_at").or((action == Some("fired")).then_some(s.at));
+        let fired = e
+            .epoch_ms("last_fired_at")
+            .or((action == Some("fired")).then_some(s.at));
         if let Some(f) = fired {
             max_at(&mut t.last_fired_at, f);
         }
         if let Some(n) = e.data.get("fire_count").and_then(serde_json::Value::as_u64) {
             t.fire_count = Some(t.fire_count.map_or(n, |c| c.max(n)));
         }
-        if let Some(next) = epoch_ms(e, "next_fire_at") {
+        if let Some(next) = e.epoch_ms("next_fire_at") {
             put(&mut t.next_fire_at, next, s);
         }
     }
 
-    fn fold_call(&mut self, e: &CanonicalEvent, at: DateTime<Utc>) {
+    fn fold_call(&mut self, e: &Fact<'_>, at: DateTime<Utc>) {
         if self.calls_horizon.is_some_and(|h| at <= h) {
             return;
         }
@@ -275,7 +339,7 @@ impl Work {
             (Some(id), _) => format!("id:{id}"),
             (None, Some(i)) => format!(
                 "ix:{}:{i}:{}",
-                e.execution_id.as_deref().unwrap_or(""),
+                e.execution_id.unwrap_or(""),
                 name.unwrap_or("")
             ),
             (None, None) => format!("name:{}", name.unwrap_or("")),
