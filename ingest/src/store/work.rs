@@ -67,6 +67,15 @@ pub async fn prepare(
     Ok(out)
 }
 
+/// A stored event as the fold reads it: id, effective time, kind, execution id, data.
+type StoredFact = (
+    Uuid,
+    DateTime<Utc>,
+    String,
+    Option<String>,
+    serde_json::Value,
+);
+
 /// The work folded from every stored event of a session (a session stored before `sessions.work`).
 async fn rebuild(
     tx: &mut Transaction<'_, Postgres>,
@@ -78,13 +87,7 @@ async fn rebuild(
         .filter(|k| work::reads(**k))
         .map(|k| k.as_str())
         .collect();
-    let rows: Vec<(
-        Uuid,
-        DateTime<Utc>,
-        String,
-        Option<String>,
-        serde_json::Value,
-    )> = sqlx::query_as(
+    let rows: Vec<StoredFact> = sqlx::query_as(
         "SELECT event_id, effective_at, kind, execution_id, data FROM events
              WHERE tenant_id = $1 AND session_id = $2 AND kind = ANY($3)",
     )
