@@ -7,7 +7,7 @@
 //!   the state a single ordered pass would.
 //! - A session stored before `sessions.work` existed (NULL, events stored), or whose work cannot be read,
 //!   is folded from its stored events of those kinds once, the first time a batch touches it.
-//! - Bounded: the shared fold keeps at most 500 tasks, 100 triggers and 64 tool calls per session.
+//! - Bounded: the shared fold keeps at most 500 tasks, 100 triggers and 32 tool calls per session.
 //! - Cost: one `SELECT` of the touched sessions' work per batch that holds such events, and one more
 //!   array in the session upsert.
 

@@ -58,7 +58,7 @@ pub const MAX_TASKS: usize = 500;
 /// Triggers kept per session.
 pub const MAX_TRIGGERS: usize = 100;
 /// Tool calls remembered per session (in flight or finished).
-pub const MAX_CALLS: usize = 64;
+pub const MAX_CALLS: usize = 32;
 
 /// Orders two writes of one fact: the event's time, then its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -345,13 +345,18 @@ impl Work {
             (None, None) => format!("name:{}", name.unwrap_or("")),
         };
         let c = self.calls.entry(key).or_default();
-        if c.tool_name.is_none() {
-            c.tool_name = name.map(str::to_string);
-        }
         match e.data_str("status") {
             Some("started") => min_at(&mut c.started_at, at),
             Some("completed") => min_at(&mut c.completed_at, at),
             _ => {}
+        }
+        // Only a call in flight shows its name: a finished one keeps just its times (the state is
+        // rewritten by every batch that has a tool event, so it stays small). The smallest name wins,
+        // whatever the order.
+        if c.completed_at.is_some() {
+            c.tool_name = None;
+        } else if let Some(n) = name.filter(|n| c.tool_name.as_deref().is_none_or(|old| *n < old)) {
+            c.tool_name = Some(n.to_string());
         }
         while self.calls.len() > MAX_CALLS {
             let oldest = self
