@@ -51,6 +51,7 @@ pub mod policy;
 pub mod scrub;
 pub mod status;
 pub mod usage;
+pub mod work;
 
 pub use batch::{Batch, BatchResponse, Rejection, SessionBinding};
 pub use event::{AgentRole, CanonicalEvent, EventKind};

@@ -98,8 +98,9 @@ pub async fn put_sync(
 }
 
 /// `GET /v1/sessions/{id}`: the session's status derived locally by the shared health model (the same
-/// rules as the ingest), when it began and why, time in each status and every transition; works with sync
-/// off and air-gapped.
+/// rules as the ingest), when it began and why, time in each status and every transition, and its work
+/// (tasks, triggers, next wake, the tool call in flight: the shared `apiary_schema::work` fold, the
+/// ingest's field names); works with sync off and air-gapped.
 pub async fn get_session(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -6,6 +6,7 @@
 //! | `POST /v1/sessions` | register a session with its own user and parent |
 //! | `GET /v1/status` | sync state, mode, counts by outcome, pending, oldest pending age, last push |
 //! | `PUT /v1/sync` | the desktop toggle (settings token only): `{"enabled": bool, "endpoint"?, "token_file"?, "include_backlog"?, "purge"?}` |
+//! | `GET /v1/sessions/{id}` | local status and history (shared health model), tasks, triggers, next wake, activity (shared work fold) |
 //! | `GET /v1/usage/sessions/{id}` | tokens, cost and calls of a session and its workers, from local data |
 //! | `GET /metrics` | OpenMetrics text ([`metrics`]) |
 //!

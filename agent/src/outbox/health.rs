@@ -81,6 +81,10 @@ pub struct SessionStatus {
     pub time_in_state: BTreeMap<Status, f64>,
     /// Every transition oldest first, then those time caused since the last event.
     pub transitions: Vec<Transition>,
+    /// Tasks, triggers, next wake and the tool call in flight (the shared [`apiary_schema::work`] view,
+    /// the same fields as the ingest's session detail).
+    #[serde(flatten)]
+    pub work: apiary_schema::work::WorkView,
 }
 
 /// The local status of `session` at `now`; None when no event of it was ever committed here.
@@ -119,5 +123,6 @@ pub fn session_status(
         status_cause: v.cause,
         time_in_state: v.time_in_state,
         transitions,
+        work: super::work::load(conn, session)?.unwrap_or_default().view(),
     }))
 }

@@ -258,6 +258,13 @@ pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite
                 .or_default()
                 .push((**i).clone());
         }
+        if let Some(f) = &e.work {
+            ctx.delta
+                .work
+                .entry(session.clone())
+                .or_default()
+                .push((**f).clone());
+        }
     }
     Ok(true)
 }

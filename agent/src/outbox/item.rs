@@ -23,6 +23,9 @@ pub struct PreparedEvent {
     /// What the event means for the session's local status (None for device-level events). Boxed: most
     /// items are small and this would double every one of them.
     pub status: Option<Box<apiary_schema::status::Input>>,
+    /// What the event means for the session's work (tasks, triggers, tool call in flight); None for the
+    /// kinds [`apiary_schema::work::reads`] does not read.
+    pub work: Option<Box<apiary_schema::work::OwnedFact>>,
 }
 
 impl PreparedEvent {
@@ -41,6 +44,7 @@ impl PreparedEvent {
             body,
             usage: usage_of(event),
             status: apiary_schema::status::Input::of(event, event.occurred_at).map(Box::new),
+            work: apiary_schema::work::OwnedFact::of(event, event.occurred_at).map(Box::new),
         }
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct Delta {
     pub usage: HashMap<(String, String), UsageAgg>,
     /// New events' health inputs per session, folded at the end of the group ([`super::health`]).
     pub status: BTreeMap<String, Vec<apiary_schema::status::Input>>,
+    /// New events' work facts per session, folded at the end of the group ([`super::work`]).
+    pub work: BTreeMap<String, Vec<apiary_schema::work::OwnedFact>>,
     /// Sessions first bound in this group (added to the writer's cache after commit).
     pub new_sessions: HashSet<String>,
     /// Claimed in this group.

@@ -62,6 +62,7 @@ mod sink;
 mod store;
 #[cfg(any(test, feature = "test-hooks"))]
 mod test_hooks;
+mod work;
 mod writer;
 
 pub use consent::{SyncChange, SyncReport};

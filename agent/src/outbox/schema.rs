@@ -27,6 +27,8 @@
 //! - `sessions`: the session registry (identity bound when a session is first seen or registered).
 //! - `session_health`, `status_transitions` (version 3): each session's health tracker and status history
 //!   (the shared health model, see [`super::health`]), updated in the same transaction as the events.
+//! - `session_work` (version 5): each session's work (tasks, triggers, tool calls: the shared
+//!   `apiary_schema::work` fold, see [`super::work`]), updated in the same transaction as the events.
 //! - `sync_state` (one row) and `consent_log` (history): sync on/off, endpoint, token file, consent
 //!   time and the policy hash consented to.
 //! - `dead_letters`: why an event (or an unreadable line) was rejected; holds at most the already
@@ -181,6 +183,14 @@ CREATE TABLE status_transitions (
     // 4: local usage in integers, like the ingest's rollups: `cost_usd` (REAL) becomes `cost_nanos`,
     // `credits` (REAL) becomes `credits_micros`, each stored sum converted by the shared decimal rule.
     Code(usage_in_integers),
+    // 5: what each session is working on (see `work`): the shared fold of its tasks, triggers and tool
+    // calls (JSON), written in the same transaction as the events it comes from.
+    Sql(r#"
+CREATE TABLE session_work (
+    session_id TEXT PRIMARY KEY,
+    work       TEXT NOT NULL
+) WITHOUT ROWID;
+"#),
 ];
 
 /// Migration 4 (see [`MIGRATIONS`]). A stored sum too large for an i64 (not reachable by real usage)

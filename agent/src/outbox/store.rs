@@ -135,6 +135,7 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
         ])?;
     }
     super::health::flush(conn, &delta.status)?;
+    super::work::flush(conn, &delta.work)?;
     Ok(())
 }
 

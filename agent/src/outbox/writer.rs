@@ -297,6 +297,7 @@ mod tests {
             body: format!("{{\"n\":{n}}}"),
             usage: None,
             status: None,
+            work: None,
         })
     }
 

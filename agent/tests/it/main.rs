@@ -18,3 +18,4 @@ mod tail_fixture;
 mod tail_follow;
 mod tail_restart;
 mod wal;
+mod work_model;

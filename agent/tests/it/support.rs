@@ -66,6 +66,7 @@ pub fn event(n: u128) -> Item {
         body,
         usage: None,
         status: None,
+        work: None,
     })
 }
 

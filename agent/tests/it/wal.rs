@@ -27,6 +27,7 @@ fn padded_event(n: u64) -> Item {
         body,
         usage: None,
         status: None,
+        work: None,
     })
 }
 

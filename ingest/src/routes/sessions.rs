@@ -13,6 +13,7 @@ use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::history::{self, SessionHistory};
 use crate::query::sessions::body::{self, SessionBody, SessionPage, TreeNode};
+use crate::query::sessions::work::{self, SessionDetail};
 use crate::query::sessions::{self, ListFilter, ListParams};
 use crate::query::usage::body::{ColonyUsage, SessionUsage};
 use crate::query::usage::{self, Dim, GroupBy, Part, TimeArg, UsageParams, UsageQuery, Within};
@@ -82,18 +83,23 @@ pub async fn list_sessions(
     path = "/v1/sessions/{id}",
     params(("id" = String, Path, description = "session id", max_length = 200)),
     security(("bearer" = [])),
-    responses((status = 200, description = "The session.", body = SessionBody), ReadErrors)
+    responses((status = 200, description = "The session, with its task list and triggers.",
+        body = SessionDetail), ReadErrors)
 )]
 pub async fn get_session(
     State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
-) -> Result<Json<SessionBody>, ApiError> {
+) -> Result<Json<SessionDetail>, ApiError> {
     check_id(&id)?;
     let row = sessions::get(&db, &reader, &id).await?;
     let totals = sessions::totals(&db, &reader, std::slice::from_ref(&id)).await?;
     let t = totals.get(&id).copied().unwrap_or_default();
-    Ok(Json(SessionBody::new(&row, Utc::now(), db.rules(), &t)))
+    let body = SessionBody::new(&row, Utc::now(), db.rules(), &t);
+    Ok(Json(SessionDetail::new(
+        body,
+        &work::stored(row.work.as_ref()),
+    )))
 }
 
 /// A session's status history: every transition `{at, from, to, cause}` oldest first (from is null for

@@ -9,7 +9,8 @@
 //!    further.
 //! 3. `sessions` again (the rows locked in step 1): state facts from the new events and the allowed
 //!    bindings, and each session's health tracker with the new events folded in, in event-time order;
-//!    then `status_transitions` (by session id): the transitions they change ([`super::health`]).
+//!    then `status_transitions` (by session id): the transitions they change ([`super::health`]). The
+//!    same upsert writes each session's work (tasks, triggers, tool call in flight; [`super::work`]).
 //! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
 //! 5. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
 //! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
@@ -205,6 +206,11 @@ async fn write_once(
     for (sid, f) in &health.sessions {
         if let Some(u) = updates.get_mut(sid) {
             u.tracker = Some(f.clone());
+        }
+    }
+    for (sid, w) in super::work::prepare(&mut tx, sender.tenant_id, &events).await? {
+        if let Some(u) = updates.get_mut(&sid) {
+            u.work = Some(w);
         }
     }
     let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;

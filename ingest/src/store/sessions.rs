@@ -36,6 +36,8 @@ pub struct SessionUpdate {
     pub events: i64,
     /// The health tracker after this batch ([`super::health::prepare`]); None leaves the stored one.
     pub tracker: Option<super::health::Folded>,
+    /// The session's work after this batch as JSON ([`super::work::prepare`]); None leaves the stored one.
+    pub work: Option<String>,
 }
 
 impl SessionUpdate {
@@ -58,6 +60,7 @@ impl SessionUpdate {
             health: None,
             events: 0,
             tracker: None,
+            work: None,
         }
     }
 
@@ -209,26 +212,29 @@ pub async fn upsert(
         .bind(updates.values().map(|u| u.events).collect::<Vec<_>>())
         .bind(col(|u| u.tracker.as_ref().map(|t| t.health.clone())))
         .bind(at(|u| u.tracker.as_ref().and_then(|t| t.stall_due_at)))
+        .bind(col(|u| u.work.clone()))
         .fetch_all(&mut **tx)
         .await?;
     Ok(rows.into_iter().map(|(s, u, d)| (s, (u, d))).collect())
 }
 
 /// Newer fact wins (`GREATEST` ignores NULLs); identity is kept from the first insert; the health
-/// tracker is replaced when the batch folded one.
+/// tracker and the work are replaced when the batch folded them. A session that had no events before
+/// this batch gets an empty work (`{}`), so NULL means "stored before `sessions.work`, fold it from its
+/// events" ([`super::work`]).
 const UPSERT_SQL: &str = "
 INSERT INTO sessions AS s (tenant_id, last_received_at, session_id, user_id, device_id, parent_session_id,
     colony_id, agent_role, worker_id, runtime, first_seen_at, last_event_at, last_progress_at, phase, phase_at,
-    input_state, input_at, status, status_at, health_signal, health_at, events, health, stall_due_at)
+    input_state, input_at, status, status_at, health_signal, health_at, events, health, stall_due_at, work)
 SELECT $1, $2, u.id, u.user_id, u.device_id, u.parent, u.colony, u.role, u.worker, u.runtime, u.first_seen,
     u.last_event, u.last_progress, u.phase, u.phase_at, u.input, u.input_at, u.status, u.status_at, u.signal,
-    u.signal_at, u.events, u.health::jsonb, u.due
+    u.signal_at, u.events, u.health::jsonb, u.due, u.work::jsonb
 FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::text[],
     $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[], $19::timestamptz[], $20::text[],
-    $21::timestamptz[], $22::int8[], $23::text[], $24::timestamptz[]) AS u(id, user_id, device_id, parent,
-    colony, role, worker, runtime, first_seen, last_event, last_progress, phase, phase_at, input, input_at,
-    status, status_at, signal, signal_at, events, health, due)
+    $21::timestamptz[], $22::int8[], $23::text[], $24::timestamptz[], $25::text[]) AS u(id, user_id, device_id,
+    parent, colony, role, worker, runtime, first_seen, last_event, last_progress, phase, phase_at, input,
+    input_at, status, status_at, signal, signal_at, events, health, due, work)
 ON CONFLICT (tenant_id, session_id) DO UPDATE SET
     parent_session_id = COALESCE(s.parent_session_id, EXCLUDED.parent_session_id),
     colony_id = COALESCE(s.colony_id, EXCLUDED.colony_id),
@@ -253,5 +259,6 @@ ON CONFLICT (tenant_id, session_id) DO UPDATE SET
     health_at = GREATEST(s.health_at, EXCLUDED.health_at),
     events = s.events + EXCLUDED.events,
     health = COALESCE(EXCLUDED.health, s.health),
-    stall_due_at = CASE WHEN EXCLUDED.health IS NULL THEN s.stall_due_at ELSE EXCLUDED.stall_due_at END
+    stall_due_at = CASE WHEN EXCLUDED.health IS NULL THEN s.stall_due_at ELSE EXCLUDED.stall_due_at END,
+    work = COALESCE(EXCLUDED.work, s.work, CASE WHEN s.events = 0 THEN '{}'::jsonb END)
 RETURNING session_id, user_id, device_id";

@@ -16,3 +16,4 @@ mod status_agreement;
 mod status_history;
 mod usage;
 mod visibility;
+mod work;

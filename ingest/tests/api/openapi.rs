@@ -89,6 +89,26 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         tool("q1", now - Duration::minutes(4), true),
         w,
         hb,
+        // Work: a task, an activated trigger with its next fire time, a tool call in flight.
+        event(
+            "task.changed",
+            Some("q1"),
+            now - Duration::minutes(3),
+            json!({ "action": "created", "task_id": "1", "status": "pending" }),
+        ),
+        event(
+            "trigger.changed",
+            Some("q1"),
+            now - Duration::minutes(3),
+            json!({ "action": "activated", "trigger_id": "nightly", "trigger_type": "timer",
+                    "next_fire_at": (now + Duration::hours(8)).timestamp_millis() }),
+        ),
+        event(
+            "tool.call",
+            Some("q1"),
+            now - Duration::minutes(2),
+            json!({ "tool_use_id": "toolu_1", "tool_name": "grep", "status": "started" }),
+        ),
     ];
     let body = serde_json::to_vec(&batch(events, vec![binding("q1", "alice")])).unwrap();
     let response = app
@@ -242,6 +262,11 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
     );
     let (_, devices) = app.get(&t.read, "/v1/devices").await;
     assert_eq!(devices["devices"][0]["backlog_events"], 3, "{devices}");
+    let (_, q1) = app.get(&t.read, "/v1/sessions/q1").await;
+    assert_eq!(q1["task_list"][0]["task_id"], "1", "{q1}");
+    assert_eq!(q1["triggers"][0]["state"], "activated", "{q1}");
+    assert!(q1["next_wake_at"].is_string(), "{q1}");
+    assert_eq!(q1["activity"]["tool_name"], "grep", "{q1}");
 
     // Every JSON path of the document was called (`/metrics` is text, checked below).
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();

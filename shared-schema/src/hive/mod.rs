@@ -385,13 +385,25 @@ fn derive_fields(event: &mut CanonicalEvent, derive: Derive) {
                 }
             }
         }
-        EventKind::TaskChanged => lift_id(&mut event.data, "task_id", &["task_id", "id"], "task"),
-        EventKind::TriggerChanged => lift_id(
-            &mut event.data,
-            "trigger_id",
-            &["trigger_id", "id"],
-            "trigger",
-        ),
+        EventKind::TaskChanged => {
+            lift_id(&mut event.data, "task_id", &["task_id", "id"], "task");
+            // `task_updated` carries the task as `after`.
+            lift_id(&mut event.data, "task_id", &["task_id", "id"], "after");
+        }
+        EventKind::TriggerChanged => {
+            lift_id(
+                &mut event.data,
+                "trigger_id",
+                &["trigger_id", "id"],
+                "trigger",
+            );
+            // The SSE route's `trigger_activated` puts the schedule inside `trigger_config`.
+            lift_fields(
+                &mut event.data,
+                "trigger_config",
+                &["next_fire_at", "last_fired_at", "fire_count"],
+            );
+        }
         EventKind::ColonyCreated => {
             // In Hive a colony is identified by the queen session that forked it.
             let colony = event
@@ -432,6 +444,18 @@ fn lift_id(data: &mut Map<String, Value>, target: &str, keys: &[&str], nested: &
     if !data.contains_key("status") {
         if let Some(s) = nested_obj.and_then(|n| n.get("status")).cloned() {
             data.insert("status".into(), s);
+        }
+    }
+}
+
+/// Copies `keys` out of the nested object `nested` when they are not at the top already.
+fn lift_fields(data: &mut Map<String, Value>, nested: &str, keys: &[&str]) {
+    let Some(inner) = data.get(nested).and_then(Value::as_object).cloned() else {
+        return;
+    };
+    for k in keys {
+        if let (false, Some(v)) = (data.contains_key(*k), inner.get(*k)) {
+            data.insert((*k).to_string(), v.clone());
         }
     }
 }

@@ -72,6 +72,7 @@ pub(super) fn fits(spec: &toml::Value, v: &Value) -> bool {
                 (1..=128).contains(&s.chars().count()) && !s.chars().any(char::is_control)
             }),
             "word" => s.is_some_and(|s| word.is_match(s)),
+            "timestamp" => v.as_u64().is_some_and(|ms| ms <= 253_402_300_799_999),
             other => panic!("unknown value kind {other} in the policy"),
         },
         toml::Value::Table(t) => {

@@ -47,6 +47,8 @@ pub enum SimpleKind {
     Id,
     Name,
     Word,
+    /// An absolute time in integer Unix epoch milliseconds (Hive's `next_fire_at`, `last_fired_at`).
+    Timestamp,
 }
 
 /// The on-disk (TOML) form of a policy.
@@ -382,12 +384,19 @@ fn conform(value: Value, vk: &ValueKind) -> Result<(Value, bool), String> {
             Value::String(s) if is_word(&s) && scrub::is_clean(&s) => Ok((Value::String(s), false)),
             _ => expected("word ([a-z0-9_.-], at most 64, nothing secret-like)"),
         },
+        ValueKind::Simple(SimpleKind::Timestamp) => match value.as_u64() {
+            Some(ms) if ms <= MAX_TIMESTAMP_MS => Ok((Value::from(ms), false)),
+            _ => expected("timestamp (integer Unix epoch milliseconds)"),
+        },
         ValueKind::Enum { values } => match value {
             Value::String(s) if values.contains(&s) => Ok((Value::String(s), false)),
             _ => expected(&format!("one of {}", values.join("|"))),
         },
     }
 }
+
+/// The latest `timestamp` value allowed: 9999-12-31T23:59:59.999Z.
+const MAX_TIMESTAMP_MS: u64 = 253_402_300_799_999;
 
 /// A lowercase token: `[a-z0-9_.-]{1,64}`.
 pub fn is_word(s: &str) -> bool {

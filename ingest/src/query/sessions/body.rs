@@ -11,6 +11,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
+use super::work::WorkSummaryBody;
 use super::SessionRow;
 use crate::query::usage::UsageSums;
 use crate::rollups::Usage;
@@ -79,6 +80,9 @@ pub struct SessionBody {
     pub device_last_heard_at: Option<DateTime<Utc>>,
     /// All-time usage (in a tree: of the session and everything below it).
     pub totals: UsageSums,
+    /// Task counts, next wake and activity ([`super::work`]).
+    #[serde(flatten)]
+    pub work: WorkSummaryBody,
 }
 
 fn none_if_empty(s: &str) -> Option<String> {
@@ -114,6 +118,7 @@ impl SessionBody {
             last_progress_at: r.last_progress_at,
             device_last_heard_at: r.device_heard_at,
             totals: UsageSums::from(totals),
+            work: WorkSummaryBody::from(&super::work::stored(r.work.as_ref()).summary()),
         }
     }
 }

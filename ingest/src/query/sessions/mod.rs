@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod list;
+pub mod work;
 
 use std::collections::HashMap;
 
@@ -44,12 +45,14 @@ pub struct SessionRow {
     pub device_heard_at: Option<DateTime<Utc>>,
     /// The health tracker (`sessions.health`).
     pub health: Option<Value>,
+    /// Tasks, triggers and tool calls (`sessions.work`, [`apiary_schema::work::Work`]).
+    pub work: Option<Value>,
 }
 
 pub(super) const SELECT: &str = "SELECT s.session_id, s.user_id, s.device_id, s.parent_session_id, s.colony_id, s.agent_role,
     s.worker_id, s.runtime, s.first_seen_at, s.last_event_at, s.last_progress_at, s.phase, s.input_state,
     s.input_at, s.status, s.health_signal, s.health_at,
-    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.health
+    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.health, s.work
   FROM sessions s LEFT JOIN devices d ON d.tenant_id = s.tenant_id AND d.device_id = s.device_id";
 
 impl SessionRow {
