@@ -175,4 +175,30 @@ mod tests {
         assert_eq!((c.received, c.pending, c.filtered), (3, 2, 1));
         assert!(c.balanced());
     }
+
+    /// cargo-mutants: `balanced -> true` and a deleted `"rejected"` arm survived every agent test.
+    #[test]
+    fn every_drop_reason_round_trips_and_an_unbalanced_account_says_so() {
+        for r in [
+            DropReason::Evicted,
+            DropReason::Malformed,
+            DropReason::Rejected,
+        ] {
+            let name = Counter::Unreported(r).name();
+            assert_eq!(DropReason::from_counter_name(&name), Some(r), "{name}");
+        }
+        let lost = Counters {
+            received: 3,
+            delivered: 2,
+            ..Counters::default()
+        };
+        assert!(!lost.balanced());
+        assert!(Counters {
+            received: 3,
+            delivered: 2,
+            rejected: 1,
+            ..Counters::default()
+        }
+        .balanced());
+    }
 }
