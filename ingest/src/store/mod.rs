@@ -13,6 +13,7 @@ pub mod headroom;
 pub mod health;
 pub mod owners;
 pub mod sessions;
+pub mod stream;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
