@@ -36,7 +36,7 @@
 //! per route group, and the OpenAPI document generated from them · [`query`] reads (typed parameters,
 //! pure planners, thin fetches, typed answers) · [`status`] session status rules · [`intake`] batch
 //! checks (pure, with their own error) · [`import`] export bundles · [`metrics`] Prometheus ·
-//! [`error`] the API error.
+//! [`error`] the API error · [`stream`] the live stream (`GET /v1/stream`).
 
 pub mod access;
 pub mod auth;
@@ -57,4 +57,5 @@ pub mod startup;
 pub mod state;
 pub mod status;
 pub mod store;
+pub mod stream;
 pub mod telemetry;

@@ -100,6 +100,12 @@ impl Application {
     ) -> anyhow::Result<()> {
         let state = self.state.clone();
         let maintenance = tokio::spawn(run_maintenance(state.clone()));
+        let stream = tokio::spawn(state.stream.clone().run_until_stopped(state.pool.clone()));
+        let stream_upkeep = tokio::spawn(crate::stream::run_upkeep(
+            state.pool.clone(),
+            state.settings.offline_after_secs,
+            state.stream.stopped(),
+        ));
         let app = router(state.clone());
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new())
@@ -135,6 +141,8 @@ impl Application {
         }
         tracing::info!("shutting down: draining requests in flight");
         drop(self.listener);
+        // Open live streams end here (clients reconnect to another replica with Last-Event-ID).
+        state.stream.stop();
         let grace = Duration::from_secs(state.settings.shutdown_timeout_secs);
         if tokio::time::timeout(grace, graceful.shutdown())
             .await
@@ -143,6 +151,7 @@ impl Application {
             tracing::warn!("requests still in flight after the shutdown timeout; exiting anyway");
         }
         maintenance.abort();
+        let _ = tokio::join!(stream, stream_upkeep);
         state.pool.close().await;
         Ok(())
     }

@@ -14,5 +14,6 @@ mod ownership;
 mod sessions;
 mod status_agreement;
 mod status_history;
+mod stream;
 mod usage;
 mod visibility;
