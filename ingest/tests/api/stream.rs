@@ -212,13 +212,14 @@ async fn readers_see_only_their_tenant_and_a_user_bound_reader_only_its_user(poo
         )
         .await;
     assert_eq!(code, StatusCode::OK);
-    let got = all
+    let mut got = all
         .until(|e| {
             ["a1", "b1"]
                 .iter()
                 .all(|s| has(e, "status", s) && has(e, "usage", s))
         })
         .await;
+    got.extend(all.drain(Duration::from_millis(500)).await);
     assert!(has(&got, "device", "dev-1"), "{:?}", brief(&got));
     let seen = mine.drain(Duration::from_millis(1500)).await;
     assert_eq!(
@@ -253,9 +254,10 @@ async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
         }
     };
     post(["s1", "s2"]).await;
-    let first = s
+    let mut first = s
         .until(|e| ["s1", "s2"].iter().all(|x| has(e, "usage", x)))
         .await;
+    first.extend(s.drain(Duration::from_millis(500)).await);
     let last_seen = first.last().unwrap().id.clone();
     drop(s);
 
@@ -454,7 +456,8 @@ async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) 
         .post_batch(&t.ingest, &batch(vec![llm("old", Utc::now(), "m", 1, 1, 0.1)], vec![]))
         .await;
     assert_eq!(code, StatusCode::OK);
-    let got = s.until(|e| has(e, "usage", "old")).await;
+    let mut got = s.until(|e| has(e, "usage", "old")).await;
+    got.extend(s.drain(Duration::from_millis(500)).await);
     let last = got.last().unwrap().id.clone();
     // Everything so far falls out of the window.
     apiary_ingest::store::stream::prune(&pool, Utc::now() + chrono::Duration::seconds(60))
