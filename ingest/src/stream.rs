@@ -192,7 +192,11 @@ impl StreamHub {
 
     /// Broadcasts the deliverable rows after `after` (the head, the first time); returns how long to
     /// wait for the next notification before reading again.
-    async fn pump(&self, pool: &PgPool, after: &mut Option<Cursor>) -> Result<Duration, sqlx::Error> {
+    async fn pump(
+        &self,
+        pool: &PgPool,
+        after: &mut Option<Cursor>,
+    ) -> Result<Duration, sqlx::Error> {
         let mut at = match *after {
             Some(a) => a,
             None => head(pool).await?,
@@ -221,12 +225,13 @@ impl StreamHub {
             }
         }
         // Committed rows not deliverable yet (an older transaction is still open): look again soon.
-        let held: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stream_events WHERE (xid, id) > ($1, $2))")
-                .bind(at.xid)
-                .bind(at.id)
-                .fetch_one(pool)
-                .await?;
+        let held: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM stream_events WHERE (xid, id) > ($1, $2))",
+        )
+        .bind(at.xid)
+        .bind(at.id)
+        .fetch_one(pool)
+        .await?;
         Ok(if held {
             Duration::from_millis(20)
         } else {
@@ -296,7 +301,17 @@ mod tests {
     fn cursors_read_back_what_they_write_and_refuse_anything_else() {
         let c = Cursor { xid: 812, id: 40 };
         assert_eq!(Cursor::parse(&c.to_string()), Some(c));
-        for bad in ["", "1", "1-", "-1", "a-1", "1-2-3", "1 -2", "+1-2", "99999999999999999999-1"] {
+        for bad in [
+            "",
+            "1",
+            "1-",
+            "-1",
+            "a-1",
+            "1-2-3",
+            "1 -2",
+            "+1-2",
+            "99999999999999999999-1",
+        ] {
             assert_eq!(Cursor::parse(bad), None, "{bad}");
         }
         assert!(Cursor { xid: 9, id: 100 } < Cursor { xid: 10, id: 1 });

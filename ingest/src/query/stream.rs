@@ -31,9 +31,10 @@ pub async fn start(db: &ReadDb, r: &TenantRead, asked: Option<Cursor>) -> Result
     if asked.xid > xmax {
         return Err(ApiError::BadRequest {
             code: "invalid_cursor",
-            message: "Last-Event-ID (or `after`) is not a position this stream gave: reconnect without \
+            message:
+                "Last-Event-ID (or `after`) is not a position this stream gave: reconnect without \
                       it"
-            .into(),
+                .into(),
         });
     }
     let pruned: Option<(i64, i64)> =

@@ -103,22 +103,22 @@ pub async fn get_stream(
     headers: HeaderMap,
     Query(params): Query<StreamParams>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let asked = match headers.get("last-event-id") {
-        Some(v) => Some(v.to_str().ok().and_then(Cursor::parse).ok_or_else(|| {
-            ApiError::BadRequest {
-                code: "invalid_cursor",
-                message: "Last-Event-ID must be the `id` of an event of this stream (xid-id)".into(),
-            }
-        })?),
-        None => match params.after.as_deref() {
-            Some(a) => Some(
-                Cursor::parse(a).ok_or_else(|| {
+    let asked =
+        match headers.get("last-event-id") {
+            Some(v) => Some(v.to_str().ok().and_then(Cursor::parse).ok_or_else(|| {
+                ApiError::BadRequest {
+                    code: "invalid_cursor",
+                    message: "Last-Event-ID must be the `id` of an event of this stream (xid-id)"
+                        .into(),
+                }
+            })?),
+            None => match params.after.as_deref() {
+                Some(a) => Some(Cursor::parse(a).ok_or_else(|| {
                     ApiError::bad_param("after", "must be the `id` of an event (xid-id)")
-                })?,
-            ),
-            None => None,
-        },
-    };
+                })?),
+                None => None,
+            },
+        };
     // Subscribe before reading the backlog, so no row falls between the two.
     let rows = hub.subscribe();
     let start = reads::start(&db, &reader, asked).await?;
@@ -132,15 +132,13 @@ pub async fn get_stream(
         rows,
         stopped: hub.stopped(),
         at,
-        pending: VecDeque::from([Event::default()
-            .event(first)
-            .id(at.to_string())
-            .data("{}")]),
+        pending: VecDeque::from([Event::default().event(first).id(at.to_string()).data("{}")]),
         catching_up: true,
     };
-    let events = futures::stream::unfold(sub, |mut s| async move {
-        s.next().await.map(|e| (Ok(e), s))
-    });
+    let events = futures::stream::unfold(
+        sub,
+        |mut s| async move { s.next().await.map(|e| (Ok(e), s)) },
+    );
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(HEARTBEAT)))
 }
 

@@ -179,14 +179,28 @@ async fn a_batch_streams_its_transition_usage_totals_and_device(pool: sqlx::PgPo
     // Matches the document: the event data schemas are served, the route is text/event-stream.
     let (_, doc) = app.get(&t.read, "/openapi.json").await;
     let op = &doc["paths"]["/v1/stream"]["get"];
-    assert!(op["responses"]["200"]["content"]["text/event-stream"].is_object(), "{op}");
-    for (name, e) in [("StreamStatus", status), ("StreamUsage", usage), ("StreamDevice", device)] {
+    assert!(
+        op["responses"]["200"]["content"]["text/event-stream"].is_object(),
+        "{op}"
+    );
+    for (name, e) in [
+        ("StreamStatus", status),
+        ("StreamUsage", usage),
+        ("StreamDevice", device),
+    ] {
         let schema = &doc["components"]["schemas"][name];
         for key in e.data.as_object().unwrap().keys() {
-            assert!(schema["properties"][key].is_object(), "{name} lacks {key}: {schema}");
+            assert!(
+                schema["properties"][key].is_object(),
+                "{name} lacks {key}: {schema}"
+            );
         }
         for key in schema["required"].as_array().unwrap() {
-            assert!(e.data.get(key.as_str().unwrap()).is_some(), "{key} missing: {}", e.data);
+            assert!(
+                e.data.get(key.as_str().unwrap()).is_some(),
+                "{key} missing: {}",
+                e.data
+            );
         }
     }
 }
@@ -204,7 +218,10 @@ async fn readers_see_only_their_tenant_and_a_user_bound_reader_only_its_user(poo
         s.ready().await;
     }
     let now = Utc::now();
-    let events = vec![llm("a1", now, "m", 1, 1, 0.1), llm("b1", now, "m", 2, 2, 0.2)];
+    let events = vec![
+        llm("a1", now, "m", 1, 1, 0.1),
+        llm("b1", now, "m", 2, 2, 0.2),
+    ];
     let (code, _) = app
         .post_batch(
             &t.ingest,
@@ -270,7 +287,9 @@ async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
     let missed = witness
         .until(|e| ["s3", "s4", "s5", "s6"].iter().all(|x| has(e, "usage", x)))
         .await;
-    assert!(missed.iter().all(|e| ["status", "usage"].contains(&e.event.as_str())));
+    assert!(missed
+        .iter()
+        .all(|e| ["status", "usage"].contains(&e.event.as_str())));
     assert_eq!(missed.iter().filter(|e| e.event == "status").count(), 4);
     assert_eq!(missed.iter().filter(|e| e.event == "usage").count(), 4);
     assert!(witness.drain(Duration::from_millis(1500)).await.is_empty());
@@ -339,7 +358,11 @@ async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: 
         .unwrap();
     c.rollback().await.unwrap();
     let held = live.drain(Duration::from_millis(1000)).await;
-    assert!(held.is_empty(), "delivered past an open transaction: {:?}", brief(&held));
+    assert!(
+        held.is_empty(),
+        "delivered past an open transaction: {:?}",
+        brief(&held)
+    );
     // A reader resuming now has nothing yet either (it would never see A's row otherwise).
     let mut early = SseClient::open(&app, &t.read, Some(&start), "").await;
     early.ready().await;
@@ -376,7 +399,10 @@ async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: 
         later.commit().await.unwrap();
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!blocked.is_finished(), "the second writer waits for the first");
+    assert!(
+        !blocked.is_finished(),
+        "the second writer waits for the first"
+    );
     first.commit().await.unwrap();
     blocked.await.unwrap();
     let got = live.until(|e| e.len() == 2).await;
@@ -400,7 +426,17 @@ async fn a_busy_sessions_usage_is_coalesced_to_one_event_a_second_of_totals(pool
         let (code, _) = app
             .post_batch(
                 &t.ingest,
-                &batch(vec![llm("busy", now + chrono::Duration::milliseconds(i), "m", 10, 1, 0.1)], vec![]),
+                &batch(
+                    vec![llm(
+                        "busy",
+                        now + chrono::Duration::milliseconds(i),
+                        "m",
+                        10,
+                        1,
+                        0.1,
+                    )],
+                    vec![],
+                ),
             )
             .await;
         assert_eq!(code, StatusCode::OK);
@@ -414,7 +450,11 @@ async fn a_busy_sessions_usage_is_coalesced_to_one_event_a_second_of_totals(pool
     let usage: Vec<&Sse> = got.iter().filter(|e| e.event == "usage").collect();
     assert!(usage.len() <= 2, "{:?}", brief(&got));
     assert_eq!(usage.last().unwrap().data["input_tokens"], 50);
-    assert!(s.drain(Duration::from_millis(1500)).await.iter().all(|e| e.event != "usage"));
+    assert!(s
+        .drain(Duration::from_millis(1500))
+        .await
+        .iter()
+        .all(|e| e.event != "usage"));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -429,12 +469,19 @@ async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool
     s.ready().await;
     let beat = || {
         batch(
-            vec![event("agent.heartbeat", None, Utc::now(), json!({ "backlog_events": 0 }))],
+            vec![event(
+                "agent.heartbeat",
+                None,
+                Utc::now(),
+                json!({ "backlog_events": 0 }),
+            )],
             vec![],
         )
     };
     assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
-    let got = s.until(|e| e.iter().filter(|x| x.event == "device").count() == 2).await;
+    let got = s
+        .until(|e| e.iter().filter(|x| x.event == "device").count() == 2)
+        .await;
     let online: Vec<&Value> = got
         .iter()
         .filter(|e| e.event == "device")
@@ -453,7 +500,10 @@ async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) 
     let mut s = SseClient::open(&app, &t.read, None, "").await;
     let start = s.ready().await;
     let (code, _) = app
-        .post_batch(&t.ingest, &batch(vec![llm("old", Utc::now(), "m", 1, 1, 0.1)], vec![]))
+        .post_batch(
+            &t.ingest,
+            &batch(vec![llm("old", Utc::now(), "m", 1, 1, 0.1)], vec![]),
+        )
         .await;
     assert_eq!(code, StatusCode::OK);
     let mut got = s.until(|e| has(e, "usage", "old")).await;
@@ -466,7 +516,12 @@ async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) 
     let mut stale = SseClient::open(&app, &t.read, Some(&start), "").await;
     let reset = stale.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(reset.event, "reset");
-    assert!(position(&reset.id) > position(&last), "{} {}", reset.id, last);
+    assert!(
+        position(&reset.id) > position(&last),
+        "{} {}",
+        reset.id,
+        last
+    );
     // A position at the edge of the window is still good.
     let mut fine = SseClient::open(&app, &t.read, Some(&last), "").await;
     assert_eq!(fine.ready().await, last);
