@@ -1,5 +1,6 @@
 //! Building and running the HTTP server: the router and its layers, background maintenance
-//! (partitions ahead, retention), and graceful shutdown.
+//! (partitions ahead, retention), the live stream's reader and upkeep ([`crate::stream`]), and graceful
+//! shutdown (open live streams end first, so the drain is not held by them).
 //!
 //! Shutdown: when the `shutdown` future passed to [`Application::run_until_stopped`] resolves (SIGTERM or
 //! Ctrl-C in production, anything in tests), the listener stops accepting, requests in flight finish
