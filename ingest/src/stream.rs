@@ -31,6 +31,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::{broadcast, watch};
@@ -79,10 +80,22 @@ pub struct StreamRow {
     /// The owner of the session or device ('' for none): what a user-bound read token may see.
     pub user_id: String,
     pub at: Cursor,
-    /// `status`, `usage` or `device`.
-    pub kind: String,
-    /// The event's JSON.
-    pub data: String,
+    /// The event (`status`, `usage` or `device`) as Server-Sent Events text (`id`, `event`, `data`, blank line), encoded once and shared
+    /// by every subscriber that sends it.
+    pub sse: Bytes,
+}
+
+/// One event in the `text/event-stream` format.
+pub fn encode(kind: &str, at: &str, data: &str) -> Bytes {
+    // A data line cannot hold a line break (stored JSON has none; kept safe all the same).
+    let data = if data.contains(['\n', '\r']) {
+        data.replace("\r\n", "\n")
+            .replace('\r', "\n")
+            .replace('\n', "\ndata: ")
+    } else {
+        data.to_string()
+    };
+    Bytes::from(format!("id: {at}\nevent: {kind}\ndata: {data}\n\n"))
 }
 
 #[derive(sqlx::FromRow)]
@@ -97,15 +110,15 @@ pub(crate) struct RowSql {
 
 impl From<RowSql> for StreamRow {
     fn from(r: RowSql) -> StreamRow {
+        let at = Cursor {
+            xid: r.xid,
+            id: r.id,
+        };
         StreamRow {
             tenant_id: r.tenant_id,
             user_id: r.user_id,
-            at: Cursor {
-                xid: r.xid,
-                id: r.id,
-            },
-            kind: r.kind,
-            data: r.data,
+            sse: encode(&r.kind, &at.to_string(), &r.data),
+            at,
         }
     }
 }
