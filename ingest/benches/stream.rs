@@ -3,7 +3,9 @@
 //!
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench stream`
 //! Knobs (env): BENCH_SUBSCRIBERS (default 1000), BENCH_ROUNDS (default 3), BENCH_BATCHES (batches per
-//! phase, default 30), BENCH_CLIENTS (default 4), BENCH_PROBES (idle probes, default 40).
+//! phase, default 30), BENCH_CLIENTS (default 4), BENCH_PROBES (idle probes, default 40),
+//! BENCH_SUBSCRIBER_USER (set: every subscriber is a read token bound to that user, who owns nothing of
+//! the load: connected but receiving nothing — what the connections cost apart from delivery).
 //!
 //! Prints:
 //! - latency from batch commit to event delivered: a probe batch (one event, a new session) is posted
@@ -23,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use apiary_ingest::auth::Scope;
 use apiary_ingest::config::IngestSettings;
 use apiary_ingest::startup::Application;
 use chrono::Utc;
@@ -288,13 +291,13 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     apiary_ingest::store::migrate(&pool).await?;
     let tenant = apiary_ingest::store::admin::create_tenant(&pool, "bench").await?;
+    let sub_user = std::env::var("BENCH_SUBSCRIBER_USER").ok();
     let token = |scope| apiary_ingest::store::admin::TokenSpec {
         tenant: tenant.to_string(),
         scopes: vec![scope],
-        user_id: None,
+        user_id: (scope == Scope::Read).then(|| sub_user.clone()).flatten(),
         device_id: None,
     };
-    use apiary_ingest::auth::Scope;
     let ingest = apiary_ingest::store::admin::create_token(&pool, &token(Scope::Ingest))
         .await?
         .1;
@@ -386,7 +389,11 @@ async fn main() -> anyhow::Result<()> {
     let stream_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM stream_events")
         .fetch_one(&pool)
         .await?;
-    println!("live stream benchmark: {n_subs} SSE subscribers (tenant-wide readers), {clients} load clients, 1000-event batches, {per_phase} batches per phase, {rounds} rounds of A/B");
+    let who = match &sub_user {
+        Some(u) => format!("read tokens bound to user {u:?}, who owns none of the load"),
+        None => "tenant-wide readers".to_string(),
+    };
+    println!("live stream benchmark: {n_subs} SSE subscribers ({who}), {clients} load clients, 1000-event batches, {per_phase} batches per phase, {rounds} rounds of A/B");
     println!(
         "  {n_subs} subscribers connected (first event received) in {:.2} s",
         connect_took.as_secs_f64()

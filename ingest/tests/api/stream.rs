@@ -568,3 +568,44 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
     let mut s = SseClient::open(&app, &admin, None, "").await;
     s.ready().await;
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_subscriber_that_falls_behind_still_gets_every_event_in_order(pool: sqlx::PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut slow = SseClient::open(&app, &t.read, None, "").await;
+    slow.ready().await;
+    let mut quick = SseClient::open(&app, &t.read, None, "").await;
+    quick.ready().await;
+    // More rows than the replica's channel holds, large enough to fill the slow client's socket while
+    // it does not read, so its stream falls behind the channel and has to read the table instead.
+    let n = apiary_ingest::stream::CAPACITY as i64 + 2000;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+         SELECT $1, pg_current_xact_id()::text::bigint, 'status', '',
+             jsonb_build_object('session_id', 'flood', 'seq', g, 'pad', repeat('x', 2000))
+         FROM generate_series(1, $2) AS g ORDER BY g",
+    )
+    .bind(t.id)
+    .bind(n)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query("SELECT pg_notify('apiary_stream', '')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // The other subscriber is not held up by the slow one.
+    let got = quick.until(|e| e.len() as i64 == n).await;
+    assert_eq!(got.last().unwrap().data["seq"], n);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = slow.until(|e| e.len() as i64 == n).await;
+    let seqs: Vec<i64> = got
+        .iter()
+        .map(|e| e.data["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=n).collect::<Vec<_>>());
+    assert!(slow.drain(Duration::from_millis(500)).await.is_empty());
+}
