@@ -584,7 +584,7 @@ async fn a_subscriber_that_falls_behind_still_gets_every_event_in_order(pool: sq
     sqlx::query(
         "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT $1, pg_current_xact_id()::text::bigint, 'status', '',
-             jsonb_build_object('session_id', 'flood', 'seq', g, 'pad', repeat('x', 2000))
+             jsonb_build_object('session_id', 'flood', 'seq', g, 'pad', repeat('x', 8000))
          FROM generate_series(1, $2) AS g ORDER BY g",
     )
     .bind(t.id)
