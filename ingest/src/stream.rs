@@ -291,12 +291,12 @@ pub async fn run_upkeep(pool: PgPool, offline_after_secs: i64, mut stopped: watc
         if let Err(e) = writes::flush_usage(&pool).await {
             tracing::warn!(error = %e, "live stream: flushing due usage failed");
         }
-        if n % 20 == 0 {
+        if n.is_multiple_of(20) {
             if let Err(e) = writes::sweep_devices(&pool, offline_after_secs).await {
                 tracing::warn!(error = %e, "live stream: offline sweep failed");
             }
         }
-        if n % 2400 == 0 {
+        if n.is_multiple_of(2400) {
             let cutoff = chrono::Utc::now() - writes::RETENTION;
             if let Err(e) = writes::prune(&pool, cutoff).await {
                 tracing::warn!(error = %e, "live stream: pruning failed");
