@@ -15,9 +15,11 @@
 //! ## Fan-out
 //! One [`StreamHub`] per replica: one `LISTEN apiary_stream` connection and one reader task
 //! ([`StreamHub::run_until_stopped`]) query new rows of every tenant after each notification (and every
-//! second, or every 20 ms while committed rows are held back by an older transaction), and send them on
-//! a `tokio::sync::broadcast` channel of [`CAPACITY`] rows. Each subscriber filters the rows of its
-//! tenant (and user) and skips positions it already sent. A subscriber first reads its backlog from the
+//! second, or every 20 ms while committed rows are held back by an older transaction), and send each
+//! on the `tokio::sync::broadcast` channels (of [`CAPACITY`] rows) of the readers that may see it: one
+//! per tenant for tenant-wide readers, one per (tenant, user) for user-bound ones, made when a first
+//! subscriber needs one and dropped when its last one leaves, so a subscriber is never woken for rows it
+//! may not see. Each subscriber still checks what it sends and skips positions it already sent. A subscriber first reads its backlog from the
 //! table (after subscribing, so nothing falls between the two); one that falls behind by more than the
 //! channel holds (a slow client: its connection is not being read) loses nothing either — it reads the
 //! missed rows from the table again. Memory per subscriber stays bounded (one page of rows), and no
@@ -28,7 +30,8 @@
 //! since gets `event: reset` (reload the state with the REST reads, then carry on) and continues from
 //! the head.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -39,8 +42,11 @@ use uuid::Uuid;
 
 use crate::store::stream::{self as writes, CHANNEL};
 
-/// Rows the broadcast channel holds; a subscriber further behind reads from the table instead.
-pub const CAPACITY: usize = 4096;
+/// Rows a broadcast channel holds; a subscriber further behind reads from the table instead.
+pub const CAPACITY: usize = 1024;
+
+/// Whose rows a channel carries: a tenant's (tenant-wide readers) or one of its users'.
+type ChannelKey = (Uuid, Option<String>);
 
 /// Rows one read fetches.
 pub const PAGE: i64 = 1000;
@@ -132,8 +138,8 @@ pub(crate) const DELIVERABLE: &str = "xid < pg_snapshot_xmin(pg_current_snapshot
 /// The replica's stream reader and its subscribers' channel.
 #[derive(Debug)]
 pub struct StreamHub {
-    /// Every new row of every tenant, in stream order.
-    rows: broadcast::Sender<Arc<StreamRow>>,
+    /// The open channels: every new row a reader of that key may see, in stream order.
+    channels: Mutex<HashMap<ChannelKey, broadcast::Sender<Arc<StreamRow>>>>,
     /// Set at shutdown: open streams end, so the server can drain.
     stopped: watch::Sender<bool>,
 }
@@ -141,16 +147,25 @@ pub struct StreamHub {
 impl Default for StreamHub {
     fn default() -> Self {
         StreamHub {
-            rows: broadcast::channel(CAPACITY).0,
+            channels: Mutex::new(HashMap::new()),
             stopped: watch::channel(false).0,
         }
     }
 }
 
 impl StreamHub {
-    /// New rows from now on (subscribe before reading a backlog: see the module notes).
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StreamRow>> {
-        self.rows.subscribe()
+    /// New rows of `tenant` (of `user` only, when set) from now on (subscribe before reading a backlog:
+    /// see the module notes).
+    pub fn subscribe(
+        &self,
+        tenant: Uuid,
+        user: Option<&str>,
+    ) -> broadcast::Receiver<Arc<StreamRow>> {
+        let mut channels = self.channels.lock().unwrap();
+        channels
+            .entry((tenant, user.map(str::to_string)))
+            .or_insert_with(|| broadcast::channel(CAPACITY).0)
+            .subscribe()
     }
 
     /// Resolves (true) when the server is stopping.
@@ -165,7 +180,33 @@ impl StreamHub {
 
     /// How many streams are open on this replica.
     pub fn subscribers(&self) -> usize {
-        self.rows.receiver_count()
+        let channels = self.channels.lock().unwrap();
+        channels
+            .values()
+            .map(broadcast::Sender::receiver_count)
+            .sum()
+    }
+
+    /// Sends new rows to the channels that may see them; drops the channels nobody reads any more.
+    fn send(&self, rows: Vec<StreamRow>) {
+        let mut channels = self.channels.lock().unwrap();
+        channels.retain(|_, tx| tx.receiver_count() > 0);
+        if channels.is_empty() {
+            return;
+        }
+        for row in rows {
+            let row = Arc::new(row);
+            let keys = [
+                (row.tenant_id, None),
+                (row.tenant_id, Some(row.user_id.clone())),
+            ];
+            for key in &keys {
+                if let Some(tx) = channels.get(key) {
+                    // A subscriber that left meanwhile is not an error: the rows stay in the table.
+                    let _ = tx.send(row.clone());
+                }
+            }
+        }
     }
 
     /// Listens and broadcasts until [`StreamHub::stop`]; errors are logged and retried.
@@ -226,12 +267,11 @@ impl StreamHub {
             .fetch_all(pool)
             .await?;
             let full = rows.len() as i64 == PAGE;
-            for r in rows {
-                let row = StreamRow::from(r);
-                at = row.at;
-                // No subscriber is not an error: the rows stay in the table.
-                let _ = self.rows.send(Arc::new(row));
+            let rows: Vec<StreamRow> = rows.into_iter().map(StreamRow::from).collect();
+            if let Some(last) = rows.last() {
+                at = last.at;
             }
+            self.send(rows);
             *after = Some(at);
             if !full {
                 break;

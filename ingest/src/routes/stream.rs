@@ -130,7 +130,7 @@ pub async fn get_stream(
             },
         };
     // Subscribe before reading the backlog, so no row falls between the two.
-    let rows = hub.subscribe();
+    let rows = hub.subscribe(reader.tenant_id(), reader.user());
     let start = reads::start(&db, &reader, asked).await?;
     let (first, at) = match start {
         Start::After(at) => ("ready", at),
