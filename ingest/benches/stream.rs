@@ -3,7 +3,7 @@
 //!
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench stream`
 //! Knobs (env): BENCH_SUBSCRIBERS (default 1000), BENCH_ROUNDS (default 3), BENCH_BATCHES (batches per
-//! phase, default 30), BENCH_CLIENTS (default 4), BENCH_PROBES (idle probes, default 40),
+//! phase, default 60), BENCH_CLIENTS (default 4), BENCH_PROBES (idle probes, default 40),
 //! BENCH_SUBSCRIBER_USER (set: every subscriber is a read token bound to that user, who owns nothing of
 //! the load: connected but receiving nothing — what the connections cost apart from delivery).
 //!
@@ -273,7 +273,7 @@ async fn main() -> anyhow::Result<()> {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let n_subs = env_usize("BENCH_SUBSCRIBERS", 1000);
     let rounds = env_usize("BENCH_ROUNDS", 3);
-    let per_phase = env_usize("BENCH_BATCHES", 30);
+    let per_phase = env_usize("BENCH_BATCHES", 60);
     let clients = env_usize("BENCH_CLIENTS", 4);
     let n_probes = env_usize("BENCH_PROBES", 40) as u32;
     let db = format!("apiary_bench_stream_{}", rand::random::<u32>());
@@ -358,6 +358,8 @@ async fn main() -> anyhow::Result<()> {
             continue;
         }
         let subs = connect(&t, n_subs).await;
+        // Steady state: every subscriber has read its (empty) backlog before the load starts.
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let (stop_probes, mut stop_rx) = watch::channel(false);
         let answered = Arc::new(Mutex::new(HashMap::new()));
         let prober = {
