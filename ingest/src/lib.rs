@@ -29,6 +29,9 @@
 //!   ([`access::OperatorRead`]). A non-admin token bound to a user reads only that user's usage,
 //!   sessions, colonies and devices (`auth::Principal::read_user`).
 //! - A batch is stored whole or not at all; a bad event is rejected with a reason and never stored.
+//! - The live stream (`GET /v1/stream`, [`stream`]) is rows written in the batch's transaction (so a
+//!   rolled-back batch streams nothing), delivered only once no transaction that could still commit
+//!   below them is open: a resume after any delivered position misses nothing, on any replica.
 //!
 //! ## Modules
 //! [`auth`] tokens · [`access`] read scopes · [`config`] settings · [`cli`] commands · [`state`] the
@@ -36,7 +39,7 @@
 //! per route group, and the OpenAPI document generated from them · [`query`] reads (typed parameters,
 //! pure planners, thin fetches, typed answers) · [`status`] session status rules · [`intake`] batch
 //! checks (pure, with their own error) · [`import`] export bundles · [`metrics`] Prometheus ·
-//! [`error`] the API error.
+//! [`error`] the API error · [`stream`] the live stream (`GET /v1/stream`).
 
 pub mod access;
 pub mod auth;
@@ -57,4 +60,5 @@ pub mod startup;
 pub mod state;
 pub mod status;
 pub mod store;
+pub mod stream;
 pub mod telemetry;

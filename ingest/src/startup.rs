@@ -1,5 +1,6 @@
 //! Building and running the HTTP server: the router and its layers, background maintenance
-//! (partitions ahead, retention), and graceful shutdown.
+//! (partitions ahead, retention), the live stream's reader and upkeep ([`crate::stream`]), and graceful
+//! shutdown (open live streams end first, so the drain is not held by them).
 //!
 //! Shutdown: when the `shutdown` future passed to [`Application::run_until_stopped`] resolves (SIGTERM or
 //! Ctrl-C in production, anything in tests), the listener stops accepting, requests in flight finish
@@ -100,6 +101,12 @@ impl Application {
     ) -> anyhow::Result<()> {
         let state = self.state.clone();
         let maintenance = tokio::spawn(run_maintenance(state.clone()));
+        let stream = tokio::spawn(state.stream.clone().run_until_stopped(state.pool.clone()));
+        let stream_upkeep = tokio::spawn(crate::stream::run_upkeep(
+            state.pool.clone(),
+            state.settings.offline_after_secs,
+            state.stream.stopped(),
+        ));
         let app = router(state.clone());
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new())
@@ -135,6 +142,8 @@ impl Application {
         }
         tracing::info!("shutting down: draining requests in flight");
         drop(self.listener);
+        // Open live streams end here (clients reconnect to another replica with Last-Event-ID).
+        state.stream.stop();
         let grace = Duration::from_secs(state.settings.shutdown_timeout_secs);
         if tokio::time::timeout(grace, graceful.shutdown())
             .await
@@ -143,6 +152,7 @@ impl Application {
             tracing::warn!("requests still in flight after the shutdown timeout; exiting anyway");
         }
         maintenance.abort();
+        let _ = tokio::join!(stream, stream_upkeep);
         state.pool.close().await;
         Ok(())
     }

@@ -25,6 +25,7 @@ use crate::intake::IntakeRules;
 use crate::metrics::Metrics;
 use crate::query::ReadDb;
 use crate::store::Store;
+use crate::stream::StreamHub;
 
 /// What every handler can reach. Cheap to clone.
 #[derive(Clone)]
@@ -47,6 +48,8 @@ pub struct AppState {
     pub rules: Arc<IntakeRules>,
     /// The read side: the pool behind the read queries, and the health model's thresholds.
     pub reads: ReadDb,
+    /// The live stream's reader and fan-out on this replica (`GET /v1/stream`).
+    pub stream: Arc<StreamHub>,
 }
 
 impl AppState {
@@ -72,6 +75,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             metrics: Arc::new(Metrics::default()),
             policy: Arc::new(Policy::default_policy()),
+            stream: Arc::new(StreamHub::default()),
         }
     }
 
@@ -101,6 +105,12 @@ impl FromRef<AppState> for ReadDb {
 impl FromRef<AppState> for PgPool {
     fn from_ref(s: &AppState) -> PgPool {
         s.pool.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<StreamHub> {
+    fn from_ref(s: &AppState) -> Arc<StreamHub> {
+        s.stream.clone()
     }
 }
 

@@ -17,6 +17,7 @@ pub mod devices;
 pub mod history;
 pub mod params;
 pub mod sessions;
+pub mod stream;
 pub mod sums;
 pub mod usage;
 

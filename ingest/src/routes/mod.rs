@@ -15,6 +15,7 @@ pub mod openapi;
 mod ops;
 mod sessions;
 mod status;
+mod stream;
 mod usage;
 mod whoami;
 
@@ -39,6 +40,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/status/transitions", get(status::get_transitions))
         .route("/v1/colonies/{id}/usage", get(sessions::get_colony_usage))
         .route("/v1/devices", get(devices::get_devices))
+        .route("/v1/stream", get(stream::get_stream))
         .route("/v1/whoami", get(whoami::get_whoami))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

@@ -35,13 +35,19 @@ use crate::error::ErrorBody;
         super::status::get_transitions,
         super::sessions::get_colony_usage,
         super::devices::get_devices,
+        super::stream::get_stream,
         super::whoami::get_whoami,
         super::ops::healthz,
         super::ops::readyz,
         super::ops::metrics,
         get_openapi,
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(
+        ErrorBody,
+        super::stream::StreamStatus,
+        super::stream::StreamUsage,
+        super::stream::StreamDevice
+    )),
     modifiers(&Additions)
 )]
 pub struct ApiDoc;

@@ -14,6 +14,8 @@
 //! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
 //! 5. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
 //! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
+//! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the
+//!    device's liveness, in `stream_sessions` (sorted by session_id) then `stream_devices` order.
 //!
 //! Device-level events (`EventKind::is_device_level`: `agent.heartbeat`, `outbox.dropped`) are stored in
 //! `events` (so they dedup like any other) but never reach the usage rollups: usage counts what the agent
@@ -214,6 +216,10 @@ async fn write_once(
         }
     }
     let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;
+    let mut live = super::stream::BatchStream {
+        transitions: health.streamed(),
+        ..Default::default()
+    };
     super::health::store_transitions(&mut tx, sender.tenant_id, health).await?;
 
     let default_user = sender.user_id.clone().unwrap_or_default();
@@ -244,6 +250,9 @@ async fn write_once(
         };
         rollup.add(key, &e.usage, e.event.event_id);
         rows.push(e, user, device, model);
+        if let Some(sid) = &e.event.session_id {
+            live.usage.push(sid);
+        }
     }
     let rollup = rollup.finish().map_err(Retry::Overflow)?;
     rows.insert(&mut tx).await?;
@@ -253,6 +262,7 @@ async fn write_once(
         }
         r => r?,
     }
+    let live_device = device_id.clone().filter(|_| sender.live);
     upsert_device(
         &mut tx,
         sender,
@@ -262,6 +272,14 @@ async fn write_once(
         &events,
     )
     .await?;
+    live.usage.sort_unstable();
+    live.usage.dedup();
+    live.device = live_device.as_deref();
+    let owners = identity
+        .iter()
+        .map(|(s, (u, _))| (s.as_str(), u.as_str()))
+        .collect();
+    super::stream::write_batch(&mut tx, sender.tenant_id, &owners, &live).await?;
     tx.commit().await?;
 
     let accepted = events.len() as u64;

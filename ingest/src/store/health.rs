@@ -108,6 +108,23 @@ pub async fn prepare(
     Ok(out)
 }
 
+impl Prepared {
+    /// The transitions [`store_transitions`] will write, as the live stream carries them.
+    pub fn streamed(&self) -> Vec<super::stream::StatusData> {
+        let t = &self.writes;
+        (0..t.session.len())
+            .map(|i| super::stream::StatusData {
+                session_id: t.session[i].clone(),
+                seq: t.seq[i],
+                at: t.at[i],
+                from: t.from[i],
+                to: t.to[i],
+                cause: t.cause[i].clone(),
+            })
+            .collect()
+    }
+}
+
 /// Writes the transitions [`prepare`] computed (after the session upsert stored the trackers).
 pub async fn store_transitions(
     tx: &mut Transaction<'_, Postgres>,

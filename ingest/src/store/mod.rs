@@ -14,6 +14,7 @@ pub mod health;
 pub mod owners;
 pub mod sessions;
 pub mod work;
+pub mod stream;
 
 use std::collections::HashSet;
 use std::sync::Mutex;

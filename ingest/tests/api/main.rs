@@ -14,6 +14,7 @@ mod ownership;
 mod sessions;
 mod status_agreement;
 mod status_history;
+mod stream;
 mod usage;
 mod visibility;
 mod work;

@@ -268,11 +268,15 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
     assert!(q1["next_wake_at"].is_string(), "{q1}");
     assert_eq!(q1["activity"]["tool_name"], "grep", "{q1}");
 
-    // Every JSON path of the document was called (`/metrics` is text, checked below).
+    // Every JSON path of the document was called (`/metrics` is text, checked below; `/v1/stream` is
+    // text/event-stream, checked against its data schemas in `stream.rs`).
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
     for p in paths {
         assert!(
-            documented.contains(p.as_str()) || p == "/v1/batches" || p == "/metrics",
+            documented.contains(p.as_str())
+                || p == "/v1/batches"
+                || p == "/metrics"
+                || p == "/v1/stream",
             "{p} was not exercised"
         );
     }

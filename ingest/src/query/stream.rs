@@ -1,0 +1,67 @@
+//! The live stream's reads for one subscriber (`GET /v1/stream`): where to start, and the backlog after
+//! a position — the reader's tenant (and user) only, and only deliverable rows (see [`crate::stream`]).
+
+use super::ReadDb;
+use crate::access::TenantRead;
+use crate::error::ApiError;
+use crate::stream::{Cursor, RowSql, StreamRow, DELIVERABLE, PAGE, ROW_COLUMNS};
+
+/// Where a subscriber starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// After this position (the one asked for, or the head when none was).
+    After(Cursor),
+    /// The position asked for was pruned: reload, then go on after the head.
+    Reset { head: Cursor },
+}
+
+/// Decides where a subscriber asking to resume after `asked` (None: from now) starts. A position the
+/// stream cannot have given yet is refused (400): resuming after it would skip what comes.
+pub async fn start(db: &ReadDb, r: &TenantRead, asked: Option<Cursor>) -> Result<Start, ApiError> {
+    let (xmin, xmax): (i64, i64) = sqlx::query_as(
+        "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint
+         FROM pg_current_snapshot() AS s",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    let head = Cursor { xid: xmin, id: 0 };
+    let Some(asked) = asked else {
+        return Ok(Start::After(head));
+    };
+    if asked.xid > xmax {
+        return Err(ApiError::BadRequest {
+            code: "invalid_cursor",
+            message:
+                "Last-Event-ID (or `after`) is not a position this stream gave: reconnect without \
+                      it"
+                .into(),
+        });
+    }
+    let pruned: Option<(i64, i64)> =
+        sqlx::query_as("SELECT xid, id FROM stream_horizon WHERE tenant_id = $1")
+            .bind(r.tenant_id())
+            .fetch_optional(&db.pool)
+            .await?;
+    Ok(match pruned {
+        Some((xid, id)) if asked < (Cursor { xid, id }) => Start::Reset { head },
+        _ => Start::After(asked),
+    })
+}
+
+/// The reader's deliverable rows after `after`, oldest first, at most [`PAGE`].
+pub async fn after(db: &ReadDb, r: &TenantRead, after: Cursor) -> Result<Vec<StreamRow>, ApiError> {
+    let rows: Vec<RowSql> = sqlx::query_as(&format!(
+        "SELECT {ROW_COLUMNS} FROM stream_events
+         WHERE tenant_id = $1 AND ($2::text IS NULL OR user_id = $2) AND (xid, id) > ($3, $4)
+           AND {DELIVERABLE}
+         ORDER BY xid, id LIMIT $5"
+    ))
+    .bind(r.tenant_id())
+    .bind(r.user())
+    .bind(after.xid)
+    .bind(after.id)
+    .bind(PAGE)
+    .fetch_all(&db.pool)
+    .await?;
+    Ok(rows.into_iter().map(StreamRow::from).collect())
+}

@@ -1,0 +1,306 @@
+//! Writes of the live stream (`stream_events`, see the migration `20261127000000_live_stream.sql` and
+//! [`crate::stream`]): in a batch's transaction ([`write_batch`], so a rolled-back batch streams
+//! nothing), and by the ingest's upkeep ([`flush_usage`], [`sweep_devices`], [`prune`]), which any
+//! replica may run at any time.
+//!
+//! - Order: each row's `xid` is `GREATEST(pg_current_xact_id(), entity.last_xid)`, and the entity's
+//!   `last_xid` is set to it, under the entity's row lock (`stream_sessions`, `stream_devices`): two
+//!   writers of one session stream in the order they committed, even when the later one holds the lower
+//!   transaction id. Readers deliver a row only once its `xid` is below their snapshot's xmin.
+//! - Usage: a session's new **totals** (not the delta: a total can be delivered twice or merged without
+//!   double counting), at most once a second per session. A batch within a second of the session's last
+//!   usage row marks it due instead; [`flush_usage`] writes it when due.
+//! - Devices: a live batch (over HTTP) from a device the stream last announced offline (or never)
+//!   streams `online: true`; [`sweep_devices`] streams `online: false` once nothing was heard for
+//!   `offline_after_secs` (the rule of `GET /v1/devices`), within the sweep interval.
+//! - Lock order: these run last in a batch (after `devices`), sessions sorted by id, then the device. The
+//!   upkeep claims its rows with `SKIP LOCKED`, so it never waits for a batch, and a batch waits for it
+//!   only the length of one short statement.
+//! - Every transaction that wrote a row sends `NOTIFY apiary_stream` (delivered at commit).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+/// The channel every replica's stream reader listens on.
+pub const CHANNEL: &str = "apiary_stream";
+
+/// Rows older than this are pruned; a resume from before it is told to reload.
+pub const RETENTION: chrono::Duration = chrono::Duration::hours(24);
+
+/// A status transition as the stream carries it (`event: status`).
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusData {
+    pub session_id: String,
+    pub seq: i64,
+    pub at: DateTime<Utc>,
+    pub from: Option<&'static str>,
+    pub to: &'static str,
+    pub cause: String,
+}
+
+/// What a batch streams.
+#[derive(Debug, Default)]
+pub struct BatchStream<'a> {
+    /// Transitions written by the batch, in (session, seq) order.
+    pub transitions: Vec<StatusData>,
+    /// Sessions with new usage (runtime events).
+    pub usage: Vec<&'a str>,
+    /// The sending device, when the batch came over HTTP (it is live).
+    pub device: Option<&'a str>,
+}
+
+/// The usage columns as a JSON object of totals (exact sums as numbers; `cost_usd` for display).
+const USAGE_JSON: &str = "jsonb_build_object('input_tokens', sum(r.input_tokens),
+    'output_tokens', sum(r.output_tokens), 'cached_tokens', sum(r.cached_tokens),
+    'cache_creation_tokens', sum(r.cache_creation_tokens), 'cost_nanos', sum(r.cost_nanos),
+    'cost_usd', (sum(r.cost_nanos) / 1e9)::float8, 'unpriced_turns', sum(r.unpriced_turns),
+    'llm_calls', sum(r.llm_calls), 'tool_calls', sum(r.tool_calls), 'tool_errors', sum(r.tool_errors),
+    'events', sum(r.events))";
+
+/// Streams what a batch changed, in its transaction. `owners` maps each session to its user.
+pub async fn write_batch(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    owners: &BTreeMap<&str, &str>,
+    s: &BatchStream<'_>,
+) -> Result<(), sqlx::Error> {
+    let mut sessions: BTreeMap<&str, bool> = BTreeMap::new();
+    for t in &s.transitions {
+        sessions.entry(t.session_id.as_str()).or_insert(false);
+    }
+    for u in &s.usage {
+        sessions.insert(u, true);
+    }
+    let mut wrote = 0;
+    if !sessions.is_empty() {
+        let ids: Vec<&str> = sessions.keys().copied().collect();
+        let users: Vec<&str> = ids
+            .iter()
+            .map(|s| owners.get(s).copied().unwrap_or(""))
+            .collect();
+        let has_usage: Vec<bool> = sessions.values().copied().collect();
+        // Each session's stream position, and whether its usage goes out now.
+        let rows: Vec<(String, i64, bool)> = sqlx::query_as(
+            "INSERT INTO stream_sessions AS s (tenant_id, session_id, user_id, last_xid, touched_at,
+                 usage_sent_at)
+             SELECT $1, u.id, u.usr, pg_current_xact_id()::text::bigint, now(),
+                 CASE WHEN u.usage THEN now() END
+             FROM unnest($2::text[], $3::text[], $4::bool[]) AS u(id, usr, usage) ORDER BY u.id
+             ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+                 last_xid = GREATEST(s.last_xid, EXCLUDED.last_xid),
+                 touched_at = EXCLUDED.touched_at,
+                 usage_due_at = CASE
+                     WHEN EXCLUDED.usage_sent_at IS NULL THEN s.usage_due_at
+                     WHEN s.usage_sent_at > now() - interval '1 second'
+                         THEN COALESCE(s.usage_due_at, s.usage_sent_at + interval '1 second')
+                     ELSE NULL END,
+                 usage_sent_at = CASE
+                     WHEN EXCLUDED.usage_sent_at IS NULL OR s.usage_sent_at > now() - interval '1 second'
+                         THEN s.usage_sent_at
+                     ELSE EXCLUDED.usage_sent_at END
+             RETURNING session_id, last_xid,
+                 usage_sent_at IS NOT DISTINCT FROM now() AND usage_due_at IS NULL",
+        )
+        .bind(tenant_id)
+        .bind(&ids)
+        .bind(&users)
+        .bind(&has_usage)
+        .fetch_all(&mut **tx)
+        .await?;
+        let xid_of: BTreeMap<String, i64> = rows.iter().map(|r| (r.0.clone(), r.1)).collect();
+        wrote += write_status(tx, tenant_id, owners, &xid_of, &s.transitions).await?;
+        let usage_now: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.2 && sessions.get(r.0.as_str()) == Some(&true))
+            .map(|r| r.0.as_str())
+            .collect();
+        wrote += write_usage(tx, tenant_id, &usage_now).await?;
+    }
+    if let Some(device) = s.device {
+        wrote += device_online(tx, tenant_id, device).await?;
+    }
+    if wrote > 0 {
+        notify(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn write_status(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    owners: &BTreeMap<&str, &str>,
+    xid_of: &BTreeMap<String, i64>,
+    transitions: &[StatusData],
+) -> Result<u64, sqlx::Error> {
+    if transitions.is_empty() {
+        return Ok(0);
+    }
+    let mut xids = Vec::with_capacity(transitions.len());
+    let mut users = Vec::with_capacity(transitions.len());
+    let mut data = Vec::with_capacity(transitions.len());
+    for t in transitions {
+        xids.push(xid_of.get(&t.session_id).copied().unwrap_or(0));
+        users.push(owners.get(t.session_id.as_str()).copied().unwrap_or(""));
+        data.push(serde_json::to_string(t).expect("a transition serialises"));
+    }
+    let done = sqlx::query(
+        "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+         SELECT $1, u.xid, 'status', u.usr, u.data::jsonb
+         FROM unnest($2::int8[], $3::text[], $4::text[]) WITH ORDINALITY AS u(xid, usr, data, n)
+         ORDER BY u.n",
+    )
+    .bind(tenant_id)
+    .bind(&xids)
+    .bind(&users)
+    .bind(&data)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The sessions' usage totals (this transaction's rollups included), at their stream positions.
+async fn write_usage(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    sessions: &[&str],
+) -> Result<u64, sqlx::Error> {
+    if sessions.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(&format!(
+        "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+         SELECT $1, s.last_xid, 'usage', s.user_id,
+             jsonb_build_object('session_id', s.session_id) || {USAGE_JSON}
+         FROM stream_sessions s JOIN usage_rollups r
+             ON r.tenant_id = s.tenant_id AND r.session_id = s.session_id
+         WHERE s.tenant_id = $1 AND s.session_id = ANY($2)
+         GROUP BY s.session_id, s.user_id, s.last_xid ORDER BY s.session_id"
+    ))
+    .bind(tenant_id)
+    .bind(sessions)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// `online: true` when the stream last said offline, or never spoke of the device.
+async fn device_online(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    device: &str,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "WITH up AS (
+             INSERT INTO stream_devices AS d (tenant_id, device_id, user_id, online, last_xid)
+             SELECT $1, $2, v.user_id, true, pg_current_xact_id()::text::bigint
+             FROM devices v WHERE v.tenant_id = $1 AND v.device_id = $2
+             ON CONFLICT (tenant_id, device_id) DO UPDATE
+                 SET online = true, last_xid = GREATEST(d.last_xid, EXCLUDED.last_xid)
+                 WHERE NOT d.online
+             RETURNING device_id, user_id, last_xid)
+         INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+         SELECT $1, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id', up.device_id,
+             'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
+         FROM up JOIN devices v ON v.tenant_id = $1 AND v.device_id = up.device_id",
+    )
+    .bind(tenant_id)
+    .bind(device)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+async fn notify<'e, E: sqlx::PgExecutor<'e>>(e: E) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(CHANNEL)
+        .execute(e)
+        .await?;
+    Ok(())
+}
+
+/// Writes the usage totals of sessions whose coalesced usage is due; returns how many.
+pub async fn flush_usage(pool: &PgPool) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let done = sqlx::query(&format!(
+        "WITH due AS (
+             SELECT tenant_id, session_id FROM stream_sessions
+             WHERE usage_due_at <= now() ORDER BY tenant_id, session_id LIMIT 1000
+             FOR UPDATE SKIP LOCKED),
+         s AS (
+             UPDATE stream_sessions s SET usage_due_at = NULL, usage_sent_at = now(),
+                 last_xid = GREATEST(s.last_xid, pg_current_xact_id()::text::bigint)
+             FROM due WHERE s.tenant_id = due.tenant_id AND s.session_id = due.session_id
+             RETURNING s.tenant_id, s.session_id, s.user_id, s.last_xid)
+         INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+         SELECT s.tenant_id, s.last_xid, 'usage', s.user_id,
+             jsonb_build_object('session_id', s.session_id) || {USAGE_JSON}
+         FROM s JOIN usage_rollups r ON r.tenant_id = s.tenant_id AND r.session_id = s.session_id
+         GROUP BY s.tenant_id, s.session_id, s.user_id, s.last_xid ORDER BY s.tenant_id, s.session_id"
+    ))
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() > 0 {
+        notify(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(done.rows_affected())
+}
+
+/// Streams `online: false` for the devices silent longer than `offline_after_secs`; returns how many.
+pub async fn sweep_devices(pool: &PgPool, offline_after_secs: i64) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let done = sqlx::query(
+        "WITH gone AS (
+             SELECT sd.tenant_id, sd.device_id FROM stream_devices sd
+             JOIN devices d ON d.tenant_id = sd.tenant_id AND d.device_id = sd.device_id
+             WHERE sd.online
+               AND GREATEST(d.last_seen_at, d.last_heartbeat_at) < now() - make_interval(secs => $1)
+             ORDER BY sd.tenant_id, sd.device_id LIMIT 1000
+             FOR UPDATE OF sd SKIP LOCKED),
+         up AS (
+             UPDATE stream_devices s SET online = false,
+                 last_xid = GREATEST(s.last_xid, pg_current_xact_id()::text::bigint)
+             FROM gone WHERE s.tenant_id = gone.tenant_id AND s.device_id = gone.device_id
+             RETURNING s.tenant_id, s.device_id, s.user_id, s.last_xid)
+         INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+         SELECT up.tenant_id, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id',
+             up.device_id, 'online', false, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
+         FROM up JOIN devices v ON v.tenant_id = up.tenant_id AND v.device_id = up.device_id
+         ORDER BY up.tenant_id, up.device_id",
+    )
+    .bind(offline_after_secs as f64)
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() > 0 {
+        notify(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(done.rows_affected())
+}
+
+/// Deletes stream rows older than `cutoff` (recording each tenant's greatest pruned position, so an
+/// older resume is told to reload), and sessions' stream state untouched since then.
+pub async fn prune(pool: &PgPool, cutoff: DateTime<Utc>) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let done = sqlx::query(
+        "WITH gone AS (DELETE FROM stream_events WHERE at < $1 RETURNING tenant_id, xid, id),
+         top AS (SELECT DISTINCT ON (tenant_id) tenant_id, xid, id FROM gone
+                 ORDER BY tenant_id, xid DESC, id DESC)
+         INSERT INTO stream_horizon AS h (tenant_id, xid, id) SELECT tenant_id, xid, id FROM top
+         ON CONFLICT (tenant_id) DO UPDATE SET xid = EXCLUDED.xid, id = EXCLUDED.id
+             WHERE (EXCLUDED.xid, EXCLUDED.id) > (h.xid, h.id)",
+    )
+    .bind(cutoff)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM stream_sessions WHERE touched_at < $1 AND usage_due_at IS NULL")
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected())
+}

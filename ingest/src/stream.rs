@@ -1,0 +1,372 @@
+//! The live stream behind `GET /v1/stream` (Server-Sent Events): status transitions, sessions' usage
+//! totals and device liveness, as rows of `stream_events` written by the transactions that caused them
+//! ([`crate::store::stream`]).
+//!
+//! ## Order and resume (why nothing is skipped)
+//! A stream position is `(xid, id)`: `id` a bigserial, `xid` at least the writing transaction's id. A
+//! reader delivers, in position order, only rows whose `xid` is below the xmin of its own snapshot.
+//! Every transaction below that xmin has ended; every transaction that may still commit has an id at or
+//! above it, and writes rows with `xid` at or above its own id. So once a position is delivered, no row
+//! can later appear before it, and resuming after the last delivered position (`Last-Event-ID`, or
+//! `?after=`) gives exactly the rows that followed. (Ordering by `id` alone would not: a transaction
+//! holding id 10 can commit after one holding id 11.) The price: a row waits until every transaction
+//! that started writing before its own has ended — about one batch's duration under load.
+//!
+//! ## Fan-out
+//! One [`StreamHub`] per replica: one `LISTEN apiary_stream` connection and one reader task
+//! ([`StreamHub::run_until_stopped`]) query new rows of every tenant after each notification (and every
+//! second, or every 20 ms while committed rows are held back by an older transaction), and send each
+//! on the `tokio::sync::broadcast` channels (of [`CAPACITY`] rows) of the readers that may see it: one
+//! per tenant for tenant-wide readers, one per (tenant, user) for user-bound ones, made when a first
+//! subscriber needs one and dropped when its last one leaves, so a subscriber is never woken for rows it
+//! may not see. Each subscriber still checks what it sends and skips positions it already sent. A subscriber first reads its backlog from the
+//! table (after subscribing, so nothing falls between the two); one that falls behind by more than the
+//! channel holds (a slow client: its connection is not being read) loses nothing either — it reads the
+//! missed rows from the table again. Memory per subscriber stays bounded (one page of rows), and no
+//! subscriber can slow the reader or the others.
+//!
+//! ## Window
+//! Rows are kept for [`crate::store::stream::RETENTION`] (24 hours). A resume from a position pruned
+//! since gets `event: reset` (reload the state with the REST reads, then carry on) and continues from
+//! the head.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::{broadcast, watch};
+use uuid::Uuid;
+
+use crate::store::stream::{self as writes, CHANNEL};
+
+/// Rows a broadcast channel holds; a subscriber further behind reads from the table instead.
+pub const CAPACITY: usize = 1024;
+
+/// Whose rows a channel carries: a tenant's (tenant-wide readers) or one of its users'.
+type ChannelKey = (Uuid, Option<String>);
+
+/// Rows one read fetches.
+pub const PAGE: i64 = 1000;
+
+/// A position in the stream: `xid-id` on the wire (the SSE `id:`, `Last-Event-ID`, `?after=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    pub xid: i64,
+    pub id: i64,
+}
+
+impl Cursor {
+    /// Parses `xid-id` (two non-negative integers).
+    pub fn parse(s: &str) -> Option<Cursor> {
+        let (x, i) = s.trim().split_once('-')?;
+        let ok = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if !ok(x) || !ok(i) {
+            return None;
+        }
+        Some(Cursor {
+            xid: x.parse().ok()?,
+            id: i.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.xid, self.id)
+    }
+}
+
+/// One stored stream row.
+#[derive(Debug, Clone)]
+pub struct StreamRow {
+    pub tenant_id: Uuid,
+    /// The owner of the session or device ('' for none): what a user-bound read token may see.
+    pub user_id: String,
+    pub at: Cursor,
+    /// The event (`status`, `usage` or `device`) as Server-Sent Events text (`id`, `event`, `data`, blank line), encoded once and shared
+    /// by every subscriber that sends it.
+    pub sse: Bytes,
+}
+
+/// One event in the `text/event-stream` format.
+pub fn encode(kind: &str, at: &str, data: &str) -> Bytes {
+    // A data line cannot hold a line break (stored JSON has none; kept safe all the same).
+    let data = if data.contains(['\n', '\r']) {
+        data.replace("\r\n", "\n")
+            .replace('\r', "\n")
+            .replace('\n', "\ndata: ")
+    } else {
+        data.to_string()
+    };
+    Bytes::from(format!("id: {at}\nevent: {kind}\ndata: {data}\n\n"))
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct RowSql {
+    tenant_id: Uuid,
+    xid: i64,
+    id: i64,
+    kind: String,
+    user_id: String,
+    data: String,
+}
+
+impl From<RowSql> for StreamRow {
+    fn from(r: RowSql) -> StreamRow {
+        let at = Cursor {
+            xid: r.xid,
+            id: r.id,
+        };
+        StreamRow {
+            tenant_id: r.tenant_id,
+            user_id: r.user_id,
+            sse: encode(&r.kind, &at.to_string(), &r.data),
+            at,
+        }
+    }
+}
+
+/// The columns of a [`RowSql`].
+pub(crate) const ROW_COLUMNS: &str = "tenant_id, xid, id, kind, user_id, data::text AS data";
+
+/// The deliverable rule (see the module notes), as SQL.
+pub(crate) const DELIVERABLE: &str = "xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+
+/// The replica's stream reader and its subscribers' channel.
+#[derive(Debug)]
+pub struct StreamHub {
+    /// The open channels: every new row a reader of that key may see, in stream order.
+    channels: Mutex<HashMap<ChannelKey, broadcast::Sender<Arc<StreamRow>>>>,
+    /// Set at shutdown: open streams end, so the server can drain.
+    stopped: watch::Sender<bool>,
+}
+
+impl Default for StreamHub {
+    fn default() -> Self {
+        StreamHub {
+            channels: Mutex::new(HashMap::new()),
+            stopped: watch::channel(false).0,
+        }
+    }
+}
+
+impl StreamHub {
+    /// New rows of `tenant` (of `user` only, when set) from now on (subscribe before reading a backlog:
+    /// see the module notes).
+    pub fn subscribe(
+        &self,
+        tenant: Uuid,
+        user: Option<&str>,
+    ) -> broadcast::Receiver<Arc<StreamRow>> {
+        let mut channels = self.channels.lock().unwrap();
+        channels
+            .entry((tenant, user.map(str::to_string)))
+            .or_insert_with(|| broadcast::channel(CAPACITY).0)
+            .subscribe()
+    }
+
+    /// Resolves (true) when the server is stopping.
+    pub fn stopped(&self) -> watch::Receiver<bool> {
+        self.stopped.subscribe()
+    }
+
+    /// Ends every open stream.
+    pub fn stop(&self) {
+        self.stopped.send_replace(true);
+    }
+
+    /// How many streams are open on this replica.
+    pub fn subscribers(&self) -> usize {
+        let channels = self.channels.lock().unwrap();
+        channels
+            .values()
+            .map(broadcast::Sender::receiver_count)
+            .sum()
+    }
+
+    /// Sends new rows to the channels that may see them; drops the channels nobody reads any more.
+    fn send(&self, rows: Vec<StreamRow>) {
+        let mut channels = self.channels.lock().unwrap();
+        channels.retain(|_, tx| tx.receiver_count() > 0);
+        if channels.is_empty() {
+            return;
+        }
+        for row in rows {
+            let row = Arc::new(row);
+            let keys = [
+                (row.tenant_id, None),
+                (row.tenant_id, Some(row.user_id.clone())),
+            ];
+            for key in &keys {
+                if let Some(tx) = channels.get(key) {
+                    // A subscriber that left meanwhile is not an error: the rows stay in the table.
+                    let _ = tx.send(row.clone());
+                }
+            }
+        }
+    }
+
+    /// Listens and broadcasts until [`StreamHub::stop`]; errors are logged and retried.
+    pub async fn run_until_stopped(self: Arc<Self>, pool: PgPool) {
+        let mut stopped = self.stopped();
+        let mut listener = None;
+        let mut after: Option<Cursor> = None;
+        let mut wait = Duration::ZERO;
+        loop {
+            if listener.is_none() {
+                listener = listen(&pool).await;
+            }
+            let lost = match listener.as_mut() {
+                Some(l) => tokio::select! {
+                    r = tokio::time::timeout(wait, l.recv()) => matches!(r, Ok(Err(_))),
+                    _ = stopped.wait_for(|s| *s) => return,
+                },
+                None => tokio::select! {
+                    _ = tokio::time::sleep(wait) => false,
+                    _ = stopped.wait_for(|s| *s) => return,
+                },
+            };
+            if lost {
+                // Notifications may have been missed: read now, and listen again.
+                listener = None;
+            }
+            match self.pump(&pool, &mut after).await {
+                Ok(more) => wait = more,
+                Err(e) => {
+                    tracing::warn!(error = %e, "live stream: reading new rows failed; retrying");
+                    listener = None;
+                    wait = Duration::from_secs(1);
+                }
+            }
+        }
+    }
+
+    /// Broadcasts the deliverable rows after `after` (the head, the first time); returns how long to
+    /// wait for the next notification before reading again.
+    async fn pump(
+        &self,
+        pool: &PgPool,
+        after: &mut Option<Cursor>,
+    ) -> Result<Duration, sqlx::Error> {
+        let mut at = match *after {
+            Some(a) => a,
+            None => head(pool).await?,
+        };
+        *after = Some(at);
+        loop {
+            let rows: Vec<RowSql> = sqlx::query_as(&format!(
+                "SELECT {ROW_COLUMNS} FROM stream_events WHERE (xid, id) > ($1, $2) AND {DELIVERABLE}
+                 ORDER BY xid, id LIMIT $3"
+            ))
+            .bind(at.xid)
+            .bind(at.id)
+            .bind(PAGE)
+            .fetch_all(pool)
+            .await?;
+            let full = rows.len() as i64 == PAGE;
+            let rows: Vec<StreamRow> = rows.into_iter().map(StreamRow::from).collect();
+            if let Some(last) = rows.last() {
+                at = last.at;
+            }
+            self.send(rows);
+            *after = Some(at);
+            if !full {
+                break;
+            }
+        }
+        // Committed rows not deliverable yet (an older transaction is still open): look again soon.
+        let held: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM stream_events WHERE (xid, id) > ($1, $2))",
+        )
+        .bind(at.xid)
+        .bind(at.id)
+        .fetch_one(pool)
+        .await?;
+        Ok(if held {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_secs(1)
+        })
+    }
+}
+
+async fn listen(pool: &PgPool) -> Option<PgListener> {
+    let attempt = async {
+        let mut l = PgListener::connect_with(pool).await?;
+        l.listen(CHANNEL).await?;
+        Ok::<_, sqlx::Error>(l)
+    };
+    match attempt.await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(error = %e, "live stream: cannot LISTEN; polling every second");
+            None
+        }
+    }
+}
+
+/// The current head: every row before it is deliverable now, every row after it is not yet.
+pub(crate) async fn head<'e, E: sqlx::PgExecutor<'e>>(e: E) -> Result<Cursor, sqlx::Error> {
+    let xmin: i64 =
+        sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            .fetch_one(e)
+            .await?;
+    Ok(Cursor { xid: xmin, id: 0 })
+}
+
+/// The stream's upkeep, on every replica until `stopped`: due usage every 250 ms, offline devices every
+/// 5 s, pruning every 10 minutes.
+pub async fn run_upkeep(pool: PgPool, offline_after_secs: i64, mut stopped: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+        if let Err(e) = writes::flush_usage(&pool).await {
+            tracing::warn!(error = %e, "live stream: flushing due usage failed");
+        }
+        if n.is_multiple_of(20) {
+            if let Err(e) = writes::sweep_devices(&pool, offline_after_secs).await {
+                tracing::warn!(error = %e, "live stream: offline sweep failed");
+            }
+        }
+        if n.is_multiple_of(2400) {
+            let cutoff = chrono::Utc::now() - writes::RETENTION;
+            if let Err(e) = writes::prune(&pool, cutoff).await {
+                tracing::warn!(error = %e, "live stream: pruning failed");
+            }
+        }
+        n += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn cursors_read_back_what_they_write_and_refuse_anything_else() {
+        let c = Cursor { xid: 812, id: 40 };
+        assert_eq!(Cursor::parse(&c.to_string()), Some(c));
+        for bad in [
+            "",
+            "1",
+            "1-",
+            "-1",
+            "a-1",
+            "1-2-3",
+            "1 -2",
+            "+1-2",
+            "99999999999999999999-1",
+        ] {
+            assert_eq!(Cursor::parse(bad), None, "{bad}");
+        }
+        assert!(Cursor { xid: 9, id: 100 } < Cursor { xid: 10, id: 1 });
+    }
+}

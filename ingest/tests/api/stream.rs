@@ -1,0 +1,611 @@
+//! The live stream (`GET /v1/stream`): a batch's transitions, usage totals and device liveness arrive;
+//! tenant and user scoping; resume with `Last-Event-ID` / `?after=` gets exactly what was missed;
+//! transactions committing out of order are delivered without a gap; refusals like the other reads.
+
+use std::time::Duration;
+
+use apiary_ingest::store::stream::{write_batch, BatchStream, StatusData};
+use chrono::Utc;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone)]
+struct Sse {
+    event: String,
+    id: String,
+    data: Value,
+}
+
+/// A client reading one `text/event-stream` answer.
+struct SseClient {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl SseClient {
+    async fn open(app: &TestApp, token: &str, last_id: Option<&str>, query: &str) -> SseClient {
+        let mut req = app
+            .client
+            .get(format!("{}/v1/stream{query}", app.base))
+            .bearer_auth(token);
+        if let Some(id) = last_id {
+            req = req.header("Last-Event-ID", id);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        SseClient {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    /// The next event within `wait`, or None.
+    async fn next(&mut self, wait: Duration) -> Option<Sse> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let (mut event, mut id, mut data) = (String::new(), String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim());
+                    }
+                }
+                if event.is_empty() {
+                    continue; // a heartbeat comment
+                }
+                let data = serde_json::from_str(&data).unwrap();
+                return Some(Sse { event, id, data });
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk()).await;
+            match chunk {
+                Ok(Ok(Some(bytes))) => self.buf.push_str(std::str::from_utf8(&bytes).unwrap()),
+                Ok(Ok(None)) => return None,
+                Ok(Err(e)) => panic!("stream failed: {e}"),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Events until none comes for `quiet`.
+    async fn drain(&mut self, quiet: Duration) -> Vec<Sse> {
+        let mut out = vec![];
+        while let Some(e) = self.next(quiet).await {
+            out.push(e);
+        }
+        out
+    }
+
+    /// Events until `done` says the list is complete (panics after 10 s).
+    async fn until(&mut self, done: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+        let mut out = vec![];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(&out) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next(left).await {
+                Some(e) => out.push(e),
+                None => panic!("the stream stopped short: {out:#?}"),
+            }
+        }
+        out
+    }
+
+    async fn ready(&mut self) -> String {
+        let e = self.next(Duration::from_secs(5)).await.expect("ready");
+        assert_eq!(e.event, "ready", "{e:?}");
+        e.id
+    }
+}
+
+/// (event, session or device, to / online / events) of each event, for comparing lists.
+fn brief(events: &[Sse]) -> Vec<(String, String, String)> {
+    events
+        .iter()
+        .map(|e| {
+            let d = &e.data;
+            let who = d["session_id"].as_str().or(d["device_id"].as_str());
+            let what = match e.event.as_str() {
+                "status" => d["to"].to_string(),
+                "usage" => d["events"].to_string(),
+                "device" => d["online"].to_string(),
+                _ => String::new(),
+            };
+            (e.event.clone(), who.unwrap_or("").to_string(), what)
+        })
+        .collect()
+}
+
+fn has(events: &[Sse], kind: &str, who: &str) -> bool {
+    brief(events).iter().any(|b| b.0 == kind && b.1 == who)
+}
+
+fn position(id: &str) -> (i64, i64) {
+    let (x, i) = id.split_once('-').unwrap();
+    (x.parse().unwrap(), i.parse().unwrap())
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_batch_streams_its_transition_usage_totals_and_device(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    s.ready().await;
+    let now = Utc::now();
+    let events = vec![
+        llm("q1", now - chrono::Duration::seconds(5), "m", 100, 7, 0.5),
+        tool("q1", now - chrono::Duration::seconds(4), true),
+    ];
+    let (code, v) = app
+        .post_batch(&t.ingest, &batch(events, vec![binding("q1", "alice")]))
+        .await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let got = s
+        .until(|e| has(e, "status", "q1") && has(e, "usage", "q1") && has(e, "device", "dev-1"))
+        .await;
+    let status = got.iter().find(|e| e.event == "status").unwrap();
+    assert_eq!(status.data["session_id"], "q1");
+    assert_eq!(status.data["seq"], 0);
+    assert_eq!(status.data["from"], Value::Null);
+    assert_eq!(status.data["to"], "active");
+    assert!(status.data["at"].as_str().is_some());
+    let usage = got.iter().find(|e| e.event == "usage").unwrap();
+    for (k, want) in [
+        ("input_tokens", 100),
+        ("output_tokens", 7),
+        ("cached_tokens", 50),
+        ("cost_nanos", 500_000_000),
+        ("llm_calls", 1),
+        ("tool_calls", 1),
+        ("tool_errors", 1),
+        ("events", 2),
+    ] {
+        assert_eq!(usage.data[k], want, "{k}: {}", usage.data);
+    }
+    assert_eq!(usage.data["cost_usd"], 0.5);
+    let device = got.iter().find(|e| e.event == "device").unwrap();
+    assert_eq!(device.data["online"], true, "{:?}", device.data);
+    // Positions only grow.
+    let ids: Vec<(i64, i64)> = got.iter().map(|e| position(&e.id)).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+
+    // Matches the document: the event data schemas are served, the route is text/event-stream.
+    let (_, doc) = app.get(&t.read, "/openapi.json").await;
+    let op = &doc["paths"]["/v1/stream"]["get"];
+    assert!(
+        op["responses"]["200"]["content"]["text/event-stream"].is_object(),
+        "{op}"
+    );
+    for (name, e) in [
+        ("StreamStatus", status),
+        ("StreamUsage", usage),
+        ("StreamDevice", device),
+    ] {
+        let schema = &doc["components"]["schemas"][name];
+        for key in e.data.as_object().unwrap().keys() {
+            assert!(
+                schema["properties"][key].is_object(),
+                "{name} lacks {key}: {schema}"
+            );
+        }
+        for key in schema["required"].as_array().unwrap() {
+            assert!(
+                e.data.get(key.as_str().unwrap()).is_some(),
+                "{key} missing: {}",
+                e.data
+            );
+        }
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn readers_see_only_their_tenant_and_a_user_bound_reader_only_its_user(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let other = app.tenant("globex").await;
+    let alice = app.tenant_token_for_user(t.id, "alice").await;
+    let mut all = SseClient::open(&app, &t.read, None, "").await;
+    let mut mine = SseClient::open(&app, &alice, None, "").await;
+    let mut theirs = SseClient::open(&app, &other.read, None, "").await;
+    for s in [&mut all, &mut mine, &mut theirs] {
+        s.ready().await;
+    }
+    let now = Utc::now();
+    let events = vec![
+        llm("a1", now, "m", 1, 1, 0.1),
+        llm("b1", now, "m", 2, 2, 0.2),
+    ];
+    let (code, _) = app
+        .post_batch(
+            &t.ingest,
+            &batch(events, vec![binding("a1", "alice"), binding("b1", "bob")]),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let mut got = all
+        .until(|e| {
+            ["a1", "b1"]
+                .iter()
+                .all(|s| has(e, "status", s) && has(e, "usage", s))
+        })
+        .await;
+    got.extend(all.drain(Duration::from_millis(500)).await);
+    assert!(has(&got, "device", "dev-1"), "{:?}", brief(&got));
+    let seen = mine.drain(Duration::from_millis(1500)).await;
+    assert_eq!(
+        brief(&seen),
+        vec![
+            ("status".into(), "a1".into(), "\"active\"".into()),
+            ("usage".into(), "a1".into(), "1".into())
+        ],
+        "the device belongs to no user, bob's session to bob"
+    );
+    let nothing = theirs.drain(Duration::from_millis(500)).await;
+    assert!(nothing.is_empty(), "{:?}", brief(&nothing));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let now = Utc::now();
+    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let start = s.ready().await;
+    let post = |sessions: [&'static str; 2]| {
+        let events = sessions
+            .iter()
+            .map(|sid| llm(sid, now, "m", 10, 1, 0.1))
+            .collect();
+        let app = &app;
+        let token = t.ingest.clone();
+        async move {
+            let (code, v) = app.post_batch(&token, &batch(events, vec![])).await;
+            assert_eq!(code, StatusCode::OK, "{v}");
+        }
+    };
+    post(["s1", "s2"]).await;
+    let mut first = s
+        .until(|e| ["s1", "s2"].iter().all(|x| has(e, "usage", x)))
+        .await;
+    first.extend(s.drain(Duration::from_millis(500)).await);
+    let last_seen = first.last().unwrap().id.clone();
+    drop(s);
+
+    // Missed while disconnected.
+    post(["s3", "s4"]).await;
+    post(["s5", "s6"]).await;
+    // Let every row become deliverable (the next reader waits for nothing).
+    let mut witness = SseClient::open(&app, &t.read, Some(&last_seen), "").await;
+    witness.ready().await;
+    let missed = witness
+        .until(|e| ["s3", "s4", "s5", "s6"].iter().all(|x| has(e, "usage", x)))
+        .await;
+    assert!(missed
+        .iter()
+        .all(|e| ["status", "usage"].contains(&e.event.as_str())));
+    assert_eq!(missed.iter().filter(|e| e.event == "status").count(), 4);
+    assert_eq!(missed.iter().filter(|e| e.event == "usage").count(), 4);
+    assert!(witness.drain(Duration::from_millis(1500)).await.is_empty());
+
+    // Last-Event-ID and ?after= resume to the same events, nothing before, nothing twice.
+    for (header, query) in [
+        (Some(last_seen.as_str()), String::new()),
+        (None, format!("?after={last_seen}")),
+        // The header wins over a stale query (a browser's EventSource keeps the first URL).
+        (Some(last_seen.as_str()), format!("?after={start}")),
+    ] {
+        let mut again = SseClient::open(&app, &t.read, header, &query).await;
+        assert_eq!(again.ready().await, last_seen);
+        let got = again.drain(Duration::from_millis(1500)).await;
+        assert_eq!(brief(&got), brief(&missed), "{header:?} {query}");
+        let ids: Vec<&str> = got.iter().map(|e| e.id.as_str()).collect();
+        let want: Vec<&str> = missed.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, want);
+    }
+    // From the very start: the first batch too.
+    let mut from_start = SseClient::open(&app, &t.read, Some(&start), "").await;
+    from_start.ready().await;
+    let everything = from_start.drain(Duration::from_millis(1500)).await;
+    let mut want = brief(&first);
+    want.extend(brief(&missed));
+    assert_eq!(brief(&everything), want);
+}
+
+/// A transition for `session`, as a batch would stream it.
+fn transition(session: &str, seq: i64, to: &'static str) -> BatchStream<'static> {
+    BatchStream {
+        transitions: vec![StatusData {
+            session_id: session.into(),
+            seq,
+            at: Utc::now(),
+            from: None,
+            to,
+            cause: "test".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: sqlx::PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut live = SseClient::open(&app, &t.read, None, "").await;
+    let start = live.ready().await;
+    let owners = Default::default();
+
+    // A takes the lower id and commits last; B commits first.
+    let mut a = pool.begin().await.unwrap();
+    write_batch(&mut a, t.id, &owners, &transition("sa", 0, "active"))
+        .await
+        .unwrap();
+    let mut b = pool.begin().await.unwrap();
+    write_batch(&mut b, t.id, &owners, &transition("sb", 0, "active"))
+        .await
+        .unwrap();
+    b.commit().await.unwrap();
+    // A rolled-back transaction streams nothing.
+    let mut c = pool.begin().await.unwrap();
+    write_batch(&mut c, t.id, &owners, &transition("sc", 0, "active"))
+        .await
+        .unwrap();
+    c.rollback().await.unwrap();
+    let held = live.drain(Duration::from_millis(1000)).await;
+    assert!(
+        held.is_empty(),
+        "delivered past an open transaction: {:?}",
+        brief(&held)
+    );
+    // A reader resuming now has nothing yet either (it would never see A's row otherwise).
+    let mut early = SseClient::open(&app, &t.read, Some(&start), "").await;
+    early.ready().await;
+    assert!(early.drain(Duration::from_millis(300)).await.is_empty());
+    a.commit().await.unwrap();
+    let got = live.until(|e| e.len() == 2).await;
+    assert_eq!(
+        brief(&got),
+        vec![
+            ("status".into(), "sa".into(), "\"active\"".into()),
+            ("status".into(), "sb".into(), "\"active\"".into())
+        ]
+    );
+    let resumed = early.until(|e| e.len() == 2).await;
+    assert_eq!(brief(&resumed), brief(&got));
+    assert!(live.drain(Duration::from_millis(800)).await.is_empty());
+
+    // One session written by two transactions, the later one holding the LOWER transaction id: the
+    // stream keeps the order they committed in (the session's lock order).
+    let mut later = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut *later)
+        .await
+        .unwrap();
+    let mut first = pool.begin().await.unwrap();
+    write_batch(&mut first, t.id, &owners, &transition("s", 0, "active"))
+        .await
+        .unwrap();
+    let blocked = tokio::spawn(async move {
+        let owners = Default::default();
+        write_batch(&mut later, t.id, &owners, &transition("s", 1, "stalled"))
+            .await
+            .unwrap();
+        later.commit().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !blocked.is_finished(),
+        "the second writer waits for the first"
+    );
+    first.commit().await.unwrap();
+    blocked.await.unwrap();
+    let got = live.until(|e| e.len() == 2).await;
+    assert_eq!(
+        brief(&got),
+        vec![
+            ("status".into(), "s".into(), "\"active\"".into()),
+            ("status".into(), "s".into(), "\"stalled\"".into())
+        ]
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_busy_sessions_usage_is_coalesced_to_one_event_a_second_of_totals(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    s.ready().await;
+    let now = Utc::now();
+    for i in 0..5 {
+        let (code, _) = app
+            .post_batch(
+                &t.ingest,
+                &batch(
+                    vec![llm(
+                        "busy",
+                        now + chrono::Duration::milliseconds(i),
+                        "m",
+                        10,
+                        1,
+                        0.1,
+                    )],
+                    vec![],
+                ),
+            )
+            .await;
+        assert_eq!(code, StatusCode::OK);
+    }
+    let got = s
+        .until(|e| {
+            e.iter()
+                .any(|x| x.event == "usage" && x.data["events"] == 5)
+        })
+        .await;
+    let usage: Vec<&Sse> = got.iter().filter(|e| e.event == "usage").collect();
+    assert!(usage.len() <= 2, "{:?}", brief(&got));
+    assert_eq!(usage.last().unwrap().data["input_tokens"], 50);
+    assert!(s
+        .drain(Duration::from_millis(1500))
+        .await
+        .iter()
+        .all(|e| e.event != "usage"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool) {
+    let settings = apiary_ingest::config::IngestSettings {
+        offline_after_secs: 1,
+        ..test_settings()
+    };
+    let app = spawn_app_with(pool, settings).await;
+    let t = app.tenant("acme").await;
+    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    s.ready().await;
+    let beat = || {
+        batch(
+            vec![event(
+                "agent.heartbeat",
+                None,
+                Utc::now(),
+                json!({ "backlog_events": 0 }),
+            )],
+            vec![],
+        )
+    };
+    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    let got = s
+        .until(|e| e.iter().filter(|x| x.event == "device").count() == 2)
+        .await;
+    let online: Vec<&Value> = got
+        .iter()
+        .filter(|e| e.event == "device")
+        .map(|e| &e.data["online"])
+        .collect();
+    assert_eq!(online, [&json!(true), &json!(false)]);
+    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    let back = s.until(|e| e.iter().any(|x| x.event == "device")).await;
+    assert_eq!(back.last().unwrap().data["online"], true);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let start = s.ready().await;
+    let (code, _) = app
+        .post_batch(
+            &t.ingest,
+            &batch(vec![llm("old", Utc::now(), "m", 1, 1, 0.1)], vec![]),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let mut got = s.until(|e| has(e, "usage", "old")).await;
+    got.extend(s.drain(Duration::from_millis(500)).await);
+    let last = got.last().unwrap().id.clone();
+    // Everything so far falls out of the window.
+    apiary_ingest::store::stream::prune(&pool, Utc::now() + chrono::Duration::seconds(60))
+        .await
+        .unwrap();
+    let mut stale = SseClient::open(&app, &t.read, Some(&start), "").await;
+    let reset = stale.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reset.event, "reset");
+    assert!(
+        position(&reset.id) > position(&last),
+        "{} {}",
+        reset.id,
+        last
+    );
+    // A position at the edge of the window is still good.
+    let mut fine = SseClient::open(&app, &t.read, Some(&last), "").await;
+    assert_eq!(fine.ready().await, last);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let (_, operator) = apiary_ingest::store::admin::create_operator_token(&app.pool, "billing")
+        .await
+        .unwrap();
+    let admin = app.token(t.id, &["admin"]).await;
+    for (token, want) in [
+        (t.ingest.as_str(), StatusCode::FORBIDDEN),
+        (operator.as_str(), StatusCode::FORBIDDEN),
+        ("apy_unknown", StatusCode::UNAUTHORIZED),
+    ] {
+        let (code, v) = app.get(token, "/v1/stream").await;
+        assert_eq!(code, want, "{v}");
+        assert!(v["error"]["code"].is_string(), "{v}");
+    }
+    let r = app
+        .client
+        .get(format!("{}/v1/stream", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    for query in ["?after=yesterday", "?colour=red", "?after=99999999999999-1"] {
+        let (code, v) = app.get(&t.read, &format!("/v1/stream{query}")).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{query}: {v}");
+    }
+    let r = app
+        .client
+        .get(format!("{}/v1/stream", app.base))
+        .bearer_auth(&t.read)
+        .header("Last-Event-ID", "not-a-position")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // An admin token reads its tenant, like the other reads.
+    let mut s = SseClient::open(&app, &admin, None, "").await;
+    s.ready().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_subscriber_that_falls_behind_still_gets_every_event_in_order(pool: sqlx::PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut slow = SseClient::open(&app, &t.read, None, "").await;
+    slow.ready().await;
+    let mut quick = SseClient::open(&app, &t.read, None, "").await;
+    quick.ready().await;
+    // More rows than the replica's channel holds, large enough to fill the slow client's socket while
+    // it does not read, so its stream falls behind the channel and has to read the table instead.
+    let n = apiary_ingest::stream::CAPACITY as i64 + 2000;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+         SELECT $1, pg_current_xact_id()::text::bigint, 'status', '',
+             jsonb_build_object('session_id', 'flood', 'seq', g, 'pad', repeat('x', 8000))
+         FROM generate_series(1, $2) AS g ORDER BY g",
+    )
+    .bind(t.id)
+    .bind(n)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query("SELECT pg_notify('apiary_stream', '')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // The other subscriber is not held up by the slow one.
+    let got = quick.until(|e| e.len() as i64 == n).await;
+    assert_eq!(got.last().unwrap().data["seq"], n);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = slow.until(|e| e.len() as i64 == n).await;
+    let seqs: Vec<i64> = got
+        .iter()
+        .map(|e| e.data["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=n).collect::<Vec<_>>());
+    assert!(slow.drain(Duration::from_millis(500)).await.is_empty());
+}
