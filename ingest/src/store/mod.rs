@@ -13,8 +13,8 @@ pub mod headroom;
 pub mod health;
 pub mod owners;
 pub mod sessions;
-pub mod work;
 pub mod stream;
+pub mod work;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
