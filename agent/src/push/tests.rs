@@ -488,8 +488,24 @@ async fn the_loop_drains_the_backlog_sends_heartbeats_and_stops_on_shutdown() {
     );
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(pusher.clone().run_until_stopped(shutdown.clone()));
+    let heartbeats_of = |requests: Vec<wiremock::Request>| -> Vec<Batch> {
+        requests
+            .iter()
+            .map(batch_of)
+            .filter(|b| {
+                b.events
+                    .iter()
+                    .any(|e| e.kind == apiary_schema::EventKind::AgentHeartbeat)
+            })
+            .collect()
+    };
+    // Until the backlog is delivered and a heartbeat went out (the backlog can drain before the first
+    // heartbeat on a loaded machine), or 10 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while counters(&f.outbox).await.delivered < 250 && std::time::Instant::now() < deadline {
+    while std::time::Instant::now() < deadline
+        && (counters(&f.outbox).await.delivered < 250
+            || heartbeats_of(ingest.received_requests().await.unwrap()).is_empty())
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shutdown.cancel();
@@ -498,16 +514,7 @@ async fn the_loop_drains_the_backlog_sends_heartbeats_and_stops_on_shutdown() {
         .expect("stops promptly")
         .unwrap();
     assert_eq!(counters(&f.outbox).await.delivered, 250);
-    let requests = ingest.received_requests().await.unwrap();
-    let heartbeats: Vec<Batch> = requests
-        .iter()
-        .map(batch_of)
-        .filter(|b| {
-            b.events
-                .iter()
-                .any(|e| e.kind == apiary_schema::EventKind::AgentHeartbeat)
-        })
-        .collect();
+    let heartbeats = heartbeats_of(ingest.received_requests().await.unwrap());
     assert!(!heartbeats.is_empty(), "a heartbeat went out");
     let hb = &heartbeats[0].events[0];
     assert!(
