@@ -4,6 +4,7 @@
 //! `apiary_schema::work` gives for the events in their original order — what the agent shows locally (its
 //! own property test checks that side).
 
+use apiary_schema::work::arb::{kind_and_data, submission_order};
 use apiary_schema::work::Work;
 use apiary_schema::CanonicalEvent;
 use chrono::{Duration, Utc};
@@ -14,55 +15,6 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-
-const T0_MS: i64 = 1_793_700_000_000;
-
-fn kind_and_data() -> impl Strategy<Value = (&'static str, Value)> {
-    let task = (
-        1u64..8,
-        prop::sample::select(vec!["created", "updated", "deleted"]),
-        prop::sample::select(vec!["pending", "in_progress", "completed"]),
-    )
-        .prop_map(|(id, action, status)| {
-            (
-                "task.changed",
-                json!({"action": action, "task_id": id.to_string(), "status": status}),
-            )
-        });
-    let trigger = (
-        0u8..3,
-        prop::sample::select(vec![
-            "available",
-            "activated",
-            "fired",
-            "deactivated",
-            "removed",
-        ]),
-        0i64..100,
-    )
-        .prop_map(|(id, action, next)| {
-            (
-                "trigger.changed",
-                json!({"action": action, "trigger_id": format!("t{id}"),
-            "trigger_type": "timer", "fire_count": next, "next_fire_at": T0_MS + next * 60_000}),
-            )
-        });
-    let call = (0u8..5, any::<bool>()).prop_map(|(id, done)| {
-        (
-            "tool.call",
-            json!({"tool_use_id": format!("toolu_{id}"),
-        "tool_name": format!("tool{id}"), "status": if done { "completed" } else { "started" }}),
-        )
-    });
-    prop_oneof![
-        4 => task,
-        2 => trigger,
-        3 => call,
-        1 => Just(("task.changed", json!({"action": "list_reset"}))),
-        1 => prop::sample::select(vec!["started", "completed", "failed"])
-            .prop_map(|s| ("execution", json!({"scope": "execution", "status": s}))),
-    ]
-}
 
 /// The fields of the detail that the shared view gives.
 fn work_fields(v: &Value) -> Value {
@@ -109,15 +61,7 @@ async fn stored_work_agrees_with_the_shared_fold_whatever_the_order_and_replays(
             let e: CanonicalEvent = serde_json::from_value(b.clone()).unwrap();
             want.fold(&e, e.occurred_at);
         }
-        let mut order: Vec<usize> = (0..bodies.len()).collect();
-        order.extend(replays.iter().map(|i| i.index(bodies.len())));
-        let mut x = seed;
-        for i in (1..order.len()).rev() {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            order.swap(i, (x >> 33) as usize % (i + 1));
-        }
+        let order = submission_order(bodies.len(), seed, &replays);
         for chunk in order.chunks(batch_size) {
             let evs = chunk.iter().map(|i| bodies[*i].clone()).collect();
             let (s, v) = app

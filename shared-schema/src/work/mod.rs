@@ -37,6 +37,8 @@
 //! LLM calls in flight cannot be told: the only events before a Hive turn completes are the streaming
 //! deltas, which the adapter filters on the device; `llm.turn` arrives when the turn is over.
 
+#[cfg(feature = "testing")]
+pub mod arb;
 mod view;
 
 #[cfg(test)]
