@@ -47,6 +47,7 @@ fn realistic_lines(n: usize) -> Vec<String> {
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     };
     let templates: Vec<Value> = text
         .lines()
@@ -91,6 +92,7 @@ fn prepared(lines: &[String]) -> Vec<PreparedEvent> {
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     };
     lines
         .iter()

@@ -22,6 +22,9 @@ use crate::config::{Mode, Settings};
 use crate::http::{self, AppState};
 use crate::outbox::Outbox;
 
+/// How often the Hive home is scanned for runtime liveness ([`crate::tail::runtime`]).
+pub const RUNTIME_SCAN_INTERVAL: Duration = Duration::from_secs(2);
+
 /// How long in-flight requests may take to finish after shutdown was asked for.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -111,6 +114,8 @@ impl Application {
             mode: settings.mode,
             started_at: std::time::Instant::now(),
             stats: Arc::default(),
+            runtimes: crate::tail::runtime::RuntimeWatch::new(),
+            streams: Arc::default(),
         };
         tracing::info!(%addr, mode = ?settings.mode, device_id = outbox.device_id(),
             policy_hash = outbox.policy_hash(), "apiary-agent started");
@@ -150,10 +155,29 @@ impl Application {
             otlp,
             state,
         } = self;
+        let liveness = settings.hive_home.clone().map(|home| {
+            let o = outbox.clone();
+            let on_gone: crate::tail::runtime::OnGone = Box::new(move |gone| {
+                let o = o.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = o.stream_runtime_gone(gone).await {
+                        tracing::warn!(error = %e.detailed(), "streaming a crashed runtime failed");
+                    }
+                });
+            });
+            tokio::spawn(crate::tail::runtime::run_until_stopped(
+                home,
+                state.runtimes.clone(),
+                RUNTIME_SCAN_INTERVAL,
+                on_gone,
+                shutdown.clone(),
+            ))
+        });
         let tail = settings.hive_home.clone().map(|home| {
             let mut tail_settings = crate::tail::TailSettings::new(home, state.policy.clone());
             tail_settings.zone = state.zone;
             tail_settings.max_line_bytes = settings.intake.max_line_bytes;
+            tail_settings.colony = Some(outbox.colony_keys());
             let sink = Arc::new(outbox.clone());
             tokio::spawn(crate::tail::run_until_stopped(
                 tail_settings,
@@ -169,7 +193,8 @@ impl Application {
             Mode::Online => {
                 tracing::info!("online: pushes run while sync is enabled");
                 let pusher = crate::push::Pusher::new(outbox.clone(), settings.push.clone())
-                    .context("starting the push loop")?;
+                    .context("starting the push loop")?
+                    .with_runtimes(state.runtimes.clone());
                 Some(tokio::spawn(
                     Arc::new(pusher).run_until_stopped(shutdown.clone()),
                 ))
@@ -181,6 +206,7 @@ impl Application {
                 .with_graceful_shutdown(async move { stop.cancelled().await });
             tokio::spawn(async move { server.await })
         });
+        let streams = state.streams.clone();
         let app = http::router(state);
         let stop = shutdown.clone();
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -189,6 +215,7 @@ impl Application {
         let served = tokio::spawn(async move { server.await });
         shutdown.cancelled().await;
         tracing::info!("shutting down");
+        streams.stop();
         match tokio::time::timeout(SHUTDOWN_GRACE, served).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => tracing::warn!(error = %e, "local API stopped with an error"),
@@ -212,6 +239,9 @@ impl Application {
             if tokio::time::timeout(grace, push).await.is_err() {
                 tracing::warn!("push loop did not stop in time");
             }
+        }
+        if let Some(liveness) = liveness {
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, liveness).await;
         }
         if let Some(tail) = tail {
             match tokio::time::timeout(SHUTDOWN_GRACE, tail).await {

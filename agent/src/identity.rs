@@ -203,6 +203,8 @@ pub struct StartCheck {
     adopted_user: Option<String>,
     /// `Some(Some(reason))` pauses sync, `Some(None)` clears an identity pause, `None` leaves it.
     pause: Option<Option<String>>,
+    /// The tenant and its colony secret, from the token's answer (see `crate::outbox::ColonyKeys`).
+    colony_secret: Option<(String, String)>,
 }
 
 /// Asks the ingest who the stored sync token is, when sync is on (see the module notes). Never fails:
@@ -215,6 +217,7 @@ pub async fn check_at_start(
         identity: settings.identity.clone(),
         adopted_user: None,
         pause: None,
+        colony_secret: None,
     };
     let db = data_dir.join("outbox.db");
     if settings.mode == crate::config::Mode::Airgapped || !db.exists() {
@@ -245,6 +248,10 @@ pub async fn check_at_start(
                 r == crate::push::REAUTHENTICATE || r.starts_with(IDENTITY_MISMATCH)
             });
             StartCheck {
+                colony_secret: token
+                    .colony_secret
+                    .clone()
+                    .map(|s| (token.tenant_id.clone(), s)),
                 adopted_user: token
                     .user_id
                     .filter(|_| settings.identity.user_id.is_none()),
@@ -276,6 +283,9 @@ impl StartCheck {
         if let Some(user) = &self.adopted_user {
             outbox.remember_token_user(user.clone()).await?;
         }
+        if let Some((tenant, secret)) = &self.colony_secret {
+            outbox.adopt_colony_secret(tenant, secret).await?;
+        }
         if let Some(reason) = &self.pause {
             let change = crate::outbox::SyncChange::Pause {
                 reason: reason.clone(),
@@ -296,6 +306,7 @@ mod tests {
             scopes: vec!["ingest".into()],
             user_id: user.map(str::to_string),
             device_id: device.map(str::to_string),
+            colony_secret: None,
         }
     }
 

@@ -221,6 +221,10 @@ def main(argv=None) -> int:
                 sessions[sid] = api.get(f"/v1/sessions/{urllib.parse.quote(sid, safe='')}")
         devices = api.get("/v1/devices")["devices"]
         try:
+            colony_list = api.get("/v1/colonies", **{k: v for k, v in rng.items() if k != "granularity"})["colonies"]
+        except ApiFailure:
+            colony_list = []  # an older ingest: no colony keys
+        try:
             u_runtime = api.get("/v1/usage", group_by="runtime", **rng)
         except ApiFailure:
             u_runtime = None  # an older ingest: added up from the session rows below
@@ -233,7 +237,16 @@ def main(argv=None) -> int:
 
     by_user = {r.get("user_id"): r for r in u_user["rows"]}
     by_model = {r.get("model"): r for r in u_model["rows"]}
-    by_colony = {r.get("colony_id"): r for r in u_colony["rows"]}
+    # The workload knows colonies by the queen session its workers name; the dashboard groups by colony
+    # key where the colony's name was keyed (GET /v1/colonies). Checked by the workers' queen session,
+    # added up from the session rows.
+    by_colony: dict = {}
+    for r in u_session["rows"]:
+        s = sessions.get(r.get("session_id")) or {}
+        cid = s.get("colony_id") if s.get("colony_id") != s.get("session_id") else None
+        acc = by_colony.setdefault(cid or None, {})
+        for key in USAGE_KEYS + ["events"]:
+            acc[key] = acc.get(key, 0) + (r.get(key) or 0)
     by_runtime: dict = {}
     if u_runtime is not None:
         by_runtime = {r.get("runtime") or "(none)": r for r in u_runtime["rows"]}
@@ -267,14 +280,20 @@ def main(argv=None) -> int:
         rows.append(["(not an LLM call)"] + usage_cells(rest[0]))
     out.append(table(["model"] + hdr, rows, right))
 
-    out.append("\nUsage by colony   (a colony is identified by the queen session that forked it; its "
-               "usage is its workers')")
+    out.append("\nUsage by colony   (by colony key — an HMAC of the colony's name, which never leaves the "
+               "device — else the queen session that forked it; its usage is its workers')")
     rows = []
     for r in u_colony["rows"]:
         cid = r.get("colony_id")
         if cid:
             queen = sessions.get(cid, {})
-            workers = [s for s in sessions.values() if s.get("colony_id") == cid and s.get("session_id") != cid]
+            workers = [s for s in sessions.values()
+                       if s.get("colony_id") == cid and s.get("session_id") != cid]
+            if cid.startswith(("ck_", "dk_")):
+                runs = {run["session_id"] for c in colony_list if c["colony_key"] == cid for run in c["runs"]}
+                workers = [s for s in sessions.values()
+                           if s.get("colony_id") in runs and s.get("session_id") not in runs]
+                queen = sessions.get(next(iter(sorted(runs)), ""), {})
             states = {}
             for w in workers:
                 states[w.get("status")] = states.get(w.get("status"), 0) + 1

@@ -5,7 +5,8 @@
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench ingest`
 //! Knobs (env): BENCH_BATCHES (default 200), BENCH_CLIENTS (default 4). Workload: one device, 200
 //! sessions of which 20 are active in any batch, event times within ~30 s per batch (a streaming agent),
-//! 60% llm.turn / 40% tool.call; each batch = 900 new events + 100 already sent. Uses a fresh database
+//! 60% llm.turn / 40% tool.call (completed, timed, four tool names); each batch = 900 new events + 100
+//! already sent. Uses a fresh database
 //! `apiary_bench_ingest_<random>` and drops it at the end.
 
 use std::io::Write;
@@ -46,9 +47,12 @@ fn make_event(rng: &mut StdRng, now: chrono::DateTime<Utc>, k: usize) -> Value {
             "cost_usd": rng.gen_range(1..50_000) as f64 / 1e6, "cost_source": "reported", "stop_reason": "tool_use" }),
         )
     } else {
+        let tool = ["read_file", "grep", "bash", "web_search"][rng.gen_range(0..4)];
         (
             "tool.call",
-            json!({ "tool_name": "read_file", "tool_use_id": format!("toolu_{}", rng.gen::<u32>()), "status": "completed", "is_error": rng.gen_bool(0.05) }),
+            json!({ "tool_name": tool,
+            "tool_use_id": format!("toolu_{}", rng.gen::<u32>()), "status": "completed", "is_error": rng.gen_bool(0.05),
+            "duration_ms": rng.gen_range(1..20_000) }),
         )
     };
     let mut e = json!({ "schema_version": 1, "event_id": Uuid::new_v4(), "type": kind, "occurred_at": at,

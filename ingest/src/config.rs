@@ -61,6 +61,11 @@ pub struct IngestSettings {
     pub auth_failure_burst: f64,
     /// …and the rate at which that allowance comes back.
     pub auth_failures_per_sec: f64,
+    /// Most live streams (`GET /v1/stream`) open on this replica at once; one more is answered 503
+    /// with `Retry-After` (each costs a connection, a task and up to a page of rows).
+    pub stream_max_subscribers: usize,
+    /// Most live streams of one tenant open on this replica at once (so one tenant cannot take them all).
+    pub stream_max_per_tenant: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
 }
@@ -87,6 +92,8 @@ impl Default for IngestSettings {
             header_read_timeout_secs: 10,
             auth_failure_burst: 20.0,
             auth_failures_per_sec: 1.0,
+            stream_max_subscribers: 10_000,
+            stream_max_per_tenant: 2_000,
             log_format: LogFormat::Text,
         }
     }
@@ -155,6 +162,9 @@ impl IngestSettings {
         }
         if self.retention_days < 1 {
             return bad("retention_days must be at least 1");
+        }
+        if self.stream_max_subscribers == 0 || self.stream_max_per_tenant == 0 {
+            return bad("stream_max_subscribers and stream_max_per_tenant must be at least 1");
         }
         Ok(())
     }

@@ -74,6 +74,9 @@ pub enum ApiError {
     /// 429: the token's rate limit is exhausted; retry after the given time.
     #[error("rate limit exceeded")]
     RateLimited(Duration),
+    /// 503: a bounded resource of this server is in use up to its limit (live streams); retry later.
+    #[error("{0}")]
+    Busy(String),
     /// 503: the database is unreachable or overloaded; retry.
     #[error("service unavailable")]
     Unavailable(#[source] anyhow::Error),
@@ -103,6 +106,7 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -180,6 +184,7 @@ impl IntoResponse for ApiError {
         let retry = match &self {
             ApiError::RateLimited(d) => Some(d.as_secs_f64().ceil().max(1.0) as u64),
             ApiError::Unavailable(_) => Some(1),
+            ApiError::Busy(_) => Some(5),
             _ => None,
         };
         if let Some(secs) = retry {

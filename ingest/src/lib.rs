@@ -62,3 +62,4 @@ pub mod status;
 pub mod store;
 pub mod stream;
 pub mod telemetry;
+pub mod tool_rollups;

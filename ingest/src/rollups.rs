@@ -2,8 +2,14 @@
 //!
 //! ## What an event adds ([`Usage::of`])
 //! The shared rule, [`apiary_schema::usage::contribution_of`] (the agent's local usage applies the same
-//! one): tokens, cost in integer nano-dollars, `unpriced_turns`, completed tool calls and errors, `events`.
-//! The rollups keep neither `tool_calls_started` nor credits.
+//! one): tokens, cost in integer nano-dollars, `unpriced_turns`, completed tool calls, errors and their
+//! summed `tool_duration_ms`, `events`. The rollups keep neither `tool_calls_started` nor credits.
+//!
+//! ## Active time (`active_ms`)
+//! Not from an event: the milliseconds a session spent in status `active` by its stored status history,
+//! per bucket, under the session's identity and model `''` (see `store::active`). A batch that changes a
+//! session's history adds the new stretches and subtracts the old ones, so a row can take a negative
+//! delta; it never holds a negative sum.
 //!
 //! ## Sums cannot wrap
 //! One event's values are bounded (tokens ≤ 10^12, cost ≤ 10^6 USD = 10^15 nano-dollars), their sums are
@@ -34,6 +40,9 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+/// The number of sums a rollup row holds.
+pub const COLUMNS: usize = 12;
+
 /// Additive usage totals (one event's contribution, or a sum). `i128` so that no sum of bigint values
 /// can overflow (see the module notes); a stored row holds each column as a bigint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,6 +57,10 @@ pub struct Usage {
     pub tool_calls: i128,
     pub tool_errors: i128,
     pub events: i128,
+    /// Summed durations of the completed tool calls that have one.
+    pub tool_duration_ms: i128,
+    /// Milliseconds in status `active` (see the module notes).
+    pub active_ms: i128,
 }
 
 impl Usage {
@@ -69,6 +82,8 @@ impl Usage {
             tool_calls: c.tool_calls.into(),
             tool_errors: c.tool_errors.into(),
             events: c.events.into(),
+            tool_duration_ms: c.tool_duration_ms.into(),
+            active_ms: 0,
         })
     }
 
@@ -84,11 +99,18 @@ impl Usage {
         self.tool_calls += o.tool_calls;
         self.tool_errors += o.tool_errors;
         self.events += o.events;
+        self.tool_duration_ms += o.tool_duration_ms;
+        self.active_ms += o.active_ms;
+    }
+
+    /// True when every sum is zero (a row update that changes nothing).
+    pub fn is_zero(&self) -> bool {
+        self.columns().iter().all(|v| *v == 0)
     }
 
     /// The sums in column order (input, output, cached, cache creation, cost, llm calls, unpriced, tool
-    /// calls, tool errors, events).
-    pub fn columns(&self) -> [i128; 10] {
+    /// calls, tool errors, events, tool duration, active ms).
+    pub fn columns(&self) -> [i128; COLUMNS] {
         [
             self.input_tokens,
             self.output_tokens,
@@ -100,12 +122,14 @@ impl Usage {
             self.tool_calls,
             self.tool_errors,
             self.events,
+            self.tool_duration_ms,
+            self.active_ms,
         ]
     }
 
     /// The inverse of [`Usage::columns`].
-    pub fn from_columns(c: [i128; 10]) -> Usage {
-        let [input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events] =
+    pub fn from_columns(c: [i128; COLUMNS]) -> Usage {
+        let [input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms] =
             c;
         Usage {
             input_tokens,
@@ -118,6 +142,8 @@ impl Usage {
             tool_calls,
             tool_errors,
             events,
+            tool_duration_ms,
+            active_ms,
         }
     }
 
@@ -181,7 +207,7 @@ async fn upsert_into(
     let n = rows.len();
     let mut buckets = Vec::with_capacity(n);
     let mut dims: [Vec<&str>; 6] = Default::default();
-    let mut nums: [Vec<i64>; 10] = Default::default();
+    let mut nums: [Vec<i64>; COLUMNS] = Default::default();
     // `store::headroom` admitted only what fits; a sum that does not is refused here, never wrapped.
     let too_big = || sqlx::Error::Encode("a rollup sum exceeds the bigint range".into());
     for (k, u) in rows {
@@ -223,10 +249,10 @@ macro_rules! upsert_sql {
         concat!("
 INSERT INTO ", $table, " AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
     input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
-    tool_calls, tool_errors, events)
+    tool_calls, tool_errors, events, tool_duration_ms, active_ms)
 SELECT $1, u.* FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
     $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
-    $16::int8[], $17::int8[], $18::int8[]) AS u
+    $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[]) AS u
 ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime) DO UPDATE SET
     input_tokens = r.input_tokens + EXCLUDED.input_tokens,
     output_tokens = r.output_tokens + EXCLUDED.output_tokens,
@@ -237,7 +263,9 @@ ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model
     unpriced_turns = r.unpriced_turns + EXCLUDED.unpriced_turns,
     tool_calls = r.tool_calls + EXCLUDED.tool_calls,
     tool_errors = r.tool_errors + EXCLUDED.tool_errors,
-    events = r.events + EXCLUDED.events")
+    events = r.events + EXCLUDED.events,
+    tool_duration_ms = r.tool_duration_ms + EXCLUDED.tool_duration_ms,
+    active_ms = r.active_ms + EXCLUDED.active_ms")
     };
 }
 const UPSERT_QUARTER_SQL: &str = upsert_sql!("usage_rollups");
@@ -246,6 +274,27 @@ const UPSERT_HOURLY_SQL: &str = upsert_sql!("usage_rollups_hourly");
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn add_sums_every_column_and_columns_round_trip() {
+        let a = Usage::from_columns(std::array::from_fn(|i| 1000 + i as i128));
+        let b = Usage::from_columns(std::array::from_fn(|i| 7 * (i as i128 + 2)));
+        let mut sum = Usage::from_columns(a.columns());
+        sum.add(&b);
+        let want: Vec<i128> = a
+            .columns()
+            .iter()
+            .zip(b.columns())
+            .map(|(x, y)| x + y)
+            .collect();
+        assert_eq!(sum.columns().to_vec(), want);
+        assert_eq!(
+            Usage::from_columns(want.clone().try_into().unwrap())
+                .columns()
+                .to_vec(),
+            want
+        );
+    }
 
     #[test]
     fn buckets_are_quarter_hours() {

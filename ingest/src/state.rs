@@ -65,6 +65,10 @@ impl AppState {
             Duration::from_secs(settings.token_cache_secs),
         );
         let status_rules = crate::status::rules(&settings);
+        let stream = Arc::new(StreamHub::new(
+            settings.stream_max_subscribers,
+            settings.stream_max_per_tenant,
+        ));
         AppState {
             auth_guard: Arc::new(auth_guard),
             store: Arc::new(Store::new(pool.clone()).with_status_rules(status_rules)),
@@ -75,7 +79,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             metrics: Arc::new(Metrics::default()),
             policy: Arc::new(Policy::default_policy()),
-            stream: Arc::new(StreamHub::default()),
+            stream,
         }
     }
 

@@ -6,7 +6,7 @@
 //! it lets time pass up to `now` and applies the device's liveness ([`view`]); nothing about the clock is
 //! stored, so every replica answers the same.
 
-use apiary_schema::status::{Rules, Tracker};
+use apiary_schema::status::{Durations, Rules, Tracker};
 use chrono::{DateTime, Utc};
 
 pub use apiary_schema::status::{view, Liveness, Status, Transition, View};
@@ -43,18 +43,35 @@ pub fn tracker(stored: Option<&serde_json::Value>) -> Tracker {
     }
 }
 
-/// A session's status at `now` from its stored tracker and its device's last-heard time.
+/// A session's status at `now` from its stored tracker, its device's last-heard time and when its
+/// runtime was reported gone (`sessions.runtime_gone_at`, from the device's heartbeat).
 pub fn session_view(
     stored: Option<&serde_json::Value>,
     device_heard_at: Option<DateTime<Utc>>,
+    runtime_gone_at: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
     rules: &Rules,
 ) -> View {
+    session_view_and_durations(stored, device_heard_at, runtime_gone_at, now, rules).0
+}
+
+/// [`session_view`] and the session's wall-clock and active time at `now` (the shared rule,
+/// [`apiary_schema::status::durations`]).
+pub fn session_view_and_durations(
+    stored: Option<&serde_json::Value>,
+    device_heard_at: Option<DateTime<Utc>>,
+    runtime_gone_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    rules: &Rules,
+) -> (View, Durations) {
     let live = Liveness {
         device_heard_at,
-        runtime_gone_at: None,
+        runtime_gone_at,
     };
-    view(&tracker(stored).current(rules), now, &live, rules)
+    let health = tracker(stored).current(rules);
+    let v = view(&health, now, &live, rules);
+    let d = Durations::of(&health, &v, now);
+    (v, d)
 }
 
 /// Every status, as the API spells it (for error messages).

@@ -140,32 +140,101 @@ pub(crate) const DELIVERABLE: &str = "xid < pg_snapshot_xmin(pg_current_snapshot
 pub struct StreamHub {
     /// The open channels: every new row a reader of that key may see, in stream order.
     channels: Mutex<HashMap<ChannelKey, broadcast::Sender<Arc<StreamRow>>>>,
+    /// The open streams, counted (bounded by the limits).
+    slots: Arc<Slots>,
     /// Set at shutdown: open streams end, so the server can drain.
     stopped: watch::Sender<bool>,
 }
 
-impl Default for StreamHub {
-    fn default() -> Self {
-        StreamHub {
-            channels: Mutex::new(HashMap::new()),
-            stopped: watch::channel(false).0,
+/// Open streams per tenant and in all, with their limits.
+#[derive(Debug)]
+struct Slots {
+    max_total: usize,
+    max_per_tenant: usize,
+    open: Mutex<(usize, HashMap<Uuid, usize>)>,
+}
+
+/// A stream's place among the open ones; given back when dropped (the stream ended or its client left).
+#[derive(Debug)]
+pub struct Slot {
+    slots: Arc<Slots>,
+    tenant: Uuid,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap();
+        open.0 -= 1;
+        if let Some(n) = open.1.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.tenant);
+            }
         }
     }
 }
 
+/// Why a stream could not be opened: the replica's or the tenant's limit is reached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamFull {
+    #[error("this server has {0} live streams open, its limit (stream_max_subscribers); retry later or on another replica")]
+    Server(usize),
+    #[error("this tenant has {0} live streams open on this server, its limit (stream_max_per_tenant); close one or retry later")]
+    Tenant(usize),
+}
+
+/// An open stream's channel and its slot.
+#[derive(Debug)]
+pub struct Subscription {
+    pub rows: broadcast::Receiver<Arc<StreamRow>>,
+    pub slot: Slot,
+}
+
+impl Default for StreamHub {
+    fn default() -> Self {
+        StreamHub::new(usize::MAX, usize::MAX)
+    }
+}
+
 impl StreamHub {
+    /// A hub that keeps at most `max_total` streams open, and `max_per_tenant` of one tenant.
+    pub fn new(max_total: usize, max_per_tenant: usize) -> StreamHub {
+        StreamHub {
+            channels: Mutex::new(HashMap::new()),
+            slots: Arc::new(Slots {
+                max_total,
+                max_per_tenant,
+                open: Mutex::new((0, HashMap::new())),
+            }),
+            stopped: watch::channel(false).0,
+        }
+    }
+
     /// New rows of `tenant` (of `user` only, when set) from now on (subscribe before reading a backlog:
-    /// see the module notes).
-    pub fn subscribe(
-        &self,
-        tenant: Uuid,
-        user: Option<&str>,
-    ) -> broadcast::Receiver<Arc<StreamRow>> {
+    /// see the module notes) — or [`StreamFull`] when a limit is reached.
+    pub fn subscribe(&self, tenant: Uuid, user: Option<&str>) -> Result<Subscription, StreamFull> {
+        let slot = {
+            let mut open = self.slots.open.lock().unwrap();
+            if open.0 >= self.slots.max_total {
+                return Err(StreamFull::Server(open.0));
+            }
+            let mine = open.1.get(&tenant).copied().unwrap_or(0);
+            if mine >= self.slots.max_per_tenant {
+                return Err(StreamFull::Tenant(mine));
+            }
+            open.0 += 1;
+            *open.1.entry(tenant).or_insert(0) += 1;
+            Slot {
+                slots: self.slots.clone(),
+                tenant,
+            }
+        };
         let mut channels = self.channels.lock().unwrap();
-        channels
+        let rows = channels
             .entry((tenant, user.map(str::to_string)))
             .or_insert_with(|| broadcast::channel(CAPACITY).0)
-            .subscribe()
+            .subscribe();
+        Ok(Subscription { rows, slot })
     }
 
     /// Resolves (true) when the server is stopping.

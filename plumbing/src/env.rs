@@ -69,6 +69,8 @@ pub const INGEST_KEYS: &[Key] = &[
     Key::new("header_read_timeout_secs", Kind::Int),
     Key::new("auth_failure_burst", Kind::Float),
     Key::new("auth_failures_per_sec", Kind::Float),
+    Key::new("stream_max_subscribers", Kind::Int),
+    Key::new("stream_max_per_tenant", Kind::Int),
     Key::new("log_format", Kind::Str),
 ];
 

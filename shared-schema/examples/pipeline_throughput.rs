@@ -17,6 +17,7 @@ fn main() {
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     };
     let mut rates = Vec::new();
     for _ in 0..7 {

@@ -34,6 +34,31 @@ pub struct Heartbeat {
     /// How often the agent sends one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_seconds: Option<f64>,
+    /// Runtime liveness of the sessions the agent saw open recently (at most [`MAX_RUNTIMES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<RuntimeLiveness>,
+}
+
+/// Most [`RuntimeLiveness`] entries one heartbeat carries (the policy's `max`).
+pub const MAX_RUNTIMES: usize = 64;
+
+/// Whether the runtime process behind a session is alive, as the agent found it on this device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeLiveness {
+    pub session_id: String,
+    pub alive: bool,
+    /// What the answer rests on: `pid_running`, `pid_exited`, `pid_reused`, `hive_marked_stale`.
+    pub evidence: String,
+    /// When gone: the first time the agent found it gone (Unix epoch milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_at: Option<i64>,
+}
+
+impl RuntimeLiveness {
+    /// `gone_at` as a time.
+    pub fn gone_time(&self) -> Option<DateTime<Utc>> {
+        self.gone_at.and_then(DateTime::from_timestamp_millis)
+    }
 }
 
 impl Heartbeat {
@@ -61,6 +86,17 @@ impl Heartbeat {
             sync_state: s("sync_state"),
             uptime_seconds: f("uptime_seconds"),
             interval_seconds: f("interval_seconds"),
+            runtimes: data
+                .get("runtimes")
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+                        .take(MAX_RUNTIMES)
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }
@@ -160,6 +196,20 @@ mod tests {
             sync_state: Some("enabled".into()),
             uptime_seconds: Some(12.5),
             interval_seconds: Some(30.0),
+            runtimes: vec![
+                RuntimeLiveness {
+                    session_id: "session_20261103_101433_51be07d2".into(),
+                    alive: false,
+                    evidence: "pid_exited".into(),
+                    gone_at: Some(1_762_164_000_000),
+                },
+                RuntimeLiveness {
+                    session_id: "s2".into(),
+                    alive: true,
+                    evidence: "pid_running".into(),
+                    gone_at: None,
+                },
+            ],
         };
         let e = beat.event(Utc::now());
         assert_eq!(e.native_type, "agent.heartbeat");
@@ -167,6 +217,29 @@ mod tests {
         assert!(!e.data.contains_key("oldest_pending_age_seconds"));
         assert_eq!(Heartbeat::from_data(&e.data), beat);
         assert!(crate::Policy::default_policy().check(&e).is_ok());
+    }
+
+    #[test]
+    fn runtime_liveness_keeps_only_its_allowlisted_fields_and_at_most_64_entries() {
+        let policy = crate::Policy::default_policy();
+        let mut e = Heartbeat::default().event(Utc::now());
+        let mut items: Vec<Value> = (0..70)
+            .map(|i| json!({"session_id": format!("s{i}"), "alive": true, "evidence": "pid_running"}))
+            .collect();
+        items[0] = json!({"session_id": "s0", "alive": false, "evidence": "pid_exited",
+            "gone_at": 5, "pid": 4242, "path": "/home/alice/.hive"});
+        e.data.insert("runtimes".into(), Value::Array(items));
+        let issues = policy.check(&e).unwrap_err();
+        let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert!(paths.contains(&"runtimes[].pid"), "{paths:?}");
+        assert!(paths.contains(&"runtimes[].path"), "{paths:?}");
+        assert!(paths.contains(&"runtimes[64..]"), "{paths:?}");
+        policy.apply(&mut e).unwrap();
+        let kept = Heartbeat::from_data(&e.data).runtimes;
+        assert_eq!(kept.len(), 64);
+        assert_eq!(kept[0].gone_at, Some(5));
+        let text = serde_json::to_string(&e.data).unwrap();
+        assert!(!text.contains("4242") && !text.contains("alice"), "{text}");
     }
 
     #[test]

@@ -231,6 +231,7 @@ mod tests {
             zone: Zone::Utc,
             source_identity: None,
             session_hint: None,
+            colony: None,
         };
         let mut out = Vec::new();
         let summary = explain(input, &opts, json, &mut out).unwrap();

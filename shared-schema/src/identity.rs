@@ -16,4 +16,9 @@ pub struct TokenIdentity {
     pub user_id: Option<String>,
     /// The device every batch this token sends comes from, if bound.
     pub device_id: Option<String>,
+    /// The tenant's colony secret (64 hex digits), for tokens with the `ingest` scope only: the agent
+    /// derives colony keys from colony names with it (`crate::colony`), so the same name gives the same
+    /// key on every device of the tenant. Absent for other tokens and from ingests that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colony_secret: Option<String>,
 }

@@ -8,6 +8,9 @@
 //!   back ([`BatchResponse`]), plus the session identity bindings that travel with a batch.
 //! - [`identity`]: the answer of `GET /v1/whoami` ([`identity::TokenIdentity`]): the tenant, scopes, user
 //!   and device a token is bound to.
+//! - [`colony`]: the colony key: HMAC-SHA256 of a colony's name under a per-tenant (or, before that is
+//!   known, a per-device) secret, so a named colony can be followed across sessions and days while its
+//!   name never leaves the device.
 //! - [`device`]: the payloads of the agent's own device-level events, the heartbeat and the drop report.
 //! - [`bundle`]: the air-gapped export bundle (manifest, checksum, writer and reader over `Read`/`Write`).
 //! - [`json_schema`]: the JSON Schema files under `shared-schema/schema/` are generated from these Rust
@@ -39,6 +42,7 @@
 
 pub mod batch;
 pub mod bundle;
+pub mod colony;
 pub mod device;
 pub mod event;
 pub mod explain;

@@ -4,7 +4,8 @@
 //! OTLP exports come in already decoded ([`process_otlp`]): each record is mapped by [`crate::otel`] and
 //! redacted by the same [`redact`] step.
 //!
-//! Order: parse → classify (drop deltas, chatty and non-durable types) → adapt → redact by the policy.
+//! Order: parse → classify (drop deltas, chatty and non-durable types) → adapt → key colony names
+//! ([`crate::colony`]) → redact by the policy.
 //! Nothing here touches disk; the agent writes only what [`Outcome::Kept`] holds.
 
 use serde_json::Value;
@@ -26,6 +27,9 @@ pub struct ProcessOptions<'a> {
     pub source_identity: Option<&'a str>,
     /// The session the source belongs to (a per-session log's directory), for events that name none.
     pub session_hint: Option<&'a str>,
+    /// Derives colony keys from colony names before the policy runs ([`crate::colony`]); without it a
+    /// name is simply dropped by the policy.
+    pub colony: Option<&'a crate::colony::ColonyKeyer>,
 }
 
 impl<'a> ProcessOptions<'a> {
@@ -36,6 +40,7 @@ impl<'a> ProcessOptions<'a> {
             zone: Zone::Local,
             source_identity: None,
             session_hint: None,
+            colony: None,
         }
     }
 }
@@ -100,6 +105,8 @@ pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome
             }
         }
     };
+    let mut event = event;
+    crate::colony::key_colony_name(&mut event, opts.colony);
     redact(event, opts.policy)
 }
 

@@ -22,7 +22,9 @@
 //!   nothing, so it is free, not unpriced — this is also what the Hive adapter says (`cost_source =
 //!   reported` for it). The agent used to count it as unpriced; it was the one that drifted.
 //! - `tool.call`: `status = started` adds `tool_calls_started`; `status = completed` adds `tool_calls`, and
-//!   `tool_errors` when `is_error` is true.
+//!   `tool_errors` when `is_error` is true, and its `duration_ms` (the runtime's own, or the one the agent
+//!   computed by pairing the call's start and completion) to `tool_duration_ms`; `tool_calls_timed` counts
+//!   the completed calls that have one. A duration above [`MAX_DURATION_MS`] is refused like a token count.
 //!
 //! ## Bounds
 //! One event's values are bounded (tokens ≤ 10^12, cost ≤ 10^15 nano-USD, credits ≤ 10^15 micro), so a
@@ -36,6 +38,9 @@ pub const MAX_TOKENS: u64 = 1_000_000_000_000;
 pub const MAX_COST_USD: f64 = 1_000_000.0;
 /// Largest credit amount accepted in one event.
 pub const MAX_CREDITS: f64 = 1_000_000_000.0;
+/// Largest tool-call duration accepted in one event, in milliseconds (about 31 years: a bigger one is a
+/// producer bug, refused).
+pub const MAX_DURATION_MS: u64 = 1_000_000_000_000;
 
 /// What one event adds to usage (see the module notes). Every count is 0 or 1 except tokens, cost and
 /// credits.
@@ -57,6 +62,10 @@ pub struct Contribution {
     /// Completed tool calls.
     pub tool_calls: i64,
     pub tool_errors: i64,
+    /// The completed call's duration in milliseconds (0 without one).
+    pub tool_duration_ms: i64,
+    /// 1 for a completed call with a duration.
+    pub tool_calls_timed: i64,
     /// Always 1: the event itself.
     pub events: i64,
 }
@@ -71,6 +80,8 @@ pub enum UsageError {
     Cost,
     #[error("data.credits is out of range")]
     Credits,
+    #[error("data.duration_ms is out of range")]
+    Duration,
 }
 
 /// The usage `event` contributes; `Ok(None)` for device-level events, Err when a value is out of range.
@@ -93,12 +104,30 @@ pub fn contribution_of(event: &CanonicalEvent) -> Result<Option<Contribution>, U
                     .get("is_error")
                     .and_then(serde_json::Value::as_bool);
                 c.tool_errors = i64::from(is_error == Some(true));
+                if let Some(ms) = tool_duration_ms(event)? {
+                    c.tool_duration_ms = ms;
+                    c.tool_calls_timed = 1;
+                }
             }
             _ => {}
         },
         _ => {}
     }
     Ok(Some(c))
+}
+
+/// A completed call's `duration_ms`: None when absent (or not a non-negative integer, which the policy
+/// never lets through), Err above [`MAX_DURATION_MS`].
+pub fn tool_duration_ms(event: &CanonicalEvent) -> Result<Option<i64>, UsageError> {
+    match event
+        .data
+        .get("duration_ms")
+        .and_then(serde_json::Value::as_u64)
+    {
+        None => Ok(None),
+        Some(ms) if ms > MAX_DURATION_MS => Err(UsageError::Duration),
+        Some(ms) => Ok(Some(ms as i64)),
+    }
 }
 
 fn llm_turn(event: &CanonicalEvent, c: &mut Contribution) -> Result<(), UsageError> {

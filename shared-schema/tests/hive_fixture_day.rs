@@ -41,6 +41,7 @@ fn kept_events() -> HashMap<uuid::Uuid, CanonicalEvent> {
                 zone: Zone::Utc,
                 source_identity: None,
                 session_hint: hint.as_deref(),
+                colony: None,
             };
             if let Outcome::Kept { event, .. } = process_value(&value, &opts).unwrap() {
                 if let Some(previous) = kept.insert(event.event_id, (*event).clone()) {

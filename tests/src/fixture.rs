@@ -155,6 +155,7 @@ pub fn canonical_events() -> Vec<CanonicalEvent> {
                 zone: Zone::Utc,
                 source_identity: Some(&source),
                 session_hint: hint.as_deref(),
+                colony: None,
             };
             if let Ok(Outcome::Kept { event, .. }) = process_value(&v, &opts) {
                 if seen.insert(event.event_id) {
@@ -209,6 +210,7 @@ pub fn synthetic_canonical(session: &str, seq0: u64, n: u64) -> Vec<CanonicalEve
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     };
     synthetic_turns(session, seq0, n)
         .split(|b| *b == b'\n')

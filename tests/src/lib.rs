@@ -22,6 +22,7 @@
 //! - [`isolation`]: tokens of any binding, hand-built events, batches and bindings for the isolation tests.
 //! - [`hostile`]: what hostile-input tests need: a process's memory peak, compression bombs, raw sockets, raw agent requests, umask-run processes,
 //!   file modes.
+//! - [`sse`]: a Server-Sent Events reader (the ingest's and the agent's `GET /v1/stream`).
 //! - [`scan`]: a dump of the cloud database searched for values that must never leave the device.
 //!
 //! Every process is owned by a value that kills it when dropped, so a failing (panicking) test leaves
@@ -44,6 +45,7 @@ pub mod otlp;
 pub mod procs;
 pub mod proxy;
 pub mod scan;
+pub mod sse;
 pub mod stack;
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests on one machine).

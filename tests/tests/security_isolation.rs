@@ -166,10 +166,12 @@ async fn an_operator_token_made_by_the_cli_reads_usage_per_tenant_and_nothing_el
 
     let op = Api::new(&ingest.url(), &operator);
     let v = op.get_ok("/v1/usage?group_by=tenant,model").await.unwrap();
+    // (Each tenant's active time has a row of its own, under model null.)
     let mut per_tenant: Vec<(String, i64)> = v["rows"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|r| r["events"] != 0)
         .map(|r| {
             (
                 r["tenant_id"].as_str().unwrap().to_string(),

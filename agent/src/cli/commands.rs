@@ -177,15 +177,22 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     let outbox = match &adopted {
-        Some((identity, _)) => {
+        Some((identity, _, _)) => {
             let policy = app::load_policy(&settings)?;
             app::open_outbox_as(&common.data_dir, &settings, &policy, identity.clone())?
         }
         None => open(&common, &settings)?,
     };
-    let remembered = match adopted.as_ref().and_then(|(_, user)| user.clone()) {
+    let remembered = match adopted.as_ref().and_then(|(_, user, _)| user.clone()) {
         Some(user) => outbox.remember_token_user(user).await,
         None => Ok(()),
+    };
+    let remembered = match (remembered, adopted.as_ref().and_then(|(_, _, c)| c.clone())) {
+        (Ok(()), Some((tenant, secret))) => outbox
+            .adopt_colony_secret(&tenant, &secret)
+            .await
+            .map(|_| ()),
+        (r, _) => r,
     };
     let report = match remembered {
         Ok(()) => outbox.set_sync(change).await,
@@ -199,7 +206,7 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
             outbox.policy_hash(),
             report.released
         );
-        if let Some((identity, _)) = &adopted {
+        if let Some((identity, _, _)) = &adopted {
             println!(
                 "identity: user {}, device {} (agrees with the token)",
                 identity.user_id.as_deref().unwrap_or("(the token's)"),
@@ -212,14 +219,22 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `sync enable` takes from the token's answer: the identity to use, the token's user to remember
+/// (when `identity.user_id` is unset), and the tenant with its colony secret.
+type TokenAnswer = (
+    crate::identity::IdentityDefaults,
+    Option<String>,
+    Option<(String, String)>,
+);
+
 /// Asks the ingest who the token is (`crate::identity`): the identity to use and the token's user to
-/// remember (when `identity.user_id` is unset). Err when the configured identity contradicts the token;
+/// remember (when `identity.user_id` is unset), and the tenant's colony secret. Err when the configured identity contradicts the token;
 /// `None` (with a note) when the ingest cannot say.
 async fn token_identity(
     settings: &Settings,
     endpoint: &str,
     token_file: &Path,
-) -> anyhow::Result<Option<(crate::identity::IdentityDefaults, Option<String>)>> {
+) -> anyhow::Result<Option<TokenAnswer>> {
     use crate::identity::{reconcile, whoami};
     let token = match whoami(endpoint, token_file).await {
         Ok(t) => t,
@@ -236,7 +251,8 @@ async fn token_identity(
             let user = token
                 .user_id
                 .filter(|_| settings.identity.user_id.is_none());
-            Ok(Some((identity, user)))
+            let colony = token.colony_secret.map(|s| (token.tenant_id, s));
+            Ok(Some((identity, user, colony)))
         }
         Err(problems) => {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();

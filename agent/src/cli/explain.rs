@@ -44,6 +44,7 @@ pub fn explain(
         zone,
         source_identity: None,
         session_hint: hint.as_deref(),
+        colony: None,
     };
     let mut out = std::io::stdout().lock();
     if stdin {

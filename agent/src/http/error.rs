@@ -24,6 +24,8 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    #[error("{limit} live streams are open already (the most the agent serves); close one or retry later")]
+    TooManyStreams { limit: usize },
     #[error(transparent)]
     Outbox(#[from] OutboxError),
     /// Encoding `/metrics` failed (writing into a string: not expected to happen).
@@ -41,6 +43,9 @@ impl ApiError {
             ApiError::TooManyEvents { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_many_events"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::TooManyStreams { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams")
+            }
             ApiError::Metrics(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Outbox(e) => match e {
                 OutboxError::Full { .. } => (StatusCode::SERVICE_UNAVAILABLE, "outbox_full"),
@@ -77,6 +82,10 @@ impl IntoResponse for ApiError {
             Json(json!({"error": {"code": code, "message": message}})),
         )
             .into_response();
+        if let ApiError::TooManyStreams { .. } = &self {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
         if let ApiError::Outbox(e) = &self {
             if let Some(after) = e.retry_after().filter(|_| status.is_server_error()) {
                 let secs = after.as_secs().max(1).to_string();

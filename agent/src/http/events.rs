@@ -88,11 +88,13 @@ async fn try_intake(
     let bytes = read_body(body, limit, declared).await?;
     let limits = Limits::from(&state.intake);
     let parsed = if bytes.len() < INLINE_LIMIT {
-        parse_body(&bytes, &options(state, session.as_deref()), limits)
+        let keyer = state.outbox.colony_keys().keyer();
+        parse_body(&bytes, &options(state, session.as_deref(), &keyer), limits)
     } else {
         let st = state.clone();
         tokio::task::spawn_blocking(move || {
-            let parsed = parse_body(&bytes, &options(&st, session.as_deref()), limits);
+            let keyer = st.outbox.colony_keys().keyer();
+            let parsed = parse_body(&bytes, &options(&st, session.as_deref(), &keyer), limits);
             drop(bytes);
             parsed
         })
@@ -141,12 +143,17 @@ async fn respond(state: &AppState, parsed: Parsed) -> Result<Response, ApiError>
     Ok((StatusCode::BAD_REQUEST, Json(body)).into_response())
 }
 
-fn options<'a>(state: &'a AppState, session: Option<&'a str>) -> ProcessOptions<'a> {
+fn options<'a>(
+    state: &'a AppState,
+    session: Option<&'a str>,
+    colony: &'a apiary_schema::colony::ColonyKeyer,
+) -> ProcessOptions<'a> {
     ProcessOptions {
         policy: &state.policy,
         zone: state.zone,
         source_identity: None,
         session_hint: session,
+        colony: Some(colony),
     }
 }
 

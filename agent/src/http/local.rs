@@ -98,14 +98,20 @@ pub async fn put_sync(
 }
 
 /// `GET /v1/sessions/{id}`: the session's status derived locally by the shared health model (the same
-/// rules as the ingest), when it began and why, time in each status and every transition, and its work
+/// rules as the ingest), when it began and why, time in each status, its wall-clock and active time
+/// (`durations`) and every transition, and its work
 /// (tasks, triggers, next wake, the tool call in flight: the shared `apiary_schema::work` fold, the
 /// ingest's field names); works with sync off and air-gapped.
 pub async fn get_session(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    match state.outbox.session_status(&id, chrono::Utc::now()).await? {
+    let gone = state.runtimes.gone_at(&id);
+    match state
+        .outbox
+        .session_status_live(&id, chrono::Utc::now(), gone)
+        .await?
+    {
         Some(s) => Ok(Json(json!(s))),
         None => Err(ApiError::NotFound(format!(
             "session {id} is not known here"

@@ -6,8 +6,11 @@
 //! | `POST /v1/sessions` | register a session with its own user and parent |
 //! | `GET /v1/status` | sync state, mode, counts by outcome, pending, oldest pending age, last push |
 //! | `PUT /v1/sync` | the desktop toggle (settings token only): `{"enabled": bool, "endpoint"?, "token_file"?, "include_backlog"?, "purge"?}` |
-//! | `GET /v1/sessions/{id}` | local status and history (shared health model), tasks, triggers, next wake, activity (shared work fold) |
-//! | `GET /v1/usage/sessions/{id}` | tokens, cost and calls of a session and its workers, from local data |
+//! | `GET /v1/sessions[?status=&limit=&cursor=]` | this device's sessions, most recently active first, in the ingest's body shape ([`sessions`]) |
+//! | `GET /v1/sessions/{id}` | local status and history (shared health model), durations (wall-clock, active time), tasks, triggers, next wake, activity (shared work fold) |
+//! | `GET /v1/sessions/{id}/tree` | queen → colonies → workers with usage rolled up, the ingest's shape ([`sessions`]) |
+//! | `GET /v1/stream` | the local live stream: `ready`/`reset`, `status`, `usage` as Server-Sent Events, resumable ([`stream`]) |
+//! | `GET /v1/usage/sessions/{id}` | tokens, cost, calls and tool durations of a session and its workers, from local data |
 //! | `GET /metrics` | OpenMetrics text ([`metrics`]) |
 //!
 //! ## Credentials
@@ -33,7 +36,9 @@ mod local;
 mod metrics;
 pub mod parse;
 mod rejections;
+mod sessions;
 pub mod split;
+pub mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -66,6 +71,10 @@ pub struct AppState {
     pub mode: Mode,
     pub started_at: std::time::Instant,
     pub stats: Arc<IntakeStats>,
+    /// Runtime liveness of Hive sessions (the `crashed` overlay of the local status).
+    pub runtimes: crate::tail::runtime::RuntimeWatch,
+    /// The local live streams' cap and stop signal.
+    pub streams: Arc<stream::StreamHub>,
 }
 
 /// Which token a request presented (set by the auth layer as a request extension).
@@ -98,8 +107,13 @@ impl IntakeStats {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/events", post(events::post_events))
-        .route("/v1/sessions", post(local::post_session))
+        .route(
+            "/v1/sessions",
+            post(local::post_session).get(sessions::list_sessions),
+        )
         .route("/v1/sessions/{id}", get(local::get_session))
+        .route("/v1/sessions/{id}/tree", get(sessions::get_tree))
+        .route("/v1/stream", get(stream::get_stream))
         .route("/v1/status", get(local::get_status))
         .route(
             "/v1/sync",

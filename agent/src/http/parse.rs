@@ -206,6 +206,7 @@ mod tests {
             zone: Zone::Utc,
             source_identity: None,
             session_hint: None,
+            colony: None,
         };
         let limits = Limits {
             max_line: 4096,

@@ -1,5 +1,6 @@
 //! [`Outbox`]: the cloneable async handle over the writer thread and a read connection.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
@@ -16,11 +17,14 @@ use super::checkpointer::{self, WalControl};
 use super::consent::{SetSync, SyncChange, SyncReport};
 use super::delivery::{Claim, ClaimLimits, Claimed, Delivery, Settle, SettleKind, SettleReport};
 use super::drops::DropReport;
+use super::durations;
 use super::error::{ExportError, OutboxError};
 use super::export::{self, ExportReport, MarkExported};
 use super::health::SessionStatus;
 use super::intake::{Submit, SubmitReport};
 use super::item::Item;
+use super::listing::{Cursor, ListFilter, SessionBody, TreeNode};
+use super::live::{LiveRow, Position, Start};
 use super::memory::WriterState;
 use super::op::{Ctx, Replying, Task};
 use super::read::{DeadLetter, SessionUsage, StoredStatus, SyncStatus};
@@ -59,11 +63,34 @@ struct Inner {
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Tells the checkpointer to stop (and the writer to restart the WAL).
     wal: Arc<WalControl>,
+    /// The colony keyer in force ([`super::colony`]).
+    colony: super::colony::ColonyKeys,
+    /// Bumped by the writer after every commit (the live stream's wake-up).
+    live: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.wal.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Appends the derived `crashed` transitions of sessions whose runtime was found gone to the live log.
+struct RuntimeGone {
+    gone: Vec<(String, chrono::DateTime<chrono::Utc>)>,
+}
+
+impl Task for RuntimeGone {
+    type Output = ();
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<(), OutboxError>> {
+        let now = Utc::now();
+        for (session, at) in &self.gone {
+            if let Some(t) = super::health::crashed(ctx.conn, session, *at, now)? {
+                super::live::status(ctx.conn, session, &t, ctx.now_ms)?;
+            }
+        }
+        Ok(Ok(()))
     }
 }
 
@@ -98,12 +125,15 @@ impl Outbox {
             ..identity
         };
         rebind(&conn, &defaults)?;
+        let colony = super::colony::load(&conn)?;
         let now = Utc::now().timestamp_millis();
         let policy_id =
             store::ensure_policy(&conn, policy.hash(), policy.name(), policy.version(), now)?;
         let state = WriterState {
             policy_id,
             policy_hash: policy.hash().to_string(),
+            attach_durations: durations::policy_allows(policy),
+            open_tool_starts: durations::count(&conn)?,
             defaults,
             ..WriterState::default()
         };
@@ -115,12 +145,15 @@ impl Outbox {
         let reader = OutboxReader::open(path)?;
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let wal = Arc::new(WalControl::default());
+        let live = Arc::new(tokio::sync::watch::Sender::new(0u64));
         let writer = Writer {
             conn,
             state,
             settings: settings.clone(),
             health: health.clone(),
             wal: wal.clone(),
+            live: live.clone(),
+            stream_due: true,
         };
         let thread = std::thread::Builder::new()
             .name("outbox-writer".into())
@@ -143,8 +176,41 @@ impl Outbox {
                 thread: Mutex::new(Some(thread)),
                 checkpointer: Mutex::new(Some(checkpointer)),
                 wal,
+                colony,
+                live,
             }),
         })
+    }
+
+    /// The colony keyer in force, shared (see [`super::colony`]).
+    pub fn colony_keys(&self) -> super::colony::ColonyKeys {
+        self.inner.colony.clone()
+    }
+
+    /// Puts the tenant's colony secret (from `GET /v1/whoami`) in force and stores it, unless a different
+    /// secret of the same tenant is already stored (kept: keys never change) or it is malformed; both
+    /// are logged. True when it changed the keys.
+    pub async fn adopt_colony_secret(
+        &self,
+        tenant_id: &str,
+        secret: &str,
+    ) -> Result<bool, OutboxError> {
+        match self.inner.colony.adopt(tenant_id, secret) {
+            super::colony::Adoption::Store(value) => {
+                self.run(SetMeta {
+                    key: super::colony::TENANT_SECRET_KEY,
+                    value,
+                })
+                .await?;
+                tracing::info!(tenant_id, "colony keys are now the tenant's (ck_…)");
+                Ok(true)
+            }
+            super::colony::Adoption::Same => Ok(false),
+            super::colony::Adoption::Refused(why) => {
+                tracing::warn!(tenant_id, "{why}");
+                Ok(false)
+            }
+        }
     }
 
     /// The database file.
@@ -387,6 +453,63 @@ impl Outbox {
     ) -> Result<Option<SessionStatus>, OutboxError> {
         let session = session.to_string();
         self.read(move |r| r.session_status(&session, now)).await
+    }
+
+    /// [`Self::session_status`] with the runtime liveness overlay (`crashed` since `runtime_gone_at`).
+    pub async fn session_status_live(
+        &self,
+        session: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        runtime_gone_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<Option<SessionStatus>, OutboxError> {
+        let session = session.to_string();
+        self.read(move |r| r.session_status_live(&session, now, runtime_gone_at))
+            .await
+    }
+
+    /// A page of the local session listing (see [`OutboxReader::session_list`]).
+    pub async fn session_list(
+        &self,
+        f: ListFilter,
+        now: chrono::DateTime<chrono::Utc>,
+        gone: HashMap<String, chrono::DateTime<chrono::Utc>>,
+    ) -> Result<(Vec<SessionBody>, Option<Cursor>), OutboxError> {
+        self.read(move |r| r.session_list(&f, now, &gone)).await
+    }
+
+    /// The local tree under `root`; `None` if never seen.
+    pub async fn session_tree(
+        &self,
+        root: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        gone: HashMap<String, chrono::DateTime<chrono::Utc>>,
+    ) -> Result<Option<TreeNode>, OutboxError> {
+        let root = root.to_string();
+        self.read(move |r| r.session_tree(&root, now, &gone)).await
+    }
+
+    /// Where a live stream resuming after `asked` starts.
+    pub async fn live_start(&self, asked: Option<Position>) -> Result<Start, OutboxError> {
+        self.read(move |r| r.live_start(asked.as_ref())).await
+    }
+
+    /// Live stream rows after `after`, oldest first, at most `limit`.
+    pub async fn live_after(&self, after: i64, limit: i64) -> Result<Vec<LiveRow>, OutboxError> {
+        self.read(move |r| r.live_after(after, limit)).await
+    }
+
+    /// Streams the `crashed` transition of sessions whose runtime was just found gone (the local live
+    /// stream's view of runtime liveness; the transition is derived, not stored in the history).
+    pub async fn stream_runtime_gone(
+        &self,
+        gone: Vec<(String, chrono::DateTime<chrono::Utc>)>,
+    ) -> Result<(), OutboxError> {
+        self.run(RuntimeGone { gone }).await
+    }
+
+    /// Changes after every commit: a live stream looks for new rows then.
+    pub fn live_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.live.subscribe()
     }
 
     /// Every tailer checkpoint.

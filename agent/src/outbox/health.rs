@@ -12,7 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use apiary_schema::status::{view, Input, Liveness, Rules, Status, Tracker, Transition, View};
+use apiary_schema::status::{
+    view, Durations, Input, Liveness, Rules, Status, Tracker, Transition, View,
+};
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
@@ -23,6 +25,7 @@ pub(crate) fn flush(
     inputs: &BTreeMap<String, Vec<Input>>,
 ) -> rusqlite::Result<()> {
     let rules = Rules::default();
+    let now_ms = Utc::now().timestamp_millis();
     for (session, new) in inputs {
         let mut tracker = load(conn, session)?.unwrap_or_default();
         let update = tracker.push(new.iter().cloned(), &rules);
@@ -51,6 +54,7 @@ pub(crate) fn flush(
                 t.to.as_str(),
                 t.cause
             ])?;
+            super::live::status(conn, session, t, now_ms)?;
         }
     }
     Ok(())
@@ -70,6 +74,28 @@ fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Tracker>> {
     }))
 }
 
+/// The `crashed` transition the runtime found gone at `gone_at` gives `session` at `now` (None when it
+/// does not read crashed: unknown, ended, or an event later than `gone_at`).
+pub(crate) fn crashed(
+    conn: &Connection,
+    session: &str,
+    gone_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> rusqlite::Result<Option<Transition>> {
+    let Some(tracker) = load(conn, session)? else {
+        return Ok(None);
+    };
+    let rules = Rules::default();
+    let live = Liveness {
+        runtime_gone_at: Some(gone_at),
+        ..Liveness::local(now)
+    };
+    let v = view(&tracker.current(&rules), now, &live, &rules);
+    Ok((v.status == Status::Crashed)
+        .then(|| v.derived.into_iter().find(|t| t.to == Status::Crashed))
+        .flatten())
+}
+
 /// A session's local status.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionStatus {
@@ -79,6 +105,9 @@ pub struct SessionStatus {
     pub status_cause: String,
     /// Seconds in each status, up to now.
     pub time_in_state: BTreeMap<Status, f64>,
+    /// Wall-clock (first event → end, or now while open) and active time (the shared
+    /// [`apiary_schema::status::durations`] rule, the ingest's too).
+    pub durations: Durations,
     /// Every transition oldest first, then those time caused since the last event.
     pub transitions: Vec<Transition>,
     /// Tasks, triggers, next wake and the tool call in flight (the shared [`apiary_schema::work`] view,
@@ -87,17 +116,25 @@ pub struct SessionStatus {
     pub work: apiary_schema::work::WorkView,
 }
 
-/// The local status of `session` at `now`; None when no event of it was ever committed here.
+/// The local status of `session` at `now`, its runtime found gone at `runtime_gone_at` (the `crashed`
+/// overlay; None when alive or unknown); None when no event of it was ever committed here.
 pub fn session_status(
     conn: &Connection,
     session: &str,
     now: DateTime<Utc>,
+    runtime_gone_at: Option<DateTime<Utc>>,
 ) -> rusqlite::Result<Option<SessionStatus>> {
     let Some(tracker) = load(conn, session)? else {
         return Ok(None);
     };
     let rules = Rules::default();
-    let v: View = view(&tracker.current(&rules), now, &Liveness::local(now), &rules);
+    let live = Liveness {
+        runtime_gone_at,
+        ..Liveness::local(now)
+    };
+    let health = tracker.current(&rules);
+    let v: View = view(&health, now, &live, &rules);
+    let durations = Durations::of(&health, &v, now);
     let mut stmt = conn.prepare_cached(
         "SELECT seq, at, from_status, to_status, cause FROM status_transitions
          WHERE session_id = ?1 ORDER BY seq",
@@ -122,6 +159,7 @@ pub fn session_status(
         status_since: v.since,
         status_cause: v.cause,
         time_in_state: v.time_in_state,
+        durations,
         transitions,
         work: super::work::load(conn, session)?.unwrap_or_default().view(),
     }))

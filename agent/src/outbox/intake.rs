@@ -16,6 +16,7 @@
 use serde::Serialize;
 
 use super::counters::{Counter, DropReason};
+use super::durations;
 use super::error::OutboxError;
 use super::item::{Item, PreparedEvent};
 use super::op::{Ctx, Task};
@@ -77,9 +78,12 @@ impl Task for Submit {
             ctx.count(Counter::Refused, self.kept());
             return Ok(Err(e));
         }
+        let pairing = durations::attach(ctx, &mut self.items)?;
+        let mut inserted = Vec::with_capacity(self.items.len());
         for item in &self.items {
-            try_insert_item(ctx, item, &mut report)?;
+            inserted.push(try_insert_item(ctx, item, &mut report)?);
         }
+        durations::record(ctx, &self.items, &inserted, pairing)?;
         let received: u64 = self.items.iter().map(Item::received).sum();
         ctx.count(Counter::Received, received as i64);
         if let Some(cp) = &self.checkpoint {
@@ -167,19 +171,20 @@ fn try_evict(ctx: &mut Ctx<'_>, need: u64) -> rusqlite::Result<u64> {
     Ok(n as u64)
 }
 
+/// Inserts or counts one item; true for a kept event that is new (not a duplicate).
 fn try_insert_item(
     ctx: &mut Ctx<'_>,
     item: &Item,
     report: &mut SubmitReport,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<bool> {
     match item {
         Item::Kept(e) => {
             if try_insert_event(ctx, e)? {
                 report.accepted += 1;
-            } else {
-                report.duplicates += 1;
-                ctx.count(Counter::Duplicate, 1);
+                return Ok(true);
             }
+            report.duplicates += 1;
+            ctx.count(Counter::Duplicate, 1);
         }
         Item::Filtered { reason, count } => {
             report.filtered += count;
@@ -212,7 +217,7 @@ fn try_insert_item(
             ctx.count(Counter::Unreported(DropReason::Malformed), *count as i64);
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Inserts one event; false when its id is already in the outbox (a duplicate).
@@ -244,7 +249,7 @@ pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite
     ctx.count(Counter::PendingBytes, e.body.len() as i64);
     if let Some(session) = &e.session_id {
         sessions::try_bind_on_first_sight(ctx, session, e.parent_session_id.as_deref())?;
-        if let Some((model, u)) = &e.usage {
+        if let Some((model, u)) = e.usage.as_deref() {
             ctx.delta
                 .usage
                 .entry((session.clone(), model.clone()))

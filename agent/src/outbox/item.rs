@@ -18,14 +18,18 @@ pub struct PreparedEvent {
     pub occurred_at_ms: i64,
     /// The redacted canonical event as JSON: exactly what is uploaded or exported.
     pub body: String,
-    /// What the event adds to the local usage table.
-    pub usage: Option<(String, UsageAgg)>,
+    /// What the event adds to the local usage table (model, totals). Boxed like `status`: an item is
+    /// held from the producer to its commit.
+    pub usage: Option<Box<(String, UsageAgg)>>,
     /// What the event means for the session's local status (None for device-level events). Boxed: most
     /// items are small and this would double every one of them.
     pub status: Option<Box<apiary_schema::status::Input>>,
     /// What the event means for the session's work (tasks, triggers, tool call in flight); None for the
     /// kinds [`apiary_schema::work::reads`] does not read.
     pub work: Option<Box<apiary_schema::work::OwnedFact>>,
+    /// A tool call's start or completion, for the duration pairing ([`super::durations`]); None for
+    /// other events. Boxed like `status`.
+    pub tool: Option<Box<super::durations::ToolEdge>>,
 }
 
 impl PreparedEvent {
@@ -42,9 +46,10 @@ impl PreparedEvent {
             parent_session_id: event.parent_session_id.clone(),
             occurred_at_ms: event.occurred_at.timestamp_millis(),
             body,
-            usage: usage_of(event),
+            usage: usage_of(event).map(Box::new),
             status: apiary_schema::status::Input::of(event, event.occurred_at).map(Box::new),
             work: apiary_schema::work::OwnedFact::of(event, event.occurred_at).map(Box::new),
+            tool: super::durations::ToolEdge::of(event).map(Box::new),
         }
     }
 }
@@ -115,6 +120,8 @@ pub struct UsageAgg {
     pub tool_calls_started: i64,
     pub tool_calls: i64,
     pub tool_errors: i64,
+    /// Summed durations of the completed tool calls that have one, in milliseconds.
+    pub tool_duration_ms: i64,
     pub events: i64,
     /// Unix milliseconds of the first and last event (not shown).
     pub first_at: i64,
@@ -137,6 +144,7 @@ struct UsageView {
     tool_calls_started: i64,
     tool_calls: i64,
     tool_errors: i64,
+    tool_duration_ms: i64,
     events: i64,
 }
 
@@ -155,6 +163,7 @@ impl Serialize for UsageAgg {
             tool_calls_started: self.tool_calls_started,
             tool_calls: self.tool_calls,
             tool_errors: self.tool_errors,
+            tool_duration_ms: self.tool_duration_ms,
             events: self.events,
         }
         .serialize(s)
@@ -179,6 +188,7 @@ impl UsageAgg {
             (&mut self.tool_calls_started, o.tool_calls_started),
             (&mut self.tool_calls, o.tool_calls),
             (&mut self.tool_errors, o.tool_errors),
+            (&mut self.tool_duration_ms, o.tool_duration_ms),
             (&mut self.events, o.events),
         ];
         for (sum, v) in sums {
@@ -207,6 +217,7 @@ impl UsageAgg {
             tool_calls_started: c.tool_calls_started,
             tool_calls: c.tool_calls,
             tool_errors: c.tool_errors,
+            tool_duration_ms: c.tool_duration_ms,
             events: c.events,
             first_at: at_ms,
             last_at: at_ms,

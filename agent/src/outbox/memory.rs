@@ -28,6 +28,8 @@ pub(crate) struct Delta {
     pub status: BTreeMap<String, Vec<apiary_schema::status::Input>>,
     /// New events' work facts per session, folded at the end of the group ([`super::work`]).
     pub work: BTreeMap<String, Vec<apiary_schema::work::OwnedFact>>,
+    /// Change in the number of open tool-call starts ([`super::durations`]).
+    pub tool_starts: i64,
     /// Sessions first bound in this group (added to the writer's cache after commit).
     pub new_sessions: HashSet<String>,
     /// Claimed in this group.
@@ -107,6 +109,11 @@ pub(crate) struct WriterState {
     pub defaults: IdentityDefaults,
     /// Where claims scan from.
     pub claims: ClaimCursor,
+    /// Whether the policy lets tool-call durations through, so completions are timed
+    /// ([`super::durations`]).
+    pub attach_durations: bool,
+    /// Open tool-call starts stored (`tool_starts`), to keep them under their cap without counting.
+    pub open_tool_starts: i64,
 }
 
 impl WriterState {
@@ -132,6 +139,7 @@ impl WriterState {
     pub fn merge(&mut self, delta: Delta) {
         self.claims = self.claims.with(&delta);
         self.known_sessions.extend(delta.new_sessions);
+        self.open_tool_starts += delta.tool_starts;
         let now = Instant::now();
         for id in delta.settled {
             self.in_flight.remove(&id);

@@ -32,25 +32,30 @@
 //! Each module uses only modules of lower layers, and within its layer only the ones its arrow names.
 //! ```text
 //! 3  handle (Outbox), sink, test_hooks
-//! 2  writer → checkpointer; intake, consent, export, delivery → sessions, drops → intake; reader → read
+//! 2  writer → checkpointer, durations; intake → durations; consent, export, delivery → sessions;
+//!    drops → intake; reader → read
 //! 1  op (Op, Task, the Replying adaptor, Ctx); store
-//! 0  memory (Delta, WriterState) → counters, item; settings; error → schema; health
+//! 0  memory (Delta, WriterState) → counters, item; settings; error → schema; health → live; listing
 //! ```
 //! `store`, `writer`, `schema` and `checkpointer` are private: callers get [`Outbox`] (the writer's
 //! queue and a read connection) and [`OutboxReader`] (read-only, for other processes), each with named
 //! methods, never a connection.
 
 mod checkpointer;
+mod colony;
 mod consent;
 mod counters;
 mod delivery;
 mod drops;
+mod durations;
 mod error;
 mod export;
 mod handle;
 mod health;
 mod intake;
 mod item;
+mod listing;
+mod live;
 mod memory;
 mod op;
 mod read;
@@ -65,15 +70,19 @@ mod test_hooks;
 mod work;
 mod writer;
 
+pub use colony::{Adoption, ColonyKeys};
 pub use consent::{SyncChange, SyncReport};
 pub use counters::Counters;
 pub use delivery::{ClaimLimits, Claimed, ClaimedEvent, Delivery, Idle, SettleReport};
+pub use durations::{ToolEdge, MAX_OPEN_STARTS, START_TTL_MS};
 pub use error::{ExportError, OpenCause, OutboxError};
 pub use export::{read_bundle, Checksum, ExportReport, Manifest, ManifestCounts, MARK_CHUNK};
 pub use handle::{Outbox, Status};
 pub use health::SessionStatus;
 pub use intake::SubmitReport;
 pub use item::{Item, PreparedEvent, UsageAgg};
+pub use listing::{ColonyNode, Cursor as ListCursor, ListFilter, SessionBody, Totals, TreeNode};
+pub use live::{LiveRow, Position as LivePosition, Start as LiveStart};
 pub use read::{DeadLetter, FollowRow, SessionTotals, SessionUsage, StoredStatus, SyncStatus};
 pub use reader::OutboxReader;
 pub use settings::{OutboxSettings, Overflow};

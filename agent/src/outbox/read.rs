@@ -150,7 +150,7 @@ pub fn session_usage(conn: &Connection, session: &str) -> rusqlite::Result<Optio
     let mut stmt = conn.prepare_cached(
         "SELECT session_id, model, parent_session_id, llm_calls, input_tokens, output_tokens,
             cached_tokens, cache_creation_tokens, cost_nanos, unpriced_turns, credits_micros, tool_calls_started,
-            tool_calls, tool_errors, events
+            tool_calls, tool_errors, events, tool_duration_ms
          FROM usage
          WHERE session_id = ?1 OR parent_session_id = ?1
             OR session_id IN (SELECT session_id FROM sessions WHERE parent_session_id = ?1)
@@ -180,6 +180,7 @@ pub fn session_usage(conn: &Connection, session: &str) -> rusqlite::Result<Optio
             tool_calls: r.get(12)?,
             tool_errors: r.get(13)?,
             events: r.get(14)?,
+            tool_duration_ms: r.get(15)?,
             ..UsageAgg::default()
         };
         out.totals.add(&u);

@@ -7,8 +7,12 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 
+use std::collections::HashMap;
+
 use super::error::OutboxError;
 use super::health::{self, SessionStatus};
+use super::listing::{self, Cursor, ListFilter, SessionBody, TreeNode};
+use super::live::{self, LiveRow, Position, Start};
 use super::read::{self, DeadLetter, FollowRow, SessionUsage, StoredStatus, SyncStatus};
 use super::store;
 use crate::tail::sink::Checkpoint;
@@ -46,7 +50,58 @@ impl OutboxReader {
         session: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<SessionStatus>, OutboxError> {
-        Ok(health::session_status(&self.conn, session, now)?)
+        Ok(health::session_status(&self.conn, session, now, None)?)
+    }
+
+    /// [`Self::session_status`] with the session's runtime found gone at `runtime_gone_at` (the
+    /// `crashed` overlay).
+    pub fn session_status_live(
+        &self,
+        session: &str,
+        now: DateTime<Utc>,
+        runtime_gone_at: Option<DateTime<Utc>>,
+    ) -> Result<Option<SessionStatus>, OutboxError> {
+        Ok(health::session_status(
+            &self.conn,
+            session,
+            now,
+            runtime_gone_at,
+        )?)
+    }
+
+    /// A page of the local session listing at `now` (`gone`: sessions whose runtime was found gone, and
+    /// since when), and the cursor to go on from.
+    pub fn session_list(
+        &self,
+        f: &ListFilter,
+        now: DateTime<Utc>,
+        gone: &HashMap<String, DateTime<Utc>>,
+    ) -> Result<(Vec<SessionBody>, Option<Cursor>), OutboxError> {
+        Ok(listing::list(&self.conn, f, now, &|s| {
+            gone.get(s).copied()
+        })?)
+    }
+
+    /// The local tree under `root`; `None` if never seen.
+    pub fn session_tree(
+        &self,
+        root: &str,
+        now: DateTime<Utc>,
+        gone: &HashMap<String, DateTime<Utc>>,
+    ) -> Result<Option<TreeNode>, OutboxError> {
+        Ok(listing::tree(&self.conn, root, now, &|s| {
+            gone.get(s).copied()
+        })?)
+    }
+
+    /// Where a live stream resuming after `asked` starts.
+    pub fn live_start(&self, asked: Option<&Position>) -> Result<Start, OutboxError> {
+        Ok(live::start(&self.conn, asked)?)
+    }
+
+    /// Live stream rows after `after`, oldest first, at most `limit`.
+    pub fn live_after(&self, after: i64, limit: i64) -> Result<Vec<LiveRow>, OutboxError> {
+        Ok(live::after(&self.conn, after, limit)?)
     }
 
     /// Rows committed after `after_seq`, oldest first, at most `limit` (optionally one session's or one

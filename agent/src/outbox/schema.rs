@@ -29,6 +29,11 @@
 //!   (the shared health model, see [`super::health`]), updated in the same transaction as the events.
 //! - `session_work` (version 5): each session's work (tasks, triggers, tool calls: the shared
 //!   `apiary_schema::work` fold, see [`super::work`]), updated in the same transaction as the events.
+//! - `stream_log`, `stream_usage` (version 6): the local live stream (`GET /v1/stream`, see
+//!   [`super::live`]) and when each session's usage totals were last streamed.
+//! - `tool_starts` (version 7): the open tool-call starts the duration pairing waits on (see
+//!   [`super::durations`]), written in the transaction of the start event, so a call's start survives a
+//!   crash before its completion; and `usage.tool_duration_ms`, the summed durations of completed calls.
 //! - `sync_state` (one row) and `consent_log` (history): sync on/off, endpoint, token file, consent
 //!   time and the policy hash consented to.
 //! - `dead_letters`: why an event (or an unreadable line) was rejected; holds at most the already
@@ -190,6 +195,38 @@ CREATE TABLE session_work (
     session_id TEXT PRIMARY KEY,
     work       TEXT NOT NULL
 ) WITHOUT ROWID;
+"#),
+    // 6: the local live stream (see `live`): every status transition and (at most once a second per
+    // session) usage totals, in commit order, written in the transaction that caused them; positions
+    // are `id`s (AUTOINCREMENT: never reused, also after pruning) under a random epoch per outbox file.
+    Sql(r#"
+CREATE TABLE stream_log (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind       TEXT    NOT NULL,
+    session_id TEXT    NOT NULL,
+    data       TEXT    NOT NULL,
+    written_at INTEGER NOT NULL
+);
+CREATE TABLE stream_usage (
+    session_id TEXT    PRIMARY KEY,
+    sent_at    INTEGER NOT NULL,
+    due        INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX stream_usage_due ON stream_usage(sent_at) WHERE due = 1;
+INSERT INTO meta (key, value) VALUES ('stream_epoch', lower(hex(randomblob(4))));
+"#),
+    // 7: tool-call durations (see `durations`): the open starts (one per session and pairing key; event
+    // time in Unix microseconds, recorded_at in Unix ms for expiry), and the local usage's summed
+    // durations of completed calls.
+    Sql(r#"
+CREATE TABLE tool_starts (
+    session_id  TEXT    NOT NULL,
+    call_key    TEXT    NOT NULL,
+    started_at  INTEGER NOT NULL,
+    recorded_at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, call_key)
+) WITHOUT ROWID;
+ALTER TABLE usage ADD COLUMN tool_duration_ms INTEGER NOT NULL DEFAULT 0;
 "#),
 ];
 

@@ -101,8 +101,8 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
     let mut usage = conn.prepare_cached(
         "INSERT INTO usage (session_id, model, parent_session_id, llm_calls, input_tokens, output_tokens,
             cached_tokens, cache_creation_tokens, cost_nanos, unpriced_turns, credits_micros, tool_calls_started,
-            tool_calls, tool_errors, events, first_at, last_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+            tool_calls, tool_errors, events, first_at, last_at, tool_duration_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
          ON CONFLICT(session_id, model) DO UPDATE SET
             parent_session_id = coalesce(parent_session_id, ?3),
             llm_calls = llm_calls + ?4, input_tokens = input_tokens + ?5, output_tokens = output_tokens + ?6,
@@ -111,7 +111,8 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
             credits_micros = credits_micros + ?11,
             tool_calls_started = tool_calls_started + ?12, tool_calls = tool_calls + ?13,
             tool_errors = tool_errors + ?14, events = events + ?15,
-            first_at = min(first_at, ?16), last_at = max(last_at, ?17)",
+            first_at = min(first_at, ?16), last_at = max(last_at, ?17),
+            tool_duration_ms = tool_duration_ms + ?18",
     )?;
     for ((session, model), u) in &delta.usage {
         usage.execute(params![
@@ -131,7 +132,8 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
             u.tool_errors,
             u.events,
             u.first_at,
-            u.last_at
+            u.last_at,
+            u.tool_duration_ms
         ])?;
     }
     super::health::flush(conn, &delta.status)?;

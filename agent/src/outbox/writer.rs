@@ -31,12 +31,14 @@ use super::error::OutboxError;
 use super::memory::{Delta, WriterState};
 use super::op::{Ctx, Op};
 use super::settings::OutboxSettings;
-use super::store;
+use super::{durations, store};
 
 /// A group stops draining the queue once it holds this many events.
 pub const GROUP_MAX_EVENTS: usize = 20_000;
 /// How often the writer wakes up when idle (housekeeping, health probe).
 const IDLE_TICK: Duration = Duration::from_secs(5);
+/// How often it wakes while usage rows of the live stream are due.
+const STREAM_TICK: Duration = Duration::from_millis(200);
 
 /// Whether the writer's last write committed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -94,6 +96,10 @@ pub(crate) struct Writer {
     pub health: SharedHealth,
     /// Checkpoint requests from the checkpointer thread.
     pub wal: Arc<WalControl>,
+    /// Bumped after every commit: the local live stream's subscribers look for new rows then.
+    pub live: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Usage rows of the live stream wait for their second ([`super::live::flush`]): wake up for them.
+    pub stream_due: bool,
 }
 
 pub(crate) type Job = Box<dyn Op>;
@@ -103,9 +109,17 @@ impl Writer {
     pub fn run(mut self, rx: Receiver<Job>) {
         let mut last_prune = Instant::now();
         loop {
-            let first = match rx.recv_timeout(IDLE_TICK) {
+            let tick = if self.stream_due {
+                STREAM_TICK
+            } else {
+                IDLE_TICK
+            };
+            let first = match rx.recv_timeout(tick) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => {
+                    if self.stream_due {
+                        self.try_commit_jobs(vec![Box::new(Probe)]);
+                    }
                     self.try_housekeeping(&mut last_prune);
                     continue;
                 }
@@ -165,18 +179,22 @@ impl Writer {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut delta = Delta::default();
         let sync_enabled = store::sync_enabled(&tx)?;
+        let now_ms = Utc::now().timestamp_millis();
         let mut ctx = Ctx {
             conn: &tx,
             state: &self.state,
             delta: &mut delta,
             settings: &self.settings,
-            now_ms: Utc::now().timestamp_millis(),
+            now_ms,
             sync_enabled,
         };
         for job in jobs.iter_mut() {
             job.apply(&mut ctx)?;
         }
         store::flush_delta(&tx, &delta)?;
+        let touched: std::collections::BTreeSet<&str> =
+            delta.usage.keys().map(|(s, _)| s.as_str()).collect();
+        self.stream_due = super::live::flush(&tx, touched, now_ms)?;
         let used = store::used_bytes(&tx)?;
         tx.commit()?;
         self.record_success(used, jobs.len());
@@ -195,6 +213,8 @@ impl Writer {
         h.last_commit_at = Some(Utc::now());
         h.commits += 1;
         h.ops_committed += ops as u64;
+        drop(h);
+        self.live.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     fn record_failure(&self, e: rusqlite::Error) -> OutboxError {
@@ -233,6 +253,16 @@ impl Writer {
                 Ok(n) if n > 0 => tracing::info!(pruned = n, "old tombstones pruned"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "tombstone pruning failed"),
+            }
+            match super::live::prune(&self.conn, Utc::now().timestamp_millis()) {
+                Ok(n) if n > 0 => tracing::info!(pruned = n, "old live stream rows pruned"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "live stream pruning failed"),
+            }
+            let started_before = Utc::now().timestamp_millis() - durations::START_TTL_MS;
+            match durations::expire(&self.conn, started_before) {
+                Ok(left) => self.state.open_tool_starts = left,
+                Err(e) => tracing::warn!(error = %e, "expiring open tool-call starts failed"),
             }
         }
     }
@@ -298,6 +328,7 @@ mod tests {
             usage: None,
             status: None,
             work: None,
+            tool: None,
         })
     }
 

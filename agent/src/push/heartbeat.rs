@@ -29,6 +29,7 @@ impl Pusher {
             sync_state: Some(sync_state.into()),
             uptime_seconds: Some(self.started.elapsed().as_secs_f64()),
             interval_seconds: Some(self.settings.heartbeat_interval_secs as f64),
+            runtimes: self.runtimes.report(),
         };
         Ok(beat.event(chrono::Utc::now()))
     }

@@ -168,6 +168,9 @@ pub struct Pusher {
     client: reqwest::Client,
     agent: apiary_schema::batch::AgentInfo,
     started: std::time::Instant,
+    /// Runtime liveness of the sessions the tailer's scan found (empty when no Hive home is tailed):
+    /// the heartbeat carries it.
+    runtimes: crate::tail::runtime::RuntimeWatch,
 }
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<PushOutcome, PushError>> + Send + 'a>>;
@@ -188,7 +191,14 @@ impl Pusher {
             client,
             agent,
             started: std::time::Instant::now(),
+            runtimes: Default::default(),
         })
+    }
+
+    /// Reports this table's runtime liveness in every heartbeat.
+    pub fn with_runtimes(mut self, runtimes: crate::tail::runtime::RuntimeWatch) -> Pusher {
+        self.runtimes = runtimes;
+        self
     }
 
     /// Claims one batch and delivers it.
@@ -420,7 +430,38 @@ impl Pusher {
         }
     }
 
+    /// While colony keys are still this device's own and sync is on, asks the ingest for the tenant's
+    /// colony secret (`GET /v1/whoami`) and puts it in force (`crate::outbox::ColonyKeys`): so an agent
+    /// whose sync was enabled while it ran switches to the tenant's keys within a heartbeat interval.
+    async fn adopt_colony_secret(&self) {
+        if self.outbox.colony_keys().is_tenant() {
+            return;
+        }
+        let Ok(sync) = self.outbox.sync_status().await else {
+            return;
+        };
+        let (true, None, Some(endpoint), Some(token_file)) = (
+            sync.enabled,
+            sync.paused_reason,
+            sync.endpoint,
+            sync.token_file,
+        ) else {
+            return;
+        };
+        match crate::identity::whoami(&endpoint, std::path::Path::new(&token_file)).await {
+            Ok(t) => {
+                if let Some(secret) = t.colony_secret {
+                    if let Err(e) = self.outbox.adopt_colony_secret(&t.tenant_id, &secret).await {
+                        tracing::warn!(error = %e, "could not store the tenant's colony secret");
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "colony secret not fetched yet"),
+        }
+    }
+
     async fn tick_heartbeat(&self) {
+        self.adopt_colony_secret().await;
         if let Err(e) = self.outbox.enqueue_drop_report().await {
             tracing::warn!(error = %e, "could not enqueue the drop report");
         }

@@ -30,11 +30,24 @@ pub struct Source {
 /// Every log under `home`, sorted by key.
 pub fn discover(home: &Path) -> io::Result<Vec<Source>> {
     let mut found = Vec::new();
+    walk(home, |rel, name, path| {
+        if let Some(source) = classify(rel, name, path) {
+            found.push(source);
+        }
+    })?;
+    found.sort();
+    Ok(found)
+}
+
+/// Calls `visit(dir components below the home, file name, path)` for every regular file under `home`
+/// (down to [`MAX_DEPTH`] directories; no symbolic links, hidden directories or `node_modules`). A home
+/// that does not exist yet has no files; an unreadable subdirectory is skipped.
+pub fn walk(home: &Path, mut visit: impl FnMut(&[String], &str, PathBuf)) -> io::Result<()> {
     let mut stack: Vec<(PathBuf, Vec<String>)> = vec![(home.to_path_buf(), Vec::new())];
     while let Some((dir, rel)) = stack.pop() {
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(e) if rel.is_empty() && e.kind() == io::ErrorKind::NotFound => return Ok(found),
+            Err(e) if rel.is_empty() && e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) if rel.is_empty() => return Err(e),
             // A subdirectory that vanished or is unreadable is not worth stopping for.
             Err(_) => continue,
@@ -51,14 +64,11 @@ pub fn discover(home: &Path) -> io::Result<Vec<Source>> {
                     stack.push((entry.path(), child));
                 }
             } else if kind.is_file() {
-                if let Some(source) = classify(&rel, &name, entry.path()) {
-                    found.push(source);
-                }
+                visit(&rel, &name, entry.path());
             }
         }
     }
-    found.sort();
-    Ok(found)
+    Ok(())
 }
 
 /// The session of a per-session log, `…/sessions/<session_id>/events.jsonl`: the directory's name. `None`

@@ -22,6 +22,8 @@ pub struct LineContext<'a> {
     pub policy: &'a Policy,
     pub zone: Zone,
     pub max_line_bytes: usize,
+    /// Derives colony keys from colony names before the policy runs.
+    pub colony: Option<&'a apiary_schema::colony::ColonyKeyer>,
 }
 
 /// Processes one line (`line_no` counts from 1). Blank lines are not events: `None`.
@@ -66,6 +68,7 @@ pub fn process_line(line: &RawLine, line_no: u64, ctx: &LineContext<'_>) -> Opti
         zone: ctx.zone,
         source_identity: Some(&source_identity),
         session_hint: ctx.session_hint,
+        colony: ctx.colony,
     };
     match process_value(&value, &opts) {
         Ok(outcome) => Some(TailItem::Processed(outcome)),
@@ -93,6 +96,7 @@ mod tests {
             policy: &policy,
             zone: Zone::Utc,
             max_line_bytes: 100,
+            colony: None,
         };
         let raw = RawLine::Bytes {
             offset: 40,
@@ -140,6 +144,7 @@ mod tests {
             policy: &policy,
             zone: Zone::Utc,
             max_line_bytes: 100,
+            colony: None,
         };
         let long = RawLine::TooLong {
             offset: 40,

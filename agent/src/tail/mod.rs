@@ -41,6 +41,7 @@ mod discover;
 mod file;
 mod lines;
 pub mod memory;
+pub mod runtime;
 pub mod sink;
 mod step;
 mod tailer;
@@ -78,6 +79,8 @@ pub struct TailSettings {
     pub max_line_bytes: usize,
     /// At most this many lines per commit.
     pub batch_lines: usize,
+    /// The colony keys in force (the outbox's): colony names become keys before the policy runs.
+    pub colony: Option<crate::outbox::ColonyKeys>,
 }
 
 impl TailSettings {
@@ -91,6 +94,7 @@ impl TailSettings {
             policy,
             max_line_bytes: 1 << 20,
             batch_lines: 1000,
+            colony: None,
         }
     }
 

@@ -177,6 +177,7 @@ fn read_chunk(
         Some(n) => n,
         None => file::count_lines(file, start)?,
     };
+    let colony_keyer = settings.colony.as_ref().map(|k| k.keyer());
     let ctx = LineContext {
         source_key: &source.key,
         file_id: &handle.id,
@@ -184,6 +185,7 @@ fn read_chunk(
         policy: &settings.policy,
         zone: settings.zone,
         max_line_bytes: settings.max_line_bytes,
+        colony: colony_keyer.as_ref(),
     };
     let mut items = Vec::with_capacity(read.lines.len());
     for line in &read.lines {

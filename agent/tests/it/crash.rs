@@ -69,6 +69,7 @@ fn key(line: &str, policy: &Policy) -> (Uuid, i64) {
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     };
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     match process_value(&v, &opts).unwrap() {

@@ -405,14 +405,28 @@ async fn sessions_are_bound_on_first_sight_and_by_registration() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let claimed = app
-        .outbox
-        .claim(ClaimLimits {
-            max_events: 10,
-            max_bytes: 1 << 20,
-        })
-        .await
-        .unwrap();
+    // The app's own push loop races this claim (sync is on, towards an endpoint that cannot answer):
+    // when it wins, its failed push lets the events go after a backoff, so claim until they are ours.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let claimed = loop {
+        let claimed = app
+            .outbox
+            .claim(ClaimLimits {
+                max_events: 10,
+                max_bytes: 1 << 20,
+            })
+            .await
+            .unwrap();
+        if !claimed.events.is_empty() {
+            break claimed;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the events never became claimable: {:?}",
+            claimed.idle
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     let w = claimed
         .sessions
         .iter()

@@ -25,6 +25,7 @@ fn parse(body: &[u8], max_events: usize) -> Result<Parsed, TooManyEvents> {
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     };
     let limits = Limits {
         max_line: MAX_LINE,

@@ -7,6 +7,7 @@ mod tail_support;
 mod claims;
 mod consent_export;
 mod crash;
+mod durations;
 mod full_disk;
 mod http_api;
 mod intake_parser;

@@ -67,6 +67,7 @@ pub fn event(n: u128) -> Item {
         usage: None,
         status: None,
         work: None,
+        tool: None,
     })
 }
 

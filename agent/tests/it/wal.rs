@@ -28,6 +28,7 @@ fn padded_event(n: u64) -> Item {
         usage: None,
         status: None,
         work: None,
+        tool: None,
     })
 }
 

@@ -1,4 +1,4 @@
-//! The ten usage sums of a read, exact whatever their size.
+//! The usage sums of a read, exact whatever their size.
 //!
 //! Each stored rollup column is a bigint (kept so by `store::headroom`), but a sum over many rows need not
 //! be one: two rows near the top already overflow. Reads therefore run with `apiary_sum` (a bigint-state
@@ -22,11 +22,12 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type as SchemaType};
 use utoipa::openapi::RefOr;
 
 use crate::rollups::Usage;
+use crate::tool_rollups::SLOTS;
 
 pub use crate::store::headroom::is_out_of_range;
 
 /// The rollup columns, in [`Usage::columns`] order.
-const COLUMNS: [&str; 10] = [
+const COLUMNS: [&str; crate::rollups::COLUMNS] = [
     "input_tokens",
     "output_tokens",
     "cached_tokens",
@@ -37,9 +38,11 @@ const COLUMNS: [&str; 10] = [
     "tool_calls",
     "tool_errors",
     "events",
+    "tool_duration_ms",
+    "active_ms",
 ];
 
-/// The ten sum expressions, comma-separated, each named after its column: `apiary_sum(c) AS c`, or
+/// The sum expressions, comma-separated, each named after its column: `apiary_sum(c) AS c`, or
 /// exact `sum(c)::text AS c` when `wide`.
 pub fn select(wide: bool) -> String {
     COLUMNS
@@ -53,6 +56,56 @@ pub fn select(wide: bool) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The `tool_rollups` sums: calls, errors, timed calls and durations named after their columns, and each
+/// histogram slot `i` (1-based) as `h<i>` (see [`select`] for `wide`).
+pub fn tool_select(wide: bool) -> String {
+    let sum = |expr: &str, name: &str| {
+        if wide {
+            format!("sum({expr})::text AS {name}")
+        } else {
+            format!("apiary_sum({expr}) AS {name}")
+        }
+    };
+    let mut parts: Vec<String> = TOOL_COLUMNS.iter().map(|c| sum(c, c)).collect();
+    parts.extend((1..=SLOTS).map(|i| sum(&format!("duration_hist[{i}]"), &format!("h{i}"))));
+    parts.join(", ")
+}
+
+/// The summed columns of `tool_rollups` (the histogram apart).
+const TOOL_COLUMNS: [&str; 4] = ["calls", "errors", "timed_calls", "duration_ms"];
+
+/// A tool group's sums: calls, errors, timed calls, summed duration and the merged histogram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolTotals {
+    pub calls: i128,
+    pub errors: i128,
+    pub timed_calls: i128,
+    pub duration_ms: i128,
+    /// Calls per histogram slot ([`crate::tool_rollups::DURATION_BOUNDS_MS`]).
+    pub hist: Vec<i128>,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for ToolTotals {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<ToolTotals, sqlx::Error> {
+        use sqlx::Row;
+        let get = |name: &str| -> Result<i128, sqlx::Error> {
+            Ok(row
+                .try_get::<Option<ExactSum>, _>(name)?
+                .unwrap_or_default()
+                .0)
+        };
+        Ok(ToolTotals {
+            calls: get("calls")?,
+            errors: get("errors")?,
+            timed_calls: get("timed_calls")?,
+            duration_ms: get("duration_ms")?,
+            hist: (1..=SLOTS)
+                .map(|i| get(&format!("h{i}")))
+                .collect::<Result<_, _>>()?,
+        })
+    }
 }
 
 /// One sum as the database answers it: a bigint (`apiary_sum`) or the text of an exact `sum()`.
@@ -83,7 +136,7 @@ impl<'r> Decode<'r, Postgres> for ExactSum {
     }
 }
 
-/// The ten sums of a row (absent ones, from no rows, are zero).
+/// The sums of a row (absent ones, from no rows, are zero).
 #[derive(Debug, Clone, Copy, Default, sqlx::FromRow)]
 pub struct SumColumns {
     input_tokens: Option<ExactSum>,
@@ -96,6 +149,8 @@ pub struct SumColumns {
     tool_calls: Option<ExactSum>,
     tool_errors: Option<ExactSum>,
     events: Option<ExactSum>,
+    tool_duration_ms: Option<ExactSum>,
+    active_ms: Option<ExactSum>,
 }
 
 impl SumColumns {
@@ -112,6 +167,8 @@ impl SumColumns {
             v(self.tool_calls),
             v(self.tool_errors),
             v(self.events),
+            v(self.tool_duration_ms),
+            v(self.active_ms),
         ])
     }
 }
@@ -168,11 +225,19 @@ mod tests {
     }
 
     #[test]
+    fn the_tool_sums_name_each_slot() {
+        let s = tool_select(false);
+        assert!(s.starts_with("apiary_sum(calls) AS calls, apiary_sum(errors) AS errors"));
+        assert!(s.ends_with(&format!("apiary_sum(duration_hist[{SLOTS}]) AS h{SLOTS}")));
+        assert_eq!(tool_select(true).matches("sum(").count(), 4 + SLOTS);
+    }
+
+    #[test]
     fn both_forms_name_every_column_once() {
         assert!(select(false).starts_with(
             "apiary_sum(input_tokens) AS input_tokens, apiary_sum(output_tokens) AS output_tokens"
         ));
-        assert_eq!(select(true).matches("sum(").count(), 10);
-        assert!(select(true).ends_with("sum(events)::text AS events"));
+        assert_eq!(select(true).matches("sum(").count(), 12);
+        assert!(select(true).ends_with("sum(active_ms)::text AS active_ms"));
     }
 }

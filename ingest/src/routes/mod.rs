@@ -8,6 +8,7 @@
 //! [`openapi`] builds the document.
 
 mod batches;
+mod colonies;
 mod devices;
 mod docs;
 pub mod extract;
@@ -19,7 +20,7 @@ mod stream;
 mod usage;
 mod whoami;
 
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 
 use crate::state::AppState;
@@ -38,6 +39,8 @@ pub fn router() -> Router<AppState> {
             get(sessions::get_session_history),
         )
         .route("/v1/status/transitions", get(status::get_transitions))
+        .route("/v1/colonies", get(colonies::list_colonies))
+        .route("/v1/colonies/{key}/label", put(colonies::put_colony_label))
         .route("/v1/colonies/{id}/usage", get(sessions::get_colony_usage))
         .route("/v1/devices", get(devices::get_devices))
         .route("/v1/stream", get(stream::get_stream))

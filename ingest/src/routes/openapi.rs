@@ -34,6 +34,8 @@ use crate::error::ErrorBody;
         super::sessions::get_session_history,
         super::status::get_transitions,
         super::sessions::get_colony_usage,
+        super::colonies::list_colonies,
+        super::colonies::put_colony_label,
         super::devices::get_devices,
         super::stream::get_stream,
         super::whoami::get_whoami,

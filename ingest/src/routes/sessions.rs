@@ -149,7 +149,9 @@ pub async fn get_session_usage(
     }))
 }
 
-/// The session → colonies → workers, with usage rolled up.
+/// The session → colonies → workers, with usage rolled up; forked sessions (Hive's `session_forked`,
+/// a colony's fork of its queen) below the session they were forked from, each colony with its key (when
+/// named) and its workers counted by status.
 #[utoipa::path(
     get,
     path = "/v1/sessions/{id}/tree",
@@ -166,12 +168,15 @@ pub async fn get_session_tree(
     let rows = sessions::subtree(&db, &reader, &id).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
     let usage = sessions::totals(&db, &reader, &ids).await?;
-    body::tree(&id, &rows, &usage, Utc::now(), db.rules())
+    let links = sessions::links(&db, &reader, &ids).await?;
+    body::tree(&id, &rows, &usage, Utc::now(), db.rules(), &links)
         .map(Json)
         .ok_or(ApiError::NotFound("session"))
 }
 
-/// A colony's usage: its workers' events (default: all time, by session).
+/// A colony's usage (default: all time, by session). `id` is a colony key (`ck_…`/`dk_…`: every run's
+/// workers and forked colony sessions, as `group_by=colony` counts them) or, as before colony keys, the
+/// queen session the workers name as their colony (its workers' events).
 #[utoipa::path(
     get,
     path = "/v1/colonies/{id}/usage",
@@ -187,10 +192,17 @@ pub async fn get_colony_usage(
 ) -> Result<Json<ColonyUsage>, ApiError> {
     check_id(&id)?;
     let q = scoped_usage(params, Dim::Session)?;
-    if !sessions::colony_exists(&db, &reader, &id).await? {
-        return Err(ApiError::NotFound("colony"));
-    }
-    let part = Part::Colony(id.clone());
+    let part = if apiary_schema::colony::is_colony_key(&id) {
+        if !crate::query::colonies::visible(&db, &reader, &id).await? {
+            return Err(ApiError::NotFound("colony"));
+        }
+        Part::ColonyKey(id.clone())
+    } else {
+        if !sessions::colony_exists(&db, &reader, &id).await? {
+            return Err(ApiError::NotFound("colony"));
+        }
+        Part::Colony(id.clone())
+    };
     let rows = usage::run(&db, Within::Tenant(&reader, &part), &q).await?;
     Ok(Json(ColonyUsage {
         colony_id: id,

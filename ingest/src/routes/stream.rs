@@ -36,7 +36,7 @@ use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::stream::{self as reads, Start};
 use crate::query::ReadDb;
-use crate::stream::{encode, Cursor, StreamHub, StreamRow};
+use crate::stream::{encode, Cursor, Slot, StreamHub, StreamRow};
 
 /// How often an idle stream sends a comment line.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -82,7 +82,9 @@ pub struct StreamUsage {
     pub llm_calls: i64,
     pub tool_calls: i64,
     pub tool_errors: i64,
+    pub tool_duration_ms: i64,
     pub events: i64,
+    pub active_seconds: f64,
 }
 
 /// `event: device`: a device heard from again (`online: true`) or silent for `offline_after_secs`
@@ -130,7 +132,9 @@ pub async fn get_stream(
             },
         };
     // Subscribe before reading the backlog, so no row falls between the two.
-    let rows = hub.subscribe(reader.tenant_id(), reader.user());
+    let sub = hub
+        .subscribe(reader.tenant_id(), reader.user())
+        .map_err(|full| ApiError::Busy(full.to_string()))?;
     let start = reads::start(&db, &reader, asked).await?;
     let (first, at) = match start {
         Start::After(at) => ("ready", at),
@@ -139,7 +143,8 @@ pub async fn get_stream(
     let sub = Subscriber {
         db,
         reader,
-        rows,
+        rows: sub.rows,
+        _slot: sub.slot,
         stopped: hub.stopped(),
         at,
         pending: VecDeque::from([encode(first, &at.to_string(), "{}")]),
@@ -165,6 +170,8 @@ struct Subscriber {
     reader: TenantRead,
     /// Every replica-wide new row, from the hub.
     rows: broadcast::Receiver<Arc<StreamRow>>,
+    /// Its place among the replica's open streams, given back when the stream is dropped.
+    _slot: Slot,
     /// The server is stopping: end the stream.
     stopped: watch::Receiver<bool>,
     /// The last position sent: nothing at or before it is sent again.

@@ -11,8 +11,13 @@
 //!    bindings, and each session's health tracker with the new events folded in, in event-time order;
 //!    then `status_transitions` (by session id): the transitions they change ([`super::health`]). The
 //!    same upsert writes each session's work (tasks, triggers, tool call in flight; [`super::work`]).
+//!    Then `colony_runs` and `session_forks` (by session id): the colony runs and forks the new
+//!    `colony.created` events name ([`super::colonies`]).
 //! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
-//! 5. `usage_rollups` (sorted by key): the new *runtime* events pre-aggregated per rollup key.
+//! 5. `usage_rollups` (sorted by key; then `usage_rollups_hourly`): the new *runtime* events
+//!    pre-aggregated per rollup key, plus the active time the sessions' new histories add or take away
+//!    ([`super::active`]); then `tool_rollups` (sorted by key): the completed tool calls per tool name
+//!    ([`crate::tool_rollups`]).
 //! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
 //! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the
 //!    device's liveness, in `stream_sessions` (sorted by session_id) then `stream_devices` order.
@@ -44,7 +49,8 @@ use super::sessions::{self, SessionUpdate};
 use super::Store;
 use crate::error::ApiError;
 use crate::intake::{CheckedBatch, ReadyEvent};
-use crate::rollups::{self, bucket_of, RollupKey};
+use crate::rollups::{self, bucket_of, RollupKey, Usage};
+use crate::tool_rollups::ToolRows;
 
 /// Attempts of one batch's transaction before giving up with a retryable 503 (overflowing rows found
 /// on the second, a concurrent batch growing the same rows meanwhile may take more).
@@ -203,8 +209,10 @@ async fn write_once(
         sender.tenant_id,
         &store.status_rules,
         super::health::inputs(&events),
+        &updates,
     )
     .await?;
+    let active = health.active.clone();
     for (sid, f) in &health.sessions {
         if let Some(u) = updates.get_mut(sid) {
             u.tracker = Some(f.clone());
@@ -216,6 +224,7 @@ async fn write_once(
         }
     }
     let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;
+    super::colonies::record(&mut tx, sender.tenant_id, &events, &identity).await?;
     let mut live = super::stream::BatchStream {
         transitions: health.streamed(),
         ..Default::default()
@@ -225,6 +234,7 @@ async fn write_once(
     let default_user = sender.user_id.clone().unwrap_or_default();
     let mut rows = EventRows::new(sender.tenant_id, received_at, events.len());
     let mut rollup = Fit::new(bases);
+    let mut tools = ToolRows::default();
     for e in &events {
         let (user, device) = match &e.event.session_id {
             Some(s) => identity.get(s).cloned().unwrap_or_default(),
@@ -248,13 +258,17 @@ async fn write_once(
             model: model.clone(),
             runtime: e.event.runtime.clone(),
         };
+        tools.add(&key, &e.event);
         rollup.add(key, &e.usage, e.event.event_id);
         rows.push(e, user, device, model);
         if let Some(sid) = &e.event.session_id {
             live.usage.push(sid);
         }
     }
-    let rollup = rollup.finish().map_err(Retry::Overflow)?;
+    let mut rollup = rollup.finish().map_err(Retry::Overflow)?;
+    for sid in add_active(&mut rollup, &active) {
+        live.usage.push(sid);
+    }
     rows.insert(&mut tx).await?;
     match rollups::upsert(&mut tx, sender.tenant_id, &rollup).await {
         Err(e) if headroom::is_out_of_range(&e) => {
@@ -262,7 +276,22 @@ async fn write_once(
         }
         r => r?,
     }
+    tools.upsert(&mut tx, sender.tenant_id).await?;
     let live_device = device_id.clone().filter(|_| sender.live);
+    let crashed = match (&device_id, latest_heartbeat(&events)) {
+        (Some(device), Some(beat)) => {
+            super::runtime::apply(
+                &mut tx,
+                sender.tenant_id,
+                device,
+                &beat.runtimes,
+                &store.status_rules,
+                received_at,
+            )
+            .await?
+        }
+        _ => Vec::new(),
+    };
     upsert_device(
         &mut tx,
         sender,
@@ -275,10 +304,15 @@ async fn write_once(
     live.usage.sort_unstable();
     live.usage.dedup();
     live.device = live_device.as_deref();
-    let owners = identity
+    let mut owners: BTreeMap<&str, &str> = identity
         .iter()
         .map(|(s, (u, _))| (s.as_str(), u.as_str()))
         .collect();
+    for c in &crashed {
+        owners.insert(c.status.session_id.as_str(), c.user_id.as_str());
+    }
+    live.transitions
+        .extend(crashed.iter().map(|c| c.status.clone()));
     super::stream::write_batch(&mut tx, sender.tenant_id, &owners, &live).await?;
     tx.commit().await?;
 
@@ -288,6 +322,44 @@ async fn write_once(
         duplicates: (total - refused) as u64 - accepted,
         rejected,
     })
+}
+
+/// Adds the active-time changes to the batch's 15-minute rollup rows (removed stretches negative, under
+/// the key they were added with); drops rows the batch leaves unchanged. Returns the sessions whose usage
+/// changed. A row's active time is at most its 15 minutes, so this cannot overflow it.
+fn add_active<'a>(
+    rollup: &mut BTreeMap<RollupKey, Usage>,
+    changes: &'a [super::health::ActiveChange],
+) -> Vec<&'a str> {
+    let mut touched = BTreeMap::new();
+    for c in changes {
+        let signed = [(&c.old_key, &c.removed, -1i128), (&c.new_key, &c.added, 1)];
+        for (key, stretches, sign) in signed {
+            for (bucket, ms) in stretches.iter().flat_map(|s| super::active::pieces(*s)) {
+                let (user_id, device_id, colony_id, runtime) = key.clone();
+                let k = RollupKey {
+                    bucket,
+                    user_id,
+                    device_id,
+                    colony_id,
+                    session_id: c.session.clone(),
+                    model: String::new(),
+                    runtime,
+                };
+                rollup.entry(k.clone()).or_default().active_ms += sign * i128::from(ms);
+                touched.insert(k, c.session.as_str());
+            }
+        }
+    }
+    let mut sessions = vec![];
+    for (k, sid) in touched {
+        if rollup.get(&k).is_some_and(Usage::is_zero) {
+            rollup.remove(&k);
+        } else {
+            sessions.push(sid);
+        }
+    }
+    sessions
 }
 
 /// The facts update of a session this batch writes, created with the owner [`owners::claim`] returned.
@@ -410,6 +482,15 @@ impl EventRows {
 const COPY_EVENTS_SQL: &str = "COPY events (tenant_id, received_at, effective_at, event_id, occurred_at, kind,
     runtime, native_type, session_id, colony_id, parent_session_id, worker_id, agent_role, node_id, execution_id,
     trace_id, user_id, device_id, model, data) FROM STDIN";
+
+/// The batch's latest heartbeat (by event time), read.
+fn latest_heartbeat(events: &[&ReadyEvent]) -> Option<Heartbeat> {
+    events
+        .iter()
+        .filter(|e| e.event.kind == EventKind::AgentHeartbeat)
+        .max_by_key(|e| e.effective_at)
+        .map(|b| Heartbeat::from_data(&b.event.data))
+}
 
 /// Liveness of the sending device and its latest heartbeat (by event time).
 async fn upsert_device(

@@ -136,7 +136,8 @@ async fn read(
     let rows: Vec<SumsRow> = sqlx::query_as(&format!(
         "SELECT r.bucket, r.user_id, r.device_id, r.colony_id, r.session_id, r.model, r.runtime,
             ARRAY[r.input_tokens, r.output_tokens, r.cached_tokens, r.cache_creation_tokens, r.cost_nanos,
-                  r.llm_calls, r.unpriced_turns, r.tool_calls, r.tool_errors, r.events]
+                  r.llm_calls, r.unpriced_turns, r.tool_calls, r.tool_errors, r.events, r.tool_duration_ms,
+                  r.active_ms]
          FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                      $8::text[])
              AS k(bucket, user_id, device_id, colony_id, session_id, model, runtime)
@@ -167,7 +168,7 @@ async fn read(
                     model,
                     runtime,
                 };
-                let mut cols = [0i128; 10];
+                let mut cols = [0i128; crate::rollups::COLUMNS];
                 for (c, v) in cols.iter_mut().zip(sums) {
                     *c = i128::from(v);
                 }

@@ -7,11 +7,14 @@
 //! transaction (DDL takes a strong lock on the parent table; keeping it out of the data path keeps
 //! batches from queueing behind it). Days already known to exist are cached in memory.
 
+pub mod active;
 pub mod admin;
 pub mod batch;
+pub mod colonies;
 pub mod headroom;
 pub mod health;
 pub mod owners;
+pub mod runtime;
 pub mod sessions;
 pub mod stream;
 pub mod work;

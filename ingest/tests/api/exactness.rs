@@ -1,6 +1,8 @@
 //! Exactness: random batches with duplicates and replays from concurrent clients; afterwards every
 //! usage query equals a scan of the raw runtime events (device-level events are stored but are not usage), and the totals equal the generator's own sums over the
-//! distinct events.
+//! distinct events. Tool durations (`tool_duration_ms`, `group_by=tool` with its percentiles) equal the
+//! raw events' too, and the rollups' active time equals the stored status histories' (the migration's
+//! formula, in SQL).
 
 use std::collections::HashMap;
 
@@ -43,16 +45,29 @@ fn random_event(rng: &mut StdRng, base: chrono::DateTime<Utc>) -> Value {
             } else {
                 rng.gen_range(1..100_000) as f64 / 1e7
             };
-            llm(
+            let input = rng.gen_range(0..5000);
+            let mut e = llm(
                 &session,
                 at,
                 ["m1", "m2", "m3"][rng.gen_range(0..3)],
-                rng.gen_range(0..5000),
+                input,
                 rng.gen_range(0..500),
                 cost,
-            )
+            );
+            // Inside input, beside the cached half (every usage column must vary).
+            e["data"]["cache_creation_tokens"] = json!(rng.gen_range(0..=input / 4));
+            e
         }
-        6..=8 => tool(&session, at, rng.gen_bool(0.3)),
+        6..=8 => {
+            let mut e = tool(&session, at, rng.gen_bool(0.3));
+            e["data"]["tool_name"] = json!(["read_file", "grep", "bash"][rng.gen_range(0..3)]);
+            if rng.gen_bool(0.8) {
+                // From 0 ms to minutes, log-uniform-ish, so many histogram slots are used.
+                let ms = 10f64.powf(rng.gen_range(0.0..6.0)).floor() as u64 - 1;
+                e["data"]["duration_ms"] = json!(ms);
+            }
+            e
+        }
         _ => event(
             "health.signal",
             Some(&session),
@@ -171,6 +186,31 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
         (hourly.0, hourly.1, hourly.2)
     );
     assert!(hourly.3 < quarter.3, "hourly rows are coarser");
+    let durations: i64 = sent
+        .values()
+        .filter(|e| e["type"] == "tool.call")
+        .filter_map(|e| e["data"]["duration_ms"].as_i64())
+        .sum();
+    assert!(durations > 0);
+    assert_eq!(
+        all["totals"]["tool_duration_ms"].as_i64().unwrap(),
+        durations
+    );
+    assert_active_time_follows_the_histories(&app).await;
+    for gran in ["hour", "day", "total"] {
+        for group in ["tool", "tool,session", "tool,user,colony"] {
+            let (s, api) = app
+                .get(&t.read, &format!("/v1/usage?from=2020-01-01&to=2060-01-01&group_by={group}&granularity={gran}&tz=Asia/Kolkata"))
+                .await;
+            assert_eq!(s, StatusCode::OK, "{api}");
+            let raw = raw_tool_scan(&app, t.id, group, gran, "Asia/Kolkata").await;
+            assert_eq!(
+                tool_rows(&api, group, gran),
+                raw,
+                "granularity={gran} group_by={group}"
+            );
+        }
+    }
 
     for tz in ["UTC", "Asia/Kolkata", "America/New_York", "Asia/Kathmandu"] {
         for gran in ["hour", "day", "month", "total"] {
@@ -189,12 +229,185 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
                     .as_array()
                     .unwrap()
                     .iter()
+                    .filter(|r| !active_only(r))
                     .map(|r| project(r, &dims, gran))
                     .collect();
                 assert_eq!(api_rows, raw, "tz={tz} granularity={gran} group_by={group}");
             }
         }
     }
+}
+
+/// A row holding active time only (a bucket or model the session was active in without events).
+fn active_only(r: &Value) -> bool {
+    assert!(r["active_seconds"].as_f64().unwrap() >= 0.0, "{r}");
+    r["events"] == 0
+}
+
+/// The active time of every session and quarter hour in the rollups equals the one computed from the
+/// stored status histories (each stretch to `active`, the last one to `stall_due_at`, split in whole
+/// milliseconds since its start), and the hourly rollup holds the same.
+async fn assert_active_time_follows_the_histories(app: &TestApp) {
+    let from_histories: Vec<(String, chrono::DateTime<Utc>, i64)> = sqlx::query_as(
+        "WITH t AS (
+             SELECT tenant_id, session_id, seq, at, to_status,
+                 lead(at) OVER (PARTITION BY tenant_id, session_id ORDER BY seq) AS next_at
+             FROM status_transitions),
+         st AS (
+             SELECT t.session_id, t.at AS s, COALESCE(t.next_at, ss.stall_due_at) AS e
+             FROM t JOIN sessions ss ON ss.tenant_id = t.tenant_id AND ss.session_id = t.session_id
+             WHERE t.to_status = 'active' AND COALESCE(t.next_at, ss.stall_due_at) > t.at)
+         SELECT session_id, b, sum(
+             floor(extract(epoch FROM LEAST(st.e, b + interval '15 minutes') - st.s) * 1000)::int8
+             - floor(extract(epoch FROM GREATEST(st.s, b) - st.s) * 1000)::int8)::int8 AS ms
+         FROM st, generate_series(date_bin('15 minutes', st.s, '2000-01-01 00:00:00+00'),
+             st.e - interval '1 microsecond', interval '15 minutes') AS b
+         GROUP BY 1, 2 HAVING sum(
+             floor(extract(epoch FROM LEAST(st.e, b + interval '15 minutes') - st.s) * 1000)::int8
+             - floor(extract(epoch FROM GREATEST(st.s, b) - st.s) * 1000)::int8) <> 0
+         ORDER BY 1, 2",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let in_rollups: Vec<(String, chrono::DateTime<Utc>, i64)> = sqlx::query_as(
+        "SELECT session_id, bucket, sum(active_ms)::int8 FROM usage_rollups
+         GROUP BY 1, 2 HAVING sum(active_ms) <> 0 ORDER BY 1, 2",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(from_histories.len() > 10, "the sessions were active");
+    assert_eq!(in_rollups, from_histories);
+    let negative: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM usage_rollups WHERE active_ms < 0")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(negative, 0);
+    let totals: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT sum(active_ms)::int8 FROM usage_rollups), (SELECT sum(active_ms)::int8 FROM usage_rollups_hourly)",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(totals.0, totals.1);
+}
+
+/// The tool rows of an answer: bucket, keys, calls, errors, durations, timed calls, p50, p95.
+fn tool_rows(api: &Value, group: &str, gran: &str) -> Vec<Value> {
+    api["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let mut m = serde_json::Map::new();
+            if gran != "total" {
+                let b =
+                    chrono::DateTime::parse_from_rfc3339(r["bucket"].as_str().unwrap()).unwrap();
+                m.insert("bucket".into(), json!(b.timestamp()));
+            }
+            for d in group.split(',') {
+                let col = tool_col(d);
+                m.insert(col.into(), json!(r[col].as_str().unwrap_or("")));
+            }
+            for k in [
+                "tool_calls",
+                "tool_errors",
+                "tool_duration_ms",
+                "tool_calls_timed",
+                "tool_duration_p50_ms",
+                "tool_duration_p95_ms",
+            ] {
+                m.insert(k.into(), r[k].clone());
+            }
+            Value::Object(m)
+        })
+        .collect()
+}
+
+fn tool_col(d: &str) -> &'static str {
+    match d {
+        "tool" => "tool_name",
+        "session" => "session_id",
+        "user" => "user_id",
+        "colony" => "colony_id",
+        other => panic!("{other}"),
+    }
+}
+
+/// The same from the raw events: the completed calls per group, their durations' histogram by the
+/// rollups' slots, and the percentiles of that histogram.
+async fn raw_tool_scan(
+    app: &TestApp,
+    tenant: uuid::Uuid,
+    group: &str,
+    gran: &str,
+    tz: &str,
+) -> Vec<Value> {
+    use apiary_ingest::tool_rollups::{percentile, slot, SLOTS};
+    use sqlx::Row;
+    let bucket = if gran == "total" {
+        "0::int8".to_string()
+    } else {
+        format!("extract(epoch FROM date_trunc('{gran}', effective_at, '{tz}'))::int8")
+    };
+    let cols: Vec<String> = group
+        .split(',')
+        .map(|d| match d {
+            "tool" => "COALESCE(data->>'tool_name', '')".to_string(),
+            d => tool_col(d).to_string(),
+        })
+        .collect();
+    let sql = format!(
+        "SELECT {bucket}, {}, (data->>'is_error')::bool, (data->>'duration_ms')::int8 FROM events
+         WHERE tenant_id = $1 AND kind = 'tool.call' AND data->>'status' = 'completed'",
+        cols.join(", ")
+    );
+    let rows = sqlx::query(&sql)
+        .bind(tenant)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    let n = cols.len();
+    // (bucket, keys) → (calls, errors, duration, timed, histogram)
+    type Sums = (i64, i64, i64, i64, Vec<i128>);
+    let mut groups: std::collections::BTreeMap<(i64, Vec<String>), Sums> = Default::default();
+    for r in &rows {
+        let keys: Vec<String> = (0..n).map(|i| r.get::<String, _>(i + 1)).collect();
+        let g = groups
+            .entry((r.get::<i64, _>(0), keys))
+            .or_insert_with(|| (0, 0, 0, 0, vec![0; SLOTS]));
+        g.0 += 1;
+        g.1 += i64::from(r.get::<Option<bool>, _>(n + 1) == Some(true));
+        if let Some(ms) = r.get::<Option<i64>, _>(n + 2) {
+            g.2 += ms;
+            g.3 += 1;
+            g.4[slot(ms)] += 1;
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((b, keys), (calls, errors, ms, timed, hist))| {
+            let mut m = serde_json::Map::new();
+            if gran != "total" {
+                m.insert("bucket".into(), json!(b));
+            }
+            for (d, k) in group.split(',').zip(keys) {
+                m.insert(tool_col(d).into(), json!(k));
+            }
+            m.insert("tool_calls".into(), json!(calls));
+            m.insert("tool_errors".into(), json!(errors));
+            m.insert("tool_duration_ms".into(), json!(ms));
+            m.insert("tool_calls_timed".into(), json!(timed));
+            m.insert("tool_duration_p50_ms".into(), json!(percentile(&hist, 0.5)));
+            m.insert(
+                "tool_duration_p95_ms".into(),
+                json!(percentile(&hist, 0.95)),
+            );
+            Value::Object(m)
+        })
+        .collect()
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -237,6 +450,7 @@ async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::Pg
                     .as_array()
                     .unwrap()
                     .iter()
+                    .filter(|r| !active_only(r))
                     .map(|r| project(r, &dims, gran))
                     .collect();
                 assert_eq!(api_rows, raw, "tz={tz} granularity={gran} group_by={group}");
@@ -258,11 +472,13 @@ fn project(r: &Value, dims: &[(&str, &str)], gran: &str) -> Value {
         "input_tokens",
         "output_tokens",
         "cached_tokens",
+        "cache_creation_tokens",
         "cost_nanos",
         "llm_calls",
         "unpriced_turns",
         "tool_calls",
         "tool_errors",
+        "tool_duration_ms",
         "events",
     ] {
         m.insert(k.into(), r[k].clone());
@@ -290,11 +506,13 @@ async fn raw_scan(
             COALESCE(sum((data->>'input_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
             COALESCE(sum((data->>'output_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
             COALESCE(sum((data->>'cached_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
+            COALESCE(sum((data->>'cache_creation_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
             COALESCE(sum(round((data->>'cost_usd')::numeric * 1000000000)) FILTER (WHERE {llm}), 0)::int8,
             count(*) FILTER (WHERE {llm}),
             count(*) FILTER (WHERE {llm} AND data->>'cost_source' = 'unreported'),
             count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed'),
             count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed' AND (data->>'is_error')::bool),
+            COALESCE(sum((data->>'duration_ms')::int8) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed'), 0)::int8,
             count(*)
          FROM events WHERE tenant_id = $1 AND kind NOT IN ('agent.heartbeat', 'outbox.dropped')
          GROUP BY 1{group} ORDER BY 1{group}"
@@ -319,11 +537,13 @@ async fn raw_scan(
                 "input_tokens",
                 "output_tokens",
                 "cached_tokens",
+                "cache_creation_tokens",
                 "cost_nanos",
                 "llm_calls",
                 "unpriced_turns",
                 "tool_calls",
                 "tool_errors",
+                "tool_duration_ms",
                 "events",
             ]
             .iter()

@@ -58,6 +58,9 @@ struct Call<'a> {
     token: Option<&'a str>,
 }
 
+/// A colony key as the agent derives it (`ck_` + 32 hex digits).
+const COLONY_KEY: &str = "ck_0123456789abcdef0123456789abcdef";
+
 #[sqlx::test(migrations = "../migrations")]
 async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
@@ -109,6 +112,28 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
             now - Duration::minutes(2),
             json!({ "tool_use_id": "toolu_1", "tool_name": "grep", "status": "started" }),
         ),
+        // A named colony (its key, as the agent derives it) run in the queen's session.
+        event(
+            "colony.created",
+            Some("q1"),
+            now - Duration::minutes(6),
+            json!({ "source": "created", "colony_id": "q1", "queen_session_id": "q1",
+                    "colony_key": COLONY_KEY }),
+        ),
+        // Durations: a timed call and an untimed one (for the per-tool percentiles and their null).
+        event(
+            "tool.call",
+            Some("q1"),
+            now - Duration::minutes(1),
+            json!({ "tool_use_id": "toolu_2", "tool_name": "read_file", "status": "completed",
+                    "duration_ms": 1250 }),
+        ),
+        event(
+            "tool.call",
+            Some("q1"),
+            now - Duration::minutes(1),
+            json!({ "tool_use_id": "toolu_3", "tool_name": "bash", "status": "completed" }),
+        ),
     ];
     let body = serde_json::to_vec(&batch(events, vec![binding("q1", "alice")])).unwrap();
     let response = app
@@ -153,6 +178,16 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
             token: read,
         },
         Call {
+            path: "/v1/usage",
+            url: format!("/v1/usage?group_by=tool,session&granularity=hour&from={day}"),
+            token: read,
+        },
+        Call {
+            path: "/v1/sessions/{id}/usage",
+            url: "/v1/sessions/q1/usage?group_by=tool".into(),
+            token: read,
+        },
+        Call {
             path: "/v1/sessions",
             url: "/v1/sessions?limit=1".into(),
             token: read,
@@ -185,6 +220,16 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         Call {
             path: "/v1/colonies/{id}/usage",
             url: "/v1/colonies/q1/usage".into(),
+            token: read,
+        },
+        Call {
+            path: "/v1/colonies",
+            url: format!("/v1/colonies?from={day}&tz=Asia/Kolkata"),
+            token: read,
+        },
+        Call {
+            path: "/v1/colonies/{id}/usage",
+            url: format!("/v1/colonies/{COLONY_KEY}/usage"),
             token: read,
         },
         Call {
@@ -254,6 +299,43 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
             documented.insert(c.path);
         }
     }
+    // The label (a PUT, admin scope), then the listing that shows it.
+    let admin = apiary_ingest::store::admin::create_token(
+        &app.pool,
+        &apiary_ingest::store::admin::TokenSpec {
+            tenant: t.id.to_string(),
+            scopes: vec![apiary_ingest::auth::Scope::Admin],
+            user_id: None,
+            device_id: None,
+        },
+    )
+    .await
+    .unwrap()
+    .1;
+    for (token, want) in [(&t.read, 403), (&admin, 200)] {
+        let r = app
+            .client
+            .put(format!("{}/v1/colonies/{COLONY_KEY}/label", app.base))
+            .bearer_auth(token)
+            .json(&json!({ "label": "Billing" }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        assert_eq!(status, want);
+        let body: Value = r.json().await.unwrap();
+        let path = "/v1/colonies/{key}/label";
+        check(
+            &doc,
+            &format!("PUT {path} ({status})"),
+            &schema_pointer(&doc, path, "put", status),
+            &body,
+        );
+        documented.insert(path);
+    }
+    let (_, colonies) = app.get(&t.read, "/v1/colonies").await;
+    assert_eq!(colonies["colonies"][0]["label"], "Billing", "{colonies}");
+    assert_eq!(colonies["colonies"][0]["workers"], 1, "{colonies}");
     // The answers had something in them (a schema is no test of an empty list).
     let (_, tree) = app.get(&t.read, "/v1/sessions/q1/tree").await;
     assert_eq!(

@@ -55,7 +55,15 @@ async fn the_tree_rolls_worker_usage_up_to_the_queen(pool: sqlx::PgPool) {
     assert_eq!(v["rows"].as_array().unwrap().len(), 2, "by session: {v}");
     let (_, v) = app.get(&t.read, "/v1/sessions/w2/usage").await;
     assert_eq!(v["totals"]["input_tokens"], 25);
-    assert_eq!(v["rows"][0]["model"], "m");
+    // By model: its turns under "m"; its active time (no model) under null.
+    let models: Vec<&Value> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["model"])
+        .collect();
+    assert_eq!(models, [&Value::Null, &json!("m")], "{v}");
+    assert!(v["totals"]["active_seconds"].as_f64().unwrap() > 0.0, "{v}");
 }
 
 async fn status_of(app: &TestApp, token: &str, id: &str) -> String {

@@ -609,3 +609,95 @@ async fn a_subscriber_that_falls_behind_still_gets_every_event_in_order(pool: sq
     assert_eq!(seqs, (1..=n).collect::<Vec<_>>());
     assert!(slow.drain(Duration::from_millis(500)).await.is_empty());
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_frees_its_place(
+    pool: sqlx::PgPool,
+) {
+    let settings = apiary_ingest::config::IngestSettings {
+        stream_max_subscribers: 3,
+        stream_max_per_tenant: 2,
+        ..test_settings()
+    };
+    let app = spawn_app_with(pool, settings).await;
+    let acme = app.tenant("acme").await;
+    let globex = app.tenant("globex").await;
+    let initech = app.tenant("initech").await;
+
+    let mut a1 = SseClient::open(&app, &acme.read, None, "").await;
+    a1.ready().await;
+    let mut a2 = SseClient::open(&app, &acme.read, None, "").await;
+    a2.ready().await;
+    // acme's third is over its tenant's limit; globex still gets one (the server has room for one more).
+    let (code, v, retry) = try_open(&app, &acme.read).await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "acme's third: {v}");
+    assert_eq!(v["error"]["code"], "busy", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stream_max_per_tenant"),
+        "{v}"
+    );
+    assert_eq!(retry.as_deref(), Some("5"));
+    let mut g1 = SseClient::open(&app, &globex.read, None, "").await;
+    g1.ready().await;
+    // The server is full: even a tenant with no stream open is refused.
+    let (code, v, retry) = try_open(&app, &initech.read).await;
+    assert_eq!(
+        code,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a fourth on the server: {v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stream_max_subscribers"),
+        "{v}"
+    );
+    assert_eq!(retry.as_deref(), Some("5"));
+
+    // A client that goes away gives its place back (the server sees it at its next write: the
+    // heartbeat, or here the first event after the close).
+    drop(a1);
+    let mut opened = None;
+    for _ in 0..200 {
+        let (code, _, _) = try_open(&app, &initech.read).await;
+        if code == StatusCode::OK {
+            opened = Some(code);
+            break;
+        }
+        // Make the server write to every acme stream, so it notices the one that left.
+        let at = Utc::now();
+        app.post_batch(&acme.ingest, &batch(vec![tool("s-cap", at, false)], vec![]))
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        opened,
+        Some(StatusCode::OK),
+        "a closed stream's place is given back"
+    );
+    drop((a2, g1));
+}
+
+/// Opens a stream and lets it go at once: the status, the error body when refused, `Retry-After`.
+async fn try_open(app: &TestApp, token: &str) -> (StatusCode, Value, Option<String>) {
+    let r = app
+        .client
+        .get(format!("{}/v1/stream", app.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let code = r.status();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    if code == StatusCode::OK {
+        return (code, Value::Null, retry);
+    }
+    (code, r.json().await.unwrap_or(Value::Null), retry)
+}

@@ -405,7 +405,16 @@ fn derive_fields(event: &mut CanonicalEvent, derive: Derive) {
             );
         }
         EventKind::ColonyCreated => {
-            // In Hive a colony is identified by the queen session that forked it.
+            // Hive's own `data.colony_id` (`worker_colony_loaded`, a colony created from a suggestion) is
+            // the colony's *name* (its directory under `colonies/`): it becomes `colony_name`, which the
+            // pipeline turns into the colony key and the policy never lets out.
+            if let Some(Value::String(name)) = event.data.remove("colony_id") {
+                event
+                    .data
+                    .entry("colony_name")
+                    .or_insert(Value::String(name));
+            }
+            // `data.colony_id` is the session the colony's workers report under (`queen_session_id`).
             let colony = event
                 .data
                 .get("queen_session_id")

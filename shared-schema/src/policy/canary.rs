@@ -377,7 +377,7 @@ proptest! {
     #[test]
     fn nothing_but_allowlisted_scrubbed_values_survives(native in native_event()) {
         let policy = Policy::default_policy();
-        let opts = ProcessOptions { policy: &policy, zone: Zone::Utc, source_identity: None, session_hint: None };
+        let opts = ProcessOptions { policy: &policy, zone: Zone::Utc, source_identity: None, session_hint: None, colony: None };
         let Ok(Outcome::Kept { event, .. }) = process_value(&native, &opts) else {
             return Ok(());
         };
@@ -440,6 +440,7 @@ fn the_generated_events_put_markers_where_they_can_survive() {
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     };
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let (mut kept, mut in_data, mut in_envelope, mut scrubbed, mut hashed) = (0, 0, 0, 0, 0);

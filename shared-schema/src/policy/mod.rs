@@ -8,7 +8,11 @@
 //! - scrubs every kept string for secrets ([`crate::scrub`]) and normalises envelope ids.
 //!
 //! Nested objects are addressed with dotted paths (`usage.input_tokens`); a listed path keeps only a
-//! scalar of the listed kind, so an object or array can never ride along under an allowed name.
+//! scalar of the listed kind, so an object or array can never ride along under an allowed name. The one
+//! exception is a field of kind `{ records = {..}, max = N }`: a list of at most `N` flat objects, each
+//! redacted field by field like an event's `data` (paths reported as `field[].key`); an element that
+//! keeps nothing is dropped, a list longer than `N` loses its tail (reported). The agent's heartbeat
+//! uses it for per-session runtime liveness.
 //!
 //! The policy is versioned and hashed: the hash is SHA-256 over a canonical JSON form (independent of
 //! comments and key order in the TOML) and travels with every batch. The ingest uses [`Policy::check`] to
@@ -34,6 +38,11 @@ pub enum ValueKind {
     Enum {
         #[serde(rename = "enum")]
         values: Vec<String>,
+    },
+    /// A list of at most `max` flat objects whose fields are of these scalar kinds.
+    Records {
+        records: BTreeMap<String, SimpleKind>,
+        max: usize,
     },
 }
 
@@ -151,6 +160,16 @@ impl Policy {
                         (Some(ValueKind::Enum { values: b }), ValueKind::Enum { values: v }) => {
                             v.iter().all(|x| b.contains(x))
                         }
+                        (
+                            Some(ValueKind::Records {
+                                records: b,
+                                max: bm,
+                            }),
+                            ValueKind::Records {
+                                records: v,
+                                max: vm,
+                            },
+                        ) => vm <= bm && v.iter().all(|(k, kind)| b.get(k) == Some(kind)),
                         _ => false,
                     };
                     if !narrower {
@@ -182,6 +201,13 @@ impl Policy {
                     }
                     if values.iter().any(|v| !scrub::is_clean(v)) {
                         return Err(bad("enum value looks like a secret"));
+                    }
+                }
+                if let ValueKind::Records { records, max } = vk {
+                    if records.is_empty() || *max == 0 || *max > MAX_RECORDS {
+                        return Err(bad(&format!(
+                            "records need at least one field and a max of 1 to {MAX_RECORDS}"
+                        )));
                     }
                 }
             }
@@ -306,7 +332,18 @@ fn redact_object(
         } else {
             format!("{prefix}.{key}")
         };
-        if let Some(vk) = fields.get(&path) {
+        if let Some(ValueKind::Records { records, max }) = fields.get(&path) {
+            match redact_records(value, &path, records, *max, report) {
+                Some(v) => {
+                    report.kept.push(path);
+                    out.insert(key, v);
+                }
+                None => report.dropped.push(FieldIssue {
+                    path,
+                    why: "expected a list of objects".into(),
+                }),
+            }
+        } else if let Some(vk) = fields.get(&path) {
             match conform(value, vk) {
                 Ok((v, scrubbed)) => {
                     if scrubbed {
@@ -338,6 +375,62 @@ fn redact_object(
             });
         }
     }
+}
+
+/// Most elements a `records` field may allow.
+pub const MAX_RECORDS: usize = 1000;
+
+/// A `records` field: each element's listed fields that fit their kind (paths `field[].key` in the
+/// report), at most `max` elements (the rest reported dropped). None when the value is not a list.
+fn redact_records(
+    value: Value,
+    path: &str,
+    records: &BTreeMap<String, SimpleKind>,
+    max: usize,
+    report: &mut RedactionReport,
+) -> Option<Value> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    if items.len() > max {
+        report.dropped.push(FieldIssue {
+            path: format!("{path}[{max}..]"),
+            why: format!("at most {max} elements"),
+        });
+    }
+    let mut out = Vec::new();
+    for item in items.into_iter().take(max) {
+        let Value::Object(obj) = item else {
+            report.dropped.push(FieldIssue {
+                path: format!("{path}[]"),
+                why: "expected an object".into(),
+            });
+            continue;
+        };
+        let mut kept = Map::new();
+        for (k, v) in obj {
+            let p = format!("{path}[].{k}");
+            match records.get(&k) {
+                None => report.dropped.push(FieldIssue {
+                    path: p,
+                    why: "not allowlisted".into(),
+                }),
+                Some(kind) => match conform(v, &ValueKind::Simple(*kind)) {
+                    Ok((v, scrubbed)) => {
+                        if scrubbed && !report.scrubbed.contains(&p) {
+                            report.scrubbed.push(p);
+                        }
+                        kept.insert(k, v);
+                    }
+                    Err(why) => report.dropped.push(FieldIssue { path: p, why }),
+                },
+            }
+        }
+        if !kept.is_empty() {
+            out.push(Value::Object(kept));
+        }
+    }
+    Some(Value::Array(out))
 }
 
 /// Returns the value as the kind allows it (and whether a string was scrubbed), or why it does not fit.
@@ -392,6 +485,7 @@ fn conform(value: Value, vk: &ValueKind) -> Result<(Value, bool), String> {
             Value::String(s) if values.contains(&s) => Ok((Value::String(s), false)),
             _ => expected(&format!("one of {}", values.join("|"))),
         },
+        ValueKind::Records { .. } => expected("a list of objects"),
     }
 }
 

@@ -10,6 +10,7 @@ fn options(policy: &Policy) -> ProcessOptions<'_> {
         zone: Zone::Utc,
         source_identity: None,
         session_hint: None,
+        colony: None,
     }
 }
 

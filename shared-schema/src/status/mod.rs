@@ -51,6 +51,7 @@
 //! notices it, so every replica computes the same transition at the same time. See [`tracker`] for how
 //! late events are put in their place.
 
+pub mod durations;
 pub mod health;
 pub mod input;
 pub mod tracker;
@@ -62,6 +63,7 @@ mod tests;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use durations::Durations;
 pub use health::Health;
 pub use input::{Input, Run, What};
 pub use tracker::{Tracker, Update, REORDER_WINDOW};

@@ -148,6 +148,17 @@ fn an_escalation_left_standing_after_the_loop_breaks_needs_attention() {
         },
     ];
     assert_eq!(status(&answered), Status::Active);
+    // A new run clears every standing alarm (a completed tool call alone does not clear attention).
+    let restarted = [
+        tool("grep"),
+        signal("doom_loop"),
+        signal("escalation_requested"),
+        What::Run { run: Run::Started },
+    ];
+    let (h, out) = run(&restarted);
+    assert_eq!(h.status, Some(Status::Active));
+    // The cause of a move into `active` names the input that made progress.
+    assert_eq!(out.last().unwrap().cause, "run_started");
 }
 
 #[test]
@@ -180,6 +191,29 @@ fn no_progress_for_stall_after_stalls_at_the_exact_deadline() {
     h.apply(&input(400, 3, signal("retry")), &r, &mut out);
     let stall = out.iter().find(|x| x.to == Status::Stalled).unwrap();
     assert_eq!((stall.at, stall.cause.as_str()), (t(300), "no_progress"));
+    // A loop step is progress (it restarts the clock); a pause is not (it makes the session idle).
+    let mut stepped = Health::default();
+    let mut steps = Vec::new();
+    stepped.apply(&input(0, 1, llm(false)), &r, &mut steps);
+    stepped.apply(&input(250, 2, What::Run { run: Run::Step }), &r, &mut steps);
+    assert_eq!(stepped.derive(t(400), &r).unwrap().0, Status::Active);
+    assert_eq!(stepped.derive(t(551), &r).unwrap().0, Status::Stalled);
+    stepped.apply(
+        &input(560, 3, What::Run { run: Run::Paused }),
+        &r,
+        &mut steps,
+    );
+    assert_eq!(stepped.progress_at, Some(t(250)));
+    // "More than stall_after": at the deadline itself the session is still active.
+    let (quiet, _) = run(&[llm(false)]);
+    assert_eq!(quiet.derive(t(300), &r).unwrap().0, Status::Active);
+    assert_eq!(
+        quiet
+            .derive(t(300) + Duration::milliseconds(1), &r)
+            .unwrap()
+            .0,
+        Status::Stalled
+    );
     h.apply(&input(500, 4, tool("grep")), &r, &mut out);
     assert_eq!(h.status, Some(Status::Active));
     assert_eq!(h.time_in[&Status::Stalled], 200_000);
@@ -247,7 +281,11 @@ fn repeated_trouble_while_progressing_is_degraded_until_it_slides_out() {
     assert_eq!(out.len(), 2);
     let mut w = vec![signal("retry"), signal("retry"), signal("retry")];
     assert_eq!(status(&w), Status::Degraded);
-    w.extend(std::iter::repeat_n(llm(false), 18));
+    // The window is exactly 20 units: the first retry is the 20th-latest after 17 more turns (still
+    // degraded) and slides out with the 18th.
+    w.extend(std::iter::repeat_n(llm(false), 17));
+    assert_eq!(status(&w), Status::Degraded);
+    w.push(llm(false));
     assert_eq!(status(&w), Status::Active);
     assert_eq!(
         status(&[signal("replay_detected"), signal("replay_detected")]),
@@ -286,12 +324,81 @@ fn overlays_apply_to_open_sessions_only() {
         device_heard_at: Some(t(250)),
         runtime_gone_at: Some(t(100)),
     };
-    assert_eq!(view(&h, t(250), &gone, &r).status, Status::Crashed);
+    let v = view(&h, t(250), &gone, &r);
+    assert_eq!(
+        (v.status, v.cause.as_str()),
+        (Status::Crashed, "runtime_gone")
+    );
+    assert_eq!(v.derived.last().map(|x| x.to), Some(Status::Crashed));
     let (h, _) = run(&[llm(false), What::Run { run: Run::Failed }]);
     assert_eq!(
         view(&h, t(10_000), &Liveness::default(), &r).status,
         Status::Failed
     );
+}
+
+#[test]
+fn a_later_event_clears_a_crash_and_a_slow_session_is_not_crashed() {
+    let r = Rules::default();
+    // Events at t(0), t(1), t(2): the runtime found gone at t(1) is contradicted by the event at t(2).
+    let (h, _) = run(&[llm(false), llm(false), llm(false)]);
+    let live = |gone: Option<i64>| Liveness {
+        device_heard_at: Some(t(400)),
+        runtime_gone_at: gone.map(t),
+    };
+    assert_eq!(view(&h, t(100), &live(Some(1)), &r).status, Status::Active);
+    assert_eq!(view(&h, t(100), &live(Some(2)), &r).status, Status::Crashed);
+    // Slow but alive: no liveness evidence, so quiet past stall_after is stalled, not crashed.
+    let v = view(&h, t(400), &live(None), &r);
+    assert_eq!(
+        (v.status, v.cause.as_str()),
+        (Status::Stalled, "no_progress")
+    );
+}
+
+#[test]
+fn wall_clock_runs_from_the_first_event_to_the_end_and_active_time_is_time_in_active() {
+    let r = Rules::default();
+    let (h, _) = run(&[
+        llm(false),
+        llm(false),
+        What::Run {
+            run: Run::Completed,
+        },
+    ]);
+    let v = view(&h, t(100), &Liveness::local(t(100)), &r);
+    let d = Durations::of(&h, &v, t(100));
+    assert_eq!((d.started_at, d.ended_at), (Some(t(0)), Some(t(2))));
+    assert_eq!((d.wall_clock_seconds, d.active_seconds), (2.0, 2.0));
+    // Open: the wall-clock runs to now; active time stops when the no-progress rule stalls it at 300 s.
+    let (h, _) = run(&[llm(false)]);
+    let d = Durations::of(&h, &view(&h, t(100), &Liveness::local(t(100)), &r), t(100));
+    assert_eq!(
+        (d.ended_at, d.wall_clock_seconds, d.active_seconds),
+        (None, 100.0, 100.0)
+    );
+    let d = Durations::of(
+        &h,
+        &view(&h, t(1000), &Liveness::local(t(1000)), &r),
+        t(1000),
+    );
+    assert_eq!((d.wall_clock_seconds, d.active_seconds), (1000.0, 300.0));
+    // A run started after the end opens the session again.
+    let (h, _) = run(&[
+        llm(false),
+        What::Run {
+            run: Run::Completed,
+        },
+        What::Run { run: Run::Started },
+    ]);
+    let d = Durations::of(&h, &view(&h, t(10), &Liveness::local(t(10)), &r), t(10));
+    assert_eq!((d.ended_at, d.wall_clock_seconds), (None, 10.0));
+    let none = Durations::of(
+        &Health::default(),
+        &view(&Health::default(), t(5), &Liveness::local(t(5)), &r),
+        t(5),
+    );
+    assert_eq!((none.started_at, none.wall_clock_seconds), (None, 0.0));
 }
 
 #[test]

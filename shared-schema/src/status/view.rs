@@ -15,9 +15,9 @@ pub struct Liveness {
     /// When the device was last heard from (heartbeat or live batch). None: never heard live (e.g. only
     /// imported). The agent passes `now`: it is the device.
     pub device_heard_at: Option<DateTime<Utc>>,
-    /// When the runtime process behind the session was found gone without an end event. Nothing
-    /// produces this yet (runtime liveness in the agent's heartbeat is a later item); the state exists so
-    /// the vocabulary and the overlay are fixed.
+    /// When the runtime process behind the session was found gone without an end event (the agent's
+    /// runtime liveness: on the device directly, in the cloud from its heartbeat). Applies only while no
+    /// event of the session is later than it: a later event means the runtime (or a resumed one) lives.
     pub runtime_gone_at: Option<DateTime<Utc>>,
 }
 
@@ -63,7 +63,10 @@ pub fn view(h: &Health, now: DateTime<Utc>, live: &Liveness, rules: &Rules) -> V
     let since = h.since.unwrap_or(now);
     let overlay = if status.is_terminal() {
         None
-    } else if let Some(gone) = live.runtime_gone_at {
+    } else if let Some(gone) = live
+        .runtime_gone_at
+        .filter(|g| h.last_key.is_none_or(|(last, _)| last <= *g))
+    {
         Some((gone, Status::Crashed, "runtime_gone"))
     } else {
         let offline_after = Duration::seconds(rules.offline_after_secs);

@@ -130,6 +130,29 @@ fn tool_calls_count_starts_completions_and_errors() {
     let ok = tool(json!({"status": "completed", "is_error": false}));
     assert_eq!((ok.tool_calls, ok.tool_errors), (1, 0));
     assert_eq!(ok.model, "");
+    assert_eq!((ok.tool_duration_ms, ok.tool_calls_timed), (0, 0));
+}
+
+#[test]
+fn a_completed_calls_duration_is_summed_and_a_huge_one_refused() {
+    let tool = |data: Value| contribution_of(&event("tool.call", data));
+    let timed = tool(json!({"status": "completed", "duration_ms": 1500}))
+        .unwrap()
+        .unwrap();
+    assert_eq!((timed.tool_duration_ms, timed.tool_calls_timed), (1500, 1));
+    let zero = tool(json!({"status": "completed", "duration_ms": 0}))
+        .unwrap()
+        .unwrap();
+    assert_eq!((zero.tool_duration_ms, zero.tool_calls_timed), (0, 1));
+    let started = tool(json!({"status": "started", "duration_ms": 5}))
+        .unwrap()
+        .unwrap();
+    assert_eq!(started.tool_calls_timed, 0, "only completions are timed");
+    assert!(tool(json!({"status": "completed", "duration_ms": MAX_DURATION_MS})).is_ok());
+    assert_eq!(
+        tool(json!({"status": "completed", "duration_ms": MAX_DURATION_MS + 1})),
+        Err(UsageError::Duration)
+    );
 }
 
 #[test]

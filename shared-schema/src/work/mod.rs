@@ -337,15 +337,7 @@ impl Work {
             return;
         }
         let name = e.data_str("tool_name");
-        let key = match (e.data_str("tool_use_id"), e.data.get("tool_index")) {
-            (Some(id), _) => format!("id:{id}"),
-            (None, Some(i)) => format!(
-                "ix:{}:{i}:{}",
-                e.execution_id.unwrap_or(""),
-                name.unwrap_or("")
-            ),
-            (None, None) => format!("name:{}", name.unwrap_or("")),
-        };
+        let key = call_key(e.data, e.execution_id).text();
         let c = self.calls.entry(key).or_default();
         match e.data_str("status") {
             Some("started") => min_at(&mut c.started_at, at),
@@ -376,6 +368,53 @@ impl Work {
                 self.calls.retain(|_, c| c.latest().is_none_or(|t| t > h));
             }
         }
+    }
+}
+
+/// How a tool call's start and completion are paired: by `tool_use_id`; else by execution,
+/// `tool_index` and tool name; else by the name alone (ambiguous: parallel calls of one tool cannot be
+/// told apart, so the agent's duration pairing ([`CallKey::pairs`]) does not use it). The activity and
+/// the agent's tool-call durations share this rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallKey {
+    /// `tool_use_id`.
+    Id(String),
+    /// Execution id (or `""`), `tool_index` (as JSON text), tool name (or `""`).
+    Index(String, String, String),
+    /// The tool name alone (or `""`).
+    Name(String),
+}
+
+impl CallKey {
+    /// The key as the stored state spells it (`id:…`, `ix:exec:index:name`, `name:…`).
+    pub fn text(&self) -> String {
+        match self {
+            CallKey::Id(id) => format!("id:{id}"),
+            CallKey::Index(exec, i, name) => format!("ix:{exec}:{i}:{name}"),
+            CallKey::Name(name) => format!("name:{name}"),
+        }
+    }
+
+    /// True when the key tells one call from another, so a start and a completion with it are one
+    /// call's (an id, or execution + index + name).
+    pub fn pairs(&self) -> bool {
+        !matches!(self, CallKey::Name(_))
+    }
+}
+
+/// The pairing key of a `tool.call` event from its `data` and execution id.
+pub fn call_key(
+    data: &serde_json::Map<String, serde_json::Value>,
+    execution_id: Option<&str>,
+) -> CallKey {
+    let text = |k: &str| data.get(k).and_then(serde_json::Value::as_str);
+    let name = text("tool_name").unwrap_or("").to_string();
+    match (text("tool_use_id"), data.get("tool_index")) {
+        (Some(id), _) => CallKey::Id(id.to_string()),
+        (None, Some(i)) => {
+            CallKey::Index(execution_id.unwrap_or("").to_string(), i.to_string(), name)
+        }
+        (None, None) => CallKey::Name(name),
     }
 }
 

@@ -23,6 +23,7 @@ fn hive(seq: u64, secs: i64, ty: &str, data: Value) -> CanonicalEvent {
     let opts = ProcessOptions {
         zone: Zone::Utc,
         session_hint: Some("s1"),
+        colony: None,
         ..ProcessOptions::new(&policy)
     };
     match process_value(&native, &opts).unwrap() {

@@ -43,6 +43,33 @@ pub fn time_in_state_schema() -> ObjectBuilder {
         )))
 }
 
+/// A session's clock: wall-clock and active time (the shared rule, `apiary_schema::status::durations`;
+/// the agent's local session shows the same).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct DurationsBody {
+    /// The session's first event; null for a session without events.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When the session completed or failed (its latest execution completed/failed or worker
+    /// finished); null while it is open.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// From `started_at` to `ended_at`, or to now while open: a worker session's wall-clock, a queen's
+    /// execution's.
+    pub wall_clock_seconds: f64,
+    /// Time in status `active` up to now (`time_in_state.active`).
+    pub active_seconds: f64,
+}
+
+impl From<apiary_schema::status::Durations> for DurationsBody {
+    fn from(d: apiary_schema::status::Durations) -> DurationsBody {
+        DurationsBody {
+            started_at: d.started_at,
+            ended_at: d.ended_at,
+            wall_clock_seconds: d.wall_clock_seconds,
+            active_seconds: d.active_seconds,
+        }
+    }
+}
+
 /// The session's last health signal from the runtime.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct HealthSignal {
@@ -70,6 +97,8 @@ pub struct SessionBody {
     pub status_cause: String,
     #[schema(schema_with = time_in_state_schema)]
     pub time_in_state: BTreeMap<Status, f64>,
+    /// Wall-clock and active time, up to now.
+    pub durations: DurationsBody,
     /// The lifecycle the runtime reported (`running`, `completed`, ...).
     pub lifecycle: Option<String>,
     pub input_state: Option<String>,
@@ -78,7 +107,8 @@ pub struct SessionBody {
     pub last_event_at: Option<DateTime<Utc>>,
     pub last_progress_at: Option<DateTime<Utc>>,
     pub device_last_heard_at: Option<DateTime<Utc>>,
-    /// All-time usage (in a tree: of the session and everything below it).
+    /// All-time usage (in a tree: of the session and everything below it), tool durations and active
+    /// time as the usage rollups hold them included.
     pub totals: UsageSums,
     /// Task counts, next wake and activity ([`super::work`]).
     #[serde(flatten)]
@@ -92,7 +122,7 @@ fn none_if_empty(s: &str) -> Option<String> {
 impl SessionBody {
     /// The session at `now` with the given totals.
     pub fn new(r: &SessionRow, now: DateTime<Utc>, rules: &Rules, totals: &Usage) -> SessionBody {
-        let view = r.view(now, rules);
+        let (view, durations) = r.view_and_durations(now, rules);
         SessionBody {
             session_id: r.session_id.clone(),
             user_id: none_if_empty(&r.user_id),
@@ -107,6 +137,7 @@ impl SessionBody {
             status_since: view.since,
             status_cause: view.cause,
             time_in_state: view.time_in_state,
+            durations: durations.into(),
             lifecycle: r.status.clone(),
             input_state: r.input_state.clone(),
             health: HealthSignal {
@@ -145,7 +176,13 @@ pub struct TreeNode {
 /// A colony below a session: its workers and their totals.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ColonyNode {
+    /// The session the workers name as their colony (for a colony forked into its own session, that
+    /// session); the parent's own id for children that name none.
     pub colony_id: String,
+    /// The colony's key when `colony_id` is a run of a named colony (see `GET /v1/colonies`).
+    pub colony_key: Option<String>,
+    /// The worker sessions below this colony (at any depth), counted by status.
+    pub workers_by_status: BTreeMap<String, u64>,
     pub totals: UsageSums,
     #[schema(no_recursion)]
     pub workers: Vec<TreeNode>,
@@ -154,9 +191,20 @@ pub struct ColonyNode {
 /// Most levels a tree shows below its root.
 const MAX_DEPTH: usize = 8;
 
+/// The links of a tree that the session rows do not hold: forks (`session_forked`, a colony's fork of
+/// its queen) and the colony key of each colony run.
+#[derive(Debug, Clone, Default)]
+pub struct TreeLinks {
+    /// Forked session → the session it was forked from.
+    pub forked_from: HashMap<String, String>,
+    /// Colony run session → its colony key.
+    pub colony_key: HashMap<String, String>,
+}
+
 /// What building a tree reads.
 struct Tree<'a> {
     children: HashMap<&'a str, Vec<&'a SessionRow>>,
+    links: &'a TreeLinks,
     usage: &'a HashMap<String, Usage>,
     now: DateTime<Utc>,
     rules: &'a Rules,
@@ -178,7 +226,12 @@ impl Tree<'_> {
             }
             let (v, sub) = self.node(c, depth + 1);
             total.add(&sub);
-            let key = c.colony_id.clone().unwrap_or_else(|| r.session_id.clone());
+            let forked_here = self.links.forked_from.get(&c.session_id) == Some(&r.session_id)
+                && self.links.colony_key.contains_key(&c.session_id);
+            let key = match forked_here {
+                true => c.session_id.clone(),
+                false => c.colony_id.clone().unwrap_or_else(|| r.session_id.clone()),
+            };
             let entry = colonies.entry(key).or_default();
             entry.0.push(v);
             entry.1.add(&sub);
@@ -188,10 +241,18 @@ impl Tree<'_> {
             usage: UsageSums::from(&own),
             colonies: colonies
                 .into_iter()
-                .map(|(colony_id, (workers, u))| ColonyNode {
-                    colony_id,
-                    totals: UsageSums::from(&u),
-                    workers,
+                .map(|(colony_id, (workers, u))| {
+                    let mut by_status = BTreeMap::new();
+                    workers
+                        .iter()
+                        .for_each(|w| count_workers(w, &mut by_status));
+                    ColonyNode {
+                        colony_key: self.links.colony_key.get(&colony_id).cloned(),
+                        colony_id,
+                        workers_by_status: by_status,
+                        totals: UsageSums::from(&u),
+                        workers,
+                    }
                 })
                 .collect(),
         };
@@ -199,20 +260,40 @@ impl Tree<'_> {
     }
 }
 
+/// Counts `node` and everything below it that is a worker, by status.
+fn count_workers(node: &TreeNode, out: &mut BTreeMap<String, u64>) {
+    if node.session.agent_role.as_deref() == Some("worker") {
+        let status = serde_json::to_value(node.session.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        *out.entry(status).or_default() += 1;
+    }
+    for c in &node.colonies {
+        c.workers.iter().for_each(|w| count_workers(w, out));
+    }
+}
+
 /// The tree under `root` (None when `rows` lack it): each node has its own `usage`, `totals` (itself
-/// and everything below) and its children grouped by colony.
+/// and everything below) and its children grouped by colony; a session forked from another (`links`)
+/// is its child, in a colony of its own when it is a colony's run.
 pub fn tree(
     root: &str,
     rows: &[SessionRow],
     usage: &HashMap<String, Usage>,
     now: DateTime<Utc>,
     rules: &Rules,
+    links: &TreeLinks,
 ) -> Option<TreeNode> {
     let by_id: HashMap<&str, &SessionRow> =
         rows.iter().map(|r| (r.session_id.as_str(), r)).collect();
     let mut children: HashMap<&str, Vec<&SessionRow>> = HashMap::new();
     for r in rows {
-        let parent = r.parent_session_id.as_deref().or(r.colony_id.as_deref());
+        let parent = r
+            .parent_session_id
+            .as_deref()
+            .or(r.colony_id.as_deref())
+            .or(links.forked_from.get(&r.session_id).map(String::as_str));
         if let Some(p) = parent.filter(|p| *p != r.session_id && by_id.contains_key(p)) {
             if r.session_id != root {
                 children.entry(p).or_default().push(r);
@@ -221,6 +302,7 @@ pub fn tree(
     }
     let tree = Tree {
         children,
+        links,
         usage,
         now,
         rules,

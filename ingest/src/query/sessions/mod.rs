@@ -43,6 +43,8 @@ pub struct SessionRow {
     pub health_signal: Option<String>,
     pub health_at: Option<DateTime<Utc>>,
     pub device_heard_at: Option<DateTime<Utc>>,
+    /// When the device reported the session's runtime process gone (`crashed` overlay).
+    pub runtime_gone_at: Option<DateTime<Utc>>,
     /// The health tracker (`sessions.health`).
     pub health: Option<Value>,
     /// Tasks, triggers and tool calls (`sessions.work`, [`apiary_schema::work::Work`]).
@@ -52,13 +54,34 @@ pub struct SessionRow {
 pub(super) const SELECT: &str = "SELECT s.session_id, s.user_id, s.device_id, s.parent_session_id, s.colony_id, s.agent_role,
     s.worker_id, s.runtime, s.first_seen_at, s.last_event_at, s.last_progress_at, s.phase, s.input_state,
     s.input_at, s.status, s.health_signal, s.health_at,
-    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.health, s.work
+    GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.runtime_gone_at, s.health, s.work
   FROM sessions s LEFT JOIN devices d ON d.tenant_id = s.tenant_id AND d.device_id = s.device_id";
 
 impl SessionRow {
     /// The status at `now` (the shared health model, time let pass, the device's liveness applied).
     pub fn view(&self, now: DateTime<Utc>, rules: &Rules) -> View {
-        status::session_view(self.health.as_ref(), self.device_heard_at, now, rules)
+        status::session_view(
+            self.health.as_ref(),
+            self.device_heard_at,
+            self.runtime_gone_at,
+            now,
+            rules,
+        )
+    }
+
+    /// [`SessionRow::view`] and the session's wall-clock and active time at `now`.
+    pub fn view_and_durations(
+        &self,
+        now: DateTime<Utc>,
+        rules: &Rules,
+    ) -> (View, apiary_schema::status::Durations) {
+        status::session_view_and_durations(
+            self.health.as_ref(),
+            self.device_heard_at,
+            self.runtime_gone_at,
+            now,
+            rules,
+        )
     }
 }
 
@@ -116,7 +139,7 @@ pub async fn totals(
         .collect())
 }
 
-/// The session and everything below it (children by parent or colony), at most 8 levels deep; for a
+/// The session and everything below it (children by parent, colony or fork), at most 8 levels deep; for a
 /// user-bound reader only that user's sessions (and 404 when the root is not one of them).
 pub async fn subtree(db: &ReadDb, r: &TenantRead, root: &str) -> Result<Vec<SessionRow>, ApiError> {
     let sql = format!(
@@ -125,8 +148,9 @@ pub async fn subtree(db: &ReadDb, r: &TenantRead, root: &str) -> Result<Vec<Sess
           UNION
             SELECT s.session_id, t.depth + 1 FROM sessions s JOIN t
               ON s.tenant_id = $1 AND s.session_id <> t.session_id
-             AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id)
-            WHERE t.depth < 8)
+              LEFT JOIN session_forks f ON f.tenant_id = $1 AND f.session_id = s.session_id
+            WHERE t.depth < 8 AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id
+              OR f.parent_session_id = t.session_id))
          {SELECT} WHERE s.tenant_id = $1 AND s.session_id IN (SELECT session_id FROM t)
             AND ($3::text IS NULL OR s.user_id = $3)"
     );
@@ -140,6 +164,36 @@ pub async fn subtree(db: &ReadDb, r: &TenantRead, root: &str) -> Result<Vec<Sess
         return Err(ApiError::NotFound("session"));
     }
     Ok(rows)
+}
+
+/// The forks and colony keys among `ids` (the sessions of a tree), see [`body::TreeLinks`].
+pub async fn links(
+    db: &ReadDb,
+    r: &TenantRead,
+    ids: &[String],
+) -> Result<body::TreeLinks, ApiError> {
+    let forked_from = sqlx::query_as::<_, (String, String)>(
+        "SELECT session_id, parent_session_id FROM session_forks WHERE tenant_id = $1 AND session_id = ANY($2)",
+    )
+    .bind(r.tenant_id())
+    .bind(ids)
+    .fetch_all(&db.pool)
+    .await?
+    .into_iter()
+    .collect();
+    let colony_key = sqlx::query_as::<_, (String, String)>(
+        "SELECT session_id, colony_key FROM colony_runs WHERE tenant_id = $1 AND session_id = ANY($2)",
+    )
+    .bind(r.tenant_id())
+    .bind(ids)
+    .fetch_all(&db.pool)
+    .await?
+    .into_iter()
+    .collect();
+    Ok(body::TreeLinks {
+        forked_from,
+        colony_key,
+    })
 }
 
 /// True when the reader may see a session in, or usage for, the colony.

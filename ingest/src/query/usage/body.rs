@@ -7,8 +7,10 @@ use utoipa::ToSchema;
 use super::{Dim, Granularity, UsageQuery, UsageRow};
 use crate::query::sums::Sum;
 use crate::rollups::Usage;
+use crate::tool_rollups::percentile;
 
-/// The usage sums: tokens, cost (in USD, and exactly in nano-dollars), calls, errors, events.
+/// The usage sums: tokens, cost (in USD, and exactly in nano-dollars), calls, errors, tool durations,
+/// events, active time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
 pub struct UsageSums {
     pub input_tokens: Sum,
@@ -23,7 +25,13 @@ pub struct UsageSums {
     pub unpriced_turns: Sum,
     pub tool_calls: Sum,
     pub tool_errors: Sum,
+    /// Summed durations of the completed tool calls that have one (computed on the device by pairing
+    /// each call's start and completion, or reported by the runtime), in milliseconds.
+    pub tool_duration_ms: Sum,
     pub events: Sum,
+    /// Seconds spent in status `active` (the sessions' status histories; an active stretch still open
+    /// counts up to when the no-progress rule would end it).
+    pub active_seconds: f64,
 }
 
 impl From<&Usage> for UsageSums {
@@ -39,7 +47,9 @@ impl From<&Usage> for UsageSums {
             unpriced_turns: Sum(u.unpriced_turns),
             tool_calls: Sum(u.tool_calls),
             tool_errors: Sum(u.tool_errors),
+            tool_duration_ms: Sum(u.tool_duration_ms),
             events: Sum(u.events),
+            active_seconds: u.active_ms as f64 / 1000.0,
         }
     }
 }
@@ -64,8 +74,22 @@ pub struct UsageRowBody {
     pub device_id: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<Option<String>>,
+    /// Grouped by tool: the tool's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<Option<String>>,
     #[serde(flatten)]
     pub sums: UsageSums,
+    /// Grouped by tool: the completed calls that have a duration (what the percentiles are of).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls_timed: Option<Sum>,
+    /// Grouped by tool: the median duration of its timed calls in milliseconds, from the rollups'
+    /// duration histogram (in the exact median's histogram bucket; see the README); null without a
+    /// timed call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_duration_p50_ms: Option<Option<i64>>,
+    /// Grouped by tool: the 95th percentile, likewise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_duration_p95_ms: Option<Option<i64>>,
 }
 
 /// The usage answer: the range and grouping it answers, its rows (sorted by bucket, then keys) and
@@ -118,8 +142,17 @@ fn row_body(q: &UsageQuery, r: &UsageRow) -> UsageRowBody {
         session_id: None,
         device_id: None,
         runtime: None,
+        tool_name: None,
         sums: UsageSums::from(&r.usage),
+        tool_calls_timed: None,
+        tool_duration_p50_ms: None,
+        tool_duration_p95_ms: None,
     };
+    if let Some(t) = &r.tool {
+        body.tool_calls_timed = Some(Sum(t.timed_calls));
+        body.tool_duration_p50_ms = Some(percentile(&t.hist, 0.5));
+        body.tool_duration_p95_ms = Some(percentile(&t.hist, 0.95));
+    }
     for (d, k) in q.group_by.iter().zip(&r.keys) {
         let v = Some((!k.is_empty()).then(|| k.clone()));
         match d {
@@ -130,6 +163,7 @@ fn row_body(q: &UsageQuery, r: &UsageRow) -> UsageRowBody {
             Dim::Session => body.session_id = v,
             Dim::Device => body.device_id = v,
             Dim::Runtime => body.runtime = v,
+            Dim::Tool => body.tool_name = v,
         }
     }
     body
@@ -176,6 +210,7 @@ mod tests {
             bucket: Some(t("2026-10-31T18:30:00Z")),
             keys: vec![String::new(), "m".into()],
             usage,
+            tool: None,
         }];
         let v = serde_json::to_value(UsageResponse::new(&q, &rows)).unwrap();
         assert_eq!(v["group_by"], serde_json::json!(["user_id", "model"]));

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use super::plan::{self, Filter, Plan};
 use super::{Dim, UsageQuery, Within};
 use crate::error::ApiError;
-use crate::query::sums::{self, SumColumns};
+use crate::query::sums::{self, SumColumns, ToolTotals};
 use crate::query::ReadDb;
 use crate::rollups::Usage;
 
@@ -17,12 +17,15 @@ pub struct UsageRow {
     pub bucket: Option<DateTime<Utc>>,
     /// The key of each dimension of the query's `group_by`, in that order (empty for "none").
     pub keys: Vec<String>,
+    /// The usage sums (grouped by tool: its calls, errors and summed durations, the rest zero).
     pub usage: Usage,
+    /// Grouped by tool: the group's tool sums and merged duration histogram.
+    pub tool: Option<ToolTotals>,
 }
 
-/// A row as the statement answers it (see [`plan`] for its fixed shape).
+/// The bucket and group keys of a row as the statement answers it (see [`plan`] for its fixed shape).
 #[derive(Debug, sqlx::FromRow)]
-struct Raw {
+struct Keys {
     b: i32,
     tenant_id: Option<String>,
     user_id: Option<String>,
@@ -31,11 +34,28 @@ struct Raw {
     session_id: Option<String>,
     device_id: Option<String>,
     runtime: Option<String>,
+    tool_name: Option<String>,
+}
+
+/// A usage row.
+#[derive(Debug, sqlx::FromRow)]
+struct Raw {
+    #[sqlx(flatten)]
+    keys: Keys,
     #[sqlx(flatten)]
     sums: SumColumns,
 }
 
-impl Raw {
+/// A row grouped by tool.
+#[derive(Debug, sqlx::FromRow)]
+struct RawTool {
+    #[sqlx(flatten)]
+    keys: Keys,
+    #[sqlx(flatten)]
+    sums: ToolTotals,
+}
+
+impl Keys {
     fn key(&self, d: Dim) -> String {
         let k = match d {
             Dim::Tenant => &self.tenant_id,
@@ -45,8 +65,21 @@ impl Raw {
             Dim::Session => &self.session_id,
             Dim::Device => &self.device_id,
             Dim::Runtime => &self.runtime,
+            Dim::Tool => &self.tool_name,
         };
         k.clone().unwrap_or_default()
+    }
+}
+
+impl ToolTotals {
+    /// The usage sums a tool group has.
+    fn usage(&self) -> Usage {
+        Usage {
+            tool_calls: self.calls,
+            tool_errors: self.errors,
+            tool_duration_ms: self.duration_ms,
+            ..Usage::default()
+        }
     }
 }
 
@@ -59,7 +92,7 @@ pub async fn run(
     let filter = Filter::of(within, &q.group_by)?;
     let (from, to) = if plan::needs_extent(q) {
         let extent = filter
-            .extent_query(q.from, q.to)
+            .extent_query(q.from, q.to, q.group_by.contains(&Dim::Tool))
             .build_query_as::<(Option<DateTime<Utc>>, Option<DateTime<Utc>>)>()
             .fetch_one(&db.pool)
             .await?;
@@ -71,21 +104,36 @@ pub async fn run(
         (q.from, q.to)
     };
     let plan = Plan::new(filter, q, from, to);
-    let rows = fetch(db, &plan).await?;
-    let mut out: Vec<UsageRow> = rows
-        .into_iter()
-        .map(|r| UsageRow {
-            bucket: plan.label(r.b),
-            keys: plan.group_by.iter().map(|d| r.key(*d)).collect(),
-            usage: r.sums.usage(),
-        })
-        .collect();
+    let row = |k: &Keys, usage: Usage, tool: Option<ToolTotals>| UsageRow {
+        bucket: plan.label(k.b),
+        keys: plan.group_by.iter().map(|d| k.key(*d)).collect(),
+        usage,
+        tool,
+    };
+    let mut out: Vec<UsageRow> = if plan.tools {
+        fetch::<RawTool>(db, &plan)
+            .await?
+            .into_iter()
+            .map(|r| row(&r.keys, r.sums.usage(), Some(r.sums)))
+            .collect()
+    } else {
+        // A row whose sums are all zero (active time added and later taken away) is no usage.
+        fetch::<Raw>(db, &plan)
+            .await?
+            .into_iter()
+            .map(|r| row(&r.keys, r.sums.usage(), None))
+            .filter(|r| !r.usage.is_zero())
+            .collect()
+    };
     out.sort_unstable_by(|a, b| (a.bucket, &a.keys).cmp(&(b.bucket, &b.keys)));
     Ok(out)
 }
 
 /// The plan's rows, with `apiary_sum`, or with exact sums when one leaves the bigint range.
-async fn fetch(db: &ReadDb, plan: &Plan) -> Result<Vec<Raw>, ApiError> {
+async fn fetch<R>(db: &ReadDb, plan: &Plan) -> Result<Vec<R>, ApiError>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
     match plan.query(false).build_query_as().fetch_all(&db.pool).await {
         Err(e) if sums::is_out_of_range(&e) => Ok(plan
             .query(true)

@@ -21,6 +21,11 @@
 //!
 //! Rows come back sorted by bucket then group keys (sorted here, not by the database).
 //!
+//! Per tool (`group_by=tool`): the rows come from `tool_rollups` instead (15-minute rows only; tool
+//! grouping cannot be combined with `model`, which tool calls do not have): completed calls, errors,
+//! summed durations and the duration histogram, whose merged counts give each row's p50/p95
+//! ([`crate::tool_rollups`]). The other sums of such a row are zero.
+//!
 //! Who sees what ([`Within`]): a [`TenantRead`] sums only its tenant's rows (and only its user's, for a
 //! user-bound `read` token); `group_by=tenant` then answers that one tenant. Only an [`OperatorRead`]
 //! (an operator token) sums across tenants, and only grouped by tenant, optionally by model too
@@ -63,11 +68,13 @@ pub enum Dim {
     Device,
     #[serde(rename = "runtime")]
     Runtime,
+    #[serde(rename = "tool_name")]
+    Tool,
 }
 
 impl Dim {
     /// Every dimension, in the order of the key columns of a usage row.
-    pub const ALL: [Dim; 7] = [
+    pub const ALL: [Dim; 8] = [
         Dim::Tenant,
         Dim::User,
         Dim::Model,
@@ -75,6 +82,7 @@ impl Dim {
         Dim::Session,
         Dim::Device,
         Dim::Runtime,
+        Dim::Tool,
     ];
 
     fn parse(s: &str) -> Option<Dim> {
@@ -86,20 +94,22 @@ impl Dim {
             "session" => Dim::Session,
             "device" => Dim::Device,
             "runtime" => Dim::Runtime,
+            "tool" => Dim::Tool,
             _ => return None,
         })
     }
 
-    /// The rollup column (as text) this dimension groups by.
+    /// The rollup column (as text) this dimension groups by, over the rollup rows `r`.
     pub fn column(self) -> &'static str {
         match self {
             Dim::Tenant => "tenant_id::text",
             Dim::User => "user_id",
             Dim::Model => "model",
-            Dim::Colony => "colony_id",
+            Dim::Colony => COLONY_KEY_OF_ROW,
             Dim::Session => "session_id",
             Dim::Device => "device_id",
             Dim::Runtime => "runtime",
+            Dim::Tool => "tool_name",
         }
     }
 
@@ -113,9 +123,19 @@ impl Dim {
             Dim::Session => "session_id",
             Dim::Device => "device_id",
             Dim::Runtime => "runtime",
+            Dim::Tool => "tool_name",
         }
     }
 }
+
+/// A rollup row's colony: the key of the colony run its `colony_id` (a worker's colony session) is, or
+/// that its own session is when that session is a colony's forked session (a run with a parent: the
+/// colony's own queen session); else the stored `colony_id` (the queen session of a colony whose key is
+/// not known, or "" for none). See `crate::store::colonies`.
+const COLONY_KEY_OF_ROW: &str = "COALESCE((SELECT cr.colony_key FROM colony_runs cr \
+    WHERE cr.tenant_id = r.tenant_id AND (cr.session_id = r.colony_id \
+    OR (cr.session_id = r.session_id AND cr.parent_session_id IS NOT NULL)) \
+    ORDER BY cr.session_id = r.colony_id DESC LIMIT 1), r.colony_id)";
 
 /// Bucket size of the answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
@@ -158,8 +178,10 @@ pub enum Part {
     Whole,
     /// These sessions.
     Sessions(Vec<String>),
-    /// One colony's workers.
+    /// One colony's workers (by the queen session the workers name as their colony).
     Colony(String),
+    /// One colony by key: its runs' workers and its forked colony sessions (see `COLONY_KEY_OF_ROW`).
+    ColonyKey(String),
 }
 
 /// The dimensions an operator may group by: tenant (required) and model. A tenant's users, sessions,
@@ -193,6 +215,13 @@ impl UsageQuery {
         if from >= to {
             return Err(ApiError::bad_param("from", "must be before `to`"));
         }
+        let group_by = p.group_by.unwrap_or_default().0;
+        if group_by.contains(&Dim::Tool) && group_by.contains(&Dim::Model) {
+            return Err(ApiError::bad_param(
+                "group_by",
+                "tool and model cannot be combined (tool calls have no model)",
+            ));
+        }
         if to - from > TimeDelta::days(50 * 366) {
             return Err(ApiError::bad_param(
                 "to",
@@ -202,7 +231,7 @@ impl UsageQuery {
         Ok(UsageQuery {
             from,
             to,
-            group_by: p.group_by.unwrap_or_default().0,
+            group_by,
             granularity: p.granularity.unwrap_or_default(),
             tz,
         })

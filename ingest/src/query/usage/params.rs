@@ -23,7 +23,7 @@ impl FromStr for GroupBy {
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let d = Dim::parse(part).ok_or_else(|| {
                 format!(
-                    "{part:?} is not one of tenant, user, model, colony, session, device, runtime"
+                    "{part:?} is not one of tenant, user, model, colony, session, device, runtime, tool"
                 )
             })?;
             if !dims.contains(&d) {
@@ -92,10 +92,11 @@ pub struct UsageParams {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>)]
     pub to: Option<TimeArg>,
-    /// Comma-separated: tenant, user, model, colony, session, device, runtime. A tenant's token (any scope, admin
-    /// included) reads its own tenant only: grouped by tenant it answers that one row. An operator token
-    /// reads every tenant and must group by tenant, optionally with model; other dimensions are refused
-    /// (400).
+    /// Comma-separated: tenant, user, model, colony, session, device, runtime, tool. A tenant's token (any
+    /// scope, admin included) reads its own tenant only: grouped by tenant it answers that one row. An
+    /// operator token reads every tenant and must group by tenant, optionally with model; other
+    /// dimensions are refused (400). `tool` gives per tool name the completed calls, errors, summed and
+    /// p50/p95 durations (it cannot be combined with model).
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>)]
     pub group_by: Option<GroupBy>,

@@ -4,8 +4,9 @@
 //! range ([`Split`]), and builds the statements with `sqlx::QueryBuilder` (every value a bind).
 //!
 //! The statement's shape is fixed whatever the grouping: `b` (the bucket's index), one text column per
-//! dimension of [`Dim::ALL`] (`NULL` when not grouped by it), and the ten sums — so rows decode into one
-//! `FromRow` type ([`super::fetch`]) instead of being read by position.
+//! dimension of [`Dim::ALL`] (`NULL` when not grouped by it), and the sums — the usage sums, or with
+//! `group_by=tool` the tool sums and histogram slots of `tool_rollups` — so rows decode into one
+//! `FromRow` type per source ([`super::fetch`]) instead of being read by position.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::{Postgres, QueryBuilder};
@@ -23,7 +24,20 @@ pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 /// The rollup columns a usage query reads.
 const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, \
     output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
-    tool_errors, events";
+    tool_errors, events, tool_duration_ms, active_ms";
+/// The `tool_rollups` columns a query grouped by tool reads.
+const TOOL_COLUMNS: &str =
+    "bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, \
+    calls, errors, timed_calls, duration_ms, duration_hist";
+
+/// The rollup a plan reads.
+fn table(tools: bool) -> &'static str {
+    if tools {
+        "tool_rollups"
+    } else {
+        "usage_rollups"
+    }
+}
 
 /// Which rollup rows a query may sum: the tenant (none for the operator), the user, the part.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,19 +90,38 @@ impl Filter {
             Part::Colony(c) => {
                 q.push(" AND colony_id = ").push_bind(c.clone());
             }
+            Part::ColonyKey(k) => {
+                // The rows the colony dimension gives this key (`COLONY_KEY_OF_ROW`).
+                let t = self.tenant.unwrap_or_default();
+                q.push(" AND (colony_id IN (SELECT session_id FROM colony_runs WHERE tenant_id = ")
+                    .push_bind(t)
+                    .push(" AND colony_key = ")
+                    .push_bind(k.clone())
+                    .push(
+                        ") OR session_id IN (SELECT session_id FROM colony_runs WHERE tenant_id = ",
+                    )
+                    .push_bind(t)
+                    .push(" AND colony_key = ")
+                    .push_bind(k.clone())
+                    .push(" AND parent_session_id IS NOT NULL))");
+            }
         }
         if let Some(u) = &self.user {
             q.push(" AND user_id = ").push_bind(u.clone());
         }
     }
 
-    /// The first and last 15-minute bucket with rows in `[from, to)`.
+    /// The first and last 15-minute bucket with rows in `[from, to)` (of `tool_rollups` when `tools`).
     pub fn extent_query(
         &self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
+        tools: bool,
     ) -> QueryBuilder<'static, Postgres> {
-        let mut q = QueryBuilder::new("SELECT min(bucket), max(bucket) FROM usage_rollups");
+        let mut q = QueryBuilder::new(format!(
+            "SELECT min(bucket), max(bucket) FROM {}",
+            table(tools)
+        ));
         self.push_where(&mut q);
         q.push(" AND bucket >= ").push_bind(from);
         q.push(" AND bucket < ").push_bind(to);
@@ -134,14 +167,17 @@ pub struct Plan {
     pub buckets: Option<Buckets>,
     /// Some when whole hours come from the hourly rollup.
     pub split: Option<Split>,
+    /// Grouped by tool: the rows come from `tool_rollups`.
+    pub tools: bool,
 }
 
 impl Plan {
     /// The plan over `[from, to)` (the query's range, or that range clamped, see [`clamp`]).
     pub fn new(filter: Filter, q: &UsageQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Plan {
         let buckets = unit(q.granularity).map(|u| buckets::buckets(u, q.tz, from, to));
+        let tools = q.group_by.contains(&Dim::Tool);
         let split = match (&filter.tenant, &filter.part) {
-            (Some(_), Part::Whole) => {
+            (Some(_), Part::Whole) if !tools => {
                 let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
                 Split::of(from, to, &starts)
             }
@@ -154,6 +190,7 @@ impl Plan {
             group_by: q.group_by.clone(),
             buckets,
             split,
+            tools,
         }
     }
 
@@ -177,7 +214,12 @@ impl Plan {
                 false => q.push(format!(", NULL::text AS {}", d.field())),
             };
         }
-        q.push(", ").push(sums::select(wide)).push(" FROM (");
+        let sums = if self.tools {
+            sums::tool_select(wide)
+        } else {
+            sums::select(wide)
+        };
+        q.push(", ").push(sums).push(" FROM (");
         self.push_source(&mut q);
         q.push(") AS r GROUP BY 1");
         for (i, d) in Dim::ALL.iter().enumerate() {
@@ -192,6 +234,12 @@ impl Plan {
     /// rollup plus quarter rows for the rest ([`Split`]).
     fn push_source(&self, q: &mut QueryBuilder<'static, Postgres>) {
         match &self.split {
+            None if self.tools => {
+                q.push(format!("SELECT {TOOL_COLUMNS} FROM tool_rollups"));
+                self.filter.push_where(q);
+                q.push(" AND bucket >= ").push_bind(self.from);
+                q.push(" AND bucket < ").push_bind(self.to);
+            }
             None => {
                 q.push(format!("SELECT {COLUMNS} FROM usage_rollups"));
                 self.filter.push_where(q);
@@ -303,6 +351,39 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_grouping_reads_the_tool_rollups_quarter_rows() {
+        let q = query(
+            "2026-11-01T00:00:00Z",
+            "2026-11-04T00:00:00Z",
+            Granularity::Day,
+            "UTC",
+            &[Dim::Tool, Dim::Session],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        assert!(plan.tools);
+        assert_eq!(plan.split, None, "no hourly tool rollup");
+        let sql = plan.query(false).into_sql();
+        assert!(
+            sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $2 AND bucket >= $3"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("NULL::text AS model, NULL::text AS colony_id, session_id AS session_id")
+        );
+        assert!(
+            sql.contains("tool_name AS tool_name, apiary_sum(calls) AS calls"),
+            "{sql}"
+        );
+        assert!(sql.contains(&format!("AS h{}", crate::tool_rollups::SLOTS)));
+        assert!(!sql.contains("usage_rollups"), "{sql}");
+        assert!(sql.ends_with("GROUP BY 1, 6, 9"), "{sql}");
+        let extent = tenant_filter(Part::Whole)
+            .extent_query(q.from, q.to, true)
+            .into_sql();
+        assert!(extent.starts_with("SELECT min(bucket), max(bucket) FROM tool_rollups"));
+    }
+
+    #[test]
     fn an_operator_sums_every_tenant_but_only_per_tenant() {
         let op = crate::access::OperatorRead::for_tests();
         assert!(Filter::of(Within::AllTenants(&op), &[Dim::Model]).is_err());
@@ -354,7 +435,7 @@ mod tests {
         q.granularity = Granularity::Total;
         assert!(!needs_extent(&q), "totals need no buckets");
         let sql = tenant_filter(Part::Whole)
-            .extent_query(q.from, q.to)
+            .extent_query(q.from, q.to, false)
             .into_sql();
         assert_eq!(sql, "SELECT min(bucket), max(bucket) FROM usage_rollups WHERE TRUE AND tenant_id = $1 AND bucket >= $2 AND bucket < $3");
     }

@@ -1,0 +1,276 @@
+//! Tool durations, active time and wall-clock (issue 13, item 3): `group_by=tool` per tool name, the
+//! session body's `durations`, the rollups' `active_seconds` equal to the session's time in `active`
+//! once it is over, and the migration's backfill of what was stored before it.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+fn timed(session: &str, at: &str, tool: &str, ms: Option<u64>, is_error: bool) -> Value {
+    let mut data = json!({ "tool_name": tool, "status": "completed", "is_error": is_error });
+    if let Some(ms) = ms {
+        data["duration_ms"] = json!(ms);
+    }
+    event("tool.call", Some(session), ts(at), data)
+}
+
+fn run(session: &str, at: &str, status: &str) -> Value {
+    event(
+        "execution",
+        Some(session),
+        ts(at),
+        json!({ "scope": "execution", "status": status }),
+    )
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn group_by_tool_gives_calls_errors_durations_and_percentiles(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let mut events = vec![run("q1", "2026-11-03T10:00:00Z", "started")];
+    // read_file: 1..=10 ms and one of 1,000 ms; one error; one without a duration.
+    for i in 1..=10u64 {
+        events.push(timed(
+            "q1",
+            "2026-11-03T10:01:00Z",
+            "read_file",
+            Some(i),
+            i == 3,
+        ));
+    }
+    events.push(timed(
+        "q1",
+        "2026-11-03T10:02:00Z",
+        "read_file",
+        Some(1_000),
+        false,
+    ));
+    events.push(timed(
+        "q1",
+        "2026-11-03T10:03:00Z",
+        "read_file",
+        None,
+        false,
+    ));
+    events.push(timed(
+        "q2",
+        "2026-11-03T11:10:00Z",
+        "bash",
+        Some(60_000),
+        true,
+    ));
+    events.push(run("q1", "2026-11-03T10:04:00Z", "completed"));
+    let sessions = vec![binding("q1", "alice"), binding("q2", "bob")];
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, sessions)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    let (s, v) = app
+        .get(
+            &t.read,
+            "/v1/usage?from=2026-11-03&to=2026-11-04&group_by=tool",
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["group_by"], json!(["tool_name"]));
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    let bash = &rows[0];
+    assert_eq!(bash["tool_name"], "bash");
+    assert_eq!(
+        (
+            &bash["tool_calls"],
+            &bash["tool_errors"],
+            &bash["tool_duration_ms"]
+        ),
+        (&json!(1), &json!(1), &json!(60_000))
+    );
+    // One call in [46341, 65536): the middle of its slot.
+    assert_eq!(bash["tool_duration_p50_ms"], 55_938);
+    let read = &rows[1];
+    assert_eq!(read["tool_name"], "read_file");
+    assert_eq!(
+        (
+            &read["tool_calls"],
+            &read["tool_errors"],
+            &read["tool_calls_timed"]
+        ),
+        (&json!(12), &json!(1), &json!(11))
+    );
+    assert_eq!(read["tool_duration_ms"], 55 + 1_000);
+    // Nearest rank: p50 of 11 is the 6th (6 ms, in [6, 8)), p95 the 11th (1,000 ms, in [724, 1024)).
+    assert_eq!(read["tool_duration_p50_ms"], 6);
+    assert_eq!(read["tool_duration_p95_ms"], 874);
+    assert_eq!(v["totals"]["tool_duration_ms"], 61_055);
+    assert_eq!(read["input_tokens"], 0, "tool rows hold tool sums only");
+
+    // By tool and session, and a session's own usage by tool.
+    let (_, v) = app
+        .get(
+            &t.read,
+            "/v1/usage?from=2026-11-03&to=2026-11-04&group_by=tool,session&granularity=hour",
+        )
+        .await;
+    assert_eq!(v["rows"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["rows"][1]["session_id"], "q2");
+    let (_, v) = app
+        .get(&t.read, "/v1/sessions/q2/usage?group_by=tool")
+        .await;
+    assert_eq!(v["rows"][0]["tool_name"], "bash", "{v}");
+    // Tool calls have no model.
+    let (s, v) = app.get(&t.read, "/v1/usage?group_by=tool,model").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v.to_string().contains("group_by"), "{v}");
+
+    // The usage totals carry the durations; q1 was active from its start to its end (4 minutes).
+    let (_, v) = app
+        .get(
+            &t.read,
+            "/v1/usage?from=2026-11-03&to=2026-11-04&group_by=session",
+        )
+        .await;
+    let q1 = &v["rows"][0];
+    assert_eq!(q1["session_id"], "q1");
+    assert_eq!(q1["tool_duration_ms"], 1_055);
+    assert_eq!(q1["active_seconds"], 240.0);
+    let body = app.get(&t.read, "/v1/sessions/q1").await.1;
+    assert_eq!(
+        body["durations"],
+        json!({ "started_at": "2026-11-03T10:00:00Z", "ended_at": "2026-11-03T10:04:00Z",
+                "wall_clock_seconds": 240.0, "active_seconds": 240.0 }),
+        "{body}"
+    );
+    assert_eq!(body["totals"]["active_seconds"], 240.0);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn active_time_in_the_rollups_is_the_sessions_time_in_active_whatever_the_order(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    // Active 10:00 → a stall at 10:10:30.5 → progress again 10:20 → completed 10:44:59.999:
+    // 630.5 s + 1,499.999 s of active time across four quarter hours.
+    let events = vec![
+        run("s1", "2026-11-03T10:00:00Z", "started"),
+        llm("s1", ts("2026-11-03T10:05:00Z"), "m", 1, 1, 0.1),
+        llm("s1", ts("2026-11-03T10:09:00Z"), "m", 1, 1, 0.1),
+        event(
+            "health.signal",
+            Some("s1"),
+            ts("2026-11-03T10:10:30.5Z"),
+            json!({ "signal": "stalled" }),
+        ),
+        llm("s1", ts("2026-11-03T10:20:00Z"), "m", 1, 1, 0.1),
+        llm("s1", ts("2026-11-03T10:24:00Z"), "m", 1, 1, 0.1),
+        llm("s1", ts("2026-11-03T10:28:00Z"), "m", 1, 1, 0.1),
+        llm("s1", ts("2026-11-03T10:32:00Z"), "m", 1, 1, 0.1),
+        llm("s1", ts("2026-11-03T10:36:00Z"), "m", 1, 1, 0.1),
+        llm("s1", ts("2026-11-03T10:40:00Z"), "m", 1, 1, 0.1),
+        run("s1", "2026-11-03T10:44:59.999Z", "completed"),
+    ];
+    // Posted backwards, one event per batch: every batch rewrites the history's end.
+    for e in events.iter().rev() {
+        let (s, v) = app
+            .post_batch(
+                &t.ingest,
+                &batch(vec![e.clone()], vec![binding("s1", "alice")]),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    let (_, v) = app
+        .get(
+            &t.read,
+            "/v1/usage?from=2026-11-03&to=2026-11-04&granularity=hour",
+        )
+        .await;
+    assert_eq!(v["totals"]["active_seconds"], 2_130.499, "{v}");
+    let body = app.get(&t.read, "/v1/sessions/s1").await.1;
+    assert_eq!(body["durations"]["active_seconds"], 2_130.499, "{body}");
+    assert_eq!(body["time_in_state"]["active"], 2_130.499);
+    assert_eq!(body["durations"]["wall_clock_seconds"], 2_699.999);
+    let quarters: Vec<(chrono::DateTime<chrono::Utc>, i64)> = sqlx::query_as(
+        "SELECT bucket, sum(active_ms)::int8 FROM usage_rollups GROUP BY 1 HAVING sum(active_ms) <> 0 ORDER BY 1",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        quarters,
+        vec![
+            (ts("2026-11-03T10:00:00Z"), 630_500),
+            (ts("2026-11-03T10:15:00Z"), 600_000),
+            (ts("2026-11-03T10:30:00Z"), 899_999),
+        ]
+    );
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_durations_migration_backfills_what_was_stored_before_it(pool: sqlx::PgPool) {
+    let all = sqlx::migrate!("../migrations");
+    let is_mine = |m: &&sqlx::migrate::Migration| m.description.contains("tool durations");
+    assert_eq!(all.iter().filter(is_mine).count(), 1);
+    for m in all.iter().take_while(|m| !is_mine(m)) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+    let tenant = uuid::Uuid::new_v4();
+    sqlx::raw_sql(&format!(
+        "SELECT apiary_ensure_event_partitions('2026-11-03', '2026-11-04');
+         INSERT INTO tenants (tenant_id, name) VALUES ('{tenant}', 'acme');
+         INSERT INTO sessions (tenant_id, session_id, user_id, device_id, colony_id, runtime, first_seen_at,
+             stall_due_at)
+         VALUES ('{tenant}', 's1', 'alice', 'd', NULL, 'otel', now(), '2026-11-03T10:40:00Z');
+         INSERT INTO events (tenant_id, effective_at, event_id, occurred_at, received_at, kind, runtime,
+             native_type, session_id, user_id, device_id, data)
+         VALUES
+         ('{tenant}', '2026-11-03T10:01:00Z', gen_random_uuid(), '2026-11-03T10:01:00Z', now(), 'tool.call',
+          'otel', 'execute_tool', 's1', 'alice', 'd', '{{\"status\": \"completed\", \"tool_name\": \"grep\", \"duration_ms\": 1500}}'),
+         ('{tenant}', '2026-11-03T10:02:00Z', gen_random_uuid(), '2026-11-03T10:02:00Z', now(), 'tool.call',
+          'otel', 'execute_tool', 's1', 'alice', 'd', '{{\"status\": \"completed\", \"tool_name\": \"grep\", \"is_error\": true}}');
+         INSERT INTO usage_rollups (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
+             tool_calls, tool_errors, events)
+         VALUES ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd', '', 's1', '', 'otel', 2, 1, 2);
+         INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model,
+             runtime, tool_calls, tool_errors, events)
+         VALUES ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd', '', 's1', '', 'otel', 2, 1, 2);
+         INSERT INTO status_transitions (tenant_id, session_id, seq, at, from_status, to_status, cause) VALUES
+         ('{tenant}', 's1', 0, '2026-11-03T10:00:00Z', NULL, 'active', 'progress'),
+         ('{tenant}', 's1', 1, '2026-11-03T10:20:00Z', 'active', 'stalled', 'no_progress'),
+         ('{tenant}', 's1', 2, '2026-11-03T10:35:00Z', 'stalled', 'active', 'progress');"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let m = all.iter().find(is_mine).unwrap();
+    sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    let rows: Vec<(chrono::DateTime<chrono::Utc>, i64, i64, i64)> = sqlx::query_as(
+        "SELECT bucket, events, tool_duration_ms, active_ms FROM usage_rollups ORDER BY bucket",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (ts("2026-11-03T10:00:00Z"), 2, 1_500, 900_000),
+            (ts("2026-11-03T10:15:00Z"), 0, 0, 300_000),
+            (ts("2026-11-03T10:30:00Z"), 0, 0, 300_000),
+        ]
+    );
+    let hourly: (i64, i64, i64) =
+        sqlx::query_as("SELECT events, tool_duration_ms, active_ms FROM usage_rollups_hourly")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(hourly, (2, 1_500, 1_500_000));
+    let tool: (String, i64, i64, i64, i64, Vec<i64>) = sqlx::query_as(
+        "SELECT tool_name, calls, errors, timed_calls, duration_ms, duration_hist FROM tool_rollups",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let mut hist = vec![0i64; apiary_ingest::tool_rollups::SLOTS];
+    hist[apiary_ingest::tool_rollups::slot(1_500)] = 1;
+    assert_eq!(tool, ("grep".into(), 2, 1, 1, 1_500, hist));
+}
