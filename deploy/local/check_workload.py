@@ -11,8 +11,11 @@
 * cached + cache_creation <= input tokens; tool calls pair up by tool_use_id;
 * usage recomputed from the logs (durable events, deduplicated by (session, stream, seq, type, timestamp)
   the way Apiary identifies Hive events) equals expected.json by user, model, colony and session;
-* the status story holds: the stalled worker ends on node_stalled, the idle queen on client_input_requested,
-  failed/completed sessions end the way their status says;
+* the status story holds: the stalled worker ends on node_stalled, the waiting queen on client_input_requested,
+  the escalating worker on escalation_requested, the crashed agent run on a tool call started, with a state.json
+  beside its log; failed/completed sessions end the way their status says;
+* tasks by state, the call in flight and per-tool calls, errors and durations (paired by tool_use_id, floored to
+  ms; Claude Code's own duration_ms) recomputed from the files equal expected.json's;
 * Claude Code's OTLP exports (OUT/claude_code/<user>/): OTLP/JSON as Claude Code sends it, event.sequence
   increasing per session, markers only in attributes the agent drops (prompt, tool_parameters, tool_input,
   error, user.*, organization.id, resource attributes but service.name); their usage, recomputed from the
@@ -237,8 +240,19 @@ def main(argv=None) -> int:
         want_last = {"stalled": {"node_stalled"}, "waiting": {"client_input_requested"},
                      "failed": {"subagent_report", "execution_failed"},
                      "completed": {"execution_completed", "subagent_report"},
-                     "active": {"llm_turn_complete", "tool_call_completed"}}[meta["status"]]
+                     "active": {"llm_turn_complete", "tool_call_completed"},
+                     "degraded": {"llm_turn_complete", "tool_call_completed"},
+                     "needs_attention": {"escalation_requested"},
+                     "crashed": {"tool_call_started"}}[meta["status"]]
         check(last["type"] in want_last, f"session {sid} ({meta['status']}): last durable event is {last['type']}")
+        if meta["status"] == "crashed":
+            states = list((args.out / meta["user"]).glob(f"agents/*/sessions/{sid}/state.json"))
+            check(len(states) == 1, f"session {sid} (crashed): state.json files {states}")
+            for p in states:
+                st = json.loads(p.read_text())
+                check(st.get("session_id") == sid and isinstance(st.get("pid"), int) and (
+                    st.get("status") == "active" or st.get("error") == "Stale session: runtime restarted"),
+                    f"{p}: not a running or stale-marked execution: {st.get('status')} {st.get('pid')}")
     # Claude Code, from its exports alone
     end_ms = round(datetime.fromisoformat(exp["window"]["end_local"]).timestamp() * 1000)
     cc_last: dict[str, tuple[str, int]] = {}
@@ -264,7 +278,8 @@ def main(argv=None) -> int:
             check(last[0] in ("api_request", "tool_result") and quiet_s < 60,
                   f"Claude Code session {sid} (active): last record {last[0]} {quiet_s:.0f}s before the end")
         else:
-            check(meta["status"] == "stalled" and quiet_s > 300,
+            # quiet for longer than stall_after: an interactive session waits for its user (quiet_interactive)
+            check(meta["status"] == "idle" and quiet_s > 300,
                   f"Claude Code session {sid} ({meta['status']}): last record {quiet_s:.0f}s before the end")
 
     def same(name, got, want):
@@ -282,7 +297,50 @@ def main(argv=None) -> int:
     for sid, meta in exp["sessions"].items():
         same(f"session {sid}", by_session[sid], meta["usage"])
     open_calls = [k for k, v in started.items() if v != 0]
-    check(len(open_calls) <= 1, f"unpaired tool calls: {open_calls}")  # the idle queen's ask_user is still open
+    # the waiting queen's ask_user and the crashed run's last command are still open
+    check(len(open_calls) <= 2, f"unpaired tool calls: {open_calls}")
+
+    # work: tasks, the call in flight, per-tool durations
+    tasks: dict = defaultdict(dict)
+    calls: dict = defaultdict(dict)
+    ended: dict = {}
+    tools: dict = defaultdict(lambda: dict.fromkeys(("tool_calls", "tool_errors", "tool_calls_timed",
+                                                     "tool_duration_ms"), 0))
+    for (sess, *_), (user, d) in sorted(events.items(), key=lambda kv: kv[1][1]["timestamp"]):
+        data, at = d["data"], datetime.fromisoformat(d["timestamp"])
+        if d["type"] in ("task_created", "task_updated"):
+            task = data.get("task") or {}
+            tasks[sess][str(task.get("id", data.get("task_id")))] = task.get("status")
+        elif d["type"] == "tool_call_started":
+            calls[sess][data["tool_use_id"]] = [data["tool_name"], at, None]
+        elif d["type"] == "tool_call_completed":
+            c = calls[sess].setdefault(data["tool_use_id"], [data["tool_name"], None, None])
+            c[2] = at
+            t = tools[data["tool_name"]]
+            t["tool_calls"] += 1
+            t["tool_errors"] += 1 if data.get("is_error") else 0
+            if c[1] is not None:
+                t["tool_calls_timed"] += 1
+                t["tool_duration_ms"] += int((at - c[1]).total_seconds() * 1_000_000) // 1000
+        elif d["type"] in ("execution_completed", "execution_failed"):
+            ended[sess] = at
+    for user, short, a, ms in cc:
+        if short == "tool_result":
+            t = tools[a["tool_name"]]
+            t["tool_calls"] += 1
+            t["tool_errors"] += 0 if str(a.get("success")).lower() == "true" else 1
+            t["tool_calls_timed"] += 1
+            t["tool_duration_ms"] += int(a["duration_ms"])
+    check(dict(tools) == exp["by_tool"], f"by tool recomputed {dict(tools)} != expected {exp['by_tool']}")
+    for sid, meta in exp["sessions"].items():
+        counts = {"pending": 0, "in_progress": 0, "completed": 0, "other": 0}
+        for state in tasks[sid].values():
+            counts[state if state in counts and state != "other" else "other"] += 1
+        check(counts == meta["tasks"], f"session {sid}: tasks recomputed {counts} != expected {meta['tasks']}")
+        flying = [(c[1], c[0]) for c in calls[sid].values()
+                  if c[2] is None and c[1] is not None and (sid not in ended or c[1] > ended[sid])]
+        act = {"tool_name": max(flying)[1], "in_flight": len(flying)} if flying else None
+        check(act == meta["activity"], f"session {sid}: activity recomputed {act} != expected {meta['activity']}")
     n_files = sum(len(v) for v in exp["files"].values())
     if FAIL:
         for f in FAIL[:50]:

@@ -91,6 +91,7 @@ class Session:
     records: list[Record] = field(default_factory=list)
     usage: dict = field(default_factory=dict)
     by_model: dict = field(default_factory=dict)
+    tools: dict = field(default_factory=dict)  # tool name -> calls, errors, timed calls, duration_ms (its own)
     canaries: int = 0
 
 
@@ -210,6 +211,12 @@ class Script:
         u = self.sess.usage
         u["tool_calls"] += 1
         u["tool_errors"] += 0 if ok else 1
+        t = self.sess.tools.setdefault(name, {"tool_calls": 0, "tool_errors": 0, "tool_calls_timed": 0,
+                                              "tool_duration_ms": 0})
+        t["tool_calls"] += 1
+        t["tool_errors"] += 0 if ok else 1
+        t["tool_calls_timed"] += 1
+        t["tool_duration_ms"] += d
         u["events"] += 1
         self.context += rng.randrange(150, 2200)
 

@@ -276,10 +276,21 @@ done
 
 # ---------------------------------------------------------------------------------------------------------
 step "Writing the team's day of Hive sessions (deploy/local/workload.py; the last part live over ${TRICKLE}s)"
+# A stand-in for the process of carol's `hive run digest_agent`: its state.json names this pid, and it is
+# killed -9 below, in the middle of the run's last tool call (the run then reads `crashed`, not `stalled`).
+sleep 600 &
+RUNTIME_PID=$!
 python3 "$HERE/workload.py" --out "$DEMO/hive" --users "$USERS" --seed "$SEED" --trickle "$TRICKLE" \
+    --runtime-pid "$RUNTIME_PID" \
     2> >(tee "$LOGS/workload.log" | grep --line-buffered -v 'trickle:' | sed -u 's/^workload: /    /') \
     || die "the workload generator failed; see $LOGS/workload.log"
-sleep 0.2
+python3 "$HERE/check_workload.py" --out "$DEMO/hive" >>"$LOGS/workload.log" 2>&1 \
+    || die "the workload's files do not check out (deploy/local/check_workload.py); see $LOGS/workload.log"
+info "files checked (deploy/local/check_workload.py): format, pairing, markers, totals, work, status story"
+sleep 2
+kill -KILL "$RUNTIME_PID" 2>/dev/null || true
+wait "$RUNTIME_PID" 2>/dev/null || true
+info "killed -9 the runtime of carol's weekly digest run (pid $RUNTIME_PID), in the middle of a tool call"
 
 # ---------------------------------------------------------------------------------------------------------
 CC_ARGS=()
@@ -299,6 +310,14 @@ fi
 step "Waiting until every agent has delivered everything (timeout ${TIMEOUT}s)"
 python3 "$HERE/demo_util.py" wait-drained --expected "$DEMO/hive/expected.json" --timeout "$TIMEOUT" \
     "${DRAIN_ARGS[@]}" 2>&1 || die "delivery did not finish; logs in $LOGS"
+
+# ---------------------------------------------------------------------------------------------------------
+if grep -q '"status": "crashed"' "$DEMO/hive/expected.json"; then
+    info "waiting for the dead runtime to reach the dashboard (the agent's next scan and heartbeat):"
+    python3 "$HERE/demo_util.py" wait-status --url "$INGEST_URL" --token-file "$DEMO/read.token" \
+        --expected "$DEMO/hive/expected.json" --status crashed --timeout 60 2>&1 \
+        || info "(the report below shows what it reads instead)"
+fi
 
 # ---------------------------------------------------------------------------------------------------------
 step "The dashboard (deploy/local/report.py, read API with the read token)"

@@ -10,6 +10,10 @@
     demo_util.py wait-drained --expected F --timeout S USER=DIR[:PID] ...
                                                  wait until every agent has read its Hive logs and
                                                  delivered everything (nothing pending)
+    demo_util.py wait-status --url URL --token-file F --expected F --status S [--timeout S]
+                                                 wait until the sessions expected.json gives status S
+                                                 read S on the ingest (e.g. crashed: the runtime's death
+                                                 reaches the cloud with the agents' next heartbeat)
 """
 
 from __future__ import annotations
@@ -187,6 +191,31 @@ def cmd_wait_drained(a):
         time.sleep(0.3)
 
 
+def cmd_wait_status(a):
+    exp = json.loads(Path(a.expected).read_text())
+    token = Path(a.token_file).read_text().strip()
+    want = {sid: m["label"] for sid, m in exp["sessions"].items() if m["status"] == a.status}
+    start = time.monotonic()
+    got: dict = {}
+    while True:
+        for sid in want:
+            try:
+                _, v = get_json(f"{a.url.rstrip('/')}/v1/sessions/{urllib.parse.quote(sid, safe='')}", token)
+                got[sid] = v.get("status")
+            except (OSError, ValueError, urllib.error.URLError) as e:
+                got[sid] = f"? ({e})"
+        waited = time.monotonic() - start
+        if all(got.get(sid) == a.status for sid in want):
+            for sid, label in want.items():
+                say(f"    {label}: {a.status} after {waited:.0f}s")
+            return 0
+        if waited >= a.timeout:
+            for sid, label in want.items():
+                say(f"error: {label} ({sid}) reads {got.get(sid)}, not {a.status}, after {a.timeout:g}s")
+            return 1
+        time.sleep(0.5)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -213,6 +242,13 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", type=float, default=2.0, help="seconds without newly received events")
     p.add_argument("agents", nargs="+", metavar="USER=DIR[:PID]")
     p.set_defaults(fn=cmd_wait_drained)
+    p = sub.add_parser("wait-status")
+    p.add_argument("--url", required=True)
+    p.add_argument("--token-file", required=True)
+    p.add_argument("--expected", required=True)
+    p.add_argument("--status", required=True)
+    p.add_argument("--timeout", type=float, default=60)
+    p.set_defaults(fn=cmd_wait_status)
     a = ap.parse_args(argv)
     return a.fn(a) or 0
 

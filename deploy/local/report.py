@@ -5,11 +5,12 @@
                                    [--expected .apiary/demo/hive/expected.json] [--from ... --to ... --tz ...]
 
 Prints usage by user, by model, by colony and by runtime (Hive, Claude Code; tokens in / cached / cache
-writes / out, cost, unpriced turns, LLM calls, tool calls, tool errors, events), every session's status
-(runtime, phase, health, last event), device liveness (last heartbeat, backlog, agent version), and, with
+writes / out, cost, unpriced turns, LLM calls, tool calls, tool errors, events), tool calls by tool (calls,
+errors, time: total, p50, p95), every session's status (runtime, phase, health, last event, tasks, what it is
+doing now, active and wall-clock time), device liveness (last heartbeat, backlog, agent version), and, with
 --expected, one line comparing the dashboard with the totals the workload generator computed itself.
 
-Uses only the read API: GET /v1/usage (group_by user, model, colony, runtime, session+user),
+Uses only the read API: GET /v1/usage (group_by user, model, colony, runtime, tool, session+user),
 GET /v1/sessions/{id}, GET /v1/devices, with a `read`-scope bearer token. (An ingest without
 group_by=runtime: usage by runtime is then the session rows added up by each session's runtime.)
 Exit status: 0 printed (and matches --expected when given), 1 mismatch, 2 the API could not be read.
@@ -118,6 +119,39 @@ def when(ts: str | None, now: datetime) -> str:
     return f"{local.strftime('%H:%M:%S')} ({ago})"
 
 
+def secs(ms) -> str:
+    """A duration in milliseconds, readable: 850ms, 12.3s, 4m05s, 2h10m."""
+    if ms is None:
+        return "-"
+    ms = int(ms)
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    s = ms // 1000
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def tasks_str(t: dict | None) -> str:
+    """Task counts: '1/3 done, 2 pending'."""
+    if not t or not any(t.values()):
+        return "-"
+    total = sum(t.values())
+    rest = [f"{t[k]} {k.replace('_', ' ')}" for k in ("in_progress", "pending", "other") if t.get(k)]
+    return f"{t.get('completed', 0)}/{total} done" + (", " + ", ".join(rest) if rest else "")
+
+
+def doing_str(a: dict | None, now: datetime) -> str:
+    """The operation in flight: 'ask_user for 4m' (+N more in parallel)."""
+    if not a:
+        return "-"
+    since = when(a.get("since"), now)
+    more = f" (+{a['in_flight'] - 1})" if (a.get("in_flight") or 1) > 1 else ""
+    return f"{a.get('tool_name') or a.get('kind')} since {since}{more}"
+
+
 def short(sid: str | None, keep=6) -> str:
     """session_20261122_011819_70890a33 -> ..._011819_70890a33 (date dropped; still unique in a day)."""
     if not sid:
@@ -142,8 +176,11 @@ def compare(name: str, got: dict | None, want: dict, problems: list[str]) -> boo
     return True
 
 
+TOOL_KEYS = ["tool_calls", "tool_errors", "tool_calls_timed", "tool_duration_ms"]
+
+
 def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, by_runtime: dict, totals: dict,
-                   sessions: dict) -> tuple[str, list[str], list[str]]:
+                   sessions: dict, by_tool: dict | None = None) -> tuple[str, list[str], list[str]]:
     problems: list[str] = []
     notes: list[str] = []
     parts = []
@@ -162,9 +199,21 @@ def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, by
     if "by_runtime" in exp:
         ok = sum(compare(f"runtime {r}", by_runtime.get(r), w, problems) for r, w in exp["by_runtime"].items())
         parts.append(f"by runtime {ok}/{len(exp['by_runtime'])}")
+    if "by_tool" in exp and by_tool is not None:
+        ok = 0
+        for name, want in exp["by_tool"].items():
+            got = by_tool.get(name) or {}
+            diff = [f"{k} {got.get(k)} != {want[k]}" for k in TOOL_KEYS if got.get(k) != want[k]]
+            if diff:
+                problems.append(f"tool {name}: " + ", ".join(diff))
+            else:
+                ok += 1
+        for name in sorted(set(by_tool) - set(exp["by_tool"])):
+            problems.append(f"tool {name}: on the dashboard but not in the workload")
+        parts.append(f"by tool {ok}/{len(exp['by_tool'])}")
     tot_ok = compare("totals", totals, exp["totals"], problems)
     parts.append("totals " + ("ok" if tot_ok else "DIFFER"))
-    ok = 0
+    ok = work_ok = act_ok = 0
     for sid, meta in exp["sessions"].items():
         s = sessions.get(sid)
         want = meta["status"]
@@ -186,9 +235,26 @@ def check_expected(exp: dict, by_user: dict, by_model: dict, by_colony: dict, by
             problems.append(f"session {short(sid)}: parent {s.get('parent_session_id')}, expected {meta['parent']}")
         if "runtime" in meta and s.get("runtime") != meta["runtime"]:
             problems.append(f"session {short(sid)}: runtime {s.get('runtime')}, expected {meta['runtime']}")
+        work = s  # tasks, next_wake_at and activity sit in the session body itself
+        if "tasks" in meta:
+            got_tasks = {k: (work.get("tasks") or {}).get(k, 0) for k in meta["tasks"]}
+            if got_tasks != meta["tasks"]:
+                problems.append(f"session {short(sid)} ({meta['label']}): tasks {got_tasks}, expected {meta['tasks']}")
+            else:
+                work_ok += 1
+        if "activity" in meta:
+            a = work.get("activity")
+            got_act = {"tool_name": a.get("tool_name"), "in_flight": a.get("in_flight")} if a else None
+            if got_act != meta["activity"]:
+                problems.append(f"session {short(sid)} ({meta['label']}): doing {got_act}, expected "
+                                f"{meta['activity']}")
+            else:
+                act_ok += 1
     for sid in sorted(set(sessions) - set(exp["sessions"])):
         problems.append(f"session {sid}: on the dashboard but not in the workload")
     parts.append(f"statuses {ok}/{len(exp['sessions'])}")
+    if any("tasks" in m for m in exp["sessions"].values()):
+        parts.append(f"tasks {work_ok}/{len(exp['sessions'])}, doing now {act_ok}/{len(exp['sessions'])}")
     return ", ".join(parts), problems, notes
 
 
@@ -228,6 +294,10 @@ def main(argv=None) -> int:
             u_runtime = api.get("/v1/usage", group_by="runtime", **rng)
         except ApiFailure:
             u_runtime = None  # an older ingest: added up from the session rows below
+        try:
+            u_tool = api.get("/v1/usage", group_by="tool", **rng)
+        except ApiFailure:
+            u_tool = None  # an older ingest: no tool durations
     except ApiFailure as e:
         print(f"report: {e}", file=sys.stderr)
         return 2
@@ -308,6 +378,15 @@ def main(argv=None) -> int:
     rows = [[rt] + usage_cells(r) for rt, r in sorted(by_runtime.items())]
     out.append(table(["runtime"] + hdr, rows, right))
 
+    if u_tool is not None:
+        out.append("\nTool calls by tool   (durations paired on the device by tool_use_id, or the runtime's own; "
+                   "p50/p95 from a histogram, within its bucket)")
+        rows = [[r.get("tool_name") or "-", num(r.get("tool_calls", 0)), num(r.get("tool_errors", 0)),
+                 num(r.get("tool_calls_timed", 0)), secs(r.get("tool_duration_ms")),
+                 secs(r.get("tool_duration_p50_ms")), secs(r.get("tool_duration_p95_ms"))]
+                for r in u_tool["rows"]]
+        out.append(table(["tool", "calls", "errors", "timed", "total time", "p50", "p95"], rows, {1, 2, 3, 4, 5, 6}))
+
     counts = {}
     for s in sessions.values():
         counts[s.get("status")] = counts.get(s.get("status"), 0) + 1
@@ -327,10 +406,16 @@ def main(argv=None) -> int:
         health = (s.get("health") or {}).get("signal") or "-"
         t = s.get("totals") or {}
         label = labels.get(s["session_id"], "")
+        work = s  # tasks, next_wake_at and activity sit in the session body itself
+        dur = s.get("durations") or {}
+        alarming = ("stalled", "failed", "crashed", "needs_attention", "degraded")
         return [s.get("user_id") or "-", prefix + short(s["session_id"]), s.get("runtime") or "-",
                 s.get("agent_role") or "-",
-                s.get("phase") or "-", (s.get("status") or "?").upper() if s.get("status") in ("stalled", "failed")
+                s.get("phase") or "-", (s.get("status") or "?").upper() if s.get("status") in alarming
                 else s.get("status") or "?", health, when(s.get("last_event_at"), now),
+                tasks_str(work.get("tasks")), doing_str(work.get("activity"), now),
+                secs(None if dur.get("active_seconds") is None else dur["active_seconds"] * 1000),
+                secs(None if dur.get("wall_clock_seconds") is None else dur["wall_clock_seconds"] * 1000),
                 num(t.get("llm_calls", 0)), num(t.get("tool_calls", 0)), cost_str(t), label]
     for q in queens + orphans:
         rows.append(srow(q, ""))
@@ -338,7 +423,8 @@ def main(argv=None) -> int:
         for i, k in enumerate(kids):
             rows.append(srow(k, "└ " if i == len(kids) - 1 else "├ "))
     out.append(table(["user", "session", "runtime", "role", "phase", "status", "last health signal", "last event",
-                      "llm", "tools", "cost USD", "(workload label)" if labels else ""], rows, {8, 9, 10}))
+                      "tasks", "doing now", "active", "wall clock", "llm", "tools", "cost USD",
+                      "(workload label)" if labels else ""], rows, {10, 11, 12, 13, 14}))
 
     out.append(f"\nDevices ({len(devices)})")
     rows = []
@@ -353,7 +439,9 @@ def main(argv=None) -> int:
 
     code = 0
     if exp is not None:
-        summary, problems, notes = check_expected(exp, by_user, by_model, by_colony, by_runtime, totals, sessions)
+        by_tool = {r.get("tool_name"): r for r in u_tool["rows"]} if u_tool is not None else None
+        summary, problems, notes = check_expected(exp, by_user, by_model, by_colony, by_runtime, totals, sessions,
+                                                  by_tool)
         verdict = "MATCH" if not problems else "MISMATCH"
         out.append(f"\nDashboard vs expected.json (computed by the workload generator from what it wrote): "
                    f"{summary} -> {verdict}")

@@ -16,23 +16,30 @@ Then OUT/expected.json: totals the generator computed itself (by user, model, co
 Claude Code together), the session statuses a dashboard should show, and the sensitive markers that must
 never leave a device.
 
-The day (3 users, 9 queen sessions, 7 colony workers):
+The day (3 users, 10 queen sessions, 1 agent run, 8 colony workers):
   alice  A1 CI failure Q&A (haiku + gpt-5-mini, a failing gh call, an unpriced turn)        completed
          A2 billing refactor: phases independent > incubating > working > reviewing, tasks,
             context compaction, colony "billing_refactor" with 3 parallel workers:
             render split (haiku, ok) / tax extraction (sonnet, fails) / fixtures (gpt-5-mini)  completed
-         A3 release notes: asks the user a question and is still waiting for the answer    idle
+         A3 release notes: asks the user a question (ask_user still in flight)               waiting
   bob    B1 SQL review (sonnet, a tool error)                                                 completed
-         B2 ETL backfill: colony "etl_backfill" started in the background, 2 workers:
+         B2 ETL backfill: colony "etl_backfill" started in the background, 3 workers:
             schema check (haiku, ok) / backfill (sonnet) that goes quiet: stream_inactive,
             nudge, node_stalled, and never finishes                                          worker stalled
+            / partition cleanup (haiku) that asks its queen (escalation_requested)          worker needs_attention
          B3 dependency upgrade (haiku + gpt-5-mini, unpriced turns, tool errors)             completed
+         B4 flaky integration suite: still working, 3 failed test runs in its last turns    degraded
   carol  C1 market research (gpt-5-mini, web searches, unpriced turns)                       completed
-         C2 docs refresh: colony "docs_refresh", 2 workers (sonnet, haiku)                    completed
+         C2 docs refresh: colony "docs_refresh", 2 workers (sonnet, haiku), tasks             completed
          C3 onboarding checklist: still working, last turn a minute before "now"             active
+         C4 weekly digest: `hive run digest_agent` (agents/digest_agent/sessions/<id>/), its
+            process dies mid-tool-call; its state.json names the dead pid                    crashed
 and in Claude Code (claude_code.py; no colonies, no end event: a quiet session waits for its user, idle):
   alice  K1 flaky refund test, K2 SQL migration review                                    idle (quiet)
   carol  K3 pricing page copy (opus); K4 laptop setup script, its last request 20 s before the end  active
+
+expected.json also holds each session's task counts and the tool call in flight (what the status API calls
+activity), and tool calls by tool with their durations (paired by tool_use_id as the agent pairs them).
 
 Timestamps are today's date in naive local time (as Hive writes them), spread over the hours before
 ``--end`` (default: one minute ago); the stalled worker's last signal is ~6 minutes before the end, the
@@ -92,6 +99,7 @@ class Home:
         self.sessions: dict[str, dict] = {}  # sid -> metadata for expected.json
         self.canaries = 0
         self.writes: list[tuple[datetime, Path, str]] = []  # (publish time, file, line) in write order
+        self.state_files: list[tuple[Path, dict]] = []  # Hive's state.json of agent runs, written last
 
     def canary(self) -> str:
         self.canaries += 1
@@ -140,6 +148,8 @@ class Actor:
         self.queen_sid = queen_sid
         if kind == "queen":
             self.stream_id, self.node_id, self.colony_id = "queen", "queen", None
+        elif kind == "agent":  # `hive run <agent>`: one agent's execution in its own session, stream "default"
+            self.stream_id, self.node_id, self.colony_id = "default", "main", None
         else:
             self.stream_id, self.node_id, self.colony_id = f"worker:{sid}", sid, queen_sid
         self.iteration = 0
@@ -301,6 +311,28 @@ class Ctx:
         self.home.sessions[sid] = {"user": self.user, "role": "worker", "parent": q.sid, "colony": q.sid,
                                    "colony_name": colony_name, "label": label, "status": None}
         return w
+
+    def new_agent_run(self, label: str, agent: str) -> Actor:
+        """A `hive run` of one agent: its own session directory under agents/<agent>/sessions/ (events.jsonl
+        and state.json); a top-level session (no colony)."""
+        sid = session_id(self.rng, self.start)
+        bus = Bus(self.home.root / "agents" / agent / "sessions" / sid / "events.jsonl")
+        a = Actor(self.home, self.rng, "agent", sid, bus, self.start)
+        self.home.sessions[sid] = {"user": self.user, "role": "queen", "parent": None, "colony": None,
+                                   "label": label, "status": None}
+        return a
+
+    def state_file(self, a: Actor, agent: str):
+        """The state.json Hive's execution manager keeps for a running execution (status active, the owning
+        process's pid: filled in when written, see main)."""
+        self.home.state_files.append((self.home.root / "agents" / agent / "sessions" / a.sid / "state.json", {
+            "schema_version": "1.1", "session_id": a.sid, "stream_id": "default", "status": "active",
+            "goal_id": agent, "agent_id": agent, "entry_point": "start",
+            "timestamps": {"started_at": a.started.isoformat(), "updated_at": a.t.isoformat()},
+            "progress": {"current_node": a.node_id, "path": [a.node_id]},
+            "memory": {"notes": f"private working memory of {self.h}/digest ({self.c()})"},
+            "input_data": {"topic": f"escalations for {self.email} ({self.c()})"},
+            "pid": None, "isolation_level": "shared"}))
 
     def status(self, a: Actor, status: str):
         self.home.sessions[a.sid]["status"] = status
@@ -583,30 +615,42 @@ def bob_etl(x: Ctx):
     q.queen_only("queen_phase_changed", {"phase": "working", "agent_path": f"{h}/.hive/colonies/etl ({c()})"})
     batch = "batch_" + hexid(rng, 10)
     w_tasks = [f"Check the October schema of s3://acme-raw/events ({c()})",
-               f"Backfill October into the events table with {h}/work/etl/loader.py ({c()})"]
+               f"Backfill October into the events table with {h}/work/etl/loader.py ({c()})",
+               f"Drop the October staging partitions once the backfill is verified ({c()})"]
     workers = []
 
     def spawn(a: Actor):
-        for i, label in enumerate(("B2/W1 schema check", "B2/W2 backfill (stalls)"), 1):
+        for i, label in enumerate(("B2/W1 schema check", "B2/W2 backfill (stalls)",
+                                   "B2/W3 partition cleanup (escalates)"), 1):
             workers.append(x.new_worker(q, a.t + timedelta(seconds=0.9 + 0.5 * i + rng.random() * 0.2), label,
                                         "etl_backfill"))
 
     turn(q, SONNET, stop="end_turn", new=600, out=260, judge="ACCEPT", steps=[{
-        "text": f"Two workers are running in the background; I will report when they finish. {c()}",
+        "text": f"Three workers are running in the background; I will report when they finish. {c()}",
         "tools": [Tool("run_parallel_workers", {"tasks": [{"task": t} for t in w_tasks], "batch_id": batch,
                                                 "background": True},
-                       json.dumps({"batch_id": batch, "status": "started", "workers": 2}), during=spawn,
+                       json.dumps({"batch_id": batch, "status": "started", "workers": 3}), during=spawn,
                        wait=(0.3, 0.8))]}])
     x.queen_end(q, f"colony etl_backfill started ({c()})", lo=3, hi=8)
 
-    w1, w2 = workers
+    w1, w2, w3 = workers
     x.worker_start(w1)
     turn(w1, HAIKU, stop="tool_use", new=1600, out=200, cache="cold", steps=[{
         "tools": [Tool("run_command", {"command": f"aws s3 ls s3://acme-raw/events/2026/10/ ({c()})"},
                        f"31 prefixes ({c()})", wait=(1, 3))]}])
     turn(w1, HAIKU, stop="end_turn", new=900, out=350, judge="ACCEPT", steps=[{
         "tools": [Tool("report_to_parent", {"status": "success", "summary": f"schema stable ({c()})"}, "reported")]}])
-    x.worker_end(w1, w_tasks[0], batch, 1, 2, success=True, summary=f"schema unchanged for all 31 days ({c()})")
+    x.worker_end(w1, w_tasks[0], batch, 1, 3, success=True, summary=f"schema unchanged for all 31 days ({c()})")
+
+    # W3 asks its queen before a destructive step and waits for the answer: needs_attention until someone looks
+    x.worker_start(w3)
+    turn(w3, HAIKU, stop="tool_use", new=1500, out=220, cache="cold", steps=[{
+        "tools": [Tool("run_command", {"command": f"psql \"$PROD_DSN\" -c '\\d+ events_staging' ({c()})"},
+                       f"4 partitions, 2.1 GB ({c()})", wait=(1, 3))]}])
+    w3.emit("escalation_requested", {"request_id": "esc_" + hexid(rng, 10),
+                                     "reason": f"Dropping partitions in prod needs a person's approval ({c()})",
+                                     "context": f"events_staging_2026_10_* on {h}/work/etl ({c()})"})
+    x.status(w3, "needs_attention")
 
     x.worker_start(w2)
     turn(w2, SONNET, stop="tool_use", new=2200, out=330, cache="cold", steps=[{
@@ -625,6 +669,31 @@ def bob_etl(x: Ctx):
     w2.emit("node_stalled", {"reason": "No output for 180s after the nudge"}, lo=115, hi=125)
     x.anchor = w2.t
     x.status(w2, "stalled")
+
+
+def bob_flaky(x: Ctx):
+    """Still working, but its test runs keep failing: three tool errors among its last units of work."""
+    q = x.new_queen("B4 flaky integration suite (degraded)")
+    h, c = x.h, x.c
+    x.queen_start(q, f"The integration suite in {h}/work/api fails on and off; find out why ({c()}).")
+    turn(q, SONNET, stop="tool_use", new=2600, out=280, cache="cold", steps=[{
+        "tools": [Tool("run_command", {"command": f"pytest {h}/work/api/tests/integration -x ({c()})"},
+                       f"FAILED test_orders_sync: ConnectionResetError ({c()})", is_error=True, wait=(20, 40))]}])
+    turn(q, SONNET, stop="tool_use", new=1100, out=240, steps=[{
+        "text": f"Looks like a race with the fixture server; running it again. {c()}",
+        "tools": [Tool("run_command", {"command": f"pytest {h}/work/api/tests/integration -x"},
+                       f"FAILED test_refund_webhook: timeout after 30s ({c()})", is_error=True, wait=(30, 35))]}])
+    turn(q, SONNET, stop="tool_use", new=900, out=300, steps=[{
+        "tools": [Tool("read_file", {"path": f"{h}/work/api/tests/conftest.py"},
+                       f"@pytest.fixture(scope='session') ({c()})"),
+                  Tool("run_command", {"command": f"pytest {h}/work/api/tests/integration -x -p no:randomly"},
+                       f"FAILED test_orders_sync: ConnectionResetError ({c()})", is_error=True, wait=(20, 40))]}])
+    turn(q, HAIKU, stop="tool_use", new=700, out=260, steps=[{
+        "text": f"Three failures, all around the shared fixture server; trying isolated ports. {c()}",
+        "tools": [Tool("edit_file", {"path": f"{h}/work/api/tests/conftest.py", "old": "port=8000",
+                                     "new": f"port=0  # {c()}"}, "Edited 1 hunk")]}])
+    x.anchor = q.t
+    x.status(q, "degraded")
 
 
 def bob_deps(x: Ctx):
@@ -734,14 +803,37 @@ def carol_onboarding(x: Ctx):
     x.status(q, "active")
 
 
+def carol_digest(x: Ctx):
+    """`hive run digest_agent`, whose process dies in the middle of a tool call: no end event follows, and its
+    state.json still says active with the dead process's pid — crashed, not merely quiet."""
+    a = x.new_agent_run("C4 weekly digest (runtime crashed)", "digest_agent")
+    h, c = x.h, x.c
+    a.run = "run_" + hexid(x.rng, 12)
+    a.emit("execution_started", {"input": {"topic": f"support escalations of week 47 ({c()})"}}, node_id=None,
+           run_id=a.run)
+    a.emit("node_loop_started", {"max_iterations": 40})
+    turn(a, HAIKU, stop="tool_use", new=1800, out=240, cache="cold", steps=[{
+        "tools": [Tool("read_file", {"path": f"{h}/digest/sources.yaml"}, f"zendesk, linear ({c()})")]}])
+    turn(a, SONNET, stop="tool_use", new=2100, out=380, steps=[{
+        "tools": [Tool("web_fetch", {"url": "https://support.example.org/api/tickets?week=47"},
+                       f"[38 tickets] ({c()})", wait=(2, 5))]}])
+    turn(a, SONNET, stop="tool_use", new=900, out=200, finished=False, steps=[{
+        "tools": [Tool("run_command", {"command": f"python {h}/digest/render.py --week 47 ({c()})"}, "",
+                       complete=False)]}])
+    x.anchor = a.t
+    x.state_file(a, "digest_agent")
+    x.status(a, "crashed")
+
+
 # (user, profile, debug log?) and each user's sessions: (script, placement)
 # placement: ("at", fraction of the day) or ("anchor", seconds before the end of the day for ctx.anchor)
 TEAM = {
     "alice": ("default", True, [(alice_ci, ("at", 0.03)), (alice_billing, ("at", 0.30)),
                                 (alice_release_notes, ("anchor", 240))]),
-    "bob": ("default", False, [(bob_sql, ("at", 0.08)), (bob_deps, ("at", 0.55)), (bob_etl, ("anchor", 360))]),
+    "bob": ("default", False, [(bob_sql, ("at", 0.08)), (bob_deps, ("at", 0.55)), (bob_etl, ("anchor", 360)),
+                               (bob_flaky, ("anchor", 20))]),
     "carol": ("scout", False, [(carol_research, ("at", 0.12)), (carol_docs, ("at", 0.45)),
-                               (carol_onboarding, ("anchor", 5))]),
+                               (carol_onboarding, ("anchor", 5)), (carol_digest, ("anchor", 150))]),
 }
 EXTRA_PROFILES = ["default", "scout", "analyst"]
 
@@ -824,11 +916,64 @@ def finish(m: dict) -> dict:
     return out
 
 
+TASK_STATES = ("pending", "in_progress", "completed")
+
+
+def work_of(home: Home) -> tuple[dict, dict]:
+    """What the status API shows of each session's work, folded from the durable events the way Apiary's
+    shared model does (apiary_schema::work): task counts by state, the tool call in flight (started after
+    the session's last end and not completed: the latest one, and how many), and per-tool durations paired
+    by tool_use_id on the device (completion time - start time, floored to whole milliseconds)."""
+    sessions: dict = defaultdict(lambda: {"tasks": {}, "calls": {}, "ended": None})
+    tools: dict = {}
+    for em in sorted(home.emissions, key=lambda e: (e.ts, e.order)):
+        if em.type not in DURABLE_TYPES:
+            continue
+        w, d = sessions[em.session], em.data
+        if em.type in ("task_created", "task_updated"):
+            task = d.get("task") or {}
+            w["tasks"][str(task.get("id", d.get("task_id")))] = task.get("status")
+        elif em.type == "tool_call_started":
+            w["calls"][d["tool_use_id"]] = {"name": d["tool_name"], "started": em.ts, "completed": None}
+        elif em.type == "tool_call_completed":
+            call = w["calls"].setdefault(d["tool_use_id"], {"name": d["tool_name"], "started": None})
+            call["completed"] = em.ts
+            t = tools.setdefault(d["tool_name"], {"tool_calls": 0, "tool_errors": 0, "tool_calls_timed": 0,
+                                                  "tool_duration_ms": 0})
+            t["tool_calls"] += 1
+            t["tool_errors"] += 1 if d.get("is_error") else 0
+            if call["started"] is not None and call["started"] <= em.ts:
+                t["tool_calls_timed"] += 1
+                t["tool_duration_ms"] += (em.ts - call["started"]) // timedelta(milliseconds=1)
+        elif em.type in ("execution_completed", "execution_failed"):
+            w["ended"] = em.ts
+    out = {}
+    for sid, w in sessions.items():
+        counts = {s: 0 for s in TASK_STATES} | {"other": 0}
+        for state in w["tasks"].values():
+            counts[state if state in TASK_STATES else "other"] += 1
+        flying = [c for c in w["calls"].values() if c["completed"] is None and c["started"] is not None
+                  and (w["ended"] is None or c["started"] > w["ended"])]
+        latest = max(flying, key=lambda c: c["started"]) if flying else None
+        out[sid] = {"tasks": counts,
+                    "activity": {"tool_name": latest["name"], "in_flight": len(flying)} if latest else None}
+    return out, tools
+
+
+def add_tools(into: dict, tools: dict):
+    for name, t in tools.items():
+        acc = into.setdefault(name, {k: 0 for k in t})
+        for k, v in t.items():
+            acc[k] += v
+
+
 def expected(homes: list[Home], window: dict, seed: int, claude: list | None = None,
              claude_files: dict | None = None) -> dict:
     by_user, by_model, by_colony, by_session = (defaultdict(zero) for _ in range(4))
     total = zero()
     sessions = {}
+    by_tool: dict = {}
+    work: dict = {}
     types = defaultdict(int)
     for home in homes:
         for em in home.emissions:
@@ -843,6 +988,9 @@ def expected(homes: list[Home], window: dict, seed: int, claude: list | None = N
                 add_usage(by_colony[em.colony_id or ""], em)
         for sid, meta in home.sessions.items():
             sessions[sid] = dict(meta, runtime="hive")
+        w, tools = work_of(home)
+        work.update(w)
+        add_tools(by_tool, tools)
     claude = claude or []
     for cs in claude:  # Claude Code: top-level sessions, no colony; usage computed by claude_code.py
         for m in (by_user[cs.user], by_session[cs.sid], total, by_colony[""]):
@@ -854,9 +1002,12 @@ def expected(homes: list[Home], window: dict, seed: int, claude: list | None = N
                 types[f"claude_code.{r.name}"] += 1
         sessions[cs.sid] = {"user": cs.user, "role": "queen", "parent": None, "colony": None, "label": cs.label,
                             "status": cs.status, "runtime": "claude_code"}
+        add_tools(by_tool, cs.tools)
+    no_work = {"tasks": {s: 0 for s in TASK_STATES} | {"other": 0}, "activity": None}
     for sid, meta in sessions.items():
         meta["usage"] = finish(by_session[sid])
-        if meta["status"] == "active":
+        meta.update(work.get(sid, no_work))
+        if meta["status"] in ("active", "degraded"):
             # what the session reads once quiet for longer than the ingest's stall_after (the demo took long):
             # a queen in her independent phase is idle, and so is a quiet Claude Code session (interactive)
             meta["quiet_status"] = "idle"
@@ -882,8 +1033,14 @@ def expected(homes: list[Home], window: dict, seed: int, claude: list | None = N
             "by_colony: key = colony_id = the queen session that forked the colony; only worker events carry it. "
             "Queen-level usage has no colony (key \"\").",
             "events = durable events (informational: the cloud also stores agent heartbeats and drop reports).",
-            "status 'active' holds while the session made progress within the ingest's stall_after (5 min); "
-            "after that a quiet queen in phase 'independent' reads 'idle' (quiet_status).",
+            "status 'active' (and 'degraded': progress, with 3 tool errors among the last 20 units of work) holds "
+            "while the session made progress within the ingest's stall_after (5 min); after that a quiet queen in "
+            "phase 'independent' reads 'idle' (quiet_status). 'needs_attention': a worker's escalation_requested "
+            "stands until someone answers. 'crashed': an agent run whose state.json names a process that is gone.",
+            "sessions[].tasks: task counts by state; sessions[].activity: the tool call in flight (latest started "
+            "after the session's last end, never completed) and how many; by_tool: tool calls by tool name, "
+            "durations paired on the device by tool_use_id (Hive: completion - start, floored to ms; Claude Code: "
+            "its own duration_ms).",
             "Claude Code (runtime claude_code): input_tokens = its input_tokens + cache_read_tokens + "
             "cache_creation_tokens; cost = its cost_usd rounded to nano-USD; llm_calls = api_request records, "
             "tool_calls = tool_result records, tool_errors = those with success false; events = api_request + "
@@ -895,6 +1052,7 @@ def expected(homes: list[Home], window: dict, seed: int, claude: list | None = N
         "by_model": {k: strip_events(m) for k, m in sorted(by_model.items())},
         "by_colony": {k: strip_events(m) for k, m in sorted(by_colony.items())},
         "by_runtime": {k: finish(m) for k, m in sorted(by_runtime.items())},
+        "by_tool": dict(sorted(by_tool.items())),
         "colonies": colonies,
         "sessions": dict(sorted(sessions.items(), key=lambda kv: (kv[1]["user"], kv[1]["label"]))),
         "statuses": {s: sum(1 for m in sessions.values() if m["status"] == s)
@@ -956,6 +1114,19 @@ def trickle(writes: list[tuple[Path, str]], seconds: float, rng: random.Random, 
             f.close()
 
 
+def write_state(path: Path, state: dict, pid: int | None):
+    """Writes a state.json the way Hive does (a temporary file renamed over it)."""
+    state = dict(state)
+    if pid is not None:
+        state["pid"] = pid
+    else:  # what Hive leaves once a restarted runtime found the run's process dead
+        state.update(status="cancelled", pid=48211, error="Stale session: runtime restarted")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".state.json.tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -970,6 +1141,10 @@ def main(argv=None) -> int:
     ap.add_argument("--claude-code", default=",".join(claude_code.DEFAULT_USERS), metavar="USERS",
                     help="users who also run Claude Code: its OTLP exports under OUT/claude_code/ "
                          "(default: %(default)s; '' for none)")
+    ap.add_argument("--runtime-pid", type=int, metavar="PID",
+                    help="the pid a crashing agent run's state.json names (the demo starts a process and kills it); "
+                         "without it, the state.json is left the way a restarted Hive marks a dead run: cancelled, "
+                         "'Stale session: runtime restarted'")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
@@ -1017,6 +1192,9 @@ def main(argv=None) -> int:
         trickle(ordered[-n_live:], args.trickle, random.Random(args.seed), log)
     else:
         write_all(ordered)
+    for home in homes:
+        for path, state in home.state_files:
+            write_state(path, state, args.runtime_pid)
     t = exp["totals"]
     hive = [s for s in exp["sessions"].values() if s["runtime"] == "hive"]
     log(f"{len(users)} users, {len(hive)} Hive sessions ({sum(1 for s in hive if s['role'] == 'queen')} queens), "

@@ -224,6 +224,33 @@ async fn unkey_colonies(read: &crate::stack::Api, answer: &mut Value) -> anyhow:
     Ok(())
 }
 
+/// `group_by=tool` over the fixture day equals the fixture's tool calls by name: calls, errors, timed calls
+/// and the durations the agent computed on the device (pairing each completion with its start by session
+/// and `tool_use_id`, floored to milliseconds), summed exactly.
+pub fn assert_tools(expected: &Expected, answer: &Value) {
+    let mut got = serde_json::Map::new();
+    for row in answer["rows"].as_array().expect("rows") {
+        let name = row["tool_name"]
+            .as_str()
+            .expect("a tool row names its tool");
+        let mut sums = serde_json::Map::new();
+        for key in [
+            "tool_calls",
+            "tool_errors",
+            "tool_calls_timed",
+            "tool_duration_ms",
+        ] {
+            sums.insert(key.into(), row[key].clone());
+        }
+        got.insert(name.into(), Value::Object(sums));
+    }
+    assert_eq!(
+        Value::Object(got),
+        expected.json["usage"]["by_tool"],
+        "group_by=tool: got {answer}"
+    );
+}
+
 /// Asserts `/v1/usage` over the fixture day equals the fixture's totals for every group_by (tenant with
 /// the admin token) at granularity `total`, and that hour and day buckets add up to the same totals.
 pub async fn assert_fixture_usage(
@@ -247,6 +274,8 @@ pub async fn assert_fixture_usage(
         };
         assert_usage(&expected, &answer, dim, single, events);
     }
+    let answer = read.usage("tool", "total", from, to).await?;
+    assert_tools(&expected, &answer);
     let answer = admin.usage("tenant", "total", from, to).await?;
     assert_usage(&expected, &answer, "tenant", tenant_id, events);
     for gran in ["hour", "day"] {
