@@ -70,6 +70,10 @@ pub enum ProcessError {
     /// An unreadable OTLP record (span, log record); the reason names an attribute, never its value.
     #[error("{0}")]
     Otlp(String),
+    /// A kept event with a value the ingest would refuse (a token count above 10^12, a negative or too
+    /// large cost, ...); names the field, never its value.
+    #[error("{0}")]
+    OutOfRange(String),
 }
 
 /// True when the value looks like a canonical event rather than a native one.
@@ -107,7 +111,19 @@ pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome
     };
     let mut event = event;
     crate::colony::key_colony_name(&mut event, opts.colony);
-    redact(event, opts.policy)
+    within_range(redact(event, opts.policy)?)
+}
+
+/// Refuses a kept event whose values the ingest would refuse (tokens above 10^12, a negative or too large
+/// cost, credits or duration: [`crate::usage::contribution_of`], on the event as it would be sent), so the
+/// producer hears of it in that event's verdict instead of the event being committed, pushed and
+/// dead-lettered by the ingest.
+fn within_range(outcome: Outcome) -> Result<Outcome, ProcessError> {
+    if let Outcome::Kept { event, .. } = &outcome {
+        crate::usage::contribution_of(event)
+            .map_err(|why| ProcessError::OutOfRange(why.to_string()))?;
+    }
+    Ok(outcome)
 }
 
 /// Processes a decoded OTLP export: each span, log record or data point is mapped ([`crate::otel`]) and

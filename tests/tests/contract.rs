@@ -135,7 +135,27 @@ async fn the_agent_and_the_ingest_count_the_same_usage_for_the_same_events() {
         ndjson.push(b'\n');
     }
     let (code, v) = agent.post_events(ndjson).await.unwrap();
-    assert_eq!(code, 200, "{v}");
+    // The agent refuses the two out-of-range turns at intake, as the ingest does in its verdicts.
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(
+        (&v["rejected"], &v["accepted"]),
+        (&json!(2), &json!(36)),
+        "{v}"
+    );
+    let reasons: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["error"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "data.output_tokens is out of range",
+            "data.cost_usd is out of range"
+        ],
+        "{v}"
+    );
     let batch = json!({
         "schema_version": 1, "batch_id": uuid::Uuid::new_v4(), "sent_at": chrono::Utc::now(),
         "agent": {"agent_version": "0.1.0"}, "policy_hash": "test", "events": events,

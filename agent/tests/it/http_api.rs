@@ -282,6 +282,53 @@ async fn hostile_input_is_refused_clearly_without_losing_committed_events() {
     app.stop().await;
 }
 
+/// Values the ingest would refuse (tokens above 10^12, a negative or too large cost) are refused at intake,
+/// in the line's verdict naming the field, never committed to be dead-lettered after a push; the good line
+/// beside them is kept, and the counters stay balanced.
+#[tokio::test]
+async fn out_of_range_values_are_refused_at_intake_naming_the_field() {
+    let app = App::spawn(|s| s.mode = Mode::Airgapped).await;
+    let good = support::hive_turn("session_range", 1);
+    let tokens = support::hive_turn("session_range", 2).replace("18250", "2000000000000");
+    let cost = support::hive_turn("session_range", 3).replace("0.02958", "-0.5");
+    let canonical = json!({
+        "schema_version": 1, "event_id": "0b5c8a5e-8d0f-4a43-9d53-1f4b6f3c1a01", "type": "llm.turn",
+        "occurred_at": "2026-11-03T10:15:09Z", "runtime": "hive", "session_id": "session_range",
+        "agent_role": "queen",
+        "native_type": "llm_turn_complete",
+        "data": {"model": "claude-sonnet-4-5", "input_tokens": 10, "output_tokens": 1,
+                 "cost_usd": 2000000.0}
+    });
+    let body = format!("{good}\n{tokens}\n{cost}\n{canonical}\n");
+    let (s, b) = app.post("/v1/events", body).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    assert_eq!(b["accepted"], 1, "{b}");
+    let errors: Vec<(u64, String)> = b["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["line"].as_u64().unwrap(),
+                e["error"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            (2, "data.input_tokens is out of range".to_string()),
+            (3, "data.cost_usd is out of range".to_string()),
+            (4, "data.cost_usd is out of range".to_string()),
+        ],
+        "{b}"
+    );
+    let st = app.outbox.status().await.unwrap().stored;
+    assert_eq!((st.pending_events, st.dead_letters), (1, 3), "{st:?}");
+    assert!(st.balanced, "{:?}", st.counters);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn bodies_over_the_limit_get_413() {
     let app = App::spawn(|s| {
