@@ -20,6 +20,7 @@ impl Stacked {
     /// Keeps the [`MAX_SERIES`] largest series by total and sums the rest into "other".
     pub fn top(mut self) -> Stacked {
         let total = |v: &Vec<f64>| v.iter().sum::<f64>();
+        self.series.retain(|(_, v)| v.iter().any(|x| *x != 0.0));
         self.series
             .sort_by(|a, b| total(&b.1).total_cmp(&total(&a.1)).then(a.0.cmp(&b.0)));
         if self.series.len() > MAX_SERIES {
@@ -70,8 +71,7 @@ pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> Strin
     let label_at = label_indices(data.buckets.len());
     html! {
         figure.chart {
-            svg viewBox={ "0 0 " (W) " " (H) } role="img" aria-labelledby={ (id) "-t" }
-                preserveAspectRatio="none" {
+            svg viewBox={ "0 0 " (W) " " (H) } role="img" aria-labelledby={ (id) "-t" } {
                 title id={ (id) "-t" } { (label) }
                 @for t in ticks {
                     @let y = TOP + plot_h - y_of(t);
@@ -91,7 +91,8 @@ pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> Strin
                         }
                     }
                     @if label_at.contains(&i) {
-                        text.axis x=(x + bar / 2.0) y=(H - 6.0) text-anchor="middle" { (short(bucket)) }
+                        @let anchor = anchor(i, data.buckets.len());
+                        text.axis x=(x + bar / 2.0) y=(H - 6.0) text-anchor=(anchor) { (short(bucket)) }
                     }
                 }
             }
@@ -114,6 +115,18 @@ fn label_indices(n: usize) -> Vec<usize> {
         0 => vec![],
         1..=6 => (0..n).collect(),
         _ => vec![0, n / 2, n - 1],
+    }
+}
+
+/// Where the label of bucket `i` of `n` hangs: the first from its start, the last from its end (so
+/// neither leaves the chart), the others centred.
+fn anchor(i: usize, n: usize) -> &'static str {
+    if n > 1 && i == 0 {
+        "start"
+    } else if n > 1 && i == n - 1 {
+        "end"
+    } else {
+        "middle"
     }
 }
 
@@ -144,6 +157,12 @@ mod tests {
         let other = data.series.last().unwrap();
         assert_eq!(other.0, "other (4)");
         assert_eq!(other.1, vec![0.0 + 1.0 + 2.0 + 3.0, 4.0]);
+        let empty = Stacked {
+            buckets: vec!["a".into()],
+            series: vec![("zero".into(), vec![0.0]), ("one".into(), vec![1.0])],
+        }
+        .top();
+        assert_eq!(empty.series.len(), 1, "a series of zeros is no series");
         assert_eq!(data.max_stack(), 45.0);
     }
 

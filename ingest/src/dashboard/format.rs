@@ -27,15 +27,23 @@ pub fn sum(s: Sum) -> String {
     count(s.0)
 }
 
-/// Nano-dollars as dollars, rounded half away from zero to cents: `$1,234.57`; amounts under a cent
-/// that are not zero read `<$0.01`.
+/// Nano-dollars as dollars, rounded half away from zero: to cents from a dollar up (`$1,234.57`), to
+/// four decimals below (`$0.0031`); amounts under $0.0001 that are not zero read `<$0.0001`.
 pub fn money(nanos: i128) -> String {
-    let cents = (nanos.abs() + 5_000_000) / 10_000_000;
-    if cents == 0 && nanos != 0 {
-        return "<$0.01".into();
-    }
     let sign = if nanos < 0 { "-" } else { "" };
-    format!("{sign}${}.{:02}", count(cents / 100), cents % 100)
+    let abs = nanos.abs();
+    if abs == 0 || abs >= 1_000_000_000 {
+        let cents = (abs + 5_000_000) / 10_000_000;
+        return format!("{sign}${}.{:02}", count(cents / 100), cents % 100);
+    }
+    let units = (abs + 50_000) / 100_000;
+    if units == 0 {
+        return format!("{sign}<$0.0001");
+    }
+    if units >= 10_000 {
+        return format!("{sign}$1.00");
+    }
+    format!("{sign}$0.{units:04}")
 }
 
 /// Nano-dollars as exact dollars (for a `title`): `$0.000001234`.
@@ -98,9 +106,11 @@ mod tests {
         assert_eq!(count(1_000), "1,000");
         assert_eq!(count(-1_234_567), "-1,234,567");
         assert_eq!(money(0), "$0.00");
-        assert_eq!(money(1), "<$0.01");
-        assert_eq!(money(4_999_999), "<$0.01");
-        assert_eq!(money(5_000_000), "$0.01");
+        assert_eq!(money(1), "<$0.0001");
+        assert_eq!(money(4_999_999), "$0.0050");
+        assert_eq!(money(123_456_789), "$0.1235");
+        assert_eq!(money(999_990_000), "$1.00");
+        assert_eq!(money(-5_000_000), "-$0.0050");
         assert_eq!(money(1_234_565_000_000), "$1,234.57");
         assert_eq!(money_exact(1_234_000_000_123), "$1234.000000123");
         assert_eq!(duration(3725.0), "1h 02m");

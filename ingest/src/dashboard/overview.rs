@@ -271,7 +271,11 @@ fn breakdown(u: &UsageResponse, dim: Dim, by: &str) -> Markup {
         e.2 += r.sums.output_tokens.0;
         e.3 += r.sums.llm_calls.0;
     }
-    let mut rows: Vec<_> = per.into_iter().collect();
+    // Rows of other sums only (active time, tool calls without a model) show nothing here.
+    let mut rows: Vec<_> = per
+        .into_iter()
+        .filter(|(_, v)| *v != (0, 0, 0, 0))
+        .collect();
     rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     html! {
         @if rows.is_empty() {
