@@ -6,7 +6,8 @@
 //! the overview, whose totals equal `/v1/usage` for the very range, zone and grouping its pickers show;
 //! the cookie is out of reach of scripts (`document.cookie` is empty); Tab from the top reaches the skip
 //! link first and then the navigation, every picker, the submit and sign-out buttons, and Enter on the
-//! "Sessions" link opens the list; the session's link opens its detail with the worker in its tree; the
+//! "Sessions" link opens the list; the queen failing and a new session show in the list within 2 s
+//! without a reload (the live stream); the session's link opens its detail with the worker in its tree; the
 //! device shows on the devices page; at a phone's width the overview does not scroll sideways.
 //! Screenshots of each page are saved (`APIARY_SCREENSHOT_DIR`, default
 //! `target/tmp/dashboard-screenshots`).
@@ -23,13 +24,14 @@ use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use tests::isolation::{binding, body, turn, worker_turn};
+use tests::isolation::{binding, body, failed, turn, worker_turn};
 use tests::procs::{wait_for, Proc};
 use tests::stack::{client, Api, Cloud};
 
 const QUEEN: &str = "q-browser-1";
 const WORKER: &str = "w-browser-1";
 const DEVICE: &str = "dev-browser-1";
+const NEW: &str = "q-browser-2";
 
 /// The first executable `name` on `PATH`.
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -178,6 +180,24 @@ async fn h1(c: &Client, want: &str) -> anyhow::Result<()> {
     anyhow::bail!("the heading never read {want:?} (last: {last:?})")
 }
 
+/// Waits (up to 10 s) until the element `css` exists and its text contains `want`.
+async fn wait_text(c: &Client, css: &str, want: &str) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        if let Ok(e) = c.find(Locator::Css(css)).await {
+            if let Ok(text) = e.text().await {
+                if text.contains(want) {
+                    return Ok(());
+                }
+                last = text;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    anyhow::bail!("{css} never read {want:?} (last: {last:?})")
+}
+
 async fn value_of(c: &Client, css: &str, what: &str) -> anyhow::Result<String> {
     c.find(Locator::Css(css))
         .await?
@@ -205,13 +225,13 @@ async fn the_dashboard_works_in_a_real_browser() -> anyhow::Result<()> {
     let (mut driver_proc, driver_url) = start_driver(&driver, cloud.dir.path()).await?;
     let profile = tempfile::tempdir()?;
     let c = start_browser(&chromium, &driver_url, profile.path()).await?;
-    let result = drive(&c, &cloud).await;
+    let result = drive(&c, &cloud, &ingest).await;
     let _ = c.close().await;
     driver_proc.terminate(Duration::from_secs(5));
     result
 }
 
-async fn drive(c: &Client, cloud: &Cloud) -> anyhow::Result<()> {
+async fn drive(c: &Client, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     let base = cloud.ingest.url();
     let read = cloud.read_api();
 
@@ -298,6 +318,27 @@ async fn drive(c: &Client, cloud: &Cloud) -> anyhow::Result<()> {
     }
     press(c, Key::Enter).await?;
     h1(c, "Sessions").await?;
+
+    // Live: the queen failing, and a new session, show in the list within 2 s, without a reload.
+    wait_text(c, "#live-note", "Live:").await?;
+    c.execute("window.apiaryMarker = 42; return true", vec![])
+        .await?;
+    let events = [failed(QUEEN), turn(NEW, 10)];
+    let (status, v) = ingest
+        .post_batch(&body(&events, &[binding(NEW, 1)], DEVICE))
+        .await?;
+    anyhow::ensure!(status == 200, "batch: {status} {v}");
+    let posted = std::time::Instant::now();
+    wait_text(c, &format!("tr[data-session='{QUEEN}'] .badge"), "failed").await?;
+    wait_text(c, &format!("tr[data-session='{NEW}'] .badge"), "active").await?;
+    let took = posted.elapsed();
+    anyhow::ensure!(
+        took <= Duration::from_secs(2),
+        "the live list took {took:?}"
+    );
+    let marker = c.execute("return window.apiaryMarker", vec![]).await?;
+    anyhow::ensure!(marker == json!(42), "the page was reloaded");
+    screenshot(c, "sessions").await?;
 
     // The list links to the session; its detail shows the tree with the worker.
     c.find(Locator::Css(&format!("a[href='/sessions/{QUEEN}']")))

@@ -3,14 +3,16 @@
 //! Server-rendered HTML at `/` (overview), `/sessions`, `/sessions/{id}`, `/devices`, `/colonies`, with
 //! `/sign-in` and `/sign-out`. No separate server, no build step, nothing fetched from elsewhere: the
 //! templates are [`maud`] macros compiled into the binary (every spliced value is HTML-escaped), the one
-//! stylesheet is embedded with `include_str!`, the charts are SVG drawn here ([`chart`]), and there is no
-//! script at all — filters and pickers are plain GET forms, so every view has a URL and works with the
-//! keyboard, a screen reader and a phone alike.
+//! stylesheet is embedded with `include_str!`, the charts are SVG drawn here ([`chart`]). Filters and
+//! pickers are plain GET forms, so every view has a URL and works with the keyboard, a screen reader and
+//! a phone alike, without script. One small script file ([`live`], `assets/live.js`, embedded) keeps the
+//! sessions list live: an `EventSource` on `/live` (the API's `/v1/stream`, authenticated by the cookie)
+//! updates a row's status badge in place as transitions arrive.
 //!
 //! ## One source of numbers
 //! A page calls the JSON API's own handlers ([`crate::routes`]: `get_usage`, `list_sessions`,
 //! `get_session`, `get_session_tree`, `get_session_history`, `get_session_usage`, `get_devices`,
-//! `list_colonies`) with the reader's scope and the parsed query string, and renders their typed answer.
+//! `list_colonies`, and `get_stream` for the live list) with the reader's scope and the parsed query string, and renders their typed answer.
 //! So every number on a page is the API's answer for the same query, under the same tenant / user scope
 //! as the token's API access, with the same 400s for bad parameters.
 //!
@@ -24,9 +26,9 @@
 //! never authorize an API request made by another site.
 //!
 //! ## Hardening ([`security_headers`])
-//! Every dashboard answer carries a Content-Security-Policy without `unsafe-inline` and without any
-//! script source (`default-src 'none'`, styles and images from this origin only, forms post here only,
-//! `frame-ancestors 'none'`), `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`,
+//! Every dashboard answer carries a Content-Security-Policy without `unsafe-inline` or `unsafe-eval`
+//! (`default-src 'none'`; scripts, styles, images and connections from this origin only, forms post here
+//! only, `frame-ancestors 'none'`), `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`,
 //! `Referrer-Policy: same-origin` and `Cache-Control: no-store`. The two POSTs (sign-in, sign-out) also
 //! require an `Origin` (or `Sec-Fetch-Site: same-origin`) naming this host: login CSRF and forced
 //! sign-out from another site are refused (403) on top of `SameSite=Strict`.
@@ -35,6 +37,7 @@ mod chart;
 mod fleet;
 mod format;
 mod layout;
+mod live;
 mod overview;
 mod sessions;
 pub mod signin;
@@ -50,12 +53,16 @@ use crate::state::AppState;
 
 pub use signin::{Viewer, COOKIE};
 
-/// The policy of every dashboard answer: nothing but this origin's stylesheet and images; no script.
-pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
-    frame-ancestors 'none'; base-uri 'none'";
+/// The policy of every dashboard answer: nothing but this origin's stylesheet, images and one script
+/// file (no inline script, no `eval`), and connections to this origin only.
+pub const CSP: &str =
+    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; \
+    img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The stylesheet, embedded.
 const APP_CSS: &str = include_str!("assets/app.css");
+/// The live list's script (plain JavaScript, no library), embedded.
+const LIVE_JS: &str = include_str!("assets/live.js");
 
 /// The dashboard's routes, with their security headers.
 pub fn router() -> Router<AppState> {
@@ -67,7 +74,9 @@ pub fn router() -> Router<AppState> {
         .route("/colonies", get(fleet::colonies_page))
         .route("/sign-in", get(signin::form).post(signin::sign_in))
         .route("/sign-out", axum::routing::post(signin::sign_out))
+        .route("/live", get(live::stream))
         .route("/assets/app.css", get(stylesheet))
+        .route("/assets/live.js", get(script))
         .layer(middleware::from_fn(security_headers))
 }
 
@@ -78,6 +87,17 @@ async fn stylesheet() -> Response {
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
         APP_CSS,
+    )
+        .into_response()
+}
+
+async fn script() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        LIVE_JS,
     )
         .into_response()
 }

@@ -2,6 +2,9 @@
 //! (`/sessions/{id}`: what it is doing now, the queen → colonies → workers tree, the health timeline,
 //! tasks and triggers, usage and durations per tool).
 //!
+//! The list is live: `assets/live.js` follows `/live` (see [`super::live`]) and updates a row's status
+//! badge when the session's status changes, without a reload.
+//!
 //! The list's query string is `/v1/sessions`' (`status`, `user`, `device`, `since`, `limit`, `cursor`;
 //! empty filter fields dropped) and its rows are `list_sessions`' answer; the detail is the answers of
 //! `get_session`, `get_session_tree`, `get_session_history` and `get_session_usage?group_by=tool`.
@@ -45,6 +48,8 @@ pub async fn list_page(
         params.limit = PAGE.parse().ok();
     }
     let filters = Filters::of(&raw);
+    // New sessions join the live list only where they belong: the first page, unfiltered.
+    let live_add = raw.is_empty() || raw.split('&').all(|p| p.starts_with("limit="));
     let page = match api::list_sessions(State(db), viewer.reader.clone(), Query(params)).await {
         Ok(Json(p)) => p,
         Err(e) => return layout::error_page(e),
@@ -53,11 +58,13 @@ pub async fn list_page(
     let body = html! {
         h1 { "Sessions" }
         (filters.form())
+        p #live-note role="status" aria-live="polite" {}
         @if page.sessions.is_empty() {
             p.empty { "No sessions match." }
-        } @else {
+        }
+        @if !page.sessions.is_empty() || live_add {
             div.scroll {
-                table.sessions {
+                table.sessions data-live="" data-live-add[live_add] {
                     caption.visually-hidden { "Sessions, most recent first" }
                     thead { tr {
                         th scope="col" { "Status" }
@@ -80,6 +87,7 @@ pub async fn list_page(
                 a rel="next" href={ "/sessions?" (filters.with_cursor(cursor)) } { "Older sessions →" }
             }
         }
+        script src="/assets/live.js" defer {}
     };
     layout::page("Sessions", Nav::Sessions, &viewer, body)
 }
@@ -87,7 +95,7 @@ pub async fn list_page(
 fn row(s: &SessionBody, now: DateTime<Utc>) -> Markup {
     let tokens = s.totals.input_tokens.0 + s.totals.output_tokens.0;
     html! {
-        tr {
+        tr data-session=(s.session_id) {
             td { (badge(s.status.as_str())) }
             td { a href={ "/sessions/" (urlencode(&s.session_id)) } { code { (s.session_id) } } }
             td { (opt(&s.agent_role)) }

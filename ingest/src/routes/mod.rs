@@ -16,7 +16,7 @@ pub mod openapi;
 mod ops;
 pub(crate) mod sessions;
 mod status;
-mod stream;
+pub(crate) mod stream;
 pub(crate) mod usage;
 mod whoami;
 

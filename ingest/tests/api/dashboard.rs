@@ -89,7 +89,14 @@ fn total(body: &str, field: &str) -> i128 {
 async fn sign_in_sets_a_strict_http_only_cookie_and_pages_need_it(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
     let t = app.tenant("acme").await;
-    for path in ["/", "/sessions", "/sessions/x", "/devices", "/colonies"] {
+    for path in [
+        "/",
+        "/sessions",
+        "/sessions/x",
+        "/devices",
+        "/colonies",
+        "/live",
+    ] {
         let p = app.page(None, path).await;
         assert_eq!(p.status, StatusCode::SEE_OTHER, "{path}");
         assert_eq!(p.location.as_deref(), Some("/sign-in"), "{path}");
@@ -122,6 +129,22 @@ async fn sign_in_sets_a_strict_http_only_cookie_and_pages_need_it(pool: sqlx::Pg
     let home = app.page(Some(pair), "/").await;
     assert_eq!(home.status, StatusCode::OK, "{}", home.body);
     assert!(home.body.contains("<h1>Overview</h1>"), "{}", home.body);
+
+    // The live stream, by the cookie: the API's stream.
+    let mut live = browser()
+        .get(format!("{}/live", app.base))
+        .header("cookie", pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    assert_eq!(live.headers()["content-type"], "text/event-stream");
+    let first = live.chunk().await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("event: ready"),
+        "{first:?}"
+    );
+    drop(live);
 
     // Sign-out clears the cookie (from this host's page only).
     let out = browser()
@@ -230,14 +253,22 @@ async fn the_token_is_in_no_page_and_client_values_are_escaped(pool: sqlx::PgPoo
             !p.body.contains(&t.read),
             "{path}: the token is in the page"
         );
-        assert!(!p.body.contains("<script"), "{path}: an unescaped <script>");
+        // The one script is the embedded file of the live list; nothing inline, nothing injected.
+        let own = "<script src=\"/assets/live.js\" defer></script>";
+        assert!(
+            !p.body.replace(own, "").contains("<script"),
+            "{path}: an unescaped <script>"
+        );
         assert!(p.location.is_none());
         let csp = p.csp.expect("a CSP");
         assert!(
             csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
             "{csp}"
         );
-        assert!(!csp.contains("unsafe-inline"));
+        assert!(
+            !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+            "{csp}"
+        );
         assert_eq!(p.frame.as_deref(), Some("DENY"));
     }
     let detail = app
