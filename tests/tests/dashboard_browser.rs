@@ -17,16 +17,12 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use fantoccini::actions::{InputSource, KeyAction, KeyActions};
-use fantoccini::key::Key;
-use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{json, Value};
+use serde_json::json;
 use tests::isolation::{binding, body, failed, turn, worker_turn};
-use tests::procs::{wait_for, Proc};
-use tests::stack::{client, Api, Cloud};
+use tests::stack::{Api, Cloud};
+use tests::webdriver::{Browser, Driver, ENTER, TAB};
 
 const QUEEN: &str = "q-browser-1";
 const WORKER: &str = "w-browser-1";
@@ -73,33 +69,12 @@ fn browser_tools() -> Option<(PathBuf, PathBuf)> {
     }
 }
 
-/// `chromedriver` on a free port, ready.
-async fn start_driver(driver: &Path, dir: &Path) -> anyhow::Result<(Proc, String)> {
-    let port = tests::free_port();
-    let mut cmd = Command::new(driver);
-    cmd.arg(format!("--port={port}"));
-    let proc = Proc::spawn("chromedriver", cmd, &dir.join("chromedriver.log"))?;
-    let url = format!("http://127.0.0.1:{port}");
-    let http = client();
-    let ready = wait_for(Duration::from_secs(20), || {
-        let http = http.clone();
-        let status = format!("{url}/status");
-        async move {
-            let v: Value = http.get(status).send().await.ok()?.json().await.ok()?;
-            v["value"]["ready"].as_bool().filter(|r| *r)
-        }
-    })
-    .await;
-    anyhow::ensure!(ready.is_some(), "chromedriver not ready: {}", proc.output());
-    Ok((proc, url))
-}
-
 /// A headless Chromium session with a fresh profile.
 async fn start_browser(
     chromium: &Path,
-    driver_url: &str,
+    driver: &Driver,
     profile: &Path,
-) -> anyhow::Result<Client> {
+) -> anyhow::Result<Browser> {
     let args = [
         "--headless".to_string(),
         "--no-sandbox".into(),
@@ -112,16 +87,8 @@ async fn start_browser(
         "--window-size=1280,900".into(),
         format!("--user-data-dir={}", profile.display()),
     ];
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({ "binary": chromium, "args": args }),
-    );
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    Ok(ClientBuilder::new(connector)
-        .capabilities(caps)
-        .connect(driver_url)
-        .await?)
+    let caps = json!({ "browserName": "chrome", "goog:chromeOptions": { "binary": chromium, "args": args } });
+    Browser::new(driver, caps).await
 }
 
 /// Where screenshots go.
@@ -131,31 +98,19 @@ fn screenshot_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"))
 }
 
-async fn screenshot(c: &Client, name: &str) -> anyhow::Result<()> {
+async fn screenshot(c: &Browser, name: &str) -> anyhow::Result<()> {
     let dir = screenshot_dir();
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join(format!("{name}.png")), c.screenshot().await?)?;
     Ok(())
 }
 
-async fn press(c: &Client, key: Key) -> anyhow::Result<()> {
-    let k: char = key.into();
-    c.perform_actions(
-        KeyActions::new("keyboard".into())
-            .then(KeyAction::Down { value: k })
-            .then(KeyAction::Up { value: k }),
-    )
-    .await?;
-    Ok(())
-}
-
 /// The focused element, as `#id`, or else its tag and text (`a:Sessions`).
-async fn focused(c: &Client) -> anyhow::Result<String> {
+async fn focused(c: &Browser) -> anyhow::Result<String> {
     let v = c
         .execute(
             "const e = document.activeElement; \
              return e.id ? '#' + e.id : e.tagName.toLowerCase() + ':' + e.textContent.trim();",
-            vec![],
         )
         .await?;
     Ok(v.as_str().unwrap_or_default().to_string())
@@ -163,12 +118,12 @@ async fn focused(c: &Client) -> anyhow::Result<String> {
 
 /// Waits until the page's `h1` reads `want` (a click that navigates returns before the new page is
 /// there: the old page's heading may still be found, or go stale while read).
-async fn h1(c: &Client, want: &str) -> anyhow::Result<()> {
+async fn h1(c: &Browser, want: &str) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut last = String::new();
     while std::time::Instant::now() < deadline {
-        if let Ok(e) = c.find(Locator::Css("h1")).await {
-            if let Ok(text) = e.text().await {
+        if let Ok(e) = c.find("h1").await {
+            if let Ok(text) = c.text(&e).await {
                 if text.contains(want) {
                     return Ok(());
                 }
@@ -181,12 +136,12 @@ async fn h1(c: &Client, want: &str) -> anyhow::Result<()> {
 }
 
 /// Waits (up to 10 s) until the element `css` exists and its text contains `want`.
-async fn wait_text(c: &Client, css: &str, want: &str) -> anyhow::Result<()> {
+async fn wait_text(c: &Browser, css: &str, want: &str) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut last = String::new();
     while std::time::Instant::now() < deadline {
-        if let Ok(e) = c.find(Locator::Css(css)).await {
-            if let Ok(text) = e.text().await {
+        if let Ok(e) = c.find(css).await {
+            if let Ok(text) = c.text(&e).await {
                 if text.contains(want) {
                     return Ok(());
                 }
@@ -198,12 +153,16 @@ async fn wait_text(c: &Client, css: &str, want: &str) -> anyhow::Result<()> {
     anyhow::bail!("{css} never read {want:?} (last: {last:?})")
 }
 
-async fn value_of(c: &Client, css: &str, what: &str) -> anyhow::Result<String> {
-    c.find(Locator::Css(css))
-        .await?
-        .attr(what)
+async fn value_of(c: &Browser, css: &str, what: &str) -> anyhow::Result<String> {
+    let e = c.find(css).await?;
+    c.attr(&e, what)
         .await?
         .ok_or_else(|| anyhow::anyhow!("{css} has no {what}"))
+}
+
+async fn input_value(c: &Browser, css: &str) -> anyhow::Result<String> {
+    let e = c.find(css).await?;
+    Ok(c.prop(&e, "value").await?.unwrap_or_default())
 }
 
 #[tokio::test]
@@ -222,56 +181,36 @@ async fn the_dashboard_works_in_a_real_browser() -> anyhow::Result<()> {
     let (status, v) = ingest.post_batch(&body(&events, &sessions, DEVICE)).await?;
     anyhow::ensure!(status == 200, "batch: {status} {v}");
 
-    let (mut driver_proc, driver_url) = start_driver(&driver, cloud.dir.path()).await?;
+    let driver = Driver::start(&driver, cloud.dir.path()).await?;
     let profile = tempfile::tempdir()?;
-    let c = start_browser(&chromium, &driver_url, profile.path()).await?;
+    let c = start_browser(&chromium, &driver, profile.path()).await?;
     let result = drive(&c, &cloud, &ingest).await;
-    let _ = c.close().await;
-    driver_proc.terminate(Duration::from_secs(5));
+    let _ = c.quit().await;
     result
 }
 
-async fn drive(c: &Client, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
+async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     let base = cloud.ingest.url();
     let read = cloud.read_api();
 
     // Not signed in: the sign-in form.
     c.goto(&format!("{base}/")).await?;
-    anyhow::ensure!(c.current_url().await?.path() == "/sign-in");
+    anyhow::ensure!(c.path().await? == "/sign-in", "{}", c.path().await?);
     screenshot(c, "sign-in").await?;
-    c.find(Locator::Id("token"))
-        .await?
-        .send_keys(&cloud.tenant.read_token)
-        .await?;
-    c.find(Locator::Css("form[action='/sign-in'] button"))
-        .await?
-        .click()
+    let token = c.find("#token").await?;
+    c.type_into(&token, &cloud.tenant.read_token).await?;
+    c.click(&c.find("form[action='/sign-in'] button").await?)
         .await?;
     h1(c, "Overview").await?;
-    anyhow::ensure!(c.current_url().await?.path() == "/");
-    let cookie = c.execute("return document.cookie", vec![]).await?;
+    anyhow::ensure!(c.path().await? == "/");
+    let cookie = c.execute("return document.cookie").await?;
     anyhow::ensure!(cookie == json!(""), "scripts can read the cookie: {cookie}");
     anyhow::ensure!(!c.source().await?.contains(&cloud.tenant.read_token));
 
     // The totals are /v1/usage's for the range, zone and grouping the pickers show.
-    let from = c
-        .find(Locator::Id("from"))
-        .await?
-        .prop("value")
-        .await?
-        .unwrap_or_default();
-    let to = c
-        .find(Locator::Id("to"))
-        .await?
-        .prop("value")
-        .await?
-        .unwrap_or_default();
-    let tz = c
-        .find(Locator::Id("tz"))
-        .await?
-        .prop("value")
-        .await?
-        .unwrap_or_default();
+    let from = input_value(c, "#from").await?;
+    let to = input_value(c, "#to").await?;
+    let tz = input_value(c, "#tz").await?;
     let api = read
         .get_ok(&format!(
             "/v1/usage?from={from}&to={to}&tz={tz}&granularity=day&group_by=model"
@@ -289,7 +228,7 @@ async fn drive(c: &Client, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     c.goto(&format!("{base}/")).await?;
     let mut order = vec![];
     for _ in 0..30 {
-        press(c, Key::Tab).await?;
+        c.press(TAB).await?;
         order.push(focused(c).await?);
     }
     anyhow::ensure!(order[0] == "a:Skip to content", "first stop: {order:?}");
@@ -311,18 +250,17 @@ async fn drive(c: &Client, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     }
     c.goto(&format!("{base}/")).await?;
     for _ in 0..10 {
-        press(c, Key::Tab).await?;
+        c.press(TAB).await?;
         if focused(c).await? == "a:Sessions" {
             break;
         }
     }
-    press(c, Key::Enter).await?;
+    c.press(ENTER).await?;
     h1(c, "Sessions").await?;
 
     // Live: the queen failing, and a new session, show in the list within 2 s, without a reload.
     wait_text(c, "#live-note", "Live:").await?;
-    c.execute("window.apiaryMarker = 42; return true", vec![])
-        .await?;
+    c.execute("window.apiaryMarker = 42; return true").await?;
     let events = [failed(QUEEN), turn(NEW, 10)];
     let (status, v) = ingest
         .post_batch(&body(&events, &[binding(NEW, 1)], DEVICE))
@@ -336,23 +274,21 @@ async fn drive(c: &Client, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
         took <= Duration::from_secs(2),
         "the live list took {took:?}"
     );
-    let marker = c.execute("return window.apiaryMarker", vec![]).await?;
+    let marker = c.execute("return window.apiaryMarker").await?;
     anyhow::ensure!(marker == json!(42), "the page was reloaded");
     screenshot(c, "sessions").await?;
 
     // The list links to the session; its detail shows the tree with the worker.
-    c.find(Locator::Css(&format!("a[href='/sessions/{QUEEN}']")))
-        .await?
-        .click()
+    c.click(&c.find(&format!("a[href='/sessions/{QUEEN}']")).await?)
         .await?;
     h1(c, &format!("Session {QUEEN}")).await?;
-    let tree = c.find(Locator::Css("ul.tree")).await?.text().await?;
+    let tree = c.text(&c.find("ul.tree").await?).await?;
     anyhow::ensure!(tree.contains(WORKER), "tree: {tree}");
     screenshot(c, "session").await?;
 
     c.goto(&format!("{base}/devices")).await?;
     h1(c, "Devices").await?;
-    let devices = c.find(Locator::Css("table")).await?.text().await?;
+    let devices = c.text(&c.find("table").await?).await?;
     anyhow::ensure!(devices.contains(DEVICE), "devices: {devices}");
     screenshot(c, "devices").await?;
     c.goto(&format!("{base}/colonies")).await?;
@@ -363,10 +299,7 @@ async fn drive(c: &Client, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     c.set_window_size(390, 844).await?;
     c.goto(&format!("{base}/")).await?;
     let fits = c
-        .execute(
-            "return document.documentElement.scrollWidth <= window.innerWidth + 1",
-            vec![],
-        )
+        .execute("return document.documentElement.scrollWidth <= window.innerWidth + 1")
         .await?;
     anyhow::ensure!(
         fits == json!(true),
