@@ -330,6 +330,8 @@ async fn the_overview_totals_equal_the_usage_api_for_the_same_query(pool: sqlx::
         assert_eq!(s, StatusCode::OK, "{api}");
         let p = app.page(Some(&cookie), &format!("/?{query}")).await;
         assert_eq!(p.status, StatusCode::OK, "{query}: {}", p.body);
+        // The page-weight budget (#14: 300 KB compressed), held here uncompressed.
+        assert!(p.body.len() < 300 * 1024, "{query}: {} bytes", p.body.len());
         for field in [
             "cost_nanos",
             "input_tokens",
