@@ -7,7 +7,8 @@
 //!
 //! The list's query string is `/v1/sessions`' (`status`, `user`, `device`, `since`, `limit`, `cursor`;
 //! empty filter fields dropped) and its rows are `list_sessions`' answer; the detail is the answers of
-//! `get_session`, `get_session_tree`, `get_session_history` and `get_session_usage?group_by=tool`.
+//! `get_session`, `get_session_tree`, `get_session_history` and `get_session_usage` (by model, and
+//! `group_by=tool`).
 
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
@@ -210,7 +211,10 @@ async fn detail(db: ReadDb, viewer: &Viewer, id: String) -> Result<Markup, ApiEr
         group_by: Some(GroupBy(vec![Dim::Tool])),
         ..UsageParams::default()
     };
-    let Json(tools) = api::get_session_usage(State(db), r(), Path(id), Query(tools)).await?;
+    let Json(tools) =
+        api::get_session_usage(State(db.clone()), r(), Path(id.clone()), Query(tools)).await?;
+    let by_model = UsageParams::default();
+    let Json(models) = api::get_session_usage(State(db), r(), Path(id), Query(by_model)).await?;
     let now = Utc::now();
     let s = &d.session;
     Ok(html! {
@@ -224,6 +228,7 @@ async fn detail(db: ReadDb, viewer: &Viewer, id: String) -> Result<Markup, ApiEr
         }
         (timeline(&history, now))
         (tasks(&d))
+        (per_model(&models.usage))
         (per_tool(&tools.usage))
     })
 }
@@ -376,6 +381,33 @@ fn tasks(d: &SessionDetail) -> Markup {
                         td { (opt(&t.state)) }
                         td.num { (t.fire_count.unwrap_or(0)) }
                         td { @if let Some(n) = t.next_fire_at { (format::time(n)) } }
+                    } } }
+                } }
+            }
+        }
+    }
+}
+
+/// The session's own usage by model (`/v1/sessions/{id}/usage`, all time).
+fn per_model(u: &UsageResponse) -> Markup {
+    html! {
+        section aria-labelledby="models-title" {
+            h2 #models-title { "Usage by model (this session)" }
+            @if u.rows.is_empty() {
+                p.empty { "No usage." }
+            } @else {
+                div.scroll { table {
+                    thead { tr {
+                        th scope="col" { "Model" } th.num scope="col" { "Spend" } th.num scope="col" { "Input tokens" }
+                        th.num scope="col" { "Output tokens" } th.num scope="col" { "Cached tokens" } th.num scope="col" { "LLM calls" }
+                    } }
+                    tbody { @for r in &u.rows { tr {
+                        th scope="row" { code { (r.model.clone().flatten().unwrap_or_else(|| "(none)".into())) } }
+                        td.num title=(format::money_exact(r.sums.cost_nanos.0)) { (format::money(r.sums.cost_nanos.0)) }
+                        td.num { (format::sum(r.sums.input_tokens)) }
+                        td.num { (format::sum(r.sums.output_tokens)) }
+                        td.num { (format::sum(r.sums.cached_tokens)) }
+                        td.num { (format::sum(r.sums.llm_calls)) }
                     } } }
                 } }
             }
