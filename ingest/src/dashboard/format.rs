@@ -6,6 +6,13 @@ use chrono::{DateTime, Utc};
 
 use crate::query::sums::Sum;
 
+/// A path segment, percent-encoded (ids come from clients): `q-a+b` → `q-a%2Bb`.
+pub fn path_segment(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
 /// `1234567` → `1,234,567`.
 pub fn count(n: i128) -> String {
     let digits = n.unsigned_abs().to_string();

@@ -119,6 +119,11 @@ pub fn error_page(e: ApiError) -> Response {
     page
 }
 
+/// An optional value, or a dash.
+pub fn opt(v: &Option<String>) -> Markup {
+    html! { @if let Some(v) = v { (v) } @else { span.none { "–" } } }
+}
+
 /// A status as a badge: the word is the information, the colour only repeats it.
 pub fn badge(status: &str) -> Markup {
     html! { span class={ "badge s-" (status) } { (status.replace('_', " ")) } }

@@ -39,6 +39,7 @@ mod format;
 mod layout;
 mod live;
 mod overview;
+mod session;
 mod sessions;
 pub mod signin;
 
@@ -69,7 +70,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(overview::page))
         .route("/sessions", get(sessions::list_page))
-        .route("/sessions/{id}", get(sessions::detail_page))
+        .route("/sessions/{id}", get(session::page))
         .route("/devices", get(fleet::devices_page))
         .route("/colonies", get(fleet::colonies_page))
         .route("/sign-in", get(signin::form).post(signin::sign_in))

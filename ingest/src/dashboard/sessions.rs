@@ -1,14 +1,11 @@
-//! Sessions: the list (`/sessions`, most recent first, filters, paging) and a session's detail
-//! (`/sessions/{id}`: what it is doing now, the queen → colonies → workers tree, the health timeline,
-//! tasks and triggers, usage and durations per tool).
+//! The sessions list (`/sessions`: most recent first, filters, paging); a session's page is
+//! [`super::session`].
 //!
 //! The list is live: `assets/live.js` follows `/live` (see [`super::live`]) and updates a row's status
 //! badge when the session's status changes, without a reload.
 //!
 //! The list's query string is `/v1/sessions`' (`status`, `user`, `device`, `since`, `limit`, `cursor`;
-//! empty filter fields dropped) and its rows are `list_sessions`' answer; the detail is the answers of
-//! `get_session`, `get_session_tree`, `get_session_history` and `get_session_usage` (by model, and
-//! `group_by=tool`).
+//! empty filter fields dropped) and its rows are `list_sessions`' answer.
 
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
@@ -16,18 +13,14 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
-use super::format;
-use super::layout::{self, badge, Nav};
+use super::format::{self, path_segment};
+use super::layout::{self, badge, opt, Nav};
 use super::overview::non_empty;
 use super::Viewer;
-use crate::error::ApiError;
-use crate::query::history::SessionHistory;
-use crate::query::sessions::body::{SessionBody, TreeNode};
-use crate::query::sessions::work::SessionDetail;
+use crate::query::sessions::body::SessionBody;
 use crate::query::sessions::ListParams;
-use crate::query::usage::{Dim, GroupBy, UsageParams, UsageResponse};
 use crate::query::ReadDb;
-use crate::routes::extract::{query_params, Path, Query};
+use crate::routes::extract::{query_params, Query};
 use crate::routes::sessions as api;
 use apiary_schema::status::Status;
 
@@ -98,7 +91,7 @@ fn row(s: &SessionBody, now: DateTime<Utc>) -> Markup {
     html! {
         tr data-session=(s.session_id) {
             td { (badge(s.status.as_str())) }
-            td { a href={ "/sessions/" (urlencode(&s.session_id)) } { code { (s.session_id) } } }
+            td { a href={ "/sessions/" (path_segment(&s.session_id)) } { code { (s.session_id) } } }
             td { (opt(&s.agent_role)) }
             td { (opt(&s.user_id)) }
             td { (opt(&s.device_id)) }
@@ -107,17 +100,6 @@ fn row(s: &SessionBody, now: DateTime<Utc>) -> Markup {
             td.num { (format::count(tokens)) }
         }
     }
-}
-
-fn opt(v: &Option<String>) -> Markup {
-    html! { @if let Some(v) = v { (v) } @else { span.none { "–" } } }
-}
-
-/// A path segment, percent-encoded (ids come from clients).
-fn urlencode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes())
-        .collect::<String>()
-        .replace('+', "%20")
 }
 
 /// The list's filters as the form shows them and the next page's link carries them.
@@ -185,258 +167,6 @@ impl Filters {
                     input #limit name="limit" type="number" min="1" max="1000" value=(self.limit) placeholder=(PAGE);
                 }
                 div { button type="submit" { "Filter" } }
-            }
-        }
-    }
-}
-
-/// `GET /sessions/{id}`.
-pub async fn detail_page(
-    State(db): State<ReadDb>,
-    viewer: Viewer,
-    Path(id): Path<String>,
-) -> Response {
-    match detail(db, &viewer, id).await {
-        Ok(body) => layout::page("Session", Nav::Sessions, &viewer, body),
-        Err(e) => layout::error_page(e),
-    }
-}
-
-async fn detail(db: ReadDb, viewer: &Viewer, id: String) -> Result<Markup, ApiError> {
-    let r = || viewer.reader.clone();
-    let Json(d) = api::get_session(State(db.clone()), r(), Path(id.clone())).await?;
-    let Json(tree) = api::get_session_tree(State(db.clone()), r(), Path(id.clone())).await?;
-    let Json(history) = api::get_session_history(State(db.clone()), r(), Path(id.clone())).await?;
-    let tools = UsageParams {
-        group_by: Some(GroupBy(vec![Dim::Tool])),
-        ..UsageParams::default()
-    };
-    let Json(tools) =
-        api::get_session_usage(State(db.clone()), r(), Path(id.clone()), Query(tools)).await?;
-    let by_model = UsageParams::default();
-    let Json(models) = api::get_session_usage(State(db), r(), Path(id), Query(by_model)).await?;
-    let now = Utc::now();
-    let s = &d.session;
-    Ok(html! {
-        h1 { "Session " code { (s.session_id) } " " (badge(s.status.as_str())) }
-        p.cause { "Status since " @if let Some(t) = s.status_since { (format::time(t)) } @else { "–" } ": " (s.status_cause) }
-        (facts(s, now))
-        (doing_now(&d))
-        section aria-labelledby="tree-title" {
-            h2 #tree-title { "Queen, colonies and workers" }
-            ul.tree { (node(&tree, 0)) }
-        }
-        (timeline(&history, now))
-        (tasks(&d))
-        (per_model(&models.usage))
-        (per_tool(&tools.usage))
-    })
-}
-
-fn facts(s: &SessionBody, now: DateTime<Utc>) -> Markup {
-    let t = &s.totals;
-    html! {
-        dl.facts {
-            div { dt { "Role" } dd { (opt(&s.agent_role)) } }
-            div { dt { "User" } dd { (opt(&s.user_id)) } }
-            div { dt { "Device" } dd { (opt(&s.device_id)) } }
-            div { dt { "Runtime" } dd { (opt(&s.runtime)) } }
-            div { dt { "Phase" } dd { (opt(&s.phase)) } }
-            div { dt { "Lifecycle" } dd { (opt(&s.lifecycle)) } }
-            div { dt { "Started" } dd { @if let Some(t) = s.durations.started_at { (format::time(t)) } @else { "–" } } }
-            div { dt { "Wall clock" } dd { (format::duration(s.durations.wall_clock_seconds)) } }
-            div { dt { "Active" } dd { (format::duration(s.durations.active_seconds)) } }
-            div { dt { "Last event" } dd { @if let Some(e) = s.last_event_at { (format::ago(e, now)) } @else { "–" } } }
-            div { dt { "Spend (with everything below)" } dd data-field="cost_nanos" data-value=(t.cost_nanos.0) title=(format::money_exact(t.cost_nanos.0)) { (format::money(t.cost_nanos.0)) } }
-            div { dt { "Input / output tokens" } dd { (format::sum(t.input_tokens)) " / " (format::sum(t.output_tokens)) } }
-            div { dt { "LLM calls" } dd { (format::sum(t.llm_calls)) } }
-            div { dt { "Tool calls (errors)" } dd { (format::sum(t.tool_calls)) " (" (format::sum(t.tool_errors)) ")" } }
-        }
-    }
-}
-
-fn doing_now(d: &SessionDetail) -> Markup {
-    let w = &d.session.work;
-    html! {
-        section aria-labelledby="now-title" {
-            h2 #now-title { "Now" }
-            @if let Some(a) = &w.activity {
-                p { "Running " (a.kind.replace('_', " ")) @if let Some(t) = &a.tool_name { " " code { (t) } }
-                    " since " (format::time(a.since))
-                    @if a.in_flight > 1 { " (" (a.in_flight) " calls in flight)" } }
-            } @else {
-                p { "Nothing in flight." }
-            }
-            @if let Some(t) = w.next_wake_at { p { "Next wake-up: " (format::time(t)) } }
-        }
-    }
-}
-
-fn node(n: &TreeNode, depth: usize) -> Markup {
-    let s = &n.session;
-    html! {
-        li {
-            (badge(s.status.as_str())) " "
-            a href={ "/sessions/" (urlencode(&s.session_id)) } { code { (s.session_id) } }
-            " " span.role { (s.agent_role.as_deref().unwrap_or("session")) }
-            " · " span title=(format::money_exact(n.usage.cost_nanos.0)) { (format::money(n.usage.cost_nanos.0)) }
-            @if !n.colonies.is_empty() && depth < 8 {
-                ul {
-                    @for c in &n.colonies {
-                        li.colony {
-                            "colony " code { (c.colony_key.as_deref().unwrap_or(&c.colony_id)) }
-                            " — workers: "
-                            @for (i, (status, count)) in c.workers_by_status.iter().enumerate() {
-                                @if i > 0 { ", " }
-                                (count) " " (status.replace('_', " "))
-                            }
-                            " · " span title=(format::money_exact(c.totals.cost_nanos.0)) { (format::money(c.totals.cost_nanos.0)) }
-                            @if !c.workers.is_empty() {
-                                ul { @for w in &c.workers { (node(w, depth + 1)) } }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The health timeline: a band of the statuses over time (SVG) and the transitions, newest first.
-fn timeline(h: &SessionHistory, now: DateTime<Utc>) -> Markup {
-    const W: f64 = 800.0;
-    let start = h.transitions.first().map(|t| t.at);
-    let span = start.map_or(0.0, |s| (now - s).num_milliseconds().max(1) as f64);
-    let x = |t: DateTime<Utc>| start.map_or(0.0, |s| (t - s).num_milliseconds() as f64 / span * W);
-    html! {
-        section aria-labelledby="health-title" {
-            h2 #health-title { "Health timeline" }
-            @if h.transitions.is_empty() {
-                p.empty { "No transitions yet." }
-            } @else {
-                svg.band viewBox={ "0 0 " (W) " 24" } preserveAspectRatio="none" role="img" aria-labelledby="band-t" {
-                    title #band-t { "Status over time, from the first transition to now" }
-                    @for (i, t) in h.transitions.iter().enumerate() {
-                        @let end = h.transitions.get(i + 1).map_or(now, |n| n.at);
-                        @let (x0, x1) = (x(t.at), x(end));
-                        rect class={ "s-" (t.to) } x=(x0) y="0" width=((x1 - x0).max(0.5)) height="24" {
-                            title { (t.to.replace('_', " ")) " from " (format::time(t.at)) }
-                        }
-                    }
-                }
-                dl.legend-inline {
-                    @for (status, secs) in &h.time_in_state {
-                        @if *secs > 0.0 { div { dt { (badge(status.as_str())) } dd { (format::duration(*secs)) } } }
-                    }
-                }
-                details {
-                    summary { (h.transitions.len()) " transitions" @if h.truncated { " (truncated)" } }
-                    div.scroll { table {
-                        thead { tr { th scope="col" { "At" } th scope="col" { "From" } th scope="col" { "To" } th scope="col" { "Cause" } } }
-                        tbody {
-                            @for t in h.transitions.iter().rev() {
-                                tr {
-                                    td { (format::time(t.at)) }
-                                    td { @if let Some(f) = &t.from { (badge(f)) } }
-                                    td { (badge(&t.to)) }
-                                    td { (t.cause) }
-                                }
-                            }
-                        }
-                    } }
-                }
-            }
-        }
-    }
-}
-
-fn tasks(d: &SessionDetail) -> Markup {
-    let c = &d.session.work.tasks;
-    html! {
-        section aria-labelledby="tasks-title" {
-            h2 #tasks-title { "Tasks" }
-            p { (c.pending) " pending · " (c.in_progress) " in progress · " (c.completed) " completed"
-                @if c.other > 0 { " · " (c.other) " other" } }
-            @if !d.task_list.is_empty() {
-                details {
-                    summary { "Task list" @if d.tasks_truncated { " (oldest forgotten)" } }
-                    div.scroll { table {
-                        thead { tr { th scope="col" { "Task" } th scope="col" { "State" } th scope="col" { "Created" } th scope="col" { "Updated" } } }
-                        tbody { @for t in &d.task_list { tr {
-                            td { code { (t.task_id) } }
-                            td { (opt(&t.state)) }
-                            td { (format::time(t.created_at)) }
-                            td { (format::time(t.updated_at)) }
-                        } } }
-                    } }
-                }
-            }
-            @if !d.triggers.is_empty() {
-                h3 { "Triggers" }
-                div.scroll { table {
-                    thead { tr { th scope="col" { "Trigger" } th scope="col" { "Type" } th scope="col" { "State" } th scope="col" { "Fired" } th scope="col" { "Next" } } }
-                    tbody { @for t in &d.triggers { tr {
-                        td { code { (t.trigger_id) } }
-                        td { (opt(&t.trigger_type)) }
-                        td { (opt(&t.state)) }
-                        td.num { (t.fire_count.unwrap_or(0)) }
-                        td { @if let Some(n) = t.next_fire_at { (format::time(n)) } }
-                    } } }
-                } }
-            }
-        }
-    }
-}
-
-/// The session's own usage by model (`/v1/sessions/{id}/usage`, all time).
-fn per_model(u: &UsageResponse) -> Markup {
-    html! {
-        section aria-labelledby="models-title" {
-            h2 #models-title { "Usage by model (this session)" }
-            @if u.rows.is_empty() {
-                p.empty { "No usage." }
-            } @else {
-                div.scroll { table {
-                    thead { tr {
-                        th scope="col" { "Model" } th.num scope="col" { "Spend" } th.num scope="col" { "Input tokens" }
-                        th.num scope="col" { "Output tokens" } th.num scope="col" { "Cached tokens" } th.num scope="col" { "LLM calls" }
-                    } }
-                    tbody { @for r in &u.rows { tr {
-                        th scope="row" { code { (r.model.clone().flatten().unwrap_or_else(|| "(none)".into())) } }
-                        td.num title=(format::money_exact(r.sums.cost_nanos.0)) { (format::money(r.sums.cost_nanos.0)) }
-                        td.num { (format::sum(r.sums.input_tokens)) }
-                        td.num { (format::sum(r.sums.output_tokens)) }
-                        td.num { (format::sum(r.sums.cached_tokens)) }
-                        td.num { (format::sum(r.sums.llm_calls)) }
-                    } } }
-                } }
-            }
-        }
-    }
-}
-
-fn per_tool(u: &UsageResponse) -> Markup {
-    let ms = |v: Option<Option<i64>>| v.flatten().map_or("–".to_string(), format::millis);
-    html! {
-        section aria-labelledby="tools-title" {
-            h2 #tools-title { "Tools" }
-            @if u.rows.is_empty() {
-                p.empty { "No tool calls." }
-            } @else {
-                div.scroll { table {
-                    thead { tr {
-                        th scope="col" { "Tool" } th.num scope="col" { "Calls" } th.num scope="col" { "Errors" }
-                        th.num scope="col" { "Total time" } th.num scope="col" { "p50" } th.num scope="col" { "p95" }
-                    } }
-                    tbody { @for r in &u.rows { tr {
-                        th scope="row" { code { (r.tool_name.clone().flatten().unwrap_or_else(|| "(none)".into())) } }
-                        td.num { (format::sum(r.sums.tool_calls)) }
-                        td.num { (format::sum(r.sums.tool_errors)) }
-                        td.num { (format::millis(r.sums.tool_duration_ms.0 as i64)) }
-                        td.num { (ms(r.tool_duration_p50_ms)) }
-                        td.num { (ms(r.tool_duration_p95_ms)) }
-                    } } }
-                } }
             }
         }
     }
