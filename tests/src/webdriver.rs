@@ -197,6 +197,12 @@ impl Browser {
         Ok(base64::engine::general_purpose::STANDARD.decode(b64)?)
     }
 
+    /// A Chrome DevTools Protocol command through chromedriver (e.g. `Emulation.setEmulatedMedia`).
+    pub async fn cdp(&self, cmd: &str, params: Value) -> anyhow::Result<Value> {
+        self.post("/goog/cdp/execute", json!({ "cmd": cmd, "params": params }))
+            .await
+    }
+
     /// Ends the session (closes the browser).
     pub async fn quit(self) -> anyhow::Result<()> {
         self.call(reqwest::Method::DELETE, "", None).await.map(drop)

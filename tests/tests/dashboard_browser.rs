@@ -8,7 +8,8 @@
 //! link first and then the navigation, every picker, the submit and sign-out buttons, and Enter on the
 //! "Sessions" link opens the list; the queen failing and a new session show in the list within 2 s
 //! without a reload (the live stream); the session's link opens its detail with the worker in its tree; the
-//! device shows on the devices page; at a phone's width the overview does not scroll sideways.
+//! device shows on the devices page; at a phone's width the overview does not scroll sideways; the
+//! theme follows `prefers-color-scheme` (light, and dark when the system asks for it).
 //! Screenshots of each page are saved (`APIARY_SCREENSHOT_DIR`, default
 //! `target/tmp/dashboard-screenshots`).
 //!
@@ -306,5 +307,17 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
         "the overview overflows a phone's width"
     );
     screenshot(c, "overview-phone").await?;
+
+    // The theme follows the system setting (prefers-color-scheme).
+    c.set_window_size(1280, 900).await?;
+    let background = "return getComputedStyle(document.body).backgroundColor";
+    let light = c.execute(background).await?;
+    anyhow::ensure!(light == json!("rgb(255, 255, 255)"), "light: {light}");
+    let dark = json!({ "features": [{ "name": "prefers-color-scheme", "value": "dark" }] });
+    c.cdp("Emulation.setEmulatedMedia", dark).await?;
+    c.goto(&format!("{base}/")).await?;
+    let dark = c.execute(background).await?;
+    anyhow::ensure!(dark == json!("rgb(15, 20, 25)"), "dark: {dark}");
+    screenshot(c, "overview-dark").await?;
     Ok(())
 }
