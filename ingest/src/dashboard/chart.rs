@@ -8,6 +8,9 @@ use maud::{html, Markup};
 /// Series kept by name; the smaller rest is summed into "other".
 pub const MAX_SERIES: usize = 7;
 
+/// Most bars one chart draws (see [`Stacked::coarsen`]).
+pub const MAX_BARS: usize = 120;
+
 /// The data of one chart: bucket labels, and per series its value in each bucket.
 #[derive(Debug, Clone, Default)]
 pub struct Stacked {
@@ -36,6 +39,21 @@ impl Stacked {
         self
     }
 
+    /// At most `max` bars: when there are more buckets, each bar sums `k` consecutive ones (labelled by
+    /// the first), so a long range at a fine granularity stays a page of reasonable weight. Returns `k`.
+    pub fn coarsen(&mut self, max: usize) -> usize {
+        let n = self.buckets.len();
+        if n <= max || max == 0 {
+            return 1;
+        }
+        let k = n.div_ceil(max);
+        self.buckets = self.buckets.iter().step_by(k).cloned().collect();
+        for (_, values) in &mut self.series {
+            *values = values.chunks(k).map(|c| c.iter().sum()).collect();
+        }
+        k
+    }
+
     fn max_stack(&self) -> f64 {
         (0..self.buckets.len())
             .map(|i| self.series.iter().map(|(_, v)| v[i]).sum::<f64>())
@@ -58,6 +76,11 @@ pub fn colour(i: usize, name: &str) -> String {
     }
 }
 
+/// A coordinate to one decimal (the SVG's precision; full floats would double the page's weight).
+fn r1(v: f64) -> String {
+    format!("{:.1}", v)
+}
+
 /// The chart, labelled `label`, values read through `fmt`.
 pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> String) -> Markup {
     let max = data.max_stack();
@@ -75,8 +98,8 @@ pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> Strin
                 title id={ (id) "-t" } { (label) }
                 @for t in ticks {
                     @let y = TOP + plot_h - y_of(t);
-                    line.grid x1=(LEFT) x2=(W) y1=(y) y2=(y) {}
-                    text.axis x=(LEFT - 6.0) y=(y + 4.0) text-anchor="end" { (fmt(t)) }
+                    line.grid x1=(LEFT) x2=(W) y1=(r1(y)) y2=(r1(y)) {}
+                    text.axis x=(LEFT - 6.0) y=(r1(y + 4.0)) text-anchor="end" { (fmt(t)) }
                 }
                 @for (i, bucket) in data.buckets.iter().enumerate() {
                     @let x = LEFT + i as f64 * band + (band - bar) / 2.0;
@@ -85,14 +108,14 @@ pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> Strin
                         @let h = y_of(values[i]);
                         @if h > 0.0 {
                             @let y = { base -= h; base };
-                            rect class=(colour(s, name)) x=(x) y=(y) width=(bar) height=(h) {
-                                title { (bucket) " · " (name) ": " (fmt(values[i])) }
+                            rect class=(colour(s, name)) x=(r1(x)) y=(r1(y)) width=(r1(bar)) height=(r1(h)) {
+                                title { (short(bucket)) " · " (name) ": " (fmt(values[i])) }
                             }
                         }
                     }
                     @if label_at.contains(&i) {
                         @let anchor = anchor(i, data.buckets.len());
-                        text.axis x=(x + bar / 2.0) y=(H - 6.0) text-anchor=(anchor) { (short(bucket)) }
+                        text.axis x=(r1(x + bar / 2.0)) y=(H - 6.0) text-anchor=(anchor) { (short(bucket)) }
                     }
                 }
             }
@@ -176,5 +199,27 @@ mod tests {
         assert!(svg.contains("&lt;script&gt;x&lt;/script&gt;: 2"), "{svg}");
         assert!(!svg.contains("<script>"));
         assert!(svg.contains(">2026-11-01<"));
+    }
+
+    #[test]
+    fn many_buckets_are_summed_into_at_most_max_bars() {
+        let mut data = Stacked {
+            buckets: (0..720).map(|i| format!("b{i}")).collect(),
+            series: vec![
+                ("a".into(), vec![1.0; 720]),
+                ("b".into(), (0..720).map(f64::from).collect()),
+            ],
+        };
+        let k = data.coarsen(MAX_BARS);
+        assert_eq!((k, data.buckets.len()), (6, 120));
+        assert_eq!(data.buckets[1], "b6");
+        assert_eq!(data.series[0].1[0], 6.0);
+        let sum: f64 = data.series[1].1.iter().sum();
+        assert_eq!(sum, (0..720).map(f64::from).sum::<f64>(), "nothing lost");
+        let mut few = Stacked {
+            buckets: vec!["x".into()],
+            series: vec![("a".into(), vec![1.0])],
+        };
+        assert_eq!(few.coarsen(MAX_BARS), 1);
     }
 }

@@ -235,15 +235,21 @@ fn stacked(u: &UsageResponse, dim: Dim, value: fn(&UsageRowBody) -> f64) -> Stac
 }
 
 fn charts(u: &UsageResponse, dim: Dim) -> Markup {
-    let spend = stacked(u, dim, |r| r.sums.cost_nanos.0 as f64);
-    let tokens = stacked(u, dim, |r| {
+    let mut spend = stacked(u, dim, |r| r.sums.cost_nanos.0 as f64);
+    let mut tokens = stacked(u, dim, |r| {
         (r.sums.input_tokens.0 + r.sums.output_tokens.0) as f64
     });
+    let k = spend.coarsen(chart::MAX_BARS);
+    tokens.coarsen(chart::MAX_BARS);
     let by = STACK_BY
         .iter()
         .find(|d| d.0 == dim)
         .map_or("model", |d| d.1);
     html! {
+        @if k > 1 {
+            p.note { "Each bar sums " (k) " " (granularity_word(u.granularity)) "s (the range has more "
+                "buckets than a chart shows); the totals and the table are exact." }
+        }
         section aria-labelledby="spend-title" {
             h2 #spend-title { "Spend by " (by) }
             (chart::stacked_bars("spend", &format!("Spend per bucket, stacked by {by}"), &spend,
@@ -310,6 +316,46 @@ fn breakdown(u: &UsageResponse, dim: Dim, by: &str) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::query::usage::{UsageQuery, UsageRow};
+    use crate::rollups::Usage;
+
+    #[test]
+    fn a_month_of_hours_by_twenty_users_stays_within_the_page_weight() {
+        let from: DateTime<Utc> = "2026-10-27T00:00:00Z".parse().unwrap();
+        let q = UsageQuery {
+            from,
+            to: from + chrono::TimeDelta::days(30),
+            group_by: vec![Dim::User],
+            granularity: Granularity::Hour,
+            tz: chrono_tz::Tz::UTC,
+        };
+        let usage = |u: i128| Usage {
+            input_tokens: 1000 + u,
+            output_tokens: 10,
+            cost_nanos: 123_456_789 + u,
+            llm_calls: 3,
+            events: 5,
+            ..Usage::default()
+        };
+        let rows: Vec<UsageRow> = (0..720)
+            .flat_map(|h| {
+                (0..20).map(move |u| UsageRow {
+                    bucket: Some(from + chrono::TimeDelta::hours(h)),
+                    keys: vec![format!("user_{u}")],
+                    usage: usage(u),
+                    tool: None,
+                })
+            })
+            .collect();
+        let u = UsageResponse::new(&q, &rows);
+        let page = html! { (pickers(&u, Dim::User)) (totals(&u.totals)) (charts(&u, Dim::User)) }
+            .into_string();
+        assert!(page.len() < 300 * 1024, "{} bytes", page.len());
+        assert!(
+            page.contains("Each bar sums 6 hours"),
+            "the coarsening is said"
+        );
+    }
 
     #[test]
     fn untouched_pickers_mean_the_page_defaults() {
