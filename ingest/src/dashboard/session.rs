@@ -129,24 +129,31 @@ fn node(n: &TreeNode, depth: usize) -> Markup {
     }
 }
 
-/// The health timeline: a band of the statuses over time (SVG) and the transitions, newest first.
+/// Most transitions the band draws and the table lists (the newest; `/v1/sessions/{id}/history` has
+/// them all), so a session that flapped for days still makes a light page.
+const MAX_TRANSITIONS_SHOWN: usize = 300;
+
+/// The health timeline: a band of the statuses over time (SVG, from the oldest transition shown to now)
+/// and the transitions, newest first.
 fn timeline(h: &SessionHistory, now: DateTime<Utc>) -> Markup {
     const W: f64 = 800.0;
-    let start = h.transitions.first().map(|t| t.at);
+    let skip = h.transitions.len().saturating_sub(MAX_TRANSITIONS_SHOWN);
+    let shown = &h.transitions[skip..];
+    let start = shown.first().map(|t| t.at);
     let span = start.map_or(0.0, |s| (now - s).num_milliseconds().max(1) as f64);
     let x = |t: DateTime<Utc>| start.map_or(0.0, |s| (t - s).num_milliseconds() as f64 / span * W);
     html! {
         section aria-labelledby="health-title" {
             h2 #health-title { "Health timeline" }
-            @if h.transitions.is_empty() {
+            @if shown.is_empty() {
                 p.empty { "No transitions yet." }
             } @else {
                 svg.band viewBox={ "0 0 " (W) " 24" } preserveAspectRatio="none" role="img" aria-labelledby="band-t" {
-                    title #band-t { "Status over time, from the first transition to now" }
-                    @for (i, t) in h.transitions.iter().enumerate() {
-                        @let end = h.transitions.get(i + 1).map_or(now, |n| n.at);
+                    title #band-t { "Status over time, from " (format::time(shown[0].at)) " to now" }
+                    @for (i, t) in shown.iter().enumerate() {
+                        @let end = shown.get(i + 1).map_or(now, |n| n.at);
                         @let (x0, x1) = (x(t.at), x(end));
-                        rect class={ "s-" (t.to) } x=(x0) y="0" width=((x1 - x0).max(0.5)) height="24" {
+                        rect class={ "s-" (t.to) } x=(format!("{x0:.1}")) y="0" width=(format!("{:.1}", (x1 - x0).max(0.5))) height="24" {
                             title { (t.to.replace('_', " ")) " from " (format::time(t.at)) }
                         }
                     }
@@ -157,11 +164,14 @@ fn timeline(h: &SessionHistory, now: DateTime<Utc>) -> Markup {
                     }
                 }
                 details {
-                    summary { (h.transitions.len()) " transitions" @if h.truncated { " (truncated)" } }
+                    summary {
+                        (h.transitions.len()) " transitions" @if h.truncated { " (truncated)" }
+                        @if skip > 0 { " — the newest " (shown.len()) " shown" }
+                    }
                     div.scroll { table {
                         thead { tr { th scope="col" { "At" } th scope="col" { "From" } th scope="col" { "To" } th scope="col" { "Cause" } } }
                         tbody {
-                            @for t in h.transitions.iter().rev() {
+                            @for t in shown.iter().rev() {
                                 tr {
                                     td { (format::time(t.at)) }
                                     td { @if let Some(f) = &t.from { (badge(f)) } }
@@ -266,5 +276,40 @@ fn per_tool(u: &UsageResponse) -> Markup {
                 } }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::history::TransitionBody;
+    use apiary_schema::status::Status;
+
+    #[test]
+    fn a_long_history_shows_its_newest_transitions_and_says_so() {
+        let t0: DateTime<Utc> = "2026-11-01T00:00:00Z".parse().unwrap();
+        let transitions: Vec<TransitionBody> = (0..10_000)
+            .map(|i| TransitionBody {
+                at: t0 + chrono::TimeDelta::seconds(i),
+                from: Some(if i % 2 == 0 { "idle" } else { "active" }.into()),
+                to: if i % 2 == 0 { "active" } else { "idle" }.into(),
+                cause: "test".into(),
+            })
+            .collect();
+        let h = SessionHistory {
+            session_id: "s".into(),
+            status: Status::Idle,
+            transitions,
+            truncated: false,
+            time_in_state: Default::default(),
+        };
+        let page = timeline(&h, t0 + chrono::TimeDelta::seconds(10_000)).into_string();
+        assert!(
+            page.contains("10000 transitions — the newest 300 shown"),
+            "{}",
+            &page[..300]
+        );
+        assert_eq!(page.matches("<rect").count(), MAX_TRANSITIONS_SHOWN);
+        assert!(page.len() < 200 * 1024, "{} bytes", page.len());
     }
 }
