@@ -313,14 +313,31 @@ where
             .map(str::trim)
             .filter(|t| !t.is_empty() && t.len() <= 200)
             .ok_or(ApiError::Unauthenticated)?;
-        let ip = (parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>())
-        .map(|c| c.0.ip());
-        let lookup = auth.tokens.verify(&auth.pool, token);
-        let caller = auth.guard.verify(ip, hash_token(token), lookup).await?;
-        auth.tokens.admit(&caller).map_err(|wait| {
-            auth.metrics.rate_limited.inc();
+        auth.authenticate(peer_ip(parts), token).await
+    }
+}
+
+/// The request's TCP peer address, when it has one (not in in-process tests calling the router).
+pub fn peer_ip(parts: &Parts) -> Option<std::net::IpAddr> {
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+impl AuthState {
+    /// Resolves a token presented by the client at `ip` to its caller: the failed-authentication
+    /// throttle, the verification (cached), then the token's rate limit. The bearer header and the
+    /// dashboard's sign-in cookie ([`crate::dashboard`]) both go through here.
+    pub async fn authenticate(
+        &self,
+        ip: Option<std::net::IpAddr>,
+        token: &str,
+    ) -> Result<Caller, ApiError> {
+        let lookup = self.tokens.verify(&self.pool, token);
+        let caller = self.guard.verify(ip, hash_token(token), lookup).await?;
+        self.tokens.admit(&caller).map_err(|wait| {
+            self.metrics.rate_limited.inc();
             ApiError::RateLimited(wait)
         })?;
         Ok(caller)

@@ -47,6 +47,7 @@ pub mod auth_guard;
 pub mod bindings;
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 pub mod doctor;
 pub mod error;
 pub mod import;

@@ -32,6 +32,7 @@ use crate::state::AppState;
 /// The router with every route and layer.
 pub fn router(state: AppState) -> Router {
     routes::router()
+        .merge(crate::dashboard::router())
         .fallback(|| async { error_body(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             error_body(

@@ -24,6 +24,7 @@
 //!   file modes.
 //! - [`sse`]: a Server-Sent Events reader (the ingest's and the agent's `GET /v1/stream`).
 //! - [`scan`]: a dump of the cloud database searched for values that must never leave the device.
+//! - [`webdriver`]: a small W3C WebDriver client and `chromedriver` runner (the dashboard's browser test).
 //!
 //! Every process is owned by a value that kills it when dropped, so a failing (panicking) test leaves
 //! nothing running; every test gets its own database and temp directories.
@@ -47,6 +48,7 @@ pub mod proxy;
 pub mod scan;
 pub mod sse;
 pub mod stack;
+pub mod webdriver;
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests on one machine).
 pub fn free_port() -> u16 {

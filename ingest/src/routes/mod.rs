@@ -8,16 +8,16 @@
 //! [`openapi`] builds the document.
 
 mod batches;
-mod colonies;
-mod devices;
+pub(crate) mod colonies;
+pub(crate) mod devices;
 mod docs;
 pub mod extract;
 pub mod openapi;
 mod ops;
-mod sessions;
+pub(crate) mod sessions;
 mod status;
-mod stream;
-mod usage;
+pub(crate) mod stream;
+pub(crate) mod usage;
 mod whoami;
 
 use axum::routing::{get, post, put};

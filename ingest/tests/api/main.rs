@@ -6,6 +6,7 @@ mod helpers;
 mod bad_input;
 mod batches;
 mod cross_tenant;
+mod dashboard;
 mod durations;
 mod exactness;
 mod import;

@@ -1,0 +1,380 @@
+//! The overview (`/`): spend and tokens over time, stacked by model, user or colony, with the range,
+//! granularity and time-zone pickers of `/v1/usage`, and the totals.
+//!
+//! The page's query string is `/v1/usage`'s (`from`, `to`, `tz`, `granularity`, `group_by`; empty
+//! fields of the picker form are dropped), with the page's defaults filled in when absent: the last 30
+//! local days (`from` = today − 29, `to` = tomorrow, in `tz`), `granularity=day`, `group_by=model`. The
+//! answer is `get_usage`'s own, so the totals here are `/v1/usage`'s for the same query string.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::extract::{RawQuery, State};
+use axum::response::Response;
+use chrono::{DateTime, Days, Utc};
+use maud::{html, Markup};
+
+use super::chart::{self, Stacked};
+use super::format;
+use super::layout::{self, Nav};
+use super::Viewer;
+use crate::access::UsageReader;
+use crate::query::buckets::{self, Unit};
+use crate::query::sums::Sum;
+use crate::query::usage::body::UsageRowBody;
+use crate::query::usage::{Dim, Granularity, GroupBy, TimeArg, UsageParams, UsageResponse, Zone};
+use crate::query::ReadDb;
+use crate::routes::extract::{query_params, Query};
+
+/// The dimensions the overview stacks by.
+const STACK_BY: [(Dim, &str, &str); 3] = [
+    (Dim::Model, "model", "Model"),
+    (Dim::User, "user", "User"),
+    (Dim::Colony, "colony", "Colony"),
+];
+
+/// Most buckets drawn with their empty neighbours filled in.
+const MAX_FILLED_BUCKETS: i64 = 2_000;
+
+/// `GET /`.
+pub async fn page(State(db): State<ReadDb>, viewer: Viewer, RawQuery(raw): RawQuery) -> Response {
+    let params = match page_params(raw.as_deref().unwrap_or("")) {
+        Ok(p) => p,
+        Err(e) => return layout::error_page(e),
+    };
+    let dim = params
+        .group_by
+        .as_ref()
+        .and_then(|g| g.0.first().copied())
+        .unwrap_or(Dim::Model);
+    let reader = UsageReader::Tenant(viewer.reader.clone());
+    let usage = match crate::routes::usage::get_usage(State(db), reader, Query(params)).await {
+        Ok(axum::Json(u)) => u,
+        Err(e) => return layout::error_page(e),
+    };
+    let body = html! {
+        h1 { "Overview" }
+        (pickers(&usage, dim))
+        (totals(&usage.totals))
+        (charts(&usage, dim))
+    };
+    layout::page("Overview", Nav::Overview, &viewer, body)
+}
+
+/// The usage parameters of the page's query string, with the page's defaults.
+pub fn page_params(raw: &str) -> Result<UsageParams, crate::error::ApiError> {
+    let mut p: UsageParams = query_params(&non_empty(raw))?;
+    let tz = p.tz.unwrap_or(Zone(chrono_tz::Tz::UTC)).0;
+    if p.from.is_none() && p.to.is_none() {
+        let today = Utc::now().with_timezone(&tz).date_naive();
+        let midnight =
+            |d: chrono::NaiveDate| TimeArg::Local(d.and_hms_opt(0, 0, 0).expect("midnight"));
+        p.to = Some(midnight(today + Days::new(1)));
+        p.from = Some(midnight(today - Days::new(29)));
+    }
+    p.granularity.get_or_insert(Granularity::Day);
+    p.group_by.get_or_insert(GroupBy(vec![Dim::Model]));
+    Ok(p)
+}
+
+/// The query string without its empty pairs (an untouched picker sends `name=`).
+pub fn non_empty(raw: &str) -> String {
+    let pairs = form_urlencoded::parse(raw.as_bytes()).filter(|(_, v)| !v.is_empty());
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+fn pickers(u: &UsageResponse, dim: Dim) -> Markup {
+    let date = |s: &str| s.get(..10).unwrap_or(s).to_string();
+    html! {
+        form.pickers method="get" action="/" aria-label="Usage range and grouping" {
+            div {
+                label for="from" { "From" }
+                input #from type="date" name="from" value=(date(&u.from));
+            }
+            div {
+                label for="to" { "Until (exclusive)" }
+                input #to type="date" name="to" value=(date(&u.to));
+            }
+            div {
+                label for="granularity" { "Granularity" }
+                select #granularity name="granularity" {
+                    @for g in [Granularity::Hour, Granularity::Day, Granularity::Month, Granularity::Total] {
+                        @let word = granularity_word(g);
+                        option value=(word) selected[u.granularity == g] { (word) }
+                    }
+                }
+            }
+            div {
+                label for="group_by" { "Stack by" }
+                select #group_by name="group_by" {
+                    @for (d, word, label) in STACK_BY {
+                        option value=(word) selected[d == dim] { (label) }
+                    }
+                }
+            }
+            div {
+                label for="tz" { "Time zone" }
+                input #tz name="tz" value=(u.tz) list="zones" autocomplete="off" spellcheck="false";
+                datalist #zones {
+                    @for z in chrono_tz::TZ_VARIANTS { option value=(z.name()) {} }
+                }
+            }
+            div { button type="submit" { "Show" } }
+        }
+    }
+}
+
+fn granularity_word(g: Granularity) -> &'static str {
+    match g {
+        Granularity::Hour => "hour",
+        Granularity::Day => "day",
+        Granularity::Month => "month",
+        Granularity::Total => "total",
+    }
+}
+
+fn totals(t: &crate::query::usage::UsageSums) -> Markup {
+    let n = |label: &str, field: &str, s: Sum| {
+        html! {
+            div.total {
+                dt { (label) }
+                dd data-field=(field) data-value=(s.0) { (format::sum(s)) }
+            }
+        }
+    };
+    html! {
+        section aria-labelledby="totals-title" {
+            h2 #totals-title { "Totals" }
+            dl.totals {
+                div.total {
+                    dt { "Spend" }
+                    dd data-field="cost_nanos" data-value=(t.cost_nanos.0) title=(format::money_exact(t.cost_nanos.0)) {
+                        (format::money(t.cost_nanos.0))
+                    }
+                }
+                (n("Input tokens", "input_tokens", t.input_tokens))
+                (n("Output tokens", "output_tokens", t.output_tokens))
+                (n("Cached tokens", "cached_tokens", t.cached_tokens))
+                (n("Cache-creation tokens", "cache_creation_tokens", t.cache_creation_tokens))
+                (n("LLM calls", "llm_calls", t.llm_calls))
+                (n("Unpriced turns", "unpriced_turns", t.unpriced_turns))
+                (n("Tool calls", "tool_calls", t.tool_calls))
+                (n("Events", "events", t.events))
+            }
+        }
+    }
+}
+
+/// The key of a row in the stacking dimension ("(none)" for none).
+fn key_of(row: &UsageRowBody, dim: Dim) -> String {
+    let k = match dim {
+        Dim::User => &row.user_id,
+        Dim::Colony => &row.colony_id,
+        _ => &row.model,
+    };
+    k.clone().flatten().unwrap_or_else(|| "(none)".into())
+}
+
+/// Every bucket of the answer in time order (empty ones included when there are not too many), with
+/// its RFC 3339 label as the API writes it.
+fn bucket_axis(u: &UsageResponse) -> Vec<String> {
+    let parse = |s: &str| {
+        DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    };
+    let mut axis: BTreeMap<DateTime<Utc>, String> = BTreeMap::new();
+    let unit = match u.granularity {
+        Granularity::Hour => Some((Unit::Hour, 1)),
+        Granularity::Day => Some((Unit::Day, 24)),
+        Granularity::Month => Some((Unit::Month, 24 * 28)),
+        Granularity::Total => None,
+    };
+    if let (Some((unit, hours)), Some(from), Some(to), Ok(tz)) = (
+        unit,
+        parse(&u.from),
+        parse(&u.to),
+        u.tz.parse::<chrono_tz::Tz>(),
+    ) {
+        if (to - from).num_hours() / hours <= MAX_FILLED_BUCKETS {
+            for s in buckets::buckets(unit, tz, from, to).starts {
+                axis.insert(s, s.with_timezone(&tz).to_rfc3339());
+            }
+        }
+    }
+    for r in &u.rows {
+        if let Some(t) = parse(&r.bucket) {
+            axis.entry(t).or_insert_with(|| r.bucket.clone());
+        }
+    }
+    axis.into_values().collect()
+}
+
+fn stacked(u: &UsageResponse, dim: Dim, value: fn(&UsageRowBody) -> f64) -> Stacked {
+    let buckets = bucket_axis(u);
+    let index: HashMap<&str, usize> = buckets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.as_str(), i))
+        .collect();
+    let mut series: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in &u.rows {
+        let Some(&i) = index.get(r.bucket.as_str()) else {
+            continue;
+        };
+        series
+            .entry(key_of(r, dim))
+            .or_insert_with(|| vec![0.0; buckets.len()])[i] += value(r);
+    }
+    Stacked {
+        series: series.into_iter().collect(),
+        buckets,
+    }
+    .top()
+}
+
+fn charts(u: &UsageResponse, dim: Dim) -> Markup {
+    let mut spend = stacked(u, dim, |r| r.sums.cost_nanos.0 as f64);
+    let mut tokens = stacked(u, dim, |r| {
+        (r.sums.input_tokens.0 + r.sums.output_tokens.0) as f64
+    });
+    let k = spend.coarsen(chart::MAX_BARS);
+    tokens.coarsen(chart::MAX_BARS);
+    let by = STACK_BY
+        .iter()
+        .find(|d| d.0 == dim)
+        .map_or("model", |d| d.1);
+    html! {
+        @if k > 1 {
+            p.note { "Each bar sums " (k) " " (granularity_word(u.granularity)) "s (the range has more "
+                "buckets than a chart shows); the totals and the table are exact." }
+        }
+        section aria-labelledby="spend-title" {
+            h2 #spend-title { "Spend by " (by) }
+            (chart::stacked_bars("spend", &format!("Spend per bucket, stacked by {by}"), &spend,
+                |v| format::money(v as i128)))
+        }
+        section aria-labelledby="tokens-title" {
+            h2 #tokens-title { "Tokens (input + output) by " (by) }
+            (chart::stacked_bars("tokens", &format!("Tokens per bucket, stacked by {by}"), &tokens,
+                |v| format::count(v as i128)))
+        }
+        section aria-labelledby="rows-title" {
+            h2 #rows-title { "By " (by) }
+            (breakdown(u, dim, by))
+        }
+    }
+}
+
+/// The answer's rows summed per key over the range, as a table (what the charts show, in numbers).
+fn breakdown(u: &UsageResponse, dim: Dim, by: &str) -> Markup {
+    let mut per: BTreeMap<String, (i128, i128, i128, i128)> = BTreeMap::new();
+    for r in &u.rows {
+        let e = per.entry(key_of(r, dim)).or_default();
+        e.0 += r.sums.cost_nanos.0;
+        e.1 += r.sums.input_tokens.0;
+        e.2 += r.sums.output_tokens.0;
+        e.3 += r.sums.llm_calls.0;
+    }
+    // Rows of other sums only (active time, tool calls without a model) show nothing here.
+    let mut rows: Vec<_> = per
+        .into_iter()
+        .filter(|(_, v)| *v != (0, 0, 0, 0))
+        .collect();
+    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    html! {
+        @if rows.is_empty() {
+            p.empty { "No usage in this range." }
+        } @else {
+            div.scroll {
+                table {
+                    thead { tr {
+                        th scope="col" { (by) }
+                        th.num scope="col" { "Spend" }
+                        th.num scope="col" { "Input tokens" }
+                        th.num scope="col" { "Output tokens" }
+                        th.num scope="col" { "LLM calls" }
+                    } }
+                    tbody {
+                        @for (key, (cost, input, output, calls)) in &rows {
+                            tr {
+                                th scope="row" { code { (key) } }
+                                td.num title=(format::money_exact(*cost)) { (format::money(*cost)) }
+                                td.num { (format::count(*input)) }
+                                td.num { (format::count(*output)) }
+                                td.num { (format::count(*calls)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::usage::{UsageQuery, UsageRow};
+    use crate::rollups::Usage;
+
+    #[test]
+    fn a_month_of_hours_by_twenty_users_stays_within_the_page_weight() {
+        let from: DateTime<Utc> = "2026-10-27T00:00:00Z".parse().unwrap();
+        let q = UsageQuery {
+            from,
+            to: from + chrono::TimeDelta::days(30),
+            group_by: vec![Dim::User],
+            granularity: Granularity::Hour,
+            tz: chrono_tz::Tz::UTC,
+        };
+        let usage = |u: i128| Usage {
+            input_tokens: 1000 + u,
+            output_tokens: 10,
+            cost_nanos: 123_456_789 + u,
+            llm_calls: 3,
+            events: 5,
+            ..Usage::default()
+        };
+        let rows: Vec<UsageRow> = (0..720)
+            .flat_map(|h| {
+                (0..20).map(move |u| UsageRow {
+                    bucket: Some(from + chrono::TimeDelta::hours(h)),
+                    keys: vec![format!("user_{u}")],
+                    usage: usage(u),
+                    tool: None,
+                })
+            })
+            .collect();
+        let u = UsageResponse::new(&q, &rows);
+        let page = html! { (pickers(&u, Dim::User)) (totals(&u.totals)) (charts(&u, Dim::User)) }
+            .into_string();
+        assert!(page.len() < 300 * 1024, "{} bytes", page.len());
+        assert!(
+            page.contains("Each bar sums 6 hours"),
+            "the coarsening is said"
+        );
+    }
+
+    #[test]
+    fn untouched_pickers_mean_the_page_defaults() {
+        assert_eq!(
+            non_empty("from=&to=&tz=Europe%2FBerlin&x="),
+            "tz=Europe%2FBerlin"
+        );
+        let p = page_params("from=&to=&granularity=&group_by=&tz=").unwrap();
+        assert_eq!(p.granularity, Some(Granularity::Day));
+        assert_eq!(p.group_by, Some(GroupBy(vec![Dim::Model])));
+        assert!(matches!(
+            (p.from, p.to),
+            (Some(TimeArg::Local(_)), Some(TimeArg::Local(_)))
+        ));
+        let p = page_params("from=2026-11-01&group_by=user").unwrap();
+        assert!(
+            p.to.is_none(),
+            "one end given: the API's default for the other"
+        );
+        assert!(page_params("group_by=prompt").is_err());
+    }
+}

@@ -1,0 +1,173 @@
+//! The sessions list (`/sessions`: most recent first, filters, paging); a session's page is
+//! [`super::session`].
+//!
+//! The list is live: `assets/live.js` follows `/live` (see [`super::live`]) and updates a row's status
+//! badge when the session's status changes, without a reload.
+//!
+//! The list's query string is `/v1/sessions`' (`status`, `user`, `device`, `since`, `limit`, `cursor`;
+//! empty filter fields dropped) and its rows are `list_sessions`' answer.
+
+use axum::extract::{RawQuery, State};
+use axum::response::Response;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use maud::{html, Markup};
+
+use super::format::{self, path_segment};
+use super::layout::{self, badge, opt, Nav};
+use super::overview::non_empty;
+use super::Viewer;
+use crate::query::sessions::body::SessionBody;
+use crate::query::sessions::ListParams;
+use crate::query::ReadDb;
+use crate::routes::extract::{query_params, Query};
+use crate::routes::sessions as api;
+use apiary_schema::status::Status;
+
+/// Sessions per page unless `limit` says otherwise.
+const PAGE: &str = "50";
+
+/// `GET /sessions`.
+pub async fn list_page(
+    State(db): State<ReadDb>,
+    viewer: Viewer,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let raw = non_empty(raw.as_deref().unwrap_or(""));
+    let mut params: ListParams = match query_params(&raw) {
+        Ok(p) => p,
+        Err(e) => return layout::error_page(e),
+    };
+    if params.limit.is_none() {
+        params.limit = PAGE.parse().ok();
+    }
+    let filters = Filters::of(&raw);
+    // New sessions join the live list only where they belong: the first page, unfiltered.
+    let live_add = raw.is_empty() || raw.split('&').all(|p| p.starts_with("limit="));
+    let page = match api::list_sessions(State(db), viewer.reader.clone(), Query(params)).await {
+        Ok(Json(p)) => p,
+        Err(e) => return layout::error_page(e),
+    };
+    let now = Utc::now();
+    let body = html! {
+        h1 { "Sessions" }
+        (filters.form())
+        p #live-note role="status" aria-live="polite" {}
+        @if page.sessions.is_empty() {
+            p.empty { "No sessions match." }
+        }
+        @if !page.sessions.is_empty() || live_add {
+            div.scroll {
+                table.sessions data-live="" data-live-add[live_add] {
+                    caption.visually-hidden { "Sessions, most recent first" }
+                    thead { tr {
+                        th scope="col" { "Status" }
+                        th scope="col" { "Session" }
+                        th scope="col" { "Role" }
+                        th scope="col" { "User" }
+                        th scope="col" { "Device" }
+                        th scope="col" { "Last event" }
+                        th.num scope="col" { "Spend" }
+                        th.num scope="col" { "Tokens" }
+                    } }
+                    tbody {
+                        @for s in &page.sessions { (row(s, now)) }
+                    }
+                }
+            }
+        }
+        @if let Some(cursor) = &page.next_cursor {
+            nav.paging aria-label="Pages" {
+                a rel="next" href={ "/sessions?" (filters.with_cursor(cursor)) } { "Older sessions →" }
+            }
+        }
+        script src="/assets/live.js" defer {}
+    };
+    layout::page("Sessions", Nav::Sessions, &viewer, body)
+}
+
+fn row(s: &SessionBody, now: DateTime<Utc>) -> Markup {
+    let tokens = s.totals.input_tokens.0 + s.totals.output_tokens.0;
+    html! {
+        tr data-session=(s.session_id) {
+            td { (badge(s.status.as_str())) }
+            td { a href={ "/sessions/" (path_segment(&s.session_id)) } { code { (s.session_id) } } }
+            td { (opt(&s.agent_role)) }
+            td { (opt(&s.user_id)) }
+            td { (opt(&s.device_id)) }
+            td { @if let Some(t) = s.last_event_at { time datetime=(t.to_rfc3339()) title=(format::time(t)) { (format::ago(t, now)) } } }
+            td.num title=(format::money_exact(s.totals.cost_nanos.0)) { (format::money(s.totals.cost_nanos.0)) }
+            td.num { (format::count(tokens)) }
+        }
+    }
+}
+
+/// The list's filters as the form shows them and the next page's link carries them.
+struct Filters {
+    status: String,
+    user: String,
+    device: String,
+    limit: String,
+}
+
+impl Filters {
+    fn of(raw: &str) -> Filters {
+        let get = |name: &str| {
+            form_urlencoded::parse(raw.as_bytes())
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        };
+        Filters {
+            status: get("status"),
+            user: get("user"),
+            device: get("device"),
+            limit: get("limit"),
+        }
+    }
+
+    fn with_cursor(&self, cursor: &str) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in [
+            ("status", &self.status),
+            ("user", &self.user),
+            ("device", &self.device),
+            ("limit", &self.limit),
+        ] {
+            if !v.is_empty() {
+                q.append_pair(k, v);
+            }
+        }
+        q.append_pair("cursor", cursor);
+        q.finish()
+    }
+
+    fn form(&self) -> Markup {
+        html! {
+            form.pickers method="get" action="/sessions" aria-label="Filter sessions" {
+                div {
+                    label for="status" { "Status" }
+                    select #status name="status" {
+                        option value="" selected[self.status.is_empty()] { "any" }
+                        @for s in Status::ALL {
+                            option value=(s.as_str()) selected[self.status == s.as_str()] { (s.as_str().replace('_', " ")) }
+                        }
+                    }
+                }
+                div {
+                    label for="user" { "User" }
+                    input #user name="user" value=(self.user) autocomplete="off" spellcheck="false";
+                }
+                div {
+                    label for="device" { "Device" }
+                    input #device name="device" value=(self.device) autocomplete="off" spellcheck="false";
+                }
+                div {
+                    label for="limit" { "Per page" }
+                    input #limit name="limit" type="number" min="1" max="1000" value=(self.limit) placeholder=(PAGE);
+                }
+                div { button type="submit" { "Filter" } }
+            }
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! The dashboard served at `/`: signing in with a read token (an HttpOnly, SameSite=Strict cookie; a wrong
+//! token, an ingest token and another site's form refused), pages redirect to the sign-in without it, the
+//! token never appears in a body or a `Location`, values from clients are HTML-escaped, the hardening
+//! headers, the same user scope as the API, and the overview's totals equal `/v1/usage`'s.
+
+use chrono::{Duration, DurationRound, Utc};
+use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION, SET_COOKIE};
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::*;
+
+const EVIL: &str = "<script>alert(1)</script>";
+
+/// A client that shows redirects instead of following them and keeps no cookies of its own.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+struct Page {
+    status: StatusCode,
+    location: Option<String>,
+    set_cookie: Option<String>,
+    csp: Option<String>,
+    frame: Option<String>,
+    body: String,
+}
+
+async fn page(resp: reqwest::Response) -> Page {
+    let h = resp.headers().clone();
+    let get = |name: &str| h.get(name).map(|v| v.to_str().unwrap().to_string());
+    Page {
+        status: resp.status(),
+        location: get(LOCATION.as_str()),
+        set_cookie: get(SET_COOKIE.as_str()),
+        csp: get(CONTENT_SECURITY_POLICY.as_str()),
+        frame: get("x-frame-options"),
+        body: resp.text().await.unwrap(),
+    }
+}
+
+impl TestApp {
+    fn origin(&self) -> String {
+        self.base.clone()
+    }
+
+    /// `POST /sign-in` with `token`, from a page of this host unless `origin` says otherwise.
+    async fn sign_in(&self, token: &str, origin: Option<&str>) -> Page {
+        let mut req = browser()
+            .post(format!("{}/sign-in", self.base))
+            .form(&[("token", token)]);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        page(req.send().await.unwrap()).await
+    }
+
+    /// The cookie pair (`apiary_dash=…`) a sign-in with `token` sets.
+    async fn cookie(&self, token: &str) -> String {
+        let p = self.sign_in(token, Some(&self.origin())).await;
+        assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+        let c = p.set_cookie.expect("a cookie");
+        c.split(';').next().unwrap().to_string()
+    }
+
+    async fn page(&self, cookie: Option<&str>, path: &str) -> Page {
+        let mut req = browser().get(format!("{}{path}", self.base));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        page(req.send().await.unwrap()).await
+    }
+}
+
+/// The exact value of the overview's total `field` (its `data-value`).
+fn total(body: &str, field: &str) -> i128 {
+    let key = format!("data-field=\"{field}\" data-value=\"");
+    let at = body
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {field} in the page"))
+        + key.len();
+    body[at..].split('"').next().unwrap().parse().unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sign_in_sets_a_strict_http_only_cookie_and_pages_need_it(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    for path in [
+        "/",
+        "/sessions",
+        "/sessions/x",
+        "/devices",
+        "/colonies",
+        "/live",
+    ] {
+        let p = app.page(None, path).await;
+        assert_eq!(p.status, StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(p.location.as_deref(), Some("/sign-in"), "{path}");
+    }
+    let form = app.page(None, "/sign-in").await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(form.body.contains("type=\"password\""), "{}", form.body);
+
+    let p = app.sign_in(&t.read, Some(&app.origin())).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    assert_eq!(p.location.as_deref(), Some("/"));
+    let cookie = p.set_cookie.unwrap();
+    for part in [
+        "apiary_dash=",
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/",
+        "Max-Age=",
+    ] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http: {cookie}");
+    // Reached over https (behind a TLS proxy that keeps the Host): the cookie is Secure.
+    let https_origin = app.origin().replace("http://", "https://");
+    let https = app.sign_in(&t.read, Some(&https_origin)).await;
+    assert_eq!(https.status, StatusCode::SEE_OTHER, "{}", https.body);
+    assert!(https.set_cookie.unwrap().contains("; Secure"));
+
+    let pair = cookie.split(';').next().unwrap();
+    let home = app.page(Some(pair), "/").await;
+    assert_eq!(home.status, StatusCode::OK, "{}", home.body);
+    assert!(home.body.contains("<h1>Overview</h1>"), "{}", home.body);
+
+    // The live stream, by the cookie: the API's stream.
+    let mut live = browser()
+        .get(format!("{}/live", app.base))
+        .header("cookie", pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    assert_eq!(live.headers()["content-type"], "text/event-stream");
+    let first = live.chunk().await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("event: ready"),
+        "{first:?}"
+    );
+    drop(live);
+
+    // Sign-out clears the cookie (from this host's page only).
+    let out = browser()
+        .post(format!("{}/sign-out", app.base))
+        .header("cookie", pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::FORBIDDEN, "no Origin");
+    let out = page(
+        browser()
+            .post(format!("{}/sign-out", app.base))
+            .header("cookie", pair)
+            .header("origin", app.origin())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(out.set_cookie.unwrap().contains("Max-Age=0"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_wrong_token_an_ingest_token_and_another_sites_form_are_refused(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let me = app.origin();
+    let wrong = format!("apy_{}", "0".repeat(64));
+    for (token, origin, status) in [
+        (wrong.as_str(), Some(me.as_str()), StatusCode::UNAUTHORIZED),
+        ("not-a-token", Some(me.as_str()), StatusCode::UNAUTHORIZED),
+        ("", Some(me.as_str()), StatusCode::BAD_REQUEST),
+        (t.ingest.as_str(), Some(me.as_str()), StatusCode::FORBIDDEN),
+        (
+            t.read.as_str(),
+            Some("http://evil.example"),
+            StatusCode::FORBIDDEN,
+        ),
+        (t.read.as_str(), Some("null"), StatusCode::FORBIDDEN),
+        (t.read.as_str(), None, StatusCode::FORBIDDEN),
+    ] {
+        let p = app.sign_in(token, origin).await;
+        assert_eq!(p.status, status, "{token} from {origin:?}: {}", p.body);
+        assert!(p.set_cookie.is_none(), "{token} from {origin:?}");
+        assert!(!p.body.contains(&t.read) && !p.body.contains(&t.ingest));
+    }
+    // A cookie holding a wrong or an ingest token is no sign-in.
+    for bad in [wrong.as_str(), t.ingest.as_str()] {
+        let p = app.page(Some(&format!("apiary_dash={bad}")), "/").await;
+        assert_eq!(p.status, StatusCode::SEE_OTHER);
+        assert_eq!(p.location.as_deref(), Some("/sign-in"));
+        assert!(
+            p.set_cookie.unwrap().contains("Max-Age=0"),
+            "the stale cookie is cleared"
+        );
+    }
+    // The API ignores the cookie: it never authorizes a /v1 request.
+    let r = browser()
+        .get(format!("{}/v1/usage", app.base))
+        .header("cookie", format!("apiary_dash={}", t.read))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_token_is_in_no_page_and_client_values_are_escaped(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let now = Utc::now();
+    // Ids are restricted to [A-Za-z0-9._:@+=-] at intake, but a model name is free text; this id
+    // needs percent-encoding in a link.
+    let session = "q-a+b=c@d:e".to_string();
+    let mut worker = llm("w-1", now, EVIL, 10, 1, 0.5);
+    worker["colony_id"] = json!(session);
+    worker["agent_role"] = json!("worker");
+    worker["parent_session_id"] = json!(session);
+    let events = vec![llm(&session, now, EVIL, 100, 10, 1.25), worker];
+    let sessions = vec![binding(&session, "alice"), binding("w-1", "alice")];
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, sessions)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    let cookie = app.cookie(&t.read).await;
+    let encoded: String = form_urlencoded::byte_serialize(session.as_bytes()).collect();
+    let paths = [
+        "/".to_string(),
+        "/?group_by=user".into(),
+        "/?group_by=colony&granularity=hour".into(),
+        "/sessions".into(),
+        format!(
+            "/sessions?user={}",
+            form_urlencoded::byte_serialize(EVIL.as_bytes()).collect::<String>()
+        ),
+        format!("/sessions/{encoded}"),
+        "/sessions/w-1".into(),
+        "/devices".into(),
+        "/colonies".into(),
+        "/sign-in".into(),
+    ];
+    for path in &paths {
+        let p = app.page(Some(&cookie), path).await;
+        assert_eq!(p.status, StatusCode::OK, "{path}: {}", p.body);
+        assert!(
+            !p.body.contains(&t.read),
+            "{path}: the token is in the page"
+        );
+        // The one script is the embedded file of the live list; nothing inline, nothing injected.
+        let own = "<script src=\"/assets/live.js\" defer></script>";
+        assert!(
+            !p.body.replace(own, "").contains("<script"),
+            "{path}: an unescaped <script>"
+        );
+        assert!(p.location.is_none());
+        let csp = p.csp.expect("a CSP");
+        assert!(
+            csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+            "{csp}"
+        );
+        assert!(
+            !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+            "{csp}"
+        );
+        assert_eq!(p.frame.as_deref(), Some("DENY"));
+    }
+    let detail = app
+        .page(Some(&cookie), &format!("/sessions/{encoded}"))
+        .await;
+    assert!(
+        detail.body.contains("w-1"),
+        "the worker is in the tree: {}",
+        detail.body
+    );
+    assert!(
+        detail
+            .body
+            .contains("href=\"/sessions/q-a%2Bb%3Dc%40d%3Ae\""),
+        "{}",
+        detail.body
+    );
+    let home = app.page(Some(&cookie), "/").await;
+    assert!(
+        home.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{}",
+        home.body
+    );
+    let p = app.page(Some(&cookie), "/nowhere-x").await;
+    assert!(!p.body.contains(&t.read));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_overview_totals_equal_the_usage_api_for_the_same_query(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let day = Utc::now().duration_trunc(Duration::days(1)).unwrap();
+    let events = vec![
+        llm(
+            "q-1",
+            day + Duration::hours(1),
+            "m-a",
+            1_234,
+            56,
+            0.123456789,
+        ),
+        llm("q-1", day + Duration::hours(3), "m-b", 7_000, 800, 2.5),
+        llm("q-2", day - Duration::days(3), "m-a", 999, 1, 0.000000001),
+        // Outside the query's range: must not count.
+        llm("q-2", day - Duration::days(40), "m-a", 5_000_000, 1, 100.0),
+    ];
+    let sessions = vec![binding("q-1", "alice"), binding("q-2", "bob")];
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, sessions)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let cookie = app.cookie(&t.read).await;
+    let from = (day - Duration::days(10)).format("%Y-%m-%d");
+    let to = (day + Duration::days(1)).format("%Y-%m-%d");
+    for query in [
+        format!("from={from}&to={to}&tz=Asia%2FKolkata&granularity=day&group_by=model"),
+        format!("from={from}&to={to}&tz=UTC&granularity=hour&group_by=user"),
+        format!("from={from}&to={to}&granularity=month&group_by=colony"),
+    ] {
+        let (s, api) = app.get(&t.read, &format!("/v1/usage?{query}")).await;
+        assert_eq!(s, StatusCode::OK, "{api}");
+        let p = app.page(Some(&cookie), &format!("/?{query}")).await;
+        assert_eq!(p.status, StatusCode::OK, "{query}: {}", p.body);
+        // The page-weight budget (#14: 300 KB compressed), held here uncompressed.
+        assert!(p.body.len() < 300 * 1024, "{query}: {} bytes", p.body.len());
+        for field in [
+            "cost_nanos",
+            "input_tokens",
+            "output_tokens",
+            "cached_tokens",
+            "llm_calls",
+            "events",
+        ] {
+            let want = api["totals"][field].as_i64().unwrap() as i128;
+            assert_eq!(total(&p.body, field), want, "{query}: {field}");
+        }
+        assert!(api["totals"]["input_tokens"].as_i64().unwrap() > 0);
+        assert!(
+            api["totals"]["input_tokens"].as_i64().unwrap() < 5_000_000,
+            "the range applies"
+        );
+    }
+    // A bad parameter reads as the API words it, with its status.
+    let p = app.page(Some(&cookie), "/?granularity=week").await;
+    assert_eq!(p.status, StatusCode::BAD_REQUEST);
+    assert!(p.body.contains("parameter `granularity`"), "{}", p.body);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_user_bound_token_sees_only_its_users_sessions_on_the_pages(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let now = Utc::now();
+    let events = vec![
+        llm("q-alice", now, "m", 100, 10, 0.1),
+        llm("q-bob", now, "m", 1000, 100, 1.0),
+    ];
+    let sessions = vec![binding("q-alice", "alice"), binding("q-bob", "bob")];
+    let (s, _) = app.post_batch(&t.ingest, &batch(events, sessions)).await;
+    assert_eq!(s, StatusCode::OK);
+    let alice = app.tenant_token_for_user(t.id, "alice").await;
+    let cookie = app.cookie(&alice).await;
+    let list = app.page(Some(&cookie), "/sessions").await;
+    assert!(
+        list.body.contains("q-alice") && !list.body.contains("q-bob"),
+        "{}",
+        list.body
+    );
+    let bob = app.page(Some(&cookie), "/sessions/q-bob").await;
+    assert_eq!(bob.status, StatusCode::NOT_FOUND);
+    let home = app.page(Some(&cookie), "/").await;
+    assert_eq!(total(&home.body, "input_tokens"), 100);
+}
