@@ -371,6 +371,7 @@ if [ "$KEEP" = 1 ]; then
 
 Still running (--keep-running):
   ingest        $INGEST_URL          (log .apiary/demo/logs/ingest.log)
+  dashboard     $INGEST_URL/         (sign in with the read token below)
 EOF
     for u in "${USER_LIST[@]}"; do
         printf '  agent %-7s http://%s   (token: .apiary/demo/%s/agent/agent.token, Hive home .apiary/demo/hive/%s)\n' \
