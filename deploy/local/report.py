@@ -31,8 +31,11 @@ USAGE_KEYS = ["input_tokens", "output_tokens", "cached_tokens", "cache_creation_
               "llm_calls", "unpriced_turns", "tool_calls", "tool_errors"]
 COLUMNS = [("llm calls", "llm_calls"), ("input tok", "input_tokens"), ("cached", "cached_tokens"),
            ("cache write", "cache_creation_tokens"), ("output tok", "output_tokens"), ("cost USD", "cost"),
-           ("unpriced", "unpriced_turns"), ("tool calls", "tool_calls"), ("tool err", "tool_errors"),
-           ("events", "events")]
+           ("reported USD", "cost_reported"), ("estimated", "estimated_turns"), ("unpriced", "unpriced_turns"),
+           ("tool calls", "tool_calls"), ("tool err", "tool_errors"), ("events", "events")]
+# An ingest with a price catalog also says where each cost comes from (reported by the producer, or estimated
+# from the catalog); these are summed like the others where rows are added up.
+PROVENANCE_KEYS = ["cost_reported_nanos", "cost_estimated_nanos", "estimated_turns"]
 
 
 class ApiFailure(Exception):
@@ -70,8 +73,10 @@ def num(v) -> str:
     return "-" if v is None else f"{v:,}"
 
 
-def cost_str(row: dict) -> str:
-    nanos = row.get("cost_nanos")
+def cost_str(row: dict, key: str = "cost_nanos") -> str:
+    if key != "cost_nanos" and key not in row:
+        return "-"
+    nanos = row.get(key)
     if nanos is None:
         usd = row.get("cost_usd") or 0.0
     else:
@@ -93,7 +98,12 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
 def usage_cells(row: dict) -> list[str]:
     cells = []
     for _, key in COLUMNS:
-        cells.append(cost_str(row) if key == "cost" else num(row.get(key, 0)))
+        if key == "cost":
+            cells.append(cost_str(row))
+        elif key == "cost_reported":
+            cells.append(cost_str(row, "cost_reported_nanos"))
+        else:
+            cells.append(num(row.get(key, 0)) if key in row or key != "estimated_turns" else "-")
     return cells
 
 
@@ -165,10 +175,24 @@ def short(sid: str | None, keep=6) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # Comparison with expected.json
 # ---------------------------------------------------------------------------------------------------------
+def as_reported(row: dict) -> dict:
+    """The row as the workload counts it: the workload knows the costs its producers reported, and calls a turn
+    unpriced when it has none. An ingest with a price catalog prices those turns (cost_nanos = reported, else
+    estimated): its reported costs are cost_reported_nanos, and the workload's unpriced turns are its estimated
+    plus its unpriced ones."""
+    if "cost_reported_nanos" not in row:
+        return row
+    out = dict(row)
+    out["cost_nanos"] = row["cost_reported_nanos"]
+    out["unpriced_turns"] = row.get("unpriced_turns", 0) + row.get("estimated_turns", 0)
+    return out
+
+
 def compare(name: str, got: dict | None, want: dict, problems: list[str]) -> bool:
     if got is None:
         problems.append(f"{name}: missing from the dashboard")
         return False
+    got = as_reported(got)
     bad = [f"{k} {got.get(k, 0)} != {want.get(k, 0)}" for k in USAGE_KEYS if got.get(k, 0) != want.get(k, 0)]
     if bad:
         problems.append(f"{name}: " + ", ".join(bad))
@@ -315,7 +339,7 @@ def main(argv=None) -> int:
         s = sessions.get(r.get("session_id")) or {}
         cid = s.get("colony_id") if s.get("colony_id") != s.get("session_id") else None
         acc = by_colony.setdefault(cid or None, {})
-        for key in USAGE_KEYS + ["events"]:
+        for key in USAGE_KEYS + ["events"] + [k for k in PROVENANCE_KEYS if k in r]:
             acc[key] = acc.get(key, 0) + (r.get(key) or 0)
     by_runtime: dict = {}
     if u_runtime is not None:
@@ -324,7 +348,7 @@ def main(argv=None) -> int:
         for r in u_session["rows"]:
             rt = (sessions.get(r.get("session_id")) or {}).get("runtime") or "(no session)"
             acc = by_runtime.setdefault(rt, {})
-            for key in USAGE_KEYS + ["events"]:
+            for key in USAGE_KEYS + ["events"] + [k for k in PROVENANCE_KEYS if k in r]:
                 acc[key] = acc.get(key, 0) + (r.get(key) or 0)
     totals = u_user["totals"]
     exp = json.loads(args.expected.read_text()) if args.expected else None
@@ -342,7 +366,10 @@ def main(argv=None) -> int:
     rows.append(["total"] + usage_cells(totals))
     out.append(table(["user"] + hdr, rows, right))
 
-    out.append("\nUsage by model   (cached and cache-write tokens are part of input; unpriced = turns whose "
+    out.append("\nUsage by model   (cached and cache-write tokens are part of input; cost = the reported cost, else "
+               "the price catalog's estimate; estimated = turns without a reported cost that the catalog priced; "
+               "unpriced = neither)" if "cost_reported_nanos" in totals else
+               "\nUsage by model   (cached and cache-write tokens are part of input; unpriced = turns whose "
                "provider reported no cost)")
     rows = [[r.get("model")] + usage_cells(r) for r in u_model["rows"] if r.get("model")]
     rest = [r for r in u_model["rows"] if not r.get("model")]
