@@ -36,7 +36,7 @@
 //!   A POST without `Origin` is refused too (browsers and webviews send it on form posts).
 //! - **Headers**: a Content-Security-Policy without any script (`default-src 'none'`, this origin's
 //!   stylesheet, forms post here only, `frame-ancestors 'none'`), `X-Frame-Options: DENY`, `nosniff`,
-//!   `Referrer-Policy: no-referrer`, `Cache-Control: no-store`. There is no script at all: plain forms.
+//!   `Referrer-Policy: same-origin` (with `no-referrer` a browser posts `Origin: null`), `Cache-Control: no-store`. There is no script at all: plain forms.
 //! - **Escaping**: the templates are [`maud`], which HTML-escapes every spliced value (endpoint, token
 //!   file path, push errors, ids).
 
@@ -144,7 +144,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
     set(header::CONTENT_SECURITY_POLICY, CSP);
     set(header::X_FRAME_OPTIONS, "DENY");
     set(header::X_CONTENT_TYPE_OPTIONS, "nosniff");
-    set(header::REFERRER_POLICY, "no-referrer");
+    set(header::REFERRER_POLICY, "same-origin");
     if !response.headers().contains_key(header::CACHE_CONTROL) {
         response
             .headers_mut()

@@ -454,7 +454,7 @@ fn head(title: &str) -> Markup {
             meta charset="utf-8";
             meta name="viewport" content="width=device-width, initial-scale=1";
             meta name="color-scheme" content="light dark";
-            meta name="referrer" content="no-referrer";
+            meta name="referrer" content="same-origin";
             title { (title) " · Apiary on this device" }
             link rel="stylesheet" href="/settings/assets/settings.css";
         }
