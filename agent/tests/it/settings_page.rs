@@ -194,7 +194,7 @@ async fn the_page_states_what_is_shared_and_what_is_never_sent() {
     // What waits: the one event, recorded while sharing is off.
     assert!(html.contains(r#"data-field="pending_events">1<"#), "{html}");
     assert!(html.contains(r#"data-field="held_events">1<"#), "{html}");
-    assert!(html.contains("Also send the 1 events recorded while sharing was off"));
+    assert!(html.contains("Also send the 1 event recorded while sharing was off"));
     p.app.stop().await;
 }
 

@@ -154,6 +154,15 @@ async fn render(state: &AppState, notice: &Notice, problem: Option<Problem>) -> 
     (code, signed_in_page(body)).into_response()
 }
 
+/// `1 event`, `3 events`.
+fn events(n: u64) -> String {
+    if n == 1 {
+        "1 event".into()
+    } else {
+        format!("{n} events")
+    }
+}
+
 /// A form field with something in it, trimmed.
 fn filled(v: Option<String>) -> Option<String> {
     v.map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
@@ -164,13 +173,15 @@ fn notice_text(n: &Notice) -> Option<String> {
         "on" => Some(match n.released.unwrap_or(0) {
             0 => "Sharing is on. Your consent was recorded.".to_string(),
             r => format!(
-                "Sharing is on. Your consent was recorded; {r} earlier events will be sent too."
+                "Sharing is on. Your consent was recorded; the {} recorded earlier will be sent too.",
+                events(r)
             ),
         }),
         "off" => Some(match n.purged.unwrap_or(0) {
             0 => "Sharing is off. Nothing more leaves this device.".to_string(),
             p => format!(
-                "Sharing is off. Nothing more leaves this device; {p} waiting events were deleted."
+                "Sharing is off. Nothing more leaves this device; the {} waiting were deleted.",
+                events(p)
             ),
         }),
         _ => None,
@@ -191,13 +202,13 @@ fn summary(state: &AppState, s: &Status) -> Markup {
             dl.facts {
                 div { dt { "Sharing" } dd data-field="sync" { (shown) } }
                 div { dt { "Mode" } dd data-field="mode" { (mode_name(state.mode)) } }
-                div { dt { "Sends to" } dd data-field="endpoint_host" {
+                div { dt { "Server" } dd data-field="endpoint_host" {
                     @match sync.endpoint.as_deref().and_then(endpoint_host) {
                         Some(h) => (h),
                         None => span.none { "no server set" },
                     }
                 } }
-                div { dt { "Consent recorded" } dd { @match sync.changed_at {
+                div { dt { "Last switched" } dd { @match sync.changed_at {
                     Some(at) => (at.format("%Y-%m-%d %H:%M UTC")),
                     None => span.none { "never" },
                 } } }
@@ -261,8 +272,8 @@ fn toggle_section(state: &AppState, s: &Status, problem: &Problem) -> Markup {
                     @if s.stored.pending_events > 0 {
                         div.check {
                             input #purge type="checkbox" name="purge" value="on";
-                            label for="purge" { "Also delete the " (s.stored.pending_events)
-                                " events waiting to be sent (they will never be sent)" }
+                            label for="purge" { "Also delete the " (events(s.stored.pending_events))
+                                " waiting to be sent (they will never be sent)" }
                         }
                     }
                     button #sync-button type="submit" { "Turn sharing off" }
@@ -294,8 +305,8 @@ fn toggle_section(state: &AppState, s: &Status, problem: &Problem) -> Markup {
                     @if s.stored.held_events > 0 {
                         div.check {
                             input #include_backlog type="checkbox" name="include_backlog" value="on";
-                            label for="include_backlog" { "Also send the " (s.stored.held_events)
-                                " events recorded while sharing was off" }
+                            label for="include_backlog" { "Also send the " (events(s.stored.held_events))
+                                " recorded while sharing was off" }
                         }
                     }
                     button #sync-button.secondary[sync.enabled] type="submit" {
