@@ -7,7 +7,8 @@
 //! (Tab, typing, Space, Enter) sharing is turned on towards the ingest with the backlog included —
 //! `GET /v1/status` says enabled and the event recorded before consent reaches the ingest (the next
 //! push happens) — and off again, which `GET /v1/status` follows; a form posted by another site's page
-//! in the same browser is refused and changes nothing; the theme follows `prefers-color-scheme`.
+//! in the same browser is refused and changes nothing; the theme follows `prefers-color-scheme`; the
+//! settings token is in no line of the agent's log.
 //! Screenshots are saved (`APIARY_SCREENSHOT_DIR`, default `target/tmp/settings-screenshots`).
 //!
 //! Without chromium and chromedriver on `PATH` the test says so and passes, unless
@@ -210,5 +211,16 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     let dark = c.execute(background).await?;
     anyhow::ensure!(dark == json!("rgb(15, 20, 25)"), "dark: {dark}");
     screenshot(c, "settings-dark").await?;
+
+    // The token is in no log line of the agent (it ran with RUST_LOG=info).
+    let log = agent.output();
+    anyhow::ensure!(
+        log.contains("settings page: signed in"),
+        "no sign-in logged"
+    );
+    anyhow::ensure!(
+        !log.contains(settings_token),
+        "the settings token is in the agent's log"
+    );
     Ok(())
 }
