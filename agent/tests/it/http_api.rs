@@ -19,7 +19,7 @@ pub(crate) struct App {
     pub(crate) settings_token: String,
     /// A private (0600) ingest token file, for enabling sync.
     pub(crate) token_file: String,
-    outbox: Outbox,
+    pub(crate) outbox: Outbox,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     pub(crate) client: reqwest::Client,

@@ -6,6 +6,7 @@ use crate::http_api::App;
 use crate::support;
 
 use apiary_agent::config::Mode;
+use apiary_agent::outbox::SyncChange;
 use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
 use reqwest::{Response, StatusCode};
 
@@ -391,5 +392,47 @@ async fn air_gapped_the_toggle_is_disabled_with_the_reason() {
     assert_eq!(r.status(), StatusCode::CONFLICT);
     assert!(r.text().await.unwrap().contains("airgapped"));
     assert!(!p.sync_enabled().await);
+    p.app.stop().await;
+}
+
+#[tokio::test]
+async fn a_paused_sync_is_told_in_plain_words_with_both_ways_out() {
+    let p = Page::spawn(Mode::Online).await;
+    let cookie = p.cookie().await;
+    let on = [
+        ("enabled", "true"),
+        ("endpoint", "https://ingest.example"),
+        ("token_file", p.app.token_file.as_str()),
+    ];
+    let r = p
+        .post("/settings/sync", &on, Some(&cookie), Some(&p.origin))
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // What the push loop does on a 401 from the ingest.
+    p.app
+        .outbox
+        .set_sync(SyncChange::Pause {
+            reason: Some("re-authenticate".into()),
+        })
+        .await
+        .unwrap();
+    let html = p.html(&cookie).await;
+    assert!(html.contains(r#"data-field="sync">Paused<"#), "{html}");
+    assert!(html.contains("the server refused this device"), "{html}");
+    assert_eq!(html.matches(r#"id="sync-button""#).count(), 1, "{html}");
+    assert!(html.contains(r#"id="sync-again-button""#), "{html}");
+    // On again (the remembered target) lifts the pause.
+    let r = p
+        .post(
+            "/settings/sync",
+            &[("enabled", "true")],
+            Some(&cookie),
+            Some(&p.origin),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let (_, st) = p.app.get("/v1/status").await;
+    assert_eq!(st["sync"]["enabled"], true);
+    assert!(st["sync"]["paused_reason"].is_null(), "{st}");
     p.app.stop().await;
 }

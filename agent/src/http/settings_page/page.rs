@@ -262,6 +262,12 @@ fn toggle_section(state: &AppState, s: &Status, problem: &Problem) -> Markup {
     let token_file = problem.token_file.as_ref().or(sync.token_file.as_ref());
     let airgapped = state.mode == Mode::Airgapped;
     let offer_enable = !sync.enabled || sync.paused_reason.is_some();
+    // Paused, both forms show: "off" keeps `#sync-button`, ids stay unique.
+    let on_id = if sync.enabled {
+        "sync-again-button"
+    } else {
+        "sync-button"
+    };
     html! {
         section aria-labelledby="toggle-title" {
             h2 #toggle-title { "Change" }
@@ -283,7 +289,7 @@ fn toggle_section(state: &AppState, s: &Status, problem: &Problem) -> Markup {
                 p #airgapped-reason { "This agent runs air-gapped (" code { "mode = \"airgapped\"" }
                     "): it never connects to a server, so sharing cannot be turned on here. To hand "
                     "events over, write a bundle with " code { "apiary-agent export" } "." }
-                button #sync-button type="button" disabled aria-describedby="airgapped-reason" {
+                button id=(on_id) type="button" disabled aria-describedby="airgapped-reason" {
                     "Turn sharing on" }
             } @else if offer_enable {
                 form method="post" action="/settings/sync" {
@@ -309,7 +315,7 @@ fn toggle_section(state: &AppState, s: &Status, problem: &Problem) -> Markup {
                                 " recorded while sharing was off" }
                         }
                     }
-                    button #sync-button.secondary[sync.enabled] type="submit" {
+                    button id=(on_id) .secondary[sync.enabled] type="submit" {
                         @if sync.enabled { "Turn sharing on again" } @else { "Turn sharing on" }
                     }
                 }
