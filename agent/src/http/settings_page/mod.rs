@@ -9,7 +9,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` | 303 to `/settings` |
-//! | `GET /settings` | the page ([`page`]); 303 to `/settings/sign-in` without a sign-in |
+//! | `GET /settings` | the page (`page`); 303 to `/settings/sign-in` without a sign-in |
 //! | `GET /settings/sign-in`, `POST /settings/sign-in` | the form; `token=` the settings token ([`signin`]) |
 //! | `POST /settings/sync` | the toggle: `enabled=true|false`, `endpoint`, `token_file`, `include_backlog`, `purge` |
 //! | `POST /settings/sign-out` | ends the sign-in |
@@ -17,7 +17,7 @@
 //!
 //! ## The consent toggle
 //! `POST /settings/sync` turns its form into the body of `PUT /v1/sync` and runs the same function
-//! ([`super::local::apply_sync`]): the same air-gapped refusal, remembered target, target check and
+//! (`http::local::apply_sync`): the same air-gapped refusal, remembered target, target check and
 //! consent record. A refusal shows the page again with the API's status and message.
 //!
 //! ## Security model
@@ -40,7 +40,9 @@
 //! - **Escaping**: the templates are [`maud`], which HTML-escapes every spliced value (endpoint, token
 //!   file path, push errors, ids).
 
+mod layout;
 mod page;
+mod sections;
 pub mod signin;
 
 use axum::extract::{Request, State};
@@ -125,7 +127,7 @@ async fn own_host_only(State(state): State<AppState>, req: Request, next: Next) 
         return next.run(req).await;
     }
     let own = own_authorities(state.addr);
-    page::problem_page(
+    layout::problem_page(
         StatusCode::FORBIDDEN,
         &format!(
             "This page answers only at http://{}/settings (the Host header names another site).",

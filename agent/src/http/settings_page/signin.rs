@@ -17,7 +17,7 @@ use axum::Form;
 use maud::html;
 use serde::Deserialize;
 
-use super::page;
+use super::layout;
 use crate::http::{token_matches, AppState};
 
 /// The most sign-ins kept at once; a new one past it ends the oldest.
@@ -124,7 +124,7 @@ fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
             }
         }
     };
-    (status, page::bare("Sign in", body)).into_response()
+    (status, layout::bare("Sign in", body)).into_response()
 }
 
 /// The sign-in form's body.
@@ -141,7 +141,7 @@ pub async fn sign_in(
     form: Result<Form<SignIn>, FormRejection>,
 ) -> Response {
     if !super::origin_is_own(&state, &headers) {
-        return page::cross_site();
+        return layout::cross_site();
     }
     let token = form.map(|Form(f)| f.token).unwrap_or_default();
     let token = token.trim().as_bytes();
@@ -175,7 +175,7 @@ pub async fn sign_in(
 /// `POST /settings/sign-out`.
 pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if !super::origin_is_own(&state, &headers) {
-        return page::cross_site();
+        return layout::cross_site();
     }
     if let Some(id) = cookie_session(&state, &headers) {
         state.page_sessions.close(&id);
