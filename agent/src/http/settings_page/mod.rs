@@ -11,7 +11,7 @@
 //! | `GET /` | 303 to `/settings` |
 //! | `GET /settings` | the page (`page`); 303 to `/settings/sign-in` without a sign-in |
 //! | `GET /settings/sign-in`, `POST /settings/sign-in` | the form; `token=` the settings token ([`signin`]) |
-//! | `POST /settings/sync` | the toggle: `enabled=true|false`, `endpoint`, `token_file`, `include_backlog`, `purge` |
+//! | `POST /settings/sync` | the toggle: `enabled` (`true` or `false`), `endpoint`, `token_file`, `include_backlog`, `purge` |
 //! | `POST /settings/sign-out` | ends the sign-in |
 //! | `GET /settings/assets/settings.css` | the stylesheet (embedded) |
 //!
