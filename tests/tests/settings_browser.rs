@@ -7,8 +7,8 @@
 //! (Tab, typing, Space, Enter) sharing is turned on towards the ingest with the backlog included —
 //! `GET /v1/status` says enabled and the event recorded before consent reaches the ingest (the next
 //! push happens) — and off again, which `GET /v1/status` follows; a form posted by another site's page
-//! in the same browser is refused and changes nothing; the theme follows `prefers-color-scheme`; the
-//! settings token is in no line of the agent's log.
+//! in the same browser is refused and changes nothing; a narrow window does not scroll sideways; the
+//! theme follows `prefers-color-scheme`; the settings token is in no line of the agent's log.
 //! Screenshots are saved (`APIARY_SCREENSHOT_DIR`, default `target/tmp/settings-screenshots`).
 //!
 //! Without chromium and chromedriver on `PATH` the test says so and passes, unless
@@ -200,6 +200,16 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     wait_text(c, "dd[data-field='sync']", "Off").await?;
     let status = agent.status().await?;
     anyhow::ensure!(status["sync"]["enabled"] == json!(false), "{status}");
+
+    // A narrow window (a phone, a small webview): the page never scrolls sideways.
+    c.set_window_size(390, 844).await?;
+    c.goto(&format!("{base}/settings")).await?;
+    let fits = c
+        .execute("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+        .await?;
+    anyhow::ensure!(fits == json!(true), "the page overflows a narrow window");
+    screenshot(c, "settings-narrow").await?;
+    c.set_window_size(1280, 900).await?;
 
     // The theme follows the system setting.
     let background = "return getComputedStyle(document.body).backgroundColor";
