@@ -116,6 +116,8 @@ impl Application {
             stats: Arc::default(),
             runtimes: crate::tail::runtime::RuntimeWatch::new(),
             streams: Arc::default(),
+            addr,
+            page_sessions: Arc::default(),
         };
         tracing::info!(%addr, mode = ?settings.mode, device_id = outbox.device_id(),
             policy_hash = outbox.policy_hash(), "apiary-agent started");

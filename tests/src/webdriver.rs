@@ -7,7 +7,8 @@
 //! `deny.toml` does not allow; thirtyfour brings a second major version of `reqwest`. The protocol is
 //! JSON over HTTP (<https://www.w3.org/TR/webdriver2/>), so this is the whole of what the test uses.
 
-use std::path::Path;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -207,6 +208,69 @@ impl Browser {
     pub async fn quit(self) -> anyhow::Result<()> {
         self.call(reqwest::Method::DELETE, "", None).await.map(drop)
     }
+}
+
+/// The first executable `name` on `PATH`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Chromium and chromedriver, or None (after saying why, naming the `what` browser test) when either
+/// is missing and the browser is not required: with `APIARY_REQUIRE_BROWSER` set (CI sets it) a
+/// missing one fails the test.
+pub fn browser_tools(what: &str) -> Option<(PathBuf, PathBuf)> {
+    let chromium = std::env::var_os("APIARY_CHROMIUM")
+        .map(PathBuf::from)
+        .or_else(|| on_path("chromium"))
+        .or_else(|| on_path("chromium-browser"));
+    let driver = on_path("chromedriver");
+    match (chromium, driver) {
+        (Some(c), Some(d)) => Some((c, d)),
+        (c, d) => {
+            let missing = [("chromium", c.is_none()), ("chromedriver", d.is_none())]
+                .iter()
+                .filter(|(_, m)| *m)
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(" and ");
+            assert!(
+                std::env::var_os("APIARY_REQUIRE_BROWSER").is_none(),
+                "APIARY_REQUIRE_BROWSER is set but not on PATH: {missing} (run scripts/browser.sh)"
+            );
+            // Straight to stderr: the test harness captures `eprintln!`, and a skip must be seen.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {what} browser test: not on PATH: {missing} (run scripts/browser.sh; \
+                 set APIARY_REQUIRE_BROWSER=1 to make this a failure)"
+            );
+            None
+        }
+    }
+}
+
+/// A headless Chromium session (1280×900) with a fresh profile.
+pub async fn start_headless(
+    chromium: &Path,
+    driver: &Driver,
+    profile: &Path,
+) -> anyhow::Result<Browser> {
+    let args = [
+        "--headless".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--window-size=1280,900".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    let caps = json!({ "browserName": "chrome", "goog:chromeOptions": { "binary": chromium, "args": args } });
+    Browser::new(driver, caps).await
 }
 
 /// One command: the answer's `value`, or its `error` and `message` as an error.

@@ -16,81 +16,18 @@
 //! Without chromium and chromedriver on `PATH` the test says so and passes, unless
 //! `APIARY_REQUIRE_BROWSER` is set (CI sets it): then it fails.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
 use tests::isolation::{binding, body, failed, turn, worker_turn};
 use tests::stack::{Api, Cloud};
-use tests::webdriver::{Browser, Driver, ENTER, TAB};
+use tests::webdriver::{browser_tools, start_headless, Browser, Driver, ENTER, TAB};
 
 const QUEEN: &str = "q-browser-1";
 const WORKER: &str = "w-browser-1";
 const DEVICE: &str = "dev-browser-1";
 const NEW: &str = "q-browser-2";
-
-/// The first executable `name` on `PATH`.
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Chromium and chromedriver, or None (after saying why) when either is missing and the browser is
-/// not required.
-fn browser_tools() -> Option<(PathBuf, PathBuf)> {
-    let chromium = std::env::var_os("APIARY_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| on_path("chromium"))
-        .or_else(|| on_path("chromium-browser"));
-    let driver = on_path("chromedriver");
-    match (chromium, driver) {
-        (Some(c), Some(d)) => Some((c, d)),
-        (c, d) => {
-            let missing = [("chromium", c.is_none()), ("chromedriver", d.is_none())]
-                .iter()
-                .filter(|(_, m)| *m)
-                .map(|(n, _)| *n)
-                .collect::<Vec<_>>()
-                .join(" and ");
-            assert!(
-                std::env::var_os("APIARY_REQUIRE_BROWSER").is_none(),
-                "APIARY_REQUIRE_BROWSER is set but not on PATH: {missing} (run scripts/browser.sh)"
-            );
-            // Straight to stderr: the test harness captures `eprintln!`, and a skip must be seen.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED dashboard browser test: not on PATH: {missing} (run scripts/browser.sh; \
-                 set APIARY_REQUIRE_BROWSER=1 to make this a failure)"
-            );
-            None
-        }
-    }
-}
-
-/// A headless Chromium session with a fresh profile.
-async fn start_browser(
-    chromium: &Path,
-    driver: &Driver,
-    profile: &Path,
-) -> anyhow::Result<Browser> {
-    let args = [
-        "--headless".to_string(),
-        "--no-sandbox".into(),
-        "--disable-gpu".into(),
-        "--disable-dev-shm-usage".into(),
-        "--no-first-run".into(),
-        "--disable-background-networking".into(),
-        "--disable-component-update".into(),
-        "--disable-sync".into(),
-        "--window-size=1280,900".into(),
-        format!("--user-data-dir={}", profile.display()),
-    ];
-    let caps = json!({ "browserName": "chrome", "goog:chromeOptions": { "binary": chromium, "args": args } });
-    Browser::new(driver, caps).await
-}
 
 /// Where screenshots go.
 fn screenshot_dir() -> PathBuf {
@@ -168,7 +105,7 @@ async fn input_value(c: &Browser, css: &str) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn the_dashboard_works_in_a_real_browser() -> anyhow::Result<()> {
-    let Some((chromium, driver)) = browser_tools() else {
+    let Some((chromium, driver)) = browser_tools("dashboard") else {
         return Ok(());
     };
     let cloud = Cloud::start().await?;
@@ -184,7 +121,7 @@ async fn the_dashboard_works_in_a_real_browser() -> anyhow::Result<()> {
 
     let driver = Driver::start(&driver, cloud.dir.path()).await?;
     let profile = tempfile::tempdir()?;
-    let c = start_browser(&chromium, &driver, profile.path()).await?;
+    let c = start_headless(&chromium, &driver, profile.path()).await?;
     let result = drive(&c, &cloud, &ingest).await;
     let _ = c.quit().await;
     result

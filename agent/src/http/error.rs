@@ -68,15 +68,25 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = self.parts();
+impl ApiError {
+    /// The status and the message a client is shown: a 500's cause is logged here, once, and never shown.
+    /// (The JSON answer and the settings page word an error alike.)
+    pub(crate) fn status_and_message(&self) -> (StatusCode, String) {
+        let (status, _) = self.parts();
         let message = if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %self.detailed(), "local API request failed");
             "internal error; see the agent's log".to_string()
         } else {
             self.detailed()
         };
+        (status, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (_, code) = self.parts();
+        let (status, message) = self.status_and_message();
         let mut resp = (
             status,
             Json(json!({"error": {"code": code, "message": message}})),

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::{ApiError, AppState};
 use crate::config::Mode;
 use crate::identity::SessionRegistration;
-use crate::outbox::SyncChange;
+use crate::outbox::{SyncChange, SyncReport};
 
 /// Parses a JSON body into `T`, turning every failure into a 400 that says what is wrong.
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -47,18 +47,18 @@ pub async fn get_status(State(state): State<AppState>) -> Result<Json<Value>, Ap
 
 /// `PUT /v1/sync` (settings token only, see [`super::settings_only`]). Enabling checks the target
 /// ([`crate::push::target`]): an `https://` endpoint (`http://` to loopback only) and a private token file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SyncToggle {
-    enabled: bool,
+pub(crate) struct SyncToggle {
+    pub(crate) enabled: bool,
     #[serde(default)]
-    endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     #[serde(default)]
-    token_file: Option<String>,
+    pub(crate) token_file: Option<String>,
     #[serde(default)]
-    include_backlog: bool,
+    pub(crate) include_backlog: bool,
     #[serde(default)]
-    purge: bool,
+    pub(crate) purge: bool,
 }
 
 pub async fn put_sync(
@@ -66,6 +66,16 @@ pub async fn put_sync(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let toggle: SyncToggle = parse(&body)?;
+    let report = apply_sync(&state, toggle).await?;
+    Ok(Json(json!(report)))
+}
+
+/// Switches sync as the user asked: the one path of the consent toggle, for `PUT /v1/sync` and the
+/// settings page's form alike (air-gapped refusal, remembered target, target check, consent record).
+pub(crate) async fn apply_sync(
+    state: &AppState,
+    toggle: SyncToggle,
+) -> Result<SyncReport, ApiError> {
     let change = if toggle.enabled {
         if state.mode == Mode::Airgapped {
             return Err(ApiError::Conflict(
@@ -93,8 +103,7 @@ pub async fn put_sync(
             purge: toggle.purge,
         }
     };
-    let report = state.outbox.set_sync(change).await?;
-    Ok(Json(json!(report)))
+    Ok(state.outbox.set_sync(change).await?)
 }
 
 /// `GET /v1/sessions/{id}`: the session's status derived locally by the shared health model (the same

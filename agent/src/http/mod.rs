@@ -12,6 +12,7 @@
 //! | `GET /v1/stream` | the local live stream: `ready`/`reset`, `status`, `usage` as Server-Sent Events, resumable ([`stream`]) |
 //! | `GET /v1/usage/sessions/{id}` | tokens, cost, calls and tool durations of a session and its workers, from local data |
 //! | `GET /metrics` | OpenMetrics text ([`metrics`]) |
+//! | `GET /settings` | the desktop settings page: HTML for people, signed in with the settings token ([`settings_page`]) |
 //!
 //! ## Credentials
 //! Two bearer tokens, each created `0600` at first start ([`crate::private`]):
@@ -22,7 +23,9 @@
 //!   future settings route, behind [`settings_only`]). Changing consent — where events go and with which
 //!   credential — is the user's decision, not a producer's: the intake token gets 403 there.
 //!
-//! A request without either token gets 401.
+//! A request without either token gets 401. The settings page (`/settings…`) is outside the bearer
+//! layer: it signs in once with the settings token and then carries a cookie of its own
+//! ([`settings_page`]).
 //!
 //! ## Errors
 //! Every error body is `{"error": {"code", "message"}}`: the handlers' [`ApiError`], and — through
@@ -37,9 +40,11 @@ mod metrics;
 pub mod parse;
 mod rejections;
 mod sessions;
+pub mod settings_page;
 pub mod split;
 pub mod stream;
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -75,6 +80,11 @@ pub struct AppState {
     pub runtimes: crate::tail::runtime::RuntimeWatch,
     /// The local live streams' cap and stop signal.
     pub streams: Arc<stream::StreamHub>,
+    /// The address the local API is bound to: the settings page answers only to it (`Host`) and
+    /// accepts forms only from pages of it (`Origin`).
+    pub addr: SocketAddr,
+    /// The settings page's signed-in browsers.
+    pub page_sessions: Arc<settings_page::PageSessions>,
 }
 
 /// Which token a request presented (set by the auth layer as a request extension).
@@ -103,9 +113,10 @@ impl IntakeStats {
     }
 }
 
-/// The router: auth on every route, settings routes for the settings token only, JSON errors outermost.
+/// The router: auth on every API route, settings routes for the settings token only, JSON errors
+/// outermost; and beside them the settings page, with its own sign-in and HTML answers.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/v1/events", post(events::post_events))
         .route(
             "/v1/sessions",
@@ -126,7 +137,9 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             require_token,
         ))
-        .layer(axum::middleware::map_response(rejections::json_errors))
+        .layer(axum::middleware::map_response(rejections::json_errors));
+    settings_page::router(state.clone())
+        .merge(api)
         .with_state(state)
 }
 
@@ -171,7 +184,7 @@ pub async fn settings_only(req: Request, next: Next) -> Response {
 /// Compares a presented token with the expected one in constant time (`subtle`): how long it takes
 /// does not depend on where they first differ. (A length mismatch returns early; the tokens' length is
 /// not a secret: both are 64 hex characters.)
-fn token_matches(presented: &[u8], expected: &str) -> bool {
+pub(crate) fn token_matches(presented: &[u8], expected: &str) -> bool {
     use subtle::ConstantTimeEq;
     bool::from(presented.ct_eq(expected.as_bytes()))
 }

@@ -57,6 +57,9 @@ struct Inner {
     policy_hash: String,
     /// This device's id (configured, or generated at first open).
     device_id: String,
+    /// The user events without a session binding of their own are recorded for (configured, or the
+    /// push token's), shown on the settings page.
+    user_id: Option<String>,
     /// The writer thread, joined by [`Outbox::close`].
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The WAL checkpointer thread, joined by [`Outbox::close`].
@@ -125,6 +128,7 @@ impl Outbox {
             ..identity
         };
         rebind(&conn, &defaults)?;
+        let user_id = defaults.user_id.clone();
         let colony = super::colony::load(&conn)?;
         let now = Utc::now().timestamp_millis();
         let policy_id =
@@ -173,6 +177,7 @@ impl Outbox {
                 settings,
                 policy_hash: policy.hash().to_string(),
                 device_id,
+                user_id,
                 thread: Mutex::new(Some(thread)),
                 checkpointer: Mutex::new(Some(checkpointer)),
                 wal,
@@ -221,6 +226,11 @@ impl Outbox {
     /// This device's id (configured, or generated at first open).
     pub fn device_id(&self) -> &str {
         &self.inner.device_id
+    }
+
+    /// The default user of this device's sessions (configured, or the push token's), if known.
+    pub fn user_id(&self) -> Option<&str> {
+        self.inner.user_id.as_deref()
     }
 
     /// The hash of the policy events are redacted under now.

@@ -16,10 +16,10 @@ pub(crate) struct App {
     pub(crate) base: String,
     pub(crate) token: String,
     /// `DIR/settings.token`: the only token `PUT /v1/sync` accepts.
-    settings_token: String,
+    pub(crate) settings_token: String,
     /// A private (0600) ingest token file, for enabling sync.
-    token_file: String,
-    outbox: Outbox,
+    pub(crate) token_file: String,
+    pub(crate) outbox: Outbox,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     pub(crate) client: reqwest::Client,
@@ -76,7 +76,7 @@ impl App {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         let r = self
             .client
             .get(format!("{}{path}", self.base))

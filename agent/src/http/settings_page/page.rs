@@ -1,0 +1,172 @@
+//! The settings page itself (`GET /settings`) and its toggle (`POST /settings/sync`).
+//!
+//! Every figure comes from the outbox's [`crate::outbox::Status`] (what `GET /v1/status` answers) and the
+//! policy in force; the toggle runs [`crate::http::local::apply_sync`], the code of `PUT /v1/sync`.
+//! Stable hooks for tests and the desktop shell: `dd[data-field=…]` (`sync`, `mode`, `endpoint_host`,
+//! `pending_events`, `held_events`, `oldest_pending_age`, `last_push`, `device_id`, `user_id`,
+//! `policy_hash`), `#sync-button`.
+
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use maud::html;
+use serde::Deserialize;
+
+use super::layout::{cross_site, problem_page, signed_in_page};
+use super::sections::{
+    events, identity_section, shared_section, summary, toggle_section, waiting_section,
+};
+use super::signin;
+use crate::http::local::{apply_sync, SyncToggle};
+use crate::http::{ApiError, AppState};
+
+/// The outcome of the last toggle, shown once after the redirect (`/settings?done=on&released=3`).
+#[derive(Debug, Default, Deserialize)]
+pub struct Notice {
+    done: Option<String>,
+    released: Option<u64>,
+    purged: Option<u64>,
+}
+
+/// The toggle's form (see the module notes of [`super`]).
+#[derive(Debug, Deserialize)]
+pub struct ToggleForm {
+    enabled: String,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    token_file: Option<String>,
+    #[serde(default)]
+    include_backlog: Option<String>,
+    #[serde(default)]
+    purge: Option<String>,
+}
+
+/// What a refused toggle shows: the API's status and message, and what the user typed.
+#[derive(Debug, Default)]
+pub(super) struct Problem {
+    status: Option<StatusCode>,
+    message: String,
+    /// The server address typed, shown again in the form.
+    pub(super) endpoint: Option<String>,
+    /// The token file typed, shown again in the form.
+    pub(super) token_file: Option<String>,
+}
+
+/// `GET /settings`.
+pub async fn show(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    notice: Result<Query<Notice>, QueryRejection>,
+) -> Response {
+    if !signin::signed_in(&state, &headers) {
+        return Redirect::to("/settings/sign-in").into_response();
+    }
+    let notice = notice.map(|Query(n)| n).unwrap_or_default();
+    render(&state, &notice, None).await
+}
+
+/// `POST /settings/sync`.
+pub async fn toggle(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<ToggleForm>, FormRejection>,
+) -> Response {
+    if !super::origin_is_own(&state, &headers) {
+        return cross_site();
+    }
+    if !signin::signed_in(&state, &headers) {
+        return Redirect::to("/settings/sign-in").into_response();
+    }
+    let bad = |message: String| Problem {
+        status: Some(StatusCode::BAD_REQUEST),
+        message,
+        ..Problem::default()
+    };
+    let form = match form {
+        Ok(Form(f)) => f,
+        Err(e) => return render(&state, &Notice::default(), Some(bad(e.body_text()))).await,
+    };
+    let enabled = match form.enabled.as_str() {
+        "true" => true,
+        "false" => false,
+        other => {
+            let msg = format!("enabled must be true or false, not {other:?}");
+            return render(&state, &Notice::default(), Some(bad(msg))).await;
+        }
+    };
+    let toggle = SyncToggle {
+        enabled,
+        endpoint: filled(form.endpoint),
+        token_file: filled(form.token_file),
+        include_backlog: form.include_backlog.is_some(),
+        purge: form.purge.is_some(),
+    };
+    let (endpoint, token_file) = (toggle.endpoint.clone(), toggle.token_file.clone());
+    match apply_sync(&state, toggle).await {
+        Ok(r) if r.enabled => Redirect::to(&format!("/settings?done=on&released={}", r.released)),
+        Ok(r) => Redirect::to(&format!("/settings?done=off&purged={}", r.purged)),
+        Err(e) => {
+            let (status, message) = e.status_and_message();
+            let problem = Problem {
+                status: Some(status),
+                message,
+                endpoint,
+                token_file,
+            };
+            return render(&state, &Notice::default(), Some(problem)).await;
+        }
+    }
+    .into_response()
+}
+
+/// The page, with the outcome of the last toggle or the problem of a refused one.
+async fn render(state: &AppState, notice: &Notice, problem: Option<Problem>) -> Response {
+    let status = match state.outbox.status().await {
+        Ok(s) => s,
+        Err(e) => {
+            let (status, message) = ApiError::from(e).status_and_message();
+            return problem_page(status, &message);
+        }
+    };
+    let problem = problem.unwrap_or_default();
+    let body = html! {
+        h1 { "Telemetry sharing" }
+        @if let Some(n) = notice_text(notice) { p.notice role="status" { (n) } }
+        @if problem.status.is_some() { p.problem role="alert" #problem { (problem.message) } }
+        (summary(state, &status))
+        (toggle_section(state, &status, &problem))
+        (shared_section(state))
+        (waiting_section(&status))
+        (identity_section(state, &status))
+    };
+    let code = problem.status.unwrap_or(StatusCode::OK);
+    (code, signed_in_page(body)).into_response()
+}
+
+/// A form field with something in it, trimmed.
+fn filled(v: Option<String>) -> Option<String> {
+    v.map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+fn notice_text(n: &Notice) -> Option<String> {
+    match n.done.as_deref()? {
+        "on" => Some(match n.released.unwrap_or(0) {
+            0 => "Sharing is on. Your consent was recorded.".to_string(),
+            r => format!(
+                "Sharing is on. Your consent was recorded; the {} recorded earlier will be sent too.",
+                events(r)
+            ),
+        }),
+        "off" => Some(match n.purged.unwrap_or(0) {
+            0 => "Sharing is off. Nothing more leaves this device.".to_string(),
+            p => format!(
+                "Sharing is off. Nothing more leaves this device; the {} waiting were deleted.",
+                events(p)
+            ),
+        }),
+        _ => None,
+    }
+}
