@@ -378,6 +378,8 @@ EOF
             "$u" "${AGENT_ADDR[$u]}" "$u" "$u"
         printf '        %-7s OTLP http://%s   (OTEL_EXPORTER_OTLP_ENDPOINT for Claude Code, same token)\n' \
             "" "$(cat "$DEMO/$u/agent/otlp.addr" 2>/dev/null || echo '-')"
+        printf '        %-7s settings page http://%s/settings   (sign in with .apiary/demo/%s/agent/settings.token)\n' \
+            "" "${AGENT_ADDR[$u]}" "$u"
     done
     if [ "$OWN_PG" = 1 ]; then echo "  postgres      $ADMIN_URL   (private cluster in $APIARY_PG_BASE)"; fi
     cat <<EOF
