@@ -14,6 +14,7 @@ pub mod colonies;
 pub mod headroom;
 pub mod health;
 pub mod owners;
+pub mod prices;
 pub mod runtime;
 pub mod sessions;
 pub mod stream;
