@@ -329,6 +329,16 @@ pub fn parse_catalog(text: &str) -> Result<Vec<PriceEntry>, String> {
     Ok(out)
 }
 
+/// The shipped catalog's entries as written (for their `source`, `as_of` and `note`).
+pub fn catalog_specs() -> &'static [PriceSpec] {
+    static SPECS: OnceLock<Vec<PriceSpec>> = OnceLock::new();
+    SPECS.get_or_init(|| {
+        toml::from_str::<CatalogFile>(CATALOG_TOML)
+            .map(|f| f.price)
+            .expect("the shipped price catalog is valid")
+    })
+}
+
 /// The shipped catalog, parsed once. The file is embedded and checked by a unit test, so a bad file
 /// never ships; should it anyway, it panics at first use rather than price wrongly.
 pub fn shipped() -> &'static [PriceEntry] {

@@ -37,6 +37,8 @@ use crate::error::ErrorBody;
         super::colonies::list_colonies,
         super::colonies::put_colony_label,
         super::devices::get_devices,
+        super::prices::get_prices,
+        super::prices::post_price,
         super::stream::get_stream,
         super::whoami::get_whoami,
         super::ops::healthz,

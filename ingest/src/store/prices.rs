@@ -4,7 +4,7 @@
 //! Entries win over the shipped catalog ([`apiary_schema::prices::find`]).
 
 use apiary_schema::prices::{PriceEntry, PriceSpec};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 /// The tenant's entries, checked again (a row that no longer passes — it cannot, short of a hand edit —
@@ -13,6 +13,18 @@ pub async fn tenant_entries(
     conn: &mut PgConnection,
     tenant_id: Uuid,
 ) -> Result<Vec<PriceEntry>, sqlx::Error> {
+    Ok(tenant_specs(conn, tenant_id)
+        .await?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect())
+}
+
+/// The tenant's entries with the specs they were stored as, by id.
+pub async fn tenant_specs(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> Result<Vec<(PriceSpec, PriceEntry)>, sqlx::Error> {
     let rows: Vec<(String, sqlx::types::Json<PriceSpec>)> = sqlx::query_as(
         "SELECT price_id, spec FROM tenant_prices WHERE tenant_id = $1 ORDER BY price_id",
     )
@@ -22,11 +34,27 @@ pub async fn tenant_entries(
     Ok(rows
         .into_iter()
         .filter_map(|(id, spec)| match spec.0.check(&id) {
-            Ok(e) => Some(PriceEntry { id, ..e }),
+            Ok(e) => Some((spec.0, PriceEntry { id, ..e })),
             Err(e) => {
                 tracing::warn!(%tenant_id, price_id = %id, error = %e, "stored price entry skipped");
                 None
             }
         })
         .collect())
+}
+
+/// Stores a checked entry under `price_id`.
+pub async fn insert(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    price_id: &str,
+    spec: &PriceSpec,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO tenant_prices (tenant_id, price_id, spec) VALUES ($1, $2, $3)")
+        .bind(tenant_id)
+        .bind(price_id)
+        .bind(sqlx::types::Json(spec))
+        .execute(pool)
+        .await?;
+    Ok(())
 }
