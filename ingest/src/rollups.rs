@@ -45,7 +45,7 @@
 
 use std::collections::BTreeMap;
 
-use apiary_schema::usage::contribution_of;
+use apiary_schema::usage::contribution_of_data;
 use apiary_schema::CanonicalEvent;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::{Postgres, Transaction};
@@ -85,7 +85,15 @@ impl Usage {
     /// `i128`; a device-level event adds nothing here (it never reaches the rollups). Err (a rejection
     /// reason) when a value is out of range.
     pub fn of(event: &CanonicalEvent) -> Result<Usage, String> {
-        let Some(c) = contribution_of(event).map_err(|e| e.to_string())? else {
+        Usage::of_data(event.kind, &event.data)
+    }
+
+    /// [`Usage::of`] for a stored event read back: its kind and `data`.
+    pub fn of_data(
+        kind: apiary_schema::EventKind,
+        data: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Usage, String> {
+        let Some(c) = contribution_of_data(kind, data).map_err(|e| e.to_string())? else {
             return Ok(Usage::default());
         };
         Ok(Usage {
@@ -202,6 +210,12 @@ impl Usage {
             (true, true) => CostBasis::Mixed,
             (false, false) => CostBasis::None,
         }
+    }
+
+    /// `self − o`, column by column (a re-pricing's change to a row).
+    pub fn minus(&self, o: &Usage) -> Usage {
+        let (a, b) = (self.columns(), o.columns());
+        Usage::from_columns(std::array::from_fn(|i| a[i] - b[i]))
     }
 
     /// Whether every sum fits a stored (bigint) rollup column.

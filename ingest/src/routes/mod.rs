@@ -48,6 +48,7 @@ pub fn router() -> Router<AppState> {
             "/v1/prices",
             get(prices::get_prices).post(prices::post_price),
         )
+        .route("/v1/prices/reprice", post(prices::post_reprice))
         .route("/v1/stream", get(stream::get_stream))
         .route("/v1/whoami", get(whoami::get_whoami))
         .route("/healthz", get(ops::healthz))

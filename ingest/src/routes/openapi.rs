@@ -39,6 +39,7 @@ use crate::error::ErrorBody;
         super::devices::get_devices,
         super::prices::get_prices,
         super::prices::post_price,
+        super::prices::post_reprice,
         super::stream::get_stream,
         super::whoami::get_whoami,
         super::ops::healthz,

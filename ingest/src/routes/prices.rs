@@ -4,7 +4,12 @@
 //! entry is never edited: a correction is a new entry with a later `from` (or an `until` on the next),
 //! and `POST /v1/prices/reprice` applies it to turns already stored.
 //!
-//! Bad input is a 400 `invalid_price` naming the field; nothing is stored.
+//! `POST /v1/prices/reprice?from=&to=` (scope `admin`) re-prices the turns already stored in a range with
+//! the prices in force now, exactly, in bounded transactions, idempotently, with an audit row
+//! (`price_reprices`; see [`crate::store::reprice`]).
+//!
+//! Bad input is a 400 (`invalid_price` naming the field, `invalid_parameter` naming the parameter);
+//! nothing is stored.
 
 use apiary_schema::prices::{self, PriceEntry, PriceSpec, TierSpec};
 use axum::body::Bytes;
@@ -15,9 +20,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::docs::ReadErrors;
+use super::extract::Query;
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::store::reprice::RepriceOutcome;
 
 /// Rates in USD per million tokens, as decimal strings ("3.00", "0.025"; at most 9 decimals).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -240,4 +247,62 @@ pub async fn get_prices(
         PriceItem::of(PriceOwner::Shipped, e, spec)
     }));
     Ok(Json(PriceList { prices: out }))
+}
+
+/// The range to re-price.
+#[derive(Debug, Clone, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RepriceParams {
+    /// Start (included): `YYYY-MM-DD` (midnight UTC) or RFC 3339.
+    pub from: String,
+    /// End (excluded), same forms.
+    pub to: String,
+}
+
+/// Longest range one request re-prices (split a longer one; each run is idempotent).
+const MAX_REPRICE_DAYS: i64 = 400;
+
+/// Re-prices the LLM turns stored in `[from, to)` (by their clock-corrected time) with the prices in
+/// force now (scope admin): their estimates, and every rollup row they are in, change by exactly the
+/// difference; running it again changes nothing. Answers what changed (also kept as an audit record).
+#[utoipa::path(
+    post,
+    path = "/v1/prices/reprice",
+    params(RepriceParams),
+    security(("bearer" = [])),
+    responses((status = 200, description = "What the run changed.", body = RepriceOutcome), ReadErrors)
+)]
+pub async fn post_reprice(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(params): Query<RepriceParams>,
+) -> Result<Json<RepriceOutcome>, ApiError> {
+    principal.require(Scope::Admin)?;
+    let time = |name: &str, v: &str| {
+        prices::parse_instant(v)
+            .ok_or_else(|| ApiError::bad_param(name, "neither YYYY-MM-DD nor an RFC 3339 time"))
+    };
+    let (from, to) = (time("from", &params.from)?, time("to", &params.to)?);
+    if to <= from {
+        return Err(ApiError::bad_param("to", "must be after `from`"));
+    }
+    if to - from > chrono::Duration::days(MAX_REPRICE_DAYS) {
+        return Err(ApiError::bad_param(
+            "to",
+            format!("at most {MAX_REPRICE_DAYS} days after `from`: split the range"),
+        ));
+    }
+    let mut conn = state.pool.acquire().await?;
+    let tenant = crate::store::prices::tenant_entries(&mut conn, principal.tenant_id).await?;
+    drop(conn);
+    let outcome =
+        crate::store::reprice::run(&state.pool, principal.tenant_id, &tenant, from, to).await?;
+    tracing::info!(
+        tenant_id = %principal.tenant_id,
+        reprice_id = %outcome.reprice_id,
+        turns_changed = outcome.turns_changed,
+        "re-priced"
+    );
+    Ok(Json(outcome))
 }

@@ -334,3 +334,281 @@ async fn a_price_change_in_the_middle_of_a_month_splits_the_month(pool: sqlx::Pg
         "{days}"
     );
 }
+
+async fn reprice(app: &TestApp, token: &str, query: &str) -> (StatusCode, Value) {
+    let r = app
+        .client
+        .post(format!("{}/v1/prices/reprice?{query}", app.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Per UTC day and model: (cost_nanos, cost_reported_nanos, cost_estimated_nanos, estimated_turns,
+/// unpriced_turns, llm_calls).
+type DayCosts = std::collections::BTreeMap<(String, String), [i64; 6]>;
+
+/// What the rollups must say about `turns` under `tenant` prices: each turn recomputed from what was
+/// sent, with the shared catalog lookup (not from anything the ingest stored).
+fn recompute(turns: &[Value], tenant: &[apiary_schema::prices::PriceEntry]) -> DayCosts {
+    let mut out = DayCosts::new();
+    for e in turns.iter().filter(|e| e["type"] == "llm.turn") {
+        let d = &e["data"];
+        let n = |k: &str| d[k].as_u64().unwrap_or(0);
+        let tokens = apiary_schema::prices::TurnTokens {
+            input: n("input_tokens"),
+            output: n("output_tokens"),
+            cache_read: n("cached_tokens"),
+            cache_write_5m: n("cache_creation_tokens"),
+            cache_write_1h: 0,
+        };
+        let at: chrono::DateTime<chrono::Utc> = e["occurred_at"].as_str().unwrap().parse().unwrap();
+        let model = d["model"].as_str().unwrap();
+        let est = apiary_schema::prices::estimate(
+            tenant,
+            apiary_schema::prices::shipped(),
+            model,
+            at,
+            &tokens,
+        );
+        let reported = (d["cost_usd"].as_f64().unwrap() * 1e9).round() as i64;
+        let has_reported = d["cost_source"] == "reported";
+        let row = out
+            .entry((at.format("%Y-%m-%d").to_string(), model.to_string()))
+            .or_default();
+        row[0] += if has_reported {
+            reported
+        } else {
+            est.unwrap_or(reported)
+        };
+        row[1] += reported;
+        row[2] += est.unwrap_or(0);
+        row[3] += i64::from(!has_reported && est.is_some());
+        row[4] += i64::from(!has_reported && est.is_none());
+        row[5] += 1;
+    }
+    out
+}
+
+async fn usage_by_day(app: &TestApp, token: &str) -> DayCosts {
+    let (s, v) = app
+        .get(
+            token,
+            "/v1/usage?from=2026-09-01&to=2026-11-01&group_by=model&granularity=day",
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let mut out = DayCosts::new();
+    for r in v["rows"].as_array().unwrap() {
+        let Some(model) = r["model"].as_str() else {
+            continue;
+        };
+        let n = |k: &str| r[k].as_i64().unwrap();
+        out.insert(
+            (
+                r["bucket"].as_str().unwrap()[..10].to_string(),
+                model.to_string(),
+            ),
+            [
+                n("cost_nanos"),
+                n("cost_reported_nanos"),
+                n("cost_estimated_nanos"),
+                n("estimated_turns"),
+                n("unpriced_turns"),
+                n("llm_calls"),
+            ],
+        );
+    }
+    out
+}
+
+/// Both rollup tables agree with each other on every cost column.
+async fn assert_hourly_equals_quarter(app: &TestApp) {
+    let sums = |table: &str| {
+        format!(
+            "SELECT sum(cost_nanos)::int8, sum(cost_reported_nanos)::int8, sum(cost_estimated_nanos)::int8,
+                sum(estimated_turns)::int8, sum(unpriced_turns)::int8 FROM {table}"
+        )
+    };
+    type Sums = (i64, i64, i64, i64, i64);
+    let q: Sums = sqlx::query_as(&sums("usage_rollups"))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let h: Sums = sqlx::query_as(&sums("usage_rollups_hourly"))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(q, h);
+}
+
+fn entries(specs: &[&str]) -> Vec<apiary_schema::prices::PriceEntry> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            serde_json::from_str::<apiary_schema::prices::PriceSpec>(s)
+                .unwrap()
+                .check(&format!("t{i}"))
+                .unwrap()
+        })
+        .collect()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn repricing_a_period_equals_a_raw_recomputation_splits_the_month_and_is_idempotent(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    // 2,600 turns: a private model nobody prices yet, Haiku (shipped), some reported; three October
+    // days (one with more turns than one transaction takes) and the last day of September.
+    let mut turns = vec![];
+    let days = ["2026-09-30", "2026-10-03", "2026-10-15", "2026-10-20"];
+    for i in 0..2600u64 {
+        let day = days[if i < 1400 { 2 } else { (i % 4) as usize }];
+        let at = format!("{day}T{:02}:{:02}:{:02}Z", i % 24, i % 60, (i / 60) % 60);
+        let model = if i % 3 == 0 {
+            "claude-haiku-4-5"
+        } else {
+            "acme-llm"
+        };
+        let mut e = unreported(
+            &format!("s{}", i % 5),
+            &at,
+            model,
+            1000 + i,
+            i % 700,
+            10 + i % 50,
+        );
+        if i % 7 == 0 {
+            e["data"]["cost_usd"] = json!(0.001 + (i as f64) / 1e6);
+            e["data"]["cost_source"] = json!("reported");
+        }
+        turns.push(e);
+    }
+    let bindings: Vec<Value> = (0..5).map(|i| binding(&format!("s{i}"), "u1")).collect();
+    for part in turns.chunks(900) {
+        let (s, v) = app
+            .post_batch(&t.ingest, &batch(part.to_vec(), bindings.clone()))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    assert_eq!(usage_by_day(&app, &t.read).await, recompute(&turns, &[]));
+
+    // Prices set afterwards: the private model from October, and a Haiku price from the middle of
+    // October (the month splits: shipped before the 15th at noon, the tenant's after).
+    let specs = [
+        r#"{"models":["acme-llm"],"from":"2026-10-01","input":"2.00","output":"6.00","cache_read":"0.20"}"#,
+        r#"{"models":["claude-haiku-4-5*"],"from":"2026-10-15T12:00:00Z","input":"0.40","output":"2.00"}"#,
+    ];
+    for s in specs {
+        let (status, v) = post_price(&app, &admin, s).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let tenant = entries(&specs);
+
+    for (token, query, want) in [
+        (
+            &t.read,
+            "from=2026-10-01&to=2026-11-01",
+            StatusCode::FORBIDDEN,
+        ),
+        (&admin, "from=2026-10-01", StatusCode::BAD_REQUEST),
+        (
+            &admin,
+            "from=2026-10-01&to=2026-10-01",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            &admin,
+            "from=yesterday&to=2026-10-01",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            &admin,
+            "from=2026-10-01&to=2026-11-01&dry=1",
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let (s, v) = reprice(&app, token, query).await;
+        assert_eq!(s, want, "{query}: {v}");
+    }
+    assert_eq!(
+        app.count("price_reprices").await,
+        0,
+        "refused runs leave no record"
+    );
+
+    // Re-price October only, two runs at once: they serialize on the turns, and the result is exact.
+    let (a, b) = tokio::join!(
+        reprice(&app, &admin, "from=2026-10-01&to=2026-11-01"),
+        reprice(&app, &admin, "from=2026-10-01&to=2026-11-01")
+    );
+    assert_eq!((a.0, b.0), (StatusCode::OK, StatusCode::OK), "{a:?} {b:?}");
+    let october: Vec<Value> = turns
+        .iter()
+        .filter(|e| e["occurred_at"].as_str().unwrap() >= "2026-10")
+        .cloned()
+        .collect();
+    let changed = a.1["turns_changed"].as_i64().unwrap() + b.1["turns_changed"].as_i64().unwrap();
+    assert!(changed > 0, "{a:?} {b:?}");
+    assert!(a.1["transactions"].as_i64().unwrap() > 31, "bounded: {a:?}");
+    // September keeps its prices (out of the range); October follows the new ones.
+    let (september, _): (Vec<Value>, Vec<Value>) = turns
+        .iter()
+        .cloned()
+        .partition(|e| e["occurred_at"].as_str().unwrap() < "2026-10");
+    let mut want = recompute(&september, &[]);
+    want.extend(recompute(&october, &tenant));
+    let got = usage_by_day(&app, &t.read).await;
+    assert_eq!(got, want);
+    let haiku_14 = got[&("2026-10-15".to_string(), "claude-haiku-4-5".to_string())];
+    assert!(haiku_14[3] > 0, "estimated Haiku turns on the 15th");
+    assert_hourly_equals_quarter(&app).await;
+    // The stored estimates are what the recomputation says, turn by turn.
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT sum(cost_estimated_nanos)::int8 FROM events WHERE effective_at >= '2026-10-01'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let october_estimates: i64 = recompute(&october, &tenant).values().map(|r| r[2]).sum();
+    assert_eq!(stored, october_estimates);
+
+    // Again: nothing changes.
+    let (s, again) = reprice(&app, &admin, "from=2026-09-01&to=2026-10-01T00:00:00Z").await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(
+        again["turns_changed"], 0,
+        "September: no tenant price applies there"
+    );
+    let (_, again) = reprice(&app, &admin, "from=2026-10-01&to=2026-11-01").await;
+    assert_eq!(
+        (
+            again["turns_changed"].as_i64(),
+            again["cost_delta_nanos"].as_i64()
+        ),
+        (Some(0), Some(0)),
+        "{again}"
+    );
+    assert!(again["turns_examined"].as_i64().unwrap() > 2000);
+    assert_eq!(usage_by_day(&app, &t.read).await, want);
+
+    // The audit: one record per run, finished, with its counts.
+    let audit: Vec<(i64, i64, bool)> = sqlx::query_as(
+        "SELECT turns_examined, turns_changed, finished_at IS NOT NULL FROM price_reprices
+         WHERE tenant_id = $1 ORDER BY started_at",
+    )
+    .bind(t.id)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(audit.len(), 4);
+    assert!(audit.iter().all(|r| r.2));
+    assert_eq!(audit.iter().map(|r| r.1).sum::<i64>(), changed);
+}
