@@ -14,7 +14,7 @@ mod docs;
 pub mod extract;
 pub mod openapi;
 mod ops;
-mod prices;
+pub mod prices;
 mod sessions;
 mod status;
 mod stream;

@@ -210,6 +210,16 @@ pub async fn post_price(
         // serde's message names the field and never quotes a value back for these types.
         invalid(format!("the body is not a price entry: {e}"))
     })?;
+    Ok(Json(add(&state.pool, principal.tenant_id, asked).await?))
+}
+
+/// Checks and stores a tenant entry under a new id (`tp_` + 32 hex digits); the API's and the command
+/// line's one way in.
+pub async fn add(
+    pool: &sqlx::PgPool,
+    tenant_id: uuid::Uuid,
+    asked: NewPrice,
+) -> Result<PriceItem, ApiError> {
     for (field, text) in [("source", &asked.source), ("note", &asked.note)] {
         if text.as_ref().is_some_and(|t| t.chars().count() > MAX_TEXT) {
             return Err(invalid(format!("{field}: at most {MAX_TEXT} characters")));
@@ -218,8 +228,8 @@ pub async fn post_price(
     let spec = asked.spec();
     let id = format!("tp_{}", uuid::Uuid::new_v4().simple());
     let entry = spec.check(&id).map_err(|e| invalid(e.to_string()))?;
-    crate::store::prices::insert(&state.pool, principal.tenant_id, &id, &spec).await?;
-    Ok(Json(PriceItem::of(PriceOwner::Tenant, &entry, Some(&spec))))
+    crate::store::prices::insert(pool, tenant_id, &id, &spec).await?;
+    Ok(PriceItem::of(PriceOwner::Tenant, &entry, Some(&spec)))
 }
 
 /// The tenant's price entries (newest start first) and the shipped catalog (any read or admin token).
@@ -234,8 +244,13 @@ pub async fn get_prices(
     principal: Principal,
 ) -> Result<Json<PriceList>, ApiError> {
     principal.require(Scope::Read)?;
-    let mut conn = state.pool.acquire().await.map_err(ApiError::from)?;
-    let mut tenant = crate::store::prices::tenant_specs(&mut conn, principal.tenant_id).await?;
+    Ok(Json(list(&state.pool, principal.tenant_id).await?))
+}
+
+/// The tenant's entries (newest start first), then the shipped catalog's.
+pub async fn list(pool: &sqlx::PgPool, tenant_id: uuid::Uuid) -> Result<PriceList, ApiError> {
+    let mut conn = pool.acquire().await?;
+    let mut tenant = crate::store::prices::tenant_specs(&mut conn, tenant_id).await?;
     tenant.sort_by(|a, b| (b.1.from, &a.1.id).cmp(&(a.1.from, &b.1.id)));
     let mut out: Vec<PriceItem> = tenant
         .iter()
@@ -246,7 +261,7 @@ pub async fn get_prices(
         let spec = file_specs.iter().find(|s| s.id.as_deref() == Some(&e.id));
         PriceItem::of(PriceOwner::Shipped, e, spec)
     }));
-    Ok(Json(PriceList { prices: out }))
+    Ok(PriceList { prices: out })
 }
 
 /// The range to re-price.
@@ -279,11 +294,23 @@ pub async fn post_reprice(
     Query(params): Query<RepriceParams>,
 ) -> Result<Json<RepriceOutcome>, ApiError> {
     principal.require(Scope::Admin)?;
+    Ok(Json(
+        reprice(&state.pool, principal.tenant_id, &params.from, &params.to).await?,
+    ))
+}
+
+/// Checks the range and runs the re-pricing (the API's and the command line's one way in).
+pub async fn reprice(
+    pool: &sqlx::PgPool,
+    tenant_id: uuid::Uuid,
+    from: &str,
+    to: &str,
+) -> Result<RepriceOutcome, ApiError> {
     let time = |name: &str, v: &str| {
         prices::parse_instant(v)
             .ok_or_else(|| ApiError::bad_param(name, "neither YYYY-MM-DD nor an RFC 3339 time"))
     };
-    let (from, to) = (time("from", &params.from)?, time("to", &params.to)?);
+    let (from, to) = (time("from", from)?, time("to", to)?);
     if to <= from {
         return Err(ApiError::bad_param("to", "must be after `from`"));
     }
@@ -293,16 +320,15 @@ pub async fn post_reprice(
             format!("at most {MAX_REPRICE_DAYS} days after `from`: split the range"),
         ));
     }
-    let mut conn = state.pool.acquire().await?;
-    let tenant = crate::store::prices::tenant_entries(&mut conn, principal.tenant_id).await?;
+    let mut conn = pool.acquire().await?;
+    let tenant = crate::store::prices::tenant_entries(&mut conn, tenant_id).await?;
     drop(conn);
-    let outcome =
-        crate::store::reprice::run(&state.pool, principal.tenant_id, &tenant, from, to).await?;
+    let outcome = crate::store::reprice::run(pool, tenant_id, &tenant, from, to).await?;
     tracing::info!(
-        tenant_id = %principal.tenant_id,
+        %tenant_id,
         reprice_id = %outcome.reprice_id,
         turns_changed = outcome.turns_changed,
         "re-priced"
     );
-    Ok(Json(outcome))
+    Ok(outcome)
 }
