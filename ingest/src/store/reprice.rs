@@ -228,11 +228,11 @@ async fn chunk(
     tx.commit().await?;
     out.turns_examined += n;
     out.turns_changed += changed;
-    out.cost_delta_nanos = out
-        .cost_delta_nanos
-        .saturating_add(i64::try_from(cost).unwrap_or(i64::MAX));
+    // The answer's sums saturate; the audit row's are exact (numeric).
+    let clamp = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+    out.cost_delta_nanos = out.cost_delta_nanos.saturating_add(clamp(cost));
     out.cost_estimated_delta_nanos = out
         .cost_estimated_delta_nanos
-        .saturating_add(i64::try_from(estimated).unwrap_or(i64::MAX));
+        .saturating_add(clamp(estimated));
     Ok((n, last))
 }
