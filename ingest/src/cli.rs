@@ -1,5 +1,5 @@
 //! The command line: `migrate`, `serve`, `tenant create`, `token create`, `operator-token create`,
-//! `token revoke`, `import`, `retention`.
+//! `token revoke`, `import`, `retention`, `price add|list|reprice`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
 //! and `operator-token create` print the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
@@ -63,6 +63,11 @@ pub enum Command {
         #[arg(long)]
         tenant: String,
     },
+    /// Manage a tenant's own model prices (they win over the shipped catalog).
+    Price {
+        #[command(subcommand)]
+        action: PriceAction,
+    },
     /// Drop event partitions older than the retention window now.
     Retention {
         /// Override retention_days.
@@ -102,6 +107,145 @@ pub enum TokenAction {
         #[arg(long)]
         token: Option<String>,
     },
+}
+
+// Parsed once per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum PriceAction {
+    /// Add a price entry (rates in USD per million tokens, as decimals like 3.00); prints it as JSON
+    /// and its id on the last line. It prices turns stored from now on; `price reprice` applies it to
+    /// turns already stored.
+    Add {
+        /// Tenant id (or unique name).
+        #[arg(long)]
+        tenant: String,
+        /// Model pattern (`*` matches any run of characters); repeat or separate with commas.
+        #[arg(long = "model", required = true, value_delimiter = ',')]
+        models: Vec<String>,
+        /// Start (included): YYYY-MM-DD (midnight UTC) or RFC 3339.
+        #[arg(long)]
+        from: String,
+        /// End (excluded), same forms.
+        #[arg(long)]
+        until: Option<String>,
+        /// Uncached input.
+        #[arg(long)]
+        input: String,
+        #[arg(long)]
+        output: String,
+        #[arg(long)]
+        cache_read: Option<String>,
+        #[arg(long = "cache-write-5m")]
+        cache_write_5m: Option<String>,
+        #[arg(long = "cache-write-1h")]
+        cache_write_1h: Option<String>,
+        /// A tier: ABOVE_INPUT_TOKENS:INPUT:OUTPUT[:CACHE_READ[:CACHE_WRITE_5M[:CACHE_WRITE_1H]]]
+        /// (empty parts: none); repeatable.
+        #[arg(long = "tier")]
+        tiers: Vec<String>,
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Print the tenant's entries and the shipped catalog as JSON (the answer of GET /v1/prices).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Re-price the tenant's turns stored in [from, to) with the prices in force; prints what changed
+    /// as JSON (the answer of POST /v1/prices/reprice).
+    Reprice {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
+}
+
+/// `--tier ABOVE:INPUT:OUTPUT[:CACHE_READ[:CACHE_WRITE_5M[:CACHE_WRITE_1H]]]`.
+fn parse_tier(text: &str) -> anyhow::Result<crate::routes::prices::PriceTier> {
+    let parts: Vec<&str> = text.split(':').collect();
+    if !(3..=6).contains(&parts.len()) {
+        anyhow::bail!("--tier {text:?}: ABOVE_INPUT_TOKENS:INPUT:OUTPUT[:CACHE_READ[:CACHE_WRITE_5M[:CACHE_WRITE_1H]]]");
+    }
+    let opt = |i: usize| {
+        parts
+            .get(i)
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_string())
+    };
+    Ok(crate::routes::prices::PriceTier {
+        above_input_tokens: parts[0]
+            .parse()
+            .with_context(|| format!("--tier {text:?}: the input size is not a number"))?,
+        input: parts[1].to_string(),
+        output: parts[2].to_string(),
+        cache_read: opt(3),
+        cache_write_5m: opt(4),
+        cache_write_1h: opt(5),
+    })
+}
+
+async fn price(pool: &sqlx::PgPool, action: PriceAction) -> anyhow::Result<()> {
+    use crate::routes::prices as api;
+    match action {
+        PriceAction::Add {
+            tenant,
+            models,
+            from,
+            until,
+            input,
+            output,
+            cache_read,
+            cache_write_5m,
+            cache_write_1h,
+            tiers,
+            source,
+            note,
+        } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let asked = api::NewPrice {
+                models,
+                from,
+                until,
+                input,
+                output,
+                cache_read,
+                cache_write_5m,
+                cache_write_1h,
+                tiers: tiers
+                    .iter()
+                    .map(|t| parse_tier(t))
+                    .collect::<anyhow::Result<_>>()?,
+                source,
+                note,
+            };
+            let item = api::add(pool, tenant_id, asked)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            eprintln!("{}", serde_json::to_string_pretty(&item)?);
+            println!("{}", item.price_id);
+        }
+        PriceAction::List { tenant } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let list = api::list(pool, tenant_id)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+        PriceAction::Reprice { tenant, from, to } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let outcome = api::reprice(pool, tenant_id, &from, &to)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", serde_json::to_string(&outcome)?);
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Subcommand)]
@@ -227,6 +371,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
             let summary = crate::import::run(&store, &rules, tenant_id, &file).await?;
             println!("{}", serde_json::to_string(&summary)?);
         }
+        Command::Price { action } => price(&pool, action).await?,
         Command::Retention { .. } => {
             let store = Store::new(pool.clone());
             let cutoff = IntakeRules::from_settings(&settings)

@@ -5,6 +5,17 @@
 //! one): tokens, cost in integer nano-dollars, `unpriced_turns`, completed tool calls, errors and their
 //! summed `tool_duration_ms`, `events`. The rollups keep neither `tool_calls_started` nor credits.
 //!
+//! ## Cost provenance ([`Usage::with_estimate`])
+//! The shared rule gives a turn's cost *as sent* and whether it counts as reported (its
+//! `unpriced_turns`). The batch writer adds the catalog's estimate (`apiary_schema::prices`, tenant
+//! entries first) and this module splits the cost three ways, per turn:
+//! - `cost_reported_nanos`: the cost as sent (what the agent's local usage shows as `cost_nanos`);
+//! - `cost_estimated_nanos`: the estimate, when a price matches (whether or not a cost was reported);
+//! - `cost_nanos`: the cost shown — the reported cost of a turn that has one, else its estimate (a turn
+//!   with neither keeps its cost as sent, 0 unless an `unreported` turn carried one);
+//! - `estimated_turns`: turns without a reported cost that were estimated; `unpriced_turns`: turns with
+//!   neither. So `llm_calls` = reported + `estimated_turns` + `unpriced_turns` turns.
+//!
 //! ## Active time (`active_ms`)
 //! Not from an event: the milliseconds a session spent in status `active` by its stored status history,
 //! per bucket, under the session's identity and model `''` (see `store::active`). A batch that changes a
@@ -34,14 +45,14 @@
 
 use std::collections::BTreeMap;
 
-use apiary_schema::usage::contribution_of;
+use apiary_schema::usage::contribution_of_data;
 use apiary_schema::CanonicalEvent;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 /// The number of sums a rollup row holds.
-pub const COLUMNS: usize = 12;
+pub const COLUMNS: usize = 15;
 
 /// Additive usage totals (one event's contribution, or a sum). `i128` so that no sum of bigint values
 /// can overflow (see the module notes); a stored row holds each column as a bigint.
@@ -61,6 +72,12 @@ pub struct Usage {
     pub tool_duration_ms: i128,
     /// Milliseconds in status `active` (see the module notes).
     pub active_ms: i128,
+    /// The turns' costs as their producers sent them (see "Cost provenance").
+    pub cost_reported_nanos: i128,
+    /// The catalog's estimates of the turns a price matched.
+    pub cost_estimated_nanos: i128,
+    /// Turns without a reported cost whose `cost_nanos` is the estimate.
+    pub estimated_turns: i128,
 }
 
 impl Usage {
@@ -68,7 +85,15 @@ impl Usage {
     /// `i128`; a device-level event adds nothing here (it never reaches the rollups). Err (a rejection
     /// reason) when a value is out of range.
     pub fn of(event: &CanonicalEvent) -> Result<Usage, String> {
-        let Some(c) = contribution_of(event).map_err(|e| e.to_string())? else {
+        Usage::of_data(event.kind, &event.data)
+    }
+
+    /// [`Usage::of`] for a stored event read back: its kind and `data`.
+    pub fn of_data(
+        kind: apiary_schema::EventKind,
+        data: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Usage, String> {
+        let Some(c) = contribution_of_data(kind, data).map_err(|e| e.to_string())? else {
             return Ok(Usage::default());
         };
         Ok(Usage {
@@ -84,7 +109,25 @@ impl Usage {
             events: c.events.into(),
             tool_duration_ms: c.tool_duration_ms.into(),
             active_ms: 0,
+            cost_reported_nanos: c.cost_nanos.into(),
+            cost_estimated_nanos: 0,
+            estimated_turns: 0,
         })
+    }
+
+    /// This turn's usage with the catalog's `estimate` (nano-USD; None when no price matched) folded in
+    /// (see "Cost provenance"). Anything but one LLM turn is returned unchanged.
+    pub fn with_estimate(mut self, estimate: Option<i64>) -> Usage {
+        let Some(est) = estimate.filter(|_| self.llm_calls == 1) else {
+            return self;
+        };
+        self.cost_estimated_nanos = est.into();
+        if self.unpriced_turns == 1 {
+            self.cost_nanos = est.into();
+            self.unpriced_turns = 0;
+            self.estimated_turns = 1;
+        }
+        self
     }
 
     /// Adds `o`. Cannot overflow for sums of bigint values (fewer than 2^64 terms below 2^63 each).
@@ -101,6 +144,9 @@ impl Usage {
         self.events += o.events;
         self.tool_duration_ms += o.tool_duration_ms;
         self.active_ms += o.active_ms;
+        self.cost_reported_nanos += o.cost_reported_nanos;
+        self.cost_estimated_nanos += o.cost_estimated_nanos;
+        self.estimated_turns += o.estimated_turns;
     }
 
     /// True when every sum is zero (a row update that changes nothing).
@@ -109,7 +155,8 @@ impl Usage {
     }
 
     /// The sums in column order (input, output, cached, cache creation, cost, llm calls, unpriced, tool
-    /// calls, tool errors, events, tool duration, active ms).
+    /// calls, tool errors, events, tool duration, active ms, cost reported, cost estimated, estimated
+    /// turns).
     pub fn columns(&self) -> [i128; COLUMNS] {
         [
             self.input_tokens,
@@ -124,12 +171,15 @@ impl Usage {
             self.events,
             self.tool_duration_ms,
             self.active_ms,
+            self.cost_reported_nanos,
+            self.cost_estimated_nanos,
+            self.estimated_turns,
         ]
     }
 
     /// The inverse of [`Usage::columns`].
     pub fn from_columns(c: [i128; COLUMNS]) -> Usage {
-        let [input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms] =
+        let [input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns] =
             c;
         Usage {
             input_tokens,
@@ -144,13 +194,71 @@ impl Usage {
             events,
             tool_duration_ms,
             active_ms,
+            cost_reported_nanos,
+            cost_estimated_nanos,
+            estimated_turns,
         }
+    }
+
+    /// Where `cost_nanos` comes from (see [`CostBasis`]).
+    pub fn cost_basis(&self) -> CostBasis {
+        let estimated = self.estimated_turns > 0;
+        let reported = self.llm_calls - self.estimated_turns - self.unpriced_turns > 0;
+        match (reported, estimated) {
+            (true, false) => CostBasis::Reported,
+            (false, true) => CostBasis::Estimated,
+            (true, true) => CostBasis::Mixed,
+            (false, false) => CostBasis::None,
+        }
+    }
+
+    /// `self − o`, column by column (a re-pricing's change to a row).
+    pub fn minus(&self, o: &Usage) -> Usage {
+        let (a, b) = (self.columns(), o.columns());
+        Usage::from_columns(std::array::from_fn(|i| a[i] - b[i]))
     }
 
     /// Whether every sum fits a stored (bigint) rollup column.
     pub fn fits_row(&self) -> bool {
         self.columns().iter().all(|v| i64::try_from(*v).is_ok())
     }
+}
+
+/// Where a row's `cost_nanos` comes from: only turns with a reported cost, only estimated ones, some of
+/// each, or none (no turn with a known cost: the row has no LLM turns, or only unpriced ones).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CostBasis {
+    Reported,
+    Estimated,
+    Mixed,
+    #[default]
+    None,
+}
+
+/// The catalog's estimate of one stored event's usage (`usage` as [`Usage::of`] gives it): for an LLM
+/// turn with a model, the price `tenant` entries or else the shipped catalog hold for `model` at `at`,
+/// applied to its tokens (cache creation priced as 5-minute writes: producers do not say which);
+/// None otherwise.
+pub fn estimate_of(
+    tenant: &[apiary_schema::prices::PriceEntry],
+    model: &str,
+    at: DateTime<Utc>,
+    usage: &Usage,
+) -> Option<i64> {
+    if usage.llm_calls != 1 || model.is_empty() {
+        return None;
+    }
+    // One event's tokens are at most 10^12 (refused above), so they fit u64.
+    let n = |v: i128| u64::try_from(v).unwrap_or(u64::MAX);
+    let tokens = apiary_schema::prices::TurnTokens {
+        input: n(usage.input_tokens),
+        output: n(usage.output_tokens),
+        cache_read: n(usage.cached_tokens),
+        cache_write_5m: n(usage.cache_creation_tokens),
+        cache_write_1h: 0,
+    };
+    apiary_schema::prices::estimate(tenant, apiary_schema::prices::shipped(), model, at, &tokens)
 }
 
 /// The 15-minute bucket an instant falls in.
@@ -249,10 +357,12 @@ macro_rules! upsert_sql {
         concat!("
 INSERT INTO ", $table, " AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
     input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
-    tool_calls, tool_errors, events, tool_duration_ms, active_ms)
+    tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
+    estimated_turns)
 SELECT $1, u.* FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
     $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
-    $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[]) AS u
+    $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[], $21::int8[], $22::int8[],
+    $23::int8[]) AS u
 ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime) DO UPDATE SET
     input_tokens = r.input_tokens + EXCLUDED.input_tokens,
     output_tokens = r.output_tokens + EXCLUDED.output_tokens,
@@ -265,7 +375,10 @@ ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model
     tool_errors = r.tool_errors + EXCLUDED.tool_errors,
     events = r.events + EXCLUDED.events,
     tool_duration_ms = r.tool_duration_ms + EXCLUDED.tool_duration_ms,
-    active_ms = r.active_ms + EXCLUDED.active_ms")
+    active_ms = r.active_ms + EXCLUDED.active_ms,
+    cost_reported_nanos = r.cost_reported_nanos + EXCLUDED.cost_reported_nanos,
+    cost_estimated_nanos = r.cost_estimated_nanos + EXCLUDED.cost_estimated_nanos,
+    estimated_turns = r.estimated_turns + EXCLUDED.estimated_turns")
     };
 }
 const UPSERT_QUARTER_SQL: &str = upsert_sql!("usage_rollups");
@@ -294,6 +407,62 @@ mod tests {
                 .to_vec(),
             want
         );
+    }
+
+    fn turn(cost_nanos: i128, unpriced: i128) -> Usage {
+        Usage {
+            cost_nanos,
+            cost_reported_nanos: cost_nanos,
+            llm_calls: 1,
+            unpriced_turns: unpriced,
+            events: 1,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn an_estimate_prices_an_unreported_turn_and_sits_beside_a_reported_one() {
+        let reported = turn(500, 0).with_estimate(Some(700));
+        assert_eq!(
+            (
+                reported.cost_nanos,
+                reported.cost_reported_nanos,
+                reported.cost_estimated_nanos
+            ),
+            (500, 500, 700)
+        );
+        assert_eq!((reported.unpriced_turns, reported.estimated_turns), (0, 0));
+        assert_eq!(reported.cost_basis(), CostBasis::Reported);
+        let estimated = turn(0, 1).with_estimate(Some(700));
+        assert_eq!(
+            (
+                estimated.cost_nanos,
+                estimated.cost_reported_nanos,
+                estimated.cost_estimated_nanos
+            ),
+            (700, 0, 700)
+        );
+        assert_eq!(
+            (estimated.unpriced_turns, estimated.estimated_turns),
+            (0, 1)
+        );
+        assert_eq!(estimated.cost_basis(), CostBasis::Estimated);
+        let neither = turn(0, 1).with_estimate(None);
+        assert_eq!(neither, turn(0, 1));
+        assert_eq!(neither.cost_basis(), CostBasis::None);
+        let mut mixed = reported;
+        mixed.add(&estimated);
+        mixed.add(&neither);
+        assert_eq!(mixed.cost_basis(), CostBasis::Mixed);
+        assert_eq!((mixed.cost_nanos, mixed.llm_calls), (1200, 3));
+        // Not a turn: an estimate changes nothing.
+        let tool = Usage {
+            tool_calls: 1,
+            events: 1,
+            ..Usage::default()
+        };
+        assert_eq!(tool.with_estimate(Some(5)), tool);
+        assert_eq!(tool.cost_basis(), CostBasis::None);
     }
 
     #[test]

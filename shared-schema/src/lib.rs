@@ -30,6 +30,8 @@
 //!   transitions and time in state; the agent and the ingest both derive status with it.
 //! - [`usage`]: what one event adds to usage (tokens, cost in integer nano-USD, unpriced turns, tool
 //!   calls and errors): the one rule the agent's local usage and the ingest's rollups both apply.
+//! - [`prices`]: the effective-dated price catalog (shipped in `prices/catalog.toml`, plus tenants' own
+//!   entries) and the pure lookup that estimates a turn's cost in integer nano-USD.
 //! - [`pipeline`]: the one entry point both binaries use: native or canonical JSON in, a redacted
 //!   canonical event (or a filter verdict) and a redaction report out.
 //!
@@ -52,6 +54,7 @@ pub mod json_schema;
 pub mod otel;
 pub mod pipeline;
 pub mod policy;
+pub mod prices;
 pub mod scrub;
 pub mod status;
 pub mod usage;

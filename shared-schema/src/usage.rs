@@ -86,25 +86,31 @@ pub enum UsageError {
 
 /// The usage `event` contributes; `Ok(None)` for device-level events, Err when a value is out of range.
 pub fn contribution_of(event: &CanonicalEvent) -> Result<Option<Contribution>, UsageError> {
-    if event.kind.is_device_level() {
+    contribution_of_data(event.kind, &event.data)
+}
+
+/// [`contribution_of`] for an event of `kind` with `data` (a stored event read back, e.g. to re-price
+/// it): the same rule.
+pub fn contribution_of_data(
+    kind: EventKind,
+    data: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<Contribution>, UsageError> {
+    if kind.is_device_level() {
         return Ok(None);
     }
     let mut c = Contribution {
         events: 1,
         ..Contribution::default()
     };
-    match event.kind {
-        EventKind::LlmTurn => llm_turn(event, &mut c)?,
-        EventKind::ToolCall => match event.data_str("status") {
+    match kind {
+        EventKind::LlmTurn => llm_turn(data, &mut c)?,
+        EventKind::ToolCall => match data.get("status").and_then(serde_json::Value::as_str) {
             Some("started") => c.tool_calls_started = 1,
             Some("completed") => {
                 c.tool_calls = 1;
-                let is_error = event
-                    .data
-                    .get("is_error")
-                    .and_then(serde_json::Value::as_bool);
+                let is_error = data.get("is_error").and_then(serde_json::Value::as_bool);
                 c.tool_errors = i64::from(is_error == Some(true));
-                if let Some(ms) = tool_duration_ms(event)? {
+                if let Some(ms) = duration_ms(data)? {
                     c.tool_duration_ms = ms;
                     c.tool_calls_timed = 1;
                 }
@@ -119,32 +125,41 @@ pub fn contribution_of(event: &CanonicalEvent) -> Result<Option<Contribution>, U
 /// A completed call's `duration_ms`: None when absent (or not a non-negative integer, which the policy
 /// never lets through), Err above [`MAX_DURATION_MS`].
 pub fn tool_duration_ms(event: &CanonicalEvent) -> Result<Option<i64>, UsageError> {
-    match event
-        .data
-        .get("duration_ms")
-        .and_then(serde_json::Value::as_u64)
-    {
+    duration_ms(&event.data)
+}
+
+fn duration_ms(
+    data: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<i64>, UsageError> {
+    match data.get("duration_ms").and_then(serde_json::Value::as_u64) {
         None => Ok(None),
         Some(ms) if ms > MAX_DURATION_MS => Err(UsageError::Duration),
         Some(ms) => Ok(Some(ms as i64)),
     }
 }
 
-fn llm_turn(event: &CanonicalEvent, c: &mut Contribution) -> Result<(), UsageError> {
+fn llm_turn(
+    data: &serde_json::Map<String, serde_json::Value>,
+    c: &mut Contribution,
+) -> Result<(), UsageError> {
+    let text = |key: &str| data.get(key).and_then(serde_json::Value::as_str);
     let tokens = |key: &'static str| -> Result<i64, UsageError> {
-        let n = event.data_u64(key);
+        let n = data
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
         if n > MAX_TOKENS {
             return Err(UsageError::Tokens(key));
         }
         Ok(n as i64)
     };
-    c.model = event.data_str("model").unwrap_or("").to_string();
+    c.model = text("model").unwrap_or("").to_string();
     c.llm_calls = 1;
     c.input_tokens = tokens("input_tokens")?;
     c.output_tokens = tokens("output_tokens")?;
     c.cached_tokens = tokens("cached_tokens")?;
     c.cache_creation_tokens = tokens("cache_creation_tokens")?;
-    let number = |key: &str| event.data.get(key).and_then(serde_json::Value::as_f64);
+    let number = |key: &str| data.get(key).and_then(serde_json::Value::as_f64);
     let cost = number("cost_usd");
     if let Some(x) = cost {
         c.cost_nanos = cost_nanos(x).ok_or(UsageError::Cost)?;
@@ -152,7 +167,7 @@ fn llm_turn(event: &CanonicalEvent, c: &mut Contribution) -> Result<(), UsageErr
     if let Some(x) = number("credits") {
         c.credits_micros = credits_micros(x).ok_or(UsageError::Credits)?;
     }
-    let unpriced = match event.data_str("cost_source") {
+    let unpriced = match text("cost_source") {
         Some("unreported") => true,
         Some(_) => false,
         None => cost.is_none() || (c.cost_nanos == 0 && c.input_tokens + c.output_tokens > 0),

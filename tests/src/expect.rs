@@ -60,11 +60,15 @@ impl Sums {
         }
     }
 
-    /// From a `/v1/usage` row or its `totals`.
+    /// From a `/v1/usage` row or its `totals`. The fixture's costs are the reported ones and its unpriced
+    /// turns those without a reported cost, so the ingest's `cost_reported_nanos` and its estimated plus
+    /// unpriced turns are compared (the ingest estimates the fixture's unreported turns: its models are
+    /// in the price catalog). An answer without them (the agent's local usage) has only reported costs.
     pub fn from_usage(v: &Value) -> Sums {
         let n = |k: &str| v[k].as_i64().unwrap_or(0);
-        let cost_nanos = v["cost_nanos"]
+        let cost_nanos = v["cost_reported_nanos"]
             .as_i64()
+            .or_else(|| v["cost_nanos"].as_i64())
             .unwrap_or_else(|| (v["cost_usd"].as_f64().unwrap_or(0.0) * 1e9).round() as i64);
         Sums {
             input_tokens: n("input_tokens"),
@@ -73,7 +77,7 @@ impl Sums {
             cache_creation_tokens: n("cache_creation_tokens"),
             cost_nanos,
             llm_calls: n("llm_calls"),
-            unpriced_turns: n("unpriced_turns"),
+            unpriced_turns: n("unpriced_turns") + n("estimated_turns"),
             tool_calls: n("tool_calls"),
             tool_errors: n("tool_errors"),
         }

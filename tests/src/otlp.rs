@@ -48,7 +48,9 @@ impl Usage {
         self.tool_errors += o.tool_errors;
     }
 
-    /// The `totals` of a `/v1/usage` answer.
+    /// The `totals` of a `/v1/usage` answer. The cost compared is the one the producers reported
+    /// (`cost_reported_usd`; the ingest also estimates turns that report none, in `cost_usd`); an answer
+    /// without it (the agent's local usage) has reported costs only.
     pub fn from_totals(v: &Value) -> Usage {
         let i = |k: &str| v[k].as_i64().unwrap_or(0);
         Usage {
@@ -56,7 +58,10 @@ impl Usage {
             output_tokens: i("output_tokens"),
             cached_tokens: i("cached_tokens"),
             cache_creation_tokens: i("cache_creation_tokens"),
-            cost_usd: v["cost_usd"].as_f64().unwrap_or(0.0),
+            cost_usd: v["cost_reported_usd"]
+                .as_f64()
+                .or_else(|| v["cost_usd"].as_f64())
+                .unwrap_or(0.0),
             llm_calls: i("llm_calls"),
             tool_calls: i("tool_calls"),
             tool_errors: i("tool_errors"),

@@ -40,6 +40,9 @@ const COLUMNS: [&str; crate::rollups::COLUMNS] = [
     "events",
     "tool_duration_ms",
     "active_ms",
+    "cost_reported_nanos",
+    "cost_estimated_nanos",
+    "estimated_turns",
 ];
 
 /// The sum expressions, comma-separated, each named after its column: `apiary_sum(c) AS c`, or
@@ -151,6 +154,9 @@ pub struct SumColumns {
     events: Option<ExactSum>,
     tool_duration_ms: Option<ExactSum>,
     active_ms: Option<ExactSum>,
+    cost_reported_nanos: Option<ExactSum>,
+    cost_estimated_nanos: Option<ExactSum>,
+    estimated_turns: Option<ExactSum>,
 }
 
 impl SumColumns {
@@ -169,6 +175,9 @@ impl SumColumns {
             v(self.events),
             v(self.tool_duration_ms),
             v(self.active_ms),
+            v(self.cost_reported_nanos),
+            v(self.cost_estimated_nanos),
+            v(self.estimated_turns),
         ])
     }
 }
@@ -237,7 +246,7 @@ mod tests {
         assert!(select(false).starts_with(
             "apiary_sum(input_tokens) AS input_tokens, apiary_sum(output_tokens) AS output_tokens"
         ));
-        assert_eq!(select(true).matches("sum(").count(), 12);
-        assert!(select(true).ends_with("sum(active_ms)::text AS active_ms"));
+        assert_eq!(select(true).matches("sum(").count(), 15);
+        assert!(select(true).ends_with("sum(estimated_turns)::text AS estimated_turns"));
     }
 }

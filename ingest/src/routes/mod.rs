@@ -14,6 +14,7 @@ mod docs;
 pub mod extract;
 pub mod openapi;
 mod ops;
+pub mod prices;
 pub(crate) mod sessions;
 mod status;
 pub(crate) mod stream;
@@ -43,6 +44,11 @@ pub fn router() -> Router<AppState> {
         .route("/v1/colonies/{key}/label", put(colonies::put_colony_label))
         .route("/v1/colonies/{id}/usage", get(sessions::get_colony_usage))
         .route("/v1/devices", get(devices::get_devices))
+        .route(
+            "/v1/prices",
+            get(prices::get_prices).post(prices::post_price),
+        )
+        .route("/v1/prices/reprice", post(prices::post_reprice))
         .route("/v1/stream", get(stream::get_stream))
         .route("/v1/whoami", get(whoami::get_whoami))
         .route("/healthz", get(ops::healthz))

@@ -79,6 +79,12 @@ pub struct StreamUsage {
     pub cost_nanos: i64,
     pub cost_usd: f64,
     pub unpriced_turns: i64,
+    /// The turns' costs as their producers sent them (see `/v1/usage`).
+    pub cost_reported_nanos: i64,
+    /// The price catalog's estimates.
+    pub cost_estimated_nanos: i64,
+    /// Turns whose cost is the estimate.
+    pub estimated_turns: i64,
     pub llm_calls: i64,
     pub tool_calls: i64,
     pub tool_errors: i64,

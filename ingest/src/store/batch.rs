@@ -13,7 +13,10 @@
 //!    same upsert writes each session's work (tasks, triggers, tool call in flight; [`super::work`]).
 //!    Then `colony_runs` and `session_forks` (by session id): the colony runs and forks the new
 //!    `colony.created` events name ([`super::colonies`]).
-//! 4. `events`: the new events, with the identity the session row holds (`COPY`, see [`EventRows`]).
+//! 4. `events`: the new events, with the identity the session row holds and each LLM turn's estimated
+//!    cost (`COPY`, see [`EventRows`]); the tenant's prices are read first (`tenant_prices`, only when
+//!    the batch holds a turn with a model), and the estimates go into the rollups too
+//!    ([`rollups::estimate_of`], [`Usage::with_estimate`]).
 //! 5. `usage_rollups` (sorted by key; then `usage_rollups_hourly`): the new *runtime* events
 //!    pre-aggregated per rollup key, plus the active time the sessions' new histories add or take away
 //!    ([`super::active`]); then `tool_rollups` (sorted by key): the completed tool calls per tool name
@@ -232,6 +235,15 @@ async fn write_once(
     super::health::store_transitions(&mut tx, sender.tenant_id, health).await?;
 
     let default_user = sender.user_id.clone().unwrap_or_default();
+    let priced = events.iter().any(|e| {
+        e.event.kind == EventKind::LlmTurn
+            && e.event.data_str("model").is_some_and(|m| !m.is_empty())
+    });
+    let tenant_prices = if priced {
+        super::prices::tenant_entries(&mut tx, sender.tenant_id).await?
+    } else {
+        Vec::new()
+    };
     let mut rows = EventRows::new(sender.tenant_id, received_at, events.len());
     let mut rollup = Fit::new(bases);
     let mut tools = ToolRows::default();
@@ -246,9 +258,11 @@ async fn write_once(
             String::new()
         };
         if e.event.kind.is_device_level() {
-            rows.push(e, user, device, model);
+            rows.push(e, user, device, model, None);
             continue;
         }
+        let estimate = rollups::estimate_of(&tenant_prices, &model, e.effective_at, &e.usage);
+        let usage = e.usage.with_estimate(estimate);
         let key = RollupKey {
             bucket: bucket_of(e.effective_at),
             user_id: user.clone(),
@@ -259,8 +273,8 @@ async fn write_once(
             runtime: e.event.runtime.clone(),
         };
         tools.add(&key, &e.event);
-        rollup.add(key, &e.usage, e.event.event_id);
-        rows.push(e, user, device, model);
+        rollup.add(key, &usage, e.event.event_id);
+        rows.push(e, user, device, model, estimate);
         if let Some(sid) = &e.event.session_id {
             live.usage.push(sid);
         }
@@ -422,13 +436,21 @@ impl EventRows {
         }
     }
 
-    fn push(&mut self, e: &ReadyEvent, user: String, device: String, model: String) {
+    fn push(
+        &mut self,
+        e: &ReadyEvent,
+        user: String,
+        device: String,
+        model: String,
+        estimate: Option<i64>,
+    ) {
         use std::fmt::Write;
         let ev = &e.event;
         let role = ev.agent_role.map(|r| match r {
             apiary_schema::AgentRole::Queen => "queen",
             apiary_schema::AgentRole::Worker => "worker",
         });
+        let estimate = estimate.map(|n| n.to_string());
         let out = &mut self.text;
         out.push_str(&self.prefix);
         // Times and the id are written in formats that need no escaping.
@@ -457,6 +479,7 @@ impl EventRows {
             Some(device.as_str()),
             Some(model.as_str()),
             Some(e.data_json.as_str()),
+            estimate.as_deref(),
         ];
         let n = fields.len();
         for (i, f) in fields.into_iter().enumerate() {
@@ -481,7 +504,7 @@ impl EventRows {
 
 const COPY_EVENTS_SQL: &str = "COPY events (tenant_id, received_at, effective_at, event_id, occurred_at, kind,
     runtime, native_type, session_id, colony_id, parent_session_id, worker_id, agent_role, node_id, execution_id,
-    trace_id, user_id, device_id, model, data) FROM STDIN";
+    trace_id, user_id, device_id, model, data, cost_estimated_nanos) FROM STDIN";
 
 /// The batch's latest heartbeat (by event time), read.
 fn latest_heartbeat(events: &[&ReadyEvent]) -> Option<Heartbeat> {

@@ -137,7 +137,7 @@ async fn read(
         "SELECT r.bucket, r.user_id, r.device_id, r.colony_id, r.session_id, r.model, r.runtime,
             ARRAY[r.input_tokens, r.output_tokens, r.cached_tokens, r.cache_creation_tokens, r.cost_nanos,
                   r.llm_calls, r.unpriced_turns, r.tool_calls, r.tool_errors, r.events, r.tool_duration_ms,
-                  r.active_ms]
+                  r.active_ms, r.cost_reported_nanos, r.cost_estimated_nanos, r.estimated_turns]
          FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                      $8::text[])
              AS k(bucket, user_id, device_id, colony_id, session_id, model, runtime)

@@ -14,6 +14,8 @@ pub mod colonies;
 pub mod headroom;
 pub mod health;
 pub mod owners;
+pub mod prices;
+pub mod reprice;
 pub mod runtime;
 pub mod sessions;
 pub mod stream;

@@ -58,6 +58,8 @@ const USAGE_JSON: &str = "jsonb_build_object('input_tokens', sum(r.input_tokens)
     'output_tokens', sum(r.output_tokens), 'cached_tokens', sum(r.cached_tokens),
     'cache_creation_tokens', sum(r.cache_creation_tokens), 'cost_nanos', sum(r.cost_nanos),
     'cost_usd', (sum(r.cost_nanos) / 1e9)::float8, 'unpriced_turns', sum(r.unpriced_turns),
+    'cost_reported_nanos', sum(r.cost_reported_nanos), 'cost_estimated_nanos', sum(r.cost_estimated_nanos),
+    'estimated_turns', sum(r.estimated_turns),
     'llm_calls', sum(r.llm_calls), 'tool_calls', sum(r.tool_calls), 'tool_errors', sum(r.tool_errors),
     'tool_duration_ms', sum(r.tool_duration_ms), 'events', sum(r.events),
     'active_seconds', (sum(r.active_ms) / 1e3)::float8)";

@@ -49,7 +49,8 @@ fn random_event(rng: &mut StdRng, base: chrono::DateTime<Utc>) -> Value {
             let mut e = llm(
                 &session,
                 at,
-                ["m1", "m2", "m3"][rng.gen_range(0..3)],
+                // Two models of the shipped price catalog: their turns are estimated.
+                ["m1", "claude-haiku-4-5", "gpt-5-mini"][rng.gen_range(0..3)],
                 input,
                 rng.gen_range(0..500),
                 cost,
@@ -170,22 +171,59 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
         errors
     );
     assert_eq!(app.count("events").await as usize, sent.len());
+    // The estimates, from the catalog directly: every distinct turn of a catalogued model.
+    let estimated: i64 = sent
+        .values()
+        .filter(|e| e["type"] == "llm.turn")
+        .filter_map(|e| {
+            let n = |k: &str| e["data"][k].as_u64().unwrap_or(0);
+            let tokens = apiary_schema::prices::TurnTokens {
+                input: n("input_tokens"),
+                output: n("output_tokens"),
+                cache_read: n("cached_tokens"),
+                cache_write_5m: n("cache_creation_tokens"),
+                cache_write_1h: 0,
+            };
+            let at = e["occurred_at"].as_str().unwrap().parse().unwrap();
+            let model = e["data"]["model"].as_str().unwrap();
+            apiary_schema::prices::estimate(
+                &[],
+                apiary_schema::prices::shipped(),
+                model,
+                at,
+                &tokens,
+            )
+        })
+        .sum();
+    assert!(estimated > 0);
+    assert_eq!(
+        all["totals"]["cost_estimated_nanos"].as_i64().unwrap(),
+        estimated
+    );
+    assert_eq!(all["totals"]["cost_basis"], "mixed", "{}", all["totals"]);
     let sums = |table: &str| {
-        format!("SELECT sum(events)::int8, sum(input_tokens)::int8, sum(cost_nanos)::int8, count(DISTINCT bucket) FROM {table}")
+        format!("SELECT sum(events)::int8, sum(input_tokens)::int8, sum(cost_nanos)::int8,
+            sum(cost_reported_nanos)::int8, sum(cost_estimated_nanos)::int8, sum(estimated_turns)::int8,
+            sum(unpriced_turns)::int8, count(DISTINCT bucket) FROM {table}")
     };
-    let quarter: (i64, i64, i64, i64) = sqlx::query_as(&sums("usage_rollups"))
+    type Sums = (i64, i64, i64, i64, i64, i64, i64, i64);
+    let quarter: Sums = sqlx::query_as(&sums("usage_rollups"))
         .fetch_one(&app.pool)
         .await
         .unwrap();
-    let hourly: (i64, i64, i64, i64) = sqlx::query_as(&sums("usage_rollups_hourly"))
+    let hourly: Sums = sqlx::query_as(&sums("usage_rollups_hourly"))
         .fetch_one(&app.pool)
         .await
         .unwrap();
     assert_eq!(
-        (quarter.0, quarter.1, quarter.2),
-        (hourly.0, hourly.1, hourly.2)
+        (quarter.0, quarter.1, quarter.2, quarter.3, quarter.4, quarter.5, quarter.6),
+        (hourly.0, hourly.1, hourly.2, hourly.3, hourly.4, hourly.5, hourly.6)
     );
-    assert!(hourly.3 < quarter.3, "hourly rows are coarser");
+    assert!(
+        quarter.5 > 0 && quarter.6 > 0,
+        "some turns estimated, some unpriced"
+    );
+    assert!(hourly.7 < quarter.7, "hourly rows are coarser");
     let durations: i64 = sent
         .values()
         .filter(|e| e["type"] == "tool.call")
@@ -474,12 +512,16 @@ fn project(r: &Value, dims: &[(&str, &str)], gran: &str) -> Value {
         "cached_tokens",
         "cache_creation_tokens",
         "cost_nanos",
+        "cost_reported_nanos",
+        "cost_estimated_nanos",
         "llm_calls",
+        "estimated_turns",
         "unpriced_turns",
         "tool_calls",
         "tool_errors",
         "tool_duration_ms",
         "events",
+        "cost_basis",
     ] {
         m.insert(k.into(), r[k].clone());
     }
@@ -501,15 +543,22 @@ async fn raw_scan(
     let cols: String = dims.iter().map(|(_, c)| format!(", {c}")).collect();
     let group: String = (0..dims.len()).map(|i| format!(", {}", i + 2)).collect();
     let llm = "kind = 'llm.turn'";
+    // A turn's reported cost as sent, and whether it has one (the helpers send `cost_source`).
+    let reported = "round((data->>'cost_usd')::numeric * 1000000000)";
+    let unreported = "kind = 'llm.turn' AND data->>'cost_source' = 'unreported'";
     let sql = format!(
         "SELECT {bucket}{cols},
             COALESCE(sum((data->>'input_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
             COALESCE(sum((data->>'output_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
             COALESCE(sum((data->>'cached_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
             COALESCE(sum((data->>'cache_creation_tokens')::int8) FILTER (WHERE {llm}), 0)::int8,
-            COALESCE(sum(round((data->>'cost_usd')::numeric * 1000000000)) FILTER (WHERE {llm}), 0)::int8,
+            COALESCE(sum(CASE WHEN {unreported} AND cost_estimated_nanos IS NOT NULL
+                THEN cost_estimated_nanos ELSE {reported} END) FILTER (WHERE {llm}), 0)::int8,
+            COALESCE(sum({reported}) FILTER (WHERE {llm}), 0)::int8,
+            COALESCE(sum(cost_estimated_nanos) FILTER (WHERE {llm}), 0)::int8,
             count(*) FILTER (WHERE {llm}),
-            count(*) FILTER (WHERE {llm} AND data->>'cost_source' = 'unreported'),
+            count(*) FILTER (WHERE {unreported} AND cost_estimated_nanos IS NOT NULL),
+            count(*) FILTER (WHERE {unreported} AND cost_estimated_nanos IS NULL),
             count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed'),
             count(*) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed' AND (data->>'is_error')::bool),
             COALESCE(sum((data->>'duration_ms')::int8) FILTER (WHERE kind = 'tool.call' AND data->>'status' = 'completed'), 0)::int8,
@@ -539,7 +588,10 @@ async fn raw_scan(
                 "cached_tokens",
                 "cache_creation_tokens",
                 "cost_nanos",
+                "cost_reported_nanos",
+                "cost_estimated_nanos",
                 "llm_calls",
+                "estimated_turns",
                 "unpriced_turns",
                 "tool_calls",
                 "tool_errors",
@@ -551,6 +603,18 @@ async fn raw_scan(
             {
                 m.insert((*k).into(), json!(r.get::<i64, _>(n + i)));
             }
+            // Where the cost comes from, by the turns' counts.
+            let count = |k: &str| m[k].as_i64().unwrap();
+            let estimated = count("estimated_turns") > 0;
+            let reported =
+                count("llm_calls") - count("estimated_turns") - count("unpriced_turns") > 0;
+            let basis = match (reported, estimated) {
+                (true, false) => "reported",
+                (false, true) => "estimated",
+                (true, true) => "mixed",
+                (false, false) => "none",
+            };
+            m.insert("cost_basis".into(), json!(basis));
             Value::Object(m)
         })
         .collect()

@@ -13,6 +13,7 @@ mod import;
 mod openapi;
 mod ops;
 mod ownership;
+mod prices;
 mod sessions;
 mod status_agreement;
 mod status_history;

@@ -333,6 +333,63 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         );
         documented.insert(path);
     }
+    // A tenant price (a POST, admin scope), then the list that shows it.
+    for (token, want) in [(&t.read, 403), (&admin, 200)] {
+        let r = app
+            .client
+            .post(format!("{}/v1/prices", app.base))
+            .bearer_auth(token)
+            .json(
+                &json!({"models": ["m*"], "from": "2026-01-01", "input": "1.00", "output": "2.00",
+                "tiers": [{"above_input_tokens": 200000, "input": "2.00", "output": "4.00"}]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        assert_eq!(status, want);
+        let body: Value = r.json().await.unwrap();
+        let path = "/v1/prices";
+        check(
+            &doc,
+            &format!("POST {path} ({status})"),
+            &schema_pointer(&doc, path, "post", status),
+            &body,
+        );
+    }
+    let (s, prices) = app.get(&t.read, "/v1/prices").await;
+    assert_eq!(s, StatusCode::OK);
+    check(
+        &doc,
+        "GET /v1/prices",
+        &schema_pointer(&doc, "/v1/prices", "get", 200),
+        &prices,
+    );
+    assert_eq!(prices["prices"][0]["owner"], "tenant", "{prices}");
+    documented.insert("/v1/prices");
+    for (token, want) in [(&t.read, 403), (&admin, 200)] {
+        let r = app
+            .client
+            .post(format!(
+                "{}/v1/prices/reprice?from=2026-01-01&to=2026-02-01",
+                app.base
+            ))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        assert_eq!(status, want);
+        let body: Value = r.json().await.unwrap();
+        let path = "/v1/prices/reprice";
+        check(
+            &doc,
+            &format!("POST {path} ({status})"),
+            &schema_pointer(&doc, path, "post", status),
+            &body,
+        );
+    }
+    documented.insert("/v1/prices/reprice");
     let (_, colonies) = app.get(&t.read, "/v1/colonies").await;
     assert_eq!(colonies["colonies"][0]["label"], "Billing", "{colonies}");
     assert_eq!(colonies["colonies"][0]["workers"], 1, "{colonies}");

@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 
 use super::{Dim, Granularity, UsageQuery, UsageRow};
 use crate::query::sums::Sum;
-use crate::rollups::Usage;
+use crate::rollups::{CostBasis, Usage};
 use crate::tool_rollups::percentile;
 
 /// The usage sums: tokens, cost (in USD, and exactly in nano-dollars), calls, errors, tool durations,
@@ -19,9 +19,22 @@ pub struct UsageSums {
     pub cache_creation_tokens: Sum,
     /// `cost_nanos` in USD (a float: for display; `cost_nanos` is exact).
     pub cost_usd: f64,
+    /// The cost: each turn's reported cost where it has one, else the price catalog's estimate.
     pub cost_nanos: Sum,
+    /// `cost_reported_nanos` in USD (for display).
+    pub cost_reported_usd: f64,
+    /// The turns' costs as their producers reported them (as sent).
+    pub cost_reported_nanos: Sum,
+    /// `cost_estimated_nanos` in USD (for display).
+    pub cost_estimated_usd: f64,
+    /// The price catalog's estimates of every turn a price matched (reported or not).
+    pub cost_estimated_nanos: Sum,
+    /// Where `cost_nanos` comes from: `reported`, `estimated`, `mixed` or `none`.
+    pub cost_basis: CostBasis,
     pub llm_calls: Sum,
-    /// LLM turns without a cost.
+    /// LLM turns without a reported cost whose cost is the estimate.
+    pub estimated_turns: Sum,
+    /// LLM turns with neither a reported cost nor an estimate.
     pub unpriced_turns: Sum,
     pub tool_calls: Sum,
     pub tool_errors: Sum,
@@ -43,7 +56,13 @@ impl From<&Usage> for UsageSums {
             cache_creation_tokens: Sum(u.cache_creation_tokens),
             cost_usd: u.cost_nanos as f64 / 1e9,
             cost_nanos: Sum(u.cost_nanos),
+            cost_reported_usd: u.cost_reported_nanos as f64 / 1e9,
+            cost_reported_nanos: Sum(u.cost_reported_nanos),
+            cost_estimated_usd: u.cost_estimated_nanos as f64 / 1e9,
+            cost_estimated_nanos: Sum(u.cost_estimated_nanos),
+            cost_basis: u.cost_basis(),
             llm_calls: Sum(u.llm_calls),
+            estimated_turns: Sum(u.estimated_turns),
             unpriced_turns: Sum(u.unpriced_turns),
             tool_calls: Sum(u.tool_calls),
             tool_errors: Sum(u.tool_errors),

@@ -24,7 +24,7 @@ pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 /// The rollup columns a usage query reads.
 const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, \
     output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
-    tool_errors, events, tool_duration_ms, active_ms";
+    tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns";
 /// The `tool_rollups` columns a query grouped by tool reads.
 const TOOL_COLUMNS: &str =
     "bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, \

@@ -1,0 +1,60 @@
+//! A tenant's own prices (`tenant_prices`): each row the checked [`PriceSpec`] as JSON, keyed by its id.
+//! Batches read them in their transaction (only when they hold an LLM turn with a model), so an entry
+//! committed before a batch starts prices that batch on every replica, with no cache to go stale.
+//! Entries win over the shipped catalog ([`apiary_schema::prices::find`]).
+
+use apiary_schema::prices::{PriceEntry, PriceSpec};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+/// The tenant's entries, checked again (a row that no longer passes — it cannot, short of a hand edit —
+/// is skipped with a warning rather than failing every batch).
+pub async fn tenant_entries(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> Result<Vec<PriceEntry>, sqlx::Error> {
+    Ok(tenant_specs(conn, tenant_id)
+        .await?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect())
+}
+
+/// The tenant's entries with the specs they were stored as, by id.
+pub async fn tenant_specs(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> Result<Vec<(PriceSpec, PriceEntry)>, sqlx::Error> {
+    let rows: Vec<(String, sqlx::types::Json<PriceSpec>)> = sqlx::query_as(
+        "SELECT price_id, spec FROM tenant_prices WHERE tenant_id = $1 ORDER BY price_id",
+    )
+    .bind(tenant_id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, spec)| match spec.0.check(&id) {
+            Ok(e) => Some((spec.0, PriceEntry { id, ..e })),
+            Err(e) => {
+                tracing::warn!(%tenant_id, price_id = %id, error = %e, "stored price entry skipped");
+                None
+            }
+        })
+        .collect())
+}
+
+/// Stores a checked entry under `price_id`.
+pub async fn insert(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    price_id: &str,
+    spec: &PriceSpec,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO tenant_prices (tenant_id, price_id, spec) VALUES ($1, $2, $3)")
+        .bind(tenant_id)
+        .bind(price_id)
+        .bind(sqlx::types::Json(spec))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
