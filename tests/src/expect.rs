@@ -228,31 +228,61 @@ async fn unkey_colonies(read: &crate::stack::Api, answer: &mut Value) -> anyhow:
     Ok(())
 }
 
-/// `group_by=tool` over the fixture day equals the fixture's tool calls by name: calls, errors, timed calls
-/// and the durations the agent computed on the device (pairing each completion with its start by session
-/// and `tool_use_id`, floored to milliseconds), summed exactly.
-pub fn assert_tools(expected: &Expected, answer: &Value) {
+/// `group_by=tool` over the fixture day equals the fixture's tool calls by name: calls and errors, and with
+/// `timed` the timed calls and the durations the agent computed on the device (pairing each completion with
+/// its start by session and `tool_use_id`, floored to milliseconds), summed exactly. Events that reach the
+/// ingest without passing through an agent (a test's own batches) carry no durations: `timed` false.
+pub fn assert_tools(expected: &Expected, answer: &Value, timed: bool) {
     let mut got = serde_json::Map::new();
     for row in answer["rows"].as_array().expect("rows") {
         let name = row["tool_name"]
             .as_str()
             .expect("a tool row names its tool");
         let mut sums = serde_json::Map::new();
-        for key in [
+        for key in tool_keys(timed) {
+            sums.insert((*key).into(), row[*key].clone());
+        }
+        got.insert(name.into(), Value::Object(sums));
+    }
+    let mut want = serde_json::Map::new();
+    for (name, sums) in expected.json["usage"]["by_tool"]
+        .as_object()
+        .expect("by_tool")
+    {
+        let sums = tool_keys(timed)
+            .iter()
+            .map(|k| ((*k).to_string(), sums[*k].clone()))
+            .collect();
+        want.insert(name.clone(), Value::Object(sums));
+    }
+    assert_eq!(
+        Value::Object(got),
+        Value::Object(want),
+        "group_by=tool: got {answer}"
+    );
+}
+
+fn tool_keys(timed: bool) -> &'static [&'static str] {
+    if timed {
+        &[
             "tool_calls",
             "tool_errors",
             "tool_calls_timed",
             "tool_duration_ms",
-        ] {
-            sums.insert(key.into(), row[key].clone());
-        }
-        got.insert(name.into(), Value::Object(sums));
+        ]
+    } else {
+        &["tool_calls", "tool_errors"]
     }
-    assert_eq!(
-        Value::Object(got),
-        expected.json["usage"]["by_tool"],
-        "group_by=tool: got {answer}"
-    );
+}
+
+/// The fixture day's tool calls by tool, durations included: for a day that went through an agent, which
+/// times each call on the device.
+pub async fn assert_fixture_tool_durations(read: &crate::stack::Api) -> anyhow::Result<()> {
+    let answer = read
+        .usage("tool", "total", fixture::FROM, fixture::TO)
+        .await?;
+    assert_tools(&Expected::load(), &answer, true);
+    Ok(())
 }
 
 /// Asserts `/v1/usage` over the fixture day equals the fixture's totals for every group_by (tenant with
@@ -279,7 +309,7 @@ pub async fn assert_fixture_usage(
         assert_usage(&expected, &answer, dim, single, events);
     }
     let answer = read.usage("tool", "total", from, to).await?;
-    assert_tools(&expected, &answer);
+    assert_tools(&expected, &answer, false);
     let answer = admin.usage("tenant", "total", from, to).await?;
     assert_usage(&expected, &answer, "tenant", tenant_id, events);
     for gran in ["hour", "day"] {

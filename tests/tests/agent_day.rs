@@ -135,6 +135,10 @@ async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
     )
     .await
     .unwrap();
+    // Through an agent, each call is timed on the device.
+    expect::assert_fixture_tool_durations(&cloud.read_api())
+        .await
+        .unwrap();
     let devices = cloud.read_api().devices().await.unwrap();
     assert!(devices.to_string().contains(&device), "{devices}");
     let s = cloud
@@ -173,6 +177,10 @@ async fn hive_day_posted_to_http_intake_reaches_the_cloud_exactly() {
     )
     .await
     .unwrap();
+    // Through an agent, each call is timed on the device.
+    expect::assert_fixture_tool_durations(&cloud.read_api())
+        .await
+        .unwrap();
     scan::assert_day_clean(&cloud.db.url).await.unwrap();
     scan::assert_agent_day_clean(&agent.data_dir).unwrap();
 }

@@ -325,6 +325,10 @@ async fn airgapped_export_then_import_gives_the_fixture_totals_once() {
     )
     .await
     .unwrap();
+    // Through an agent, each call is timed on the device.
+    expect::assert_fixture_tool_durations(&cloud.read_api())
+        .await
+        .unwrap();
     scan::assert_day_clean(&cloud.db.url).await.unwrap();
     scan::assert_agent_day_clean(&agent.data_dir).unwrap();
     // The bundle is a copy of every event that left the device too.
