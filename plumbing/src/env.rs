@@ -84,6 +84,10 @@ pub const OTHER_VARS: &[&str] = &[
     "APIARY_FULL_FAULTS",
     // the tests: the real full-disk tests must run (CI, as root), not skip
     "APIARY_REQUIRE_TMPFS",
+    // the tests: the browser tests must run (CI installs Chromium), not skip
+    "APIARY_REQUIRE_BROWSER",
+    // the browser tests: the Chromium binary to drive (default: the one on PATH)
+    "APIARY_CHROMIUM",
     // the hostile-input tests: replay one seed
     "APIARY_HOSTILE_SEED",
 ];
