@@ -88,6 +88,8 @@ pub const OTHER_VARS: &[&str] = &[
     "APIARY_REQUIRE_BROWSER",
     // the browser tests: the Chromium binary to drive (default: the one on PATH)
     "APIARY_CHROMIUM",
+    // the browser tests: where screenshots go (default: under the target directory)
+    "APIARY_SCREENSHOT_DIR",
     // the hostile-input tests: replay one seed
     "APIARY_HOSTILE_SEED",
 ];

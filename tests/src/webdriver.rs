@@ -199,6 +199,28 @@ impl Browser {
     }
 
     /// A Chrome DevTools Protocol command through chromedriver (e.g. `Emulation.setEmulatedMedia`).
+    /// Saves a screenshot as `<dir>/<name>.png`, where `<dir>` is `APIARY_SCREENSHOT_DIR` or else
+    /// `<default_dir>` (the test's own folder under the target directory).
+    pub async fn save_screenshot(&self, default_dir: &Path, name: &str) -> anyhow::Result<()> {
+        let dir = std::env::var_os("APIARY_SCREENSHOT_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| default_dir.to_path_buf());
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(format!("{name}.png")), self.screenshot().await?)?;
+        Ok(())
+    }
+
+    /// The focused element, as `#id`, or else its tag and text (`a:Sessions`).
+    pub async fn focused(&self) -> anyhow::Result<String> {
+        let v = self
+            .execute(
+                "const e = document.activeElement; \
+                 return e.id ? '#' + e.id : e.tagName.toLowerCase() + ':' + e.textContent.trim();",
+            )
+            .await?;
+        Ok(v.as_str().unwrap_or_default().to_string())
+    }
+
     pub async fn cdp(&self, cmd: &str, params: Value) -> anyhow::Result<Value> {
         self.post("/goog/cdp/execute", json!({ "cmd": cmd, "params": params }))
             .await

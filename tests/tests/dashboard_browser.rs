@@ -24,35 +24,14 @@ use tests::isolation::{binding, body, failed, turn, worker_turn};
 use tests::stack::{Api, Cloud};
 use tests::webdriver::{browser_tools, start_headless, Browser, Driver, ENTER, TAB};
 
+/// Where the test's screenshots go (unless `APIARY_SCREENSHOT_DIR` says otherwise).
+fn shots() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots")
+}
 const QUEEN: &str = "q-browser-1";
 const WORKER: &str = "w-browser-1";
 const DEVICE: &str = "dev-browser-1";
 const NEW: &str = "q-browser-2";
-
-/// Where screenshots go.
-fn screenshot_dir() -> PathBuf {
-    std::env::var_os("APIARY_SCREENSHOT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots"))
-}
-
-async fn screenshot(c: &Browser, name: &str) -> anyhow::Result<()> {
-    let dir = screenshot_dir();
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join(format!("{name}.png")), c.screenshot().await?)?;
-    Ok(())
-}
-
-/// The focused element, as `#id`, or else its tag and text (`a:Sessions`).
-async fn focused(c: &Browser) -> anyhow::Result<String> {
-    let v = c
-        .execute(
-            "const e = document.activeElement; \
-             return e.id ? '#' + e.id : e.tagName.toLowerCase() + ':' + e.textContent.trim();",
-        )
-        .await?;
-    Ok(v.as_str().unwrap_or_default().to_string())
-}
 
 /// Waits until the page's `h1` reads `want` (a click that navigates returns before the new page is
 /// there: the old page's heading may still be found, or go stale while read).
@@ -134,7 +113,7 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     // Not signed in: the sign-in form.
     c.goto(&format!("{base}/")).await?;
     anyhow::ensure!(c.path().await? == "/sign-in", "{}", c.path().await?);
-    screenshot(c, "sign-in").await?;
+    c.save_screenshot(&shots(), "sign-in").await?;
     let token = c.find("#token").await?;
     c.type_into(&token, &cloud.tenant.read_token).await?;
     c.click(&c.find("form[action='/sign-in'] button").await?)
@@ -160,14 +139,14 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
         anyhow::ensure!(shown == want, "{field}: page {shown}, /v1/usage {want}");
     }
     anyhow::ensure!(api["totals"]["input_tokens"] == 2_300, "{api}");
-    screenshot(c, "overview").await?;
+    c.save_screenshot(&shots(), "overview").await?;
 
     // The keyboard: Tab from the top reaches the skip link first, then every control.
     c.goto(&format!("{base}/")).await?;
     let mut order = vec![];
     for _ in 0..30 {
         c.press(TAB).await?;
-        order.push(focused(c).await?);
+        order.push(c.focused().await?);
     }
     anyhow::ensure!(order[0] == "a:Skip to content", "first stop: {order:?}");
     for want in [
@@ -189,7 +168,7 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     c.goto(&format!("{base}/")).await?;
     for _ in 0..10 {
         c.press(TAB).await?;
-        if focused(c).await? == "a:Sessions" {
+        if c.focused().await? == "a:Sessions" {
             break;
         }
     }
@@ -214,7 +193,7 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     );
     let marker = c.execute("return window.apiaryMarker").await?;
     anyhow::ensure!(marker == json!(42), "the page was reloaded");
-    screenshot(c, "sessions").await?;
+    c.save_screenshot(&shots(), "sessions").await?;
 
     // The list links to the session; its detail shows the tree with the worker.
     c.click(&c.find(&format!("a[href='/sessions/{QUEEN}']")).await?)
@@ -222,16 +201,16 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     h1(c, &format!("Session {QUEEN}")).await?;
     let tree = c.text(&c.find("ul.tree").await?).await?;
     anyhow::ensure!(tree.contains(WORKER), "tree: {tree}");
-    screenshot(c, "session").await?;
+    c.save_screenshot(&shots(), "session").await?;
 
     c.goto(&format!("{base}/devices")).await?;
     h1(c, "Devices").await?;
     let devices = c.text(&c.find("table").await?).await?;
     anyhow::ensure!(devices.contains(DEVICE), "devices: {devices}");
-    screenshot(c, "devices").await?;
+    c.save_screenshot(&shots(), "devices").await?;
     c.goto(&format!("{base}/colonies")).await?;
     h1(c, "Colonies").await?;
-    screenshot(c, "colonies").await?;
+    c.save_screenshot(&shots(), "colonies").await?;
 
     // A phone's width: the page itself never scrolls sideways (wide tables scroll in their box).
     c.set_window_size(390, 844).await?;
@@ -243,7 +222,7 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
         fits == json!(true),
         "the overview overflows a phone's width"
     );
-    screenshot(c, "overview-phone").await?;
+    c.save_screenshot(&shots(), "overview-phone").await?;
 
     // The theme follows the system setting (prefers-color-scheme).
     c.set_window_size(1280, 900).await?;
@@ -255,6 +234,6 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     c.goto(&format!("{base}/")).await?;
     let dark = c.execute(background).await?;
     anyhow::ensure!(dark == json!("rgb(15, 20, 25)"), "dark: {dark}");
-    screenshot(c, "overview-dark").await?;
+    c.save_screenshot(&shots(), "overview-dark").await?;
     Ok(())
 }

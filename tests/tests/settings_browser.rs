@@ -23,6 +23,10 @@ use tests::procs::wait_for;
 use tests::stack::Cloud;
 use tests::webdriver::{browser_tools, start_headless, Browser, Driver, ENTER, TAB};
 
+/// Where the test's screenshots go (unless `APIARY_SCREENSHOT_DIR` says otherwise).
+fn shots() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("settings-screenshots")
+}
 const SESSION: &str = "session_20261103_101433_5e77b0b1";
 
 /// A Hive `llm_turn_complete` line of [`SESSION`].
@@ -33,36 +37,12 @@ fn hive_turn() -> Vec<u8> {
     .into_bytes()
 }
 
-fn screenshot_dir() -> PathBuf {
-    std::env::var_os("APIARY_SCREENSHOT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("settings-screenshots"))
-}
-
-async fn screenshot(c: &Browser, name: &str) -> anyhow::Result<()> {
-    let dir = screenshot_dir();
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join(format!("{name}.png")), c.screenshot().await?)?;
-    Ok(())
-}
-
-/// The focused element as `#id`, or its tag and text.
-async fn focused(c: &Browser) -> anyhow::Result<String> {
-    let v = c
-        .execute(
-            "const e = document.activeElement; \
-             return e.id ? '#' + e.id : e.tagName.toLowerCase() + ':' + e.textContent.trim();",
-        )
-        .await?;
-    Ok(v.as_str().unwrap_or_default().to_string())
-}
-
 /// Presses Tab until `want` has the focus (at most 40 times).
 async fn tab_to(c: &Browser, want: &str) -> anyhow::Result<()> {
     let mut seen = vec![];
     for _ in 0..40 {
         c.press(TAB).await?;
-        let now = focused(c).await?;
+        let now = c.focused().await?;
         if now == want {
             return Ok(());
         }
@@ -125,7 +105,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
         "{}",
         c.path().await?
     );
-    screenshot(c, "sign-in").await?;
+    c.save_screenshot(&shots(), "sign-in").await?;
     c.type_into(&c.find("#token").await?, settings_token)
         .await?;
     c.press(ENTER).await?;
@@ -138,7 +118,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     wait_text(c, "dd[data-field='sync']", "Off").await?;
     wait_text(c, "#never-sent", "tool arguments").await?;
     wait_text(c, "dd[data-field='held_events']", "1").await?;
-    screenshot(c, "settings-off").await?;
+    c.save_screenshot(&shots(), "settings-off").await?;
 
     // On, by keyboard: the server, the token file, the backlog box (Space), the button (Enter).
     c.goto(&format!("{base}/settings")).await?;
@@ -176,7 +156,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     anyhow::ensure!(arrived.is_some(), "the event never reached the ingest");
     c.goto(&format!("{base}/settings")).await?;
     wait_text(c, "dd[data-field='last_push']", "Sent").await?;
-    screenshot(c, "settings-on").await?;
+    c.save_screenshot(&shots(), "settings-on").await?;
 
     // Another site's page posting to the agent in this very browser: refused, nothing changes.
     let port = agent.addr.port();
@@ -208,7 +188,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
         .execute("return document.documentElement.scrollWidth <= window.innerWidth + 1")
         .await?;
     anyhow::ensure!(fits == json!(true), "the page overflows a narrow window");
-    screenshot(c, "settings-narrow").await?;
+    c.save_screenshot(&shots(), "settings-narrow").await?;
     c.set_window_size(1280, 900).await?;
 
     // The theme follows the system setting.
@@ -220,7 +200,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     c.goto(&format!("{base}/settings")).await?;
     let dark = c.execute(background).await?;
     anyhow::ensure!(dark == json!("rgb(15, 20, 25)"), "dark: {dark}");
-    screenshot(c, "settings-dark").await?;
+    c.save_screenshot(&shots(), "settings-dark").await?;
 
     // The token is in no log line of the agent (it ran with RUST_LOG=info).
     let log = agent.output();

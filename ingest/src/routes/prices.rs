@@ -228,7 +228,12 @@ pub async fn add(
     let spec = asked.spec();
     let id = format!("tp_{}", uuid::Uuid::new_v4().simple());
     let entry = spec.check(&id).map_err(|e| invalid(e.to_string()))?;
-    crate::store::prices::insert(pool, tenant_id, &id, &spec).await?;
+    if !crate::store::prices::insert(pool, tenant_id, &id, &spec).await? {
+        return Err(invalid(format!(
+            "the tenant already has {} price entries, the most it may keep",
+            crate::store::prices::MAX_TENANT_PRICES
+        )));
+    }
     Ok(PriceItem::of(PriceOwner::Tenant, &entry, Some(&spec)))
 }
 

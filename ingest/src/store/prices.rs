@@ -43,18 +43,28 @@ pub async fn tenant_specs(
         .collect())
 }
 
-/// Stores a checked entry under `price_id`.
+/// A tenant keeps at most this many entries: every batch with an LLM turn reads them all.
+pub const MAX_TENANT_PRICES: i64 = 1000;
+
+/// Stores a checked entry under `price_id`; false (nothing stored) when the tenant already has
+/// [`MAX_TENANT_PRICES`] entries (two concurrent adds at the limit may both pass: the bound is for cost,
+/// not an exact quota).
 pub async fn insert(
     pool: &PgPool,
     tenant_id: Uuid,
     price_id: &str,
     spec: &PriceSpec,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO tenant_prices (tenant_id, price_id, spec) VALUES ($1, $2, $3)")
-        .bind(tenant_id)
-        .bind(price_id)
-        .bind(sqlx::types::Json(spec))
-        .execute(pool)
-        .await?;
-    Ok(())
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO tenant_prices (tenant_id, price_id, spec)
+         SELECT $1, $2, $3
+         WHERE (SELECT count(*) FROM tenant_prices WHERE tenant_id = $1) < $4",
+    )
+    .bind(tenant_id)
+    .bind(price_id)
+    .bind(sqlx::types::Json(spec))
+    .bind(MAX_TENANT_PRICES)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }

@@ -117,6 +117,39 @@ async fn bad_price_entries_are_refused_with_the_field_named_and_nothing_is_store
     assert_eq!(app.count("tenant_prices").await, 0);
 }
 
+/// Every batch with an LLM turn reads its tenant's entries, so a tenant keeps at most 1,000: one more is a
+/// 400 naming the limit and stores nothing; another tenant is not affected.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_tenant_keeps_at_most_a_thousand_price_entries(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let other = app.tenant("globex").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    let other_admin = app.token(other.id, &["admin"]).await;
+    let good = r#"{"models":["m*"],"from":"2026-01-01","input":"1.00","output":"2.00"}"#;
+    let (s, first) = post_price(&app, &admin, good).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    // The other 999 straight into the table (as the API stores them), then one more through the API.
+    sqlx::query(
+        "INSERT INTO tenant_prices (tenant_id, price_id, spec)
+         SELECT tenant_id, price_id || '_' || n, spec FROM tenant_prices, generate_series(1, 999) n",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(app.count("tenant_prices").await, 1000);
+    let (s, v) = post_price(&app, &admin, good).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_price", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("1000"),
+        "{v}"
+    );
+    assert_eq!(app.count("tenant_prices").await, 1000);
+    let (s, v) = post_price(&app, &other_admin, good).await;
+    assert_eq!(s, StatusCode::OK, "another tenant's limit is its own: {v}");
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn a_tenant_price_is_listed_and_wins_over_the_shipped_catalog(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
