@@ -95,7 +95,9 @@ pub async fn colonies_page(
                 tbody { @for c in &list.colonies { tr {
                     th scope="row" {
                         @if let Some(l) = &c.label { (l) br; }
-                        code { (c.colony_key) }
+                        a href={ "/sessions?colony=" (c.colony_key) } aria-label={ "Sessions of colony " (c.colony_key) } {
+                            code { (c.colony_key) }
+                        }
                     }
                     td.num { (c.runs.len()) }
                     td.num { (format::count(c.sessions.into())) }

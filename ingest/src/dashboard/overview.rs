@@ -143,6 +143,16 @@ fn totals(t: &crate::query::usage::UsageSums) -> Markup {
             }
         }
     };
+    let money = |label: &str, field: &str, s: Sum| {
+        html! {
+            div.total {
+                dt { (label) }
+                dd data-field=(field) data-value=(s.0) title=(format::money_exact(s.0)) {
+                    (format::money(s.0))
+                }
+            }
+        }
+    };
     html! {
         section aria-labelledby="totals-title" {
             h2 #totals-title { "Totals" }
@@ -153,16 +163,34 @@ fn totals(t: &crate::query::usage::UsageSums) -> Markup {
                         (format::money(t.cost_nanos.0))
                     }
                 }
+                (money("Reported by providers", "cost_reported_nanos", t.cost_reported_nanos))
+                (money("Estimated from prices", "cost_estimated_nanos", t.cost_estimated_nanos))
+                div.total {
+                    dt { "Cost basis" }
+                    dd data-field="cost_basis" { (basis_label(t.cost_basis)) }
+                }
                 (n("Input tokens", "input_tokens", t.input_tokens))
                 (n("Output tokens", "output_tokens", t.output_tokens))
                 (n("Cached tokens", "cached_tokens", t.cached_tokens))
                 (n("Cache-creation tokens", "cache_creation_tokens", t.cache_creation_tokens))
                 (n("LLM calls", "llm_calls", t.llm_calls))
+                (n("Estimated turns", "estimated_turns", t.estimated_turns))
                 (n("Unpriced turns", "unpriced_turns", t.unpriced_turns))
                 (n("Tool calls", "tool_calls", t.tool_calls))
                 (n("Events", "events", t.events))
             }
         }
+    }
+}
+
+/// Where the spend comes from, in words.
+fn basis_label(b: crate::rollups::CostBasis) -> &'static str {
+    use crate::rollups::CostBasis;
+    match b {
+        CostBasis::Reported => "reported by the providers",
+        CostBasis::Estimated => "estimated from the price catalog",
+        CostBasis::Mixed => "reported where sent, else estimated",
+        CostBasis::None => "no priced turns",
     }
 }
 

@@ -4,7 +4,7 @@
 //! The list is live: `assets/live.js` follows `/live` (see [`super::live`]) and updates a row's status
 //! badge when the session's status changes, without a reload.
 //!
-//! The list's query string is `/v1/sessions`' (`status`, `user`, `device`, `since`, `limit`, `cursor`;
+//! The list's query string is `/v1/sessions`' (`status`, `user`, `device`, `colony`, `since`, `limit`, `cursor`;
 //! empty filter fields dropped) and its rows are `list_sessions`' answer.
 
 use axum::extract::{RawQuery, State};
@@ -107,6 +107,7 @@ struct Filters {
     status: String,
     user: String,
     device: String,
+    colony: String,
     limit: String,
 }
 
@@ -122,6 +123,7 @@ impl Filters {
             status: get("status"),
             user: get("user"),
             device: get("device"),
+            colony: get("colony"),
             limit: get("limit"),
         }
     }
@@ -132,6 +134,7 @@ impl Filters {
             ("status", &self.status),
             ("user", &self.user),
             ("device", &self.device),
+            ("colony", &self.colony),
             ("limit", &self.limit),
         ] {
             if !v.is_empty() {
@@ -161,6 +164,10 @@ impl Filters {
                 div {
                     label for="device" { "Device" }
                     input #device name="device" value=(self.device) autocomplete="off" spellcheck="false";
+                }
+                div {
+                    label for="colony" { "Colony" }
+                    input #colony name="colony" value=(self.colony) autocomplete="off" spellcheck="false" placeholder="ck_…";
                 }
                 div {
                     label for="limit" { "Per page" }

@@ -20,13 +20,13 @@ fn browser() -> reqwest::Client {
         .unwrap()
 }
 
-struct Page {
-    status: StatusCode,
+pub(crate) struct Page {
+    pub(crate) status: StatusCode,
     location: Option<String>,
     set_cookie: Option<String>,
     csp: Option<String>,
     frame: Option<String>,
-    body: String,
+    pub(crate) body: String,
 }
 
 async fn page(resp: reqwest::Response) -> Page {
@@ -59,14 +59,14 @@ impl TestApp {
     }
 
     /// The cookie pair (`apiary_dash=…`) a sign-in with `token` sets.
-    async fn cookie(&self, token: &str) -> String {
+    pub(crate) async fn cookie(&self, token: &str) -> String {
         let p = self.sign_in(token, Some(&self.origin())).await;
         assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
         let c = p.set_cookie.expect("a cookie");
         c.split(';').next().unwrap().to_string()
     }
 
-    async fn page(&self, cookie: Option<&str>, path: &str) -> Page {
+    pub(crate) async fn page(&self, cookie: Option<&str>, path: &str) -> Page {
         let mut req = browser().get(format!("{}{path}", self.base));
         if let Some(c) = cookie {
             req = req.header("cookie", c);
@@ -311,6 +311,15 @@ async fn the_overview_totals_equal_the_usage_api_for_the_same_query(pool: sqlx::
             0.123456789,
         ),
         llm("q-1", day + Duration::hours(3), "m-b", 7_000, 800, 2.5),
+        // A catalog model without a reported cost: its cost is the estimate.
+        llm(
+            "q-2",
+            day + Duration::hours(2),
+            "claude-opus-4-6",
+            40_000,
+            2_000,
+            0.0,
+        ),
         llm("q-2", day - Duration::days(3), "m-a", 999, 1, 0.000000001),
         // Outside the query's range: must not count.
         llm("q-2", day - Duration::days(40), "m-a", 5_000_000, 1, 100.0),
@@ -334,6 +343,10 @@ async fn the_overview_totals_equal_the_usage_api_for_the_same_query(pool: sqlx::
         assert!(p.body.len() < 300 * 1024, "{query}: {} bytes", p.body.len());
         for field in [
             "cost_nanos",
+            "cost_reported_nanos",
+            "cost_estimated_nanos",
+            "estimated_turns",
+            "unpriced_turns",
             "input_tokens",
             "output_tokens",
             "cached_tokens",
@@ -344,6 +357,11 @@ async fn the_overview_totals_equal_the_usage_api_for_the_same_query(pool: sqlx::
             assert_eq!(total(&p.body, field), want, "{query}: {field}");
         }
         assert!(api["totals"]["input_tokens"].as_i64().unwrap() > 0);
+        assert!(api["totals"]["cost_estimated_nanos"].as_i64().unwrap() > 0);
+        assert!(
+            p.body.contains("reported where sent, else estimated"),
+            "{query}: the cost basis is named"
+        );
         assert!(
             api["totals"]["input_tokens"].as_i64().unwrap() < 5_000_000,
             "the range applies"

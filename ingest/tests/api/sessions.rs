@@ -273,3 +273,81 @@ async fn the_session_listing_pages_most_recent_first_and_filters(pool: sqlx::PgP
         assert!(message.contains(&format!("`{param}`")), "{param}: {v}");
     }
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_session_list_filters_by_colony_key(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let now = Utc::now();
+    let key_a = format!("ck_{}", "a".repeat(32));
+    let key_b = format!("ck_{}", "b".repeat(32));
+    let colony = |run: &str, queen: &str, key: &str| {
+        event(
+            "colony.created",
+            Some(queen),
+            now - Duration::minutes(10),
+            json!({ "source": "created", "colony_id": run, "queen_session_id": queen,
+                    "forked_session_id": run, "colony_key": key }),
+        )
+    };
+    let events = vec![
+        llm("q1", now - Duration::minutes(11), "m", 10, 1, 0.1),
+        colony("run-a", "q1", &key_a),
+        colony("run-b", "q1", &key_b),
+        llm("run-a", now - Duration::minutes(9), "m", 10, 1, 0.1),
+        llm("run-b", now - Duration::minutes(9), "m", 10, 1, 0.1),
+        worker(
+            "llm.turn",
+            "wa",
+            "run-a",
+            now - Duration::minutes(8),
+            json!({ "model": "m", "input_tokens": 1, "output_tokens": 1 }),
+        ),
+        worker(
+            "llm.turn",
+            "wb",
+            "run-b",
+            now - Duration::minutes(8),
+            json!({ "model": "m", "input_tokens": 1, "output_tokens": 1 }),
+        ),
+    ];
+    let (s, v) = app
+        .post_batch(&t.ingest, &batch(events, vec![binding("q1", "alice")]))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ids = |v: &Value| {
+        let mut ids: Vec<String> = v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["session_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let (s, v) = app
+        .get(&t.read, &format!("/v1/sessions?colony={key_a}"))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(ids(&v), ["run-a", "wa"], "{v}");
+    let (_, v) = app
+        .get(&t.read, &format!("/v1/sessions?colony={key_b}"))
+        .await;
+    assert_eq!(ids(&v), ["run-b", "wb"], "{v}");
+    let (_, v) = app.get(&t.read, "/v1/sessions").await;
+    assert_eq!(ids(&v).len(), 5, "{v}");
+    // Another tenant's reader sees nothing of this colony.
+    let other = app.tenant("other").await;
+    let (_, v) = app
+        .get(&other.read, &format!("/v1/sessions?colony={key_a}"))
+        .await;
+    assert!(ids(&v).is_empty(), "{v}");
+    // The dashboard's list takes the same filter.
+    let cookie = app.cookie(&t.read).await;
+    let p = app
+        .page(Some(&cookie), &format!("/sessions?colony={key_a}"))
+        .await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert!(p.body.contains("data-session=\"wa\""), "{}", p.body);
+    assert!(!p.body.contains("data-session=\"wb\""), "{}", p.body);
+}

@@ -39,6 +39,11 @@ pub struct ListParams {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>, min_length = 1, max_length = 200)]
     pub device: Option<Text>,
+    /// Only the sessions of this colony (its key, `ck_…` or `dk_…`, as `GET /v1/colonies` lists it):
+    /// the colony's runs and their workers.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>, min_length = 1, max_length = 200)]
+    pub colony: Option<Text>,
     /// RFC 3339: only sessions with an event at or after this time.
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>)]
@@ -96,6 +101,8 @@ impl FromStr for Cursor {
 pub struct ListFilter {
     pub user: Option<String>,
     pub device: Option<String>,
+    /// Only the runs of the colony with this key and their workers.
+    pub colony: Option<String>,
     /// Only sessions with an event (or, without events, first seen) at or after this time.
     pub since: Option<DateTime<Utc>>,
     /// Only sessions whose derived status is one of these.
@@ -109,6 +116,7 @@ impl From<ListParams> for ListFilter {
         ListFilter {
             user: p.user.map(|t| t.0),
             device: p.device.map(|t| t.0),
+            colony: p.colony.map(|t| t.0),
             since: p.since.map(|t| t.0),
             statuses: p.status.map(|s| s.0),
             limit: p.limit.map_or(DEFAULT_LIMIT, |l| l.0),
@@ -140,6 +148,13 @@ pub fn page_query(
         if let Some(v) = v {
             q.push(format!(" AND {col} = ")).push_bind(v.to_string());
         }
+    }
+    if let Some(key) = &f.colony {
+        // A colony run is the session its colony.created event names; its workers name the run as their
+        // colony or parent.
+        q.push(" AND EXISTS (SELECT 1 FROM colony_runs c WHERE c.tenant_id = s.tenant_id AND c.colony_key = ")
+            .push_bind(key.clone())
+            .push(" AND c.session_id IN (s.session_id, s.colony_id, s.parent_session_id))");
     }
     if let Some(since) = f.since {
         q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
