@@ -10,7 +10,7 @@
 //!                           │ dead letters, checkpoints
 //!                           ├──▶ claim / ack / reject / fail ──▶ push loop (issue 5; online + sync on only)
 //!                           ├──▶ export bundle (air-gapped)
-//!                           └──▶ local API: status, usage, metrics, sync toggle; CLI: status, follow
+//!                           └──▶ local API: status, usage, quota, metrics, sync toggle; CLI: status, follow
 //! ```
 //!
 //! ## Modules
@@ -27,6 +27,8 @@
 //! - [`tail`]: following Hive's own JSONL logs; the outbox implements its [`tail::TailSink`].
 //! - [`identity`]: identity defaults and explicit session registration.
 //! - [`app`]: `run` — wiring, start-up and ordered shutdown on a cancellation token.
+//! - [`quota`]: the budget state the ingest reports in its batch answers, kept by the outbox and shown
+//!   by `GET /v1/quota`, `status` and the settings page; advisory (the agent never stops on its own).
 //! - [`cli`]: the subcommands; [`telemetry`]: logging.
 //!
 //! ## Data directory
@@ -47,5 +49,6 @@ pub mod otlp;
 pub mod outbox;
 pub mod private;
 pub mod push;
+pub mod quota;
 pub mod tail;
 pub mod telemetry;

@@ -139,6 +139,12 @@ pub fn render_status(v: &serde_json::Value) -> String {
             out += &format!("problem:   {e}\n");
         }
     }
+    // An older running agent's status has no `quota`: shown as none reported.
+    let quota: crate::outbox::QuotaView = v
+        .get("quota")
+        .and_then(|q| serde_json::from_value(q.clone()).ok())
+        .unwrap_or_default();
+    out += &crate::quota::status_lines(&quota);
     out
 }
 

@@ -61,7 +61,7 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Show sync state, counts by outcome, backlog and health.
+    /// Show sync state, counts by outcome, backlog, health, and the budgets the ingest last reported.
     Status {
         #[command(flatten)]
         common: Common,

@@ -1,4 +1,5 @@
-//! Sessions (registration, local status), agent status, the sync toggle and local usage.
+//! Sessions (registration, local status), agent status, the budget state, the sync toggle and local
+//! usage.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -10,7 +11,7 @@ use serde_json::{json, Value};
 use super::{ApiError, AppState};
 use crate::config::Mode;
 use crate::identity::SessionRegistration;
-use crate::outbox::{SyncChange, SyncReport};
+use crate::outbox::{QuotaView, SyncChange, SyncReport};
 
 /// Parses a JSON body into `T`, turning every failure into a 400 that says what is wrong.
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -43,6 +44,15 @@ pub async fn status_json(state: &AppState) -> Result<Value, ApiError> {
 
 pub async fn get_status(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(status_json(&state).await?))
+}
+
+/// `GET /v1/quota` (either token: a runtime holding the intake token may read it and choose to stop):
+/// the budget state the ingest last sent, from memory, in the shape of [`QuotaView`] —
+/// `{"quota": {"as_of", "budgets": [...]} | null, "received_at": RFC 3339 | null, "advisory": true}`.
+/// 200 with nulls until the ingest sent one (sync off, air-gapped, an ingest that does not report
+/// budgets), never 404. Advisory: the agent itself never stops because a budget is spent.
+pub async fn get_quota(State(state): State<AppState>) -> Json<QuotaView> {
+    Json(state.outbox.quota().into())
 }
 
 /// `PUT /v1/sync` (settings token only, see [`super::settings_only`]). Enabling checks the target

@@ -5,6 +5,7 @@
 //! | `POST /v1/events[?session=ID]` | one JSON event, an array, or NDJSON; Hive-native or canonical ([`events`]); `session` = hint for events that name none |
 //! | `POST /v1/sessions` | register a session with its own user and parent |
 //! | `GET /v1/status` | sync state, mode, counts by outcome, pending, oldest pending age, last push |
+//! | `GET /v1/quota` | the budgets of this device's user as the ingest last reported them: `{"quota": Quota or null, "received_at": RFC 3339 or null, "advisory": true}` ([`crate::outbox::QuotaView`]); 200 with nulls until one arrived |
 //! | `PUT /v1/sync` | the desktop toggle (settings token only): `{"enabled": bool, "endpoint"?, "token_file"?, "include_backlog"?, "purge"?}` |
 //! | `GET /v1/sessions[?status=&limit=&cursor=]` | this device's sessions, most recently active first, in the ingest's body shape ([`sessions`]) |
 //! | `GET /v1/sessions/{id}` | local status and history (shared health model), durations (wall-clock, active time), tasks, triggers, next wake, activity (shared work fold) |
@@ -126,6 +127,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/tree", get(sessions::get_tree))
         .route("/v1/stream", get(stream::get_stream))
         .route("/v1/status", get(local::get_status))
+        .route("/v1/quota", get(local::get_quota))
         .route(
             "/v1/sync",
             put(local::put_sync).route_layer(axum::middleware::from_fn(settings_only)),

@@ -27,6 +27,7 @@ use super::listing::{Cursor, ListFilter, SessionBody, TreeNode};
 use super::live::{LiveRow, Position, Start};
 use super::memory::WriterState;
 use super::op::{Ctx, Replying, Task};
+use super::quota::{supersedes, KeptQuota};
 use super::read::{DeadLetter, SessionUsage, StoredStatus, SyncStatus};
 use super::reader::OutboxReader;
 use super::sessions::Register;
@@ -70,6 +71,9 @@ struct Inner {
     colony: super::colony::ColonyKeys,
     /// Bumped by the writer after every commit (the live stream's wake-up).
     live: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The last budget state the ingest sent (loaded at open, then kept by [`Outbox::keep_quota`]):
+    /// `GET /v1/quota` answers from here. Also the lock that orders quota writes (see `keep_quota`).
+    quota: Mutex<Option<KeptQuota>>,
 }
 
 impl Drop for Inner {
@@ -130,6 +134,7 @@ impl Outbox {
         rebind(&conn, &defaults)?;
         let user_id = defaults.user_id.clone();
         let colony = super::colony::load(&conn)?;
+        let quota = super::quota::load(&conn)?;
         let now = Utc::now().timestamp_millis();
         let policy_id =
             store::ensure_policy(&conn, policy.hash(), policy.name(), policy.version(), now)?;
@@ -183,6 +188,7 @@ impl Outbox {
                 wal,
                 colony,
                 live,
+                quota: Mutex::new(quota),
             }),
         })
     }
@@ -370,6 +376,44 @@ impl Outbox {
             value: result.to_string(),
         })
         .await
+    }
+
+    /// Keeps `quota`, from an ingest answer that just arrived, as the device's budget state (memory and
+    /// the `quota` table) unless a later reading is already kept ([`super::quota`]). True when it was
+    /// kept. The decision and the queueing of the write happen under one lock, so concurrent answers
+    /// are written in the order they were decided.
+    pub async fn keep_quota(
+        &self,
+        quota: apiary_schema::quota::Quota,
+    ) -> Result<bool, OutboxError> {
+        // Milliseconds, as stored: memory and disk answer the same.
+        let now = Utc::now();
+        let now = chrono::DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
+        let answer = {
+            let mut kept = self.inner.quota.lock().unwrap_or_else(|p| p.into_inner());
+            if !supersedes(&quota, kept.as_ref(), now) {
+                return Ok(false);
+            }
+            let new = KeptQuota {
+                quota,
+                received_at: now,
+            };
+            let (op, answer) = Replying::new(SetQuota { kept: new.clone() });
+            self.send(Box::new(op))?;
+            *kept = Some(new);
+            answer
+        };
+        answer.await.map_err(|_| OutboxError::Closed)??;
+        Ok(true)
+    }
+
+    /// The last budget state the ingest sent, and when it arrived; `None` until one did.
+    pub fn quota(&self) -> Option<KeptQuota> {
+        self.inner
+            .quota
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Remembers the user the push token is bound to, for starts where `identity.user_id` is unset and
@@ -627,6 +671,19 @@ fn try_device_id(conn: &Connection, configured: Option<&str>) -> Result<String, 
     let id = format!("dev-{}", Uuid::new_v4().simple());
     store::set_meta(conn, "device_id", &id)?;
     Ok(id)
+}
+
+/// Stores the kept quota ([`Outbox::keep_quota`]).
+struct SetQuota {
+    kept: KeptQuota,
+}
+
+impl Task for SetQuota {
+    type Output = ();
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<(), OutboxError>> {
+        super::quota::store(ctx.conn, &self.kept).map(Ok)
+    }
 }
 
 /// Stores one `meta` value.

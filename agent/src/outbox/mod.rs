@@ -26,7 +26,8 @@
 //! ## For the push loop
 //! [`Outbox::claim`] → send → [`Outbox::settle_response`] (or [`Outbox::ack`] / [`Outbox::reject`] /
 //! [`Outbox::fail`] / [`Outbox::release`]). Call [`Outbox::enqueue_drop_report`] periodically and
-//! [`Outbox::record_push`] after each attempt. See [`delivery`].
+//! [`Outbox::record_push`] after each attempt, and [`Outbox::keep_quota`] with the budget state an
+//! answer carries (see [`quota`]). See [`delivery`].
 //!
 //! ## Module layers (no import cycles)
 //! Each module uses only modules of lower layers, and within its layer only the ones its arrow names.
@@ -35,7 +36,8 @@
 //! 2  writer → checkpointer, durations; intake → durations; consent, export, delivery → sessions;
 //!    drops → intake; reader → read
 //! 1  op (Op, Task, the Replying adaptor, Ctx); store
-//! 0  memory (Delta, WriterState) → counters, item; settings; error → schema; health → live; listing
+//! 0  memory (Delta, WriterState) → counters, item; settings; error → schema; health → live; listing;
+//!    quota
 //! ```
 //! `store`, `writer`, `schema` and `checkpointer` are private: callers get [`Outbox`] (the writer's
 //! queue and a read connection) and [`OutboxReader`] (read-only, for other processes), each with named
@@ -58,6 +60,7 @@ mod listing;
 mod live;
 mod memory;
 mod op;
+mod quota;
 mod read;
 mod reader;
 mod schema;
@@ -83,6 +86,7 @@ pub use intake::SubmitReport;
 pub use item::{Item, PreparedEvent, UsageAgg};
 pub use listing::{ColonyNode, Cursor as ListCursor, ListFilter, SessionBody, Totals, TreeNode};
 pub use live::{LiveRow, Position as LivePosition, Start as LiveStart};
+pub use quota::{KeptQuota, QuotaView, OUT_OF_ORDER_WINDOW};
 pub use read::{DeadLetter, FollowRow, SessionTotals, SessionUsage, StoredStatus, SyncStatus};
 pub use reader::OutboxReader;
 pub use settings::{OutboxSettings, Overflow};

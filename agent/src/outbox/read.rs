@@ -51,6 +51,8 @@ pub struct StoredStatus {
     /// The write-ahead log's size on disk (`outbox.db-wal`), on top of `used_bytes`.
     pub wal_bytes: u64,
     pub last_push: Option<serde_json::Value>,
+    /// The last budget state the ingest sent (the body of `GET /v1/quota`; see [`super::quota`]).
+    pub quota: super::quota::QuotaView,
 }
 
 pub fn sync_status(conn: &Connection) -> rusqlite::Result<SyncStatus> {
@@ -112,6 +114,7 @@ pub fn stored_status(conn: &Connection) -> rusqlite::Result<StoredStatus> {
         used_bytes: store::used_bytes(&tx)?,
         wal_bytes: wal_bytes(&tx),
         last_push: store::get_meta(&tx, "last_push")?.and_then(|s| serde_json::from_str(&s).ok()),
+        quota: super::quota::load(&tx)?.into(),
         counters,
     };
     tx.finish()?;

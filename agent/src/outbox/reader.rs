@@ -13,6 +13,7 @@ use super::error::OutboxError;
 use super::health::{self, SessionStatus};
 use super::listing::{self, Cursor, ListFilter, SessionBody, TreeNode};
 use super::live::{self, LiveRow, Position, Start};
+use super::quota::{self, KeptQuota};
 use super::read::{self, DeadLetter, FollowRow, SessionUsage, StoredStatus, SyncStatus};
 use super::store;
 use crate::tail::sink::Checkpoint;
@@ -37,6 +38,11 @@ impl OutboxReader {
     /// The sync switch as stored.
     pub fn sync_status(&self) -> Result<SyncStatus, OutboxError> {
         Ok(read::sync_status(&self.conn)?)
+    }
+
+    /// The last budget state the ingest sent, and when; `None` until one arrived ([`super::quota`]).
+    pub fn quota(&self) -> Result<Option<KeptQuota>, OutboxError> {
+        Ok(quota::load(&self.conn)?)
     }
 
     /// Local usage of a session and its workers; `None` if never seen.

@@ -41,6 +41,8 @@
 //! - `checkpoints`: the log tailer's per-file read positions (committed with the events read).
 //! - `policies`: the policy hashes events were redacted under (`events.policy_id` references one).
 //! - `meta`: key/value (device id, last push result).
+//! - `quota` (version 8, one row): the last budget state the ingest sent in a batch answer and when it
+//!   arrived (see [`super::quota`]), shown by `GET /v1/quota`, `status` and the settings page.
 
 use rusqlite::{Connection, Transaction};
 
@@ -227,6 +229,15 @@ CREATE TABLE tool_starts (
     PRIMARY KEY (session_id, call_key)
 ) WITHOUT ROWID;
 ALTER TABLE usage ADD COLUMN tool_duration_ms INTEGER NOT NULL DEFAULT 0;
+"#),
+    // 8: the last budget state the ingest sent (see `quota`): one row, the ingest's `Quota` as JSON and
+    // when it arrived (Unix ms), replaced by each newer one.
+    Sql(r#"
+CREATE TABLE quota (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    body        TEXT    NOT NULL,
+    received_at INTEGER NOT NULL
+);
 "#),
 ];
 

@@ -1,8 +1,10 @@
-//! One `POST /v1/batches`: gzip, bearer token, and a classification of what came back.
+//! One `POST /v1/batches`: gzip, bearer token, `X-Apiary-Quota: 1` (the answer then carries the budget
+//! state of the token's user, see [`apiary_schema::quota`]), and a classification of what came back.
 
 use std::io::Write;
 use std::time::Duration;
 
+use apiary_schema::quota::QUOTA_HEADER;
 use apiary_schema::BatchResponse;
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -103,6 +105,7 @@ pub async fn send(
         .bearer_auth(token.expose_secret())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header(reqwest::header::CONTENT_ENCODING, "gzip")
+        .header(QUOTA_HEADER, "1")
         .body(gzip(body))
         .send()
         .await;
@@ -219,7 +222,14 @@ mod tests {
     #[test]
     fn statuses_are_classified_as_the_contract_says() {
         let ok = r#"{"accepted": 2, "duplicates": 1, "rejected": []}"#;
-        assert!(matches!(classify(200, ok, None), SendResult::Verdicts(v) if v.accepted == 2));
+        assert!(
+            matches!(classify(200, ok, None), SendResult::Verdicts(v) if v.accepted == 2 && v.quota.is_none())
+        );
+        let with_quota = r#"{"accepted": 1, "duplicates": 0, "rejected": [], "quota": {"as_of": "2026-11-03T10:00:00Z", "budgets": []}, "later": 1}"#;
+        assert!(
+            matches!(classify(200, with_quota, None), SendResult::Verdicts(v) if v.quota.is_some()),
+            "a quota is read, and a field the ingest adds later is ignored"
+        );
         for s in [408, 429, 500, 502, 503, 504] {
             assert!(
                 matches!(

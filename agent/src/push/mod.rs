@@ -10,7 +10,7 @@
 //!
 //! | answer                                   | what happens to the claimed rows                          |
 //! |------------------------------------------|-----------------------------------------------------------|
-//! | 2xx verdicts                             | accepted/duplicate → delivered; rejected → dead letter     |
+//! | 2xx verdicts                             | accepted/duplicate → delivered; rejected → dead letter; a `quota` in the answer is kept |
 //! | connection error, timeout, 408, 429, 5xx | `fail`: attempts + 1, next attempt after full-jitter backoff (Retry-After as a floor) — persisted |
 //! | 413                                      | split in halves and sent again; a single event → dead letter |
 //! | 404, 405, a 4xx without the ingest's error body | a wrong endpoint, not a verdict: like a 5xx (kept, backoff); the reason says which URL to give |
@@ -26,6 +26,11 @@
 //! agent version) goes straight to the ingest every `heartbeat_interval`; it is not stored, so a large
 //! backlog never delays it. Evictions and dead letters are turned into `outbox.dropped` events on the
 //! same tick.
+//!
+//! Every batch and heartbeat asks for the budget state of the token's user (`X-Apiary-Quota: 1`); the
+//! outbox keeps the latest one an answer carries ([`crate::outbox::Outbox::keep_quota`]; an answer
+//! without it keeps the known one). It is advisory: nothing here stops or slows because a budget is
+//! spent.
 
 mod backoff;
 mod client;
@@ -251,8 +256,9 @@ impl Pusher {
             };
             let body = claimed.batch_json(Uuid::new_v4(), &self.agent);
             let outcome = match client::send(&self.client, &url, &token, body.as_bytes()).await {
-                SendResult::Verdicts(v) => {
+                SendResult::Verdicts(mut v) => {
                     self.outbox.settle_response(&ids, &v).await?;
+                    self.keep_quota(v.quota.take()).await;
                     PushOutcome::Sent {
                         events: ids.len(),
                         accepted: v.accepted,
@@ -381,6 +387,18 @@ impl Pusher {
         }
     }
 
+    /// Keeps the budget state an answer carried (none: the kept one stays; see
+    /// [`crate::outbox::Outbox::keep_quota`]). A failure to store it is logged: the events are settled
+    /// already, and the next answer brings a fresh one.
+    async fn keep_quota(&self, quota: Option<apiary_schema::quota::Quota>) {
+        let Some(quota) = quota else {
+            return;
+        };
+        if let Err(e) = self.outbox.keep_quota(quota).await {
+            tracing::warn!(error = %e, "could not store the budget state the ingest sent");
+        }
+    }
+
     /// Pushes until `shutdown`, then lets batches in flight finish for up to `shutdown_grace`.
     pub async fn run_until_stopped(self: Arc<Self>, shutdown: CancellationToken) {
         let mut inflight: JoinSet<Result<PushOutcome, PushError>> = JoinSet::new();
@@ -481,7 +499,8 @@ impl Pusher {
                 let reason = format!("{REAUTHENTICATE}: {e}");
                 self.pause(Vec::new(), REAUTHENTICATE, reason).await
             }
-            Ok(Some(SendResult::Verdicts(v))) => {
+            Ok(Some(SendResult::Verdicts(mut v))) => {
+                self.keep_quota(v.quota.take()).await;
                 if let Some(r) = v.rejected.first() {
                     tracing::warn!(reason = %r.reason, "the ingest rejected the heartbeat");
                 }
@@ -518,5 +537,7 @@ fn log_step(done: Result<Result<PushOutcome, PushError>, tokio::task::JoinError>
     }
 }
 
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;

@@ -10,14 +10,14 @@ use super::*;
 use crate::identity::IdentityDefaults;
 use crate::outbox::{Item, OutboxSettings};
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
-    outbox: Outbox,
+    pub(super) outbox: Outbox,
     token_file: std::path::PathBuf,
 }
 
 /// An outbox holding `n` redacted LLM turns; sync enabled against `endpoint` when given.
-async fn outbox_with_turns(n: usize, endpoint: Option<&str>) -> Fixture {
+pub(super) async fn outbox_with_turns(n: usize, endpoint: Option<&str>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let policy = Policy::default_policy();
     let outbox = Outbox::open(
@@ -54,7 +54,7 @@ async fn outbox_with_turns(n: usize, endpoint: Option<&str>) -> Fixture {
     }
 }
 
-fn settings() -> PushSettings {
+pub(super) fn settings() -> PushSettings {
     PushSettings {
         batch_max_events: 100,
         request_timeout_ms: 2_000,
@@ -63,7 +63,7 @@ fn settings() -> PushSettings {
     }
 }
 
-fn batch_of(req: &Request) -> Batch {
+pub(super) fn batch_of(req: &Request) -> Batch {
     let mut text = String::new();
     flate2::read::GzDecoder::new(&req.body[..])
         .read_to_string(&mut text)
@@ -77,6 +77,7 @@ fn accept_all(req: &Request) -> ResponseTemplate {
         accepted: n,
         duplicates: 0,
         rejected: vec![],
+        quota: None,
     })
 }
 
@@ -282,6 +283,7 @@ async fn per_event_rejections_go_to_the_dead_letter_table() {
                 accepted: b.events.len() as u64 - 1,
                 duplicates: 0,
                 rejected,
+                quota: None,
             })
         })
         .mount(&ingest)

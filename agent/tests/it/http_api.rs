@@ -92,6 +92,13 @@ impl App {
         self.stop.cancel();
         self.task.await.unwrap().unwrap();
     }
+
+    /// Stops the agent and hands over its data directory, to be looked at by another process.
+    pub(crate) async fn stop_keeping_dir(self) -> tempfile::TempDir {
+        self.stop.cancel();
+        self.task.await.unwrap().unwrap();
+        self._dir
+    }
 }
 
 fn fixture(rel: &str) -> Vec<u8> {

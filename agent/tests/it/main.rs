@@ -13,6 +13,7 @@ mod http_api;
 mod intake_parser;
 mod metrics;
 mod outbox_model;
+mod quota;
 mod settings_page;
 mod status_model;
 mod tail_bad_input;

@@ -3,7 +3,8 @@
 //! One server-rendered page for the person whose device this is, to decide whether to share telemetry:
 //! sync on or off and the mode, where events go (the endpoint's host), what is shared (the policy in
 //! force: kinds and the fields kept, its hash) and what never leaves the device, what is waiting here,
-//! the last push and its problem in plain words, and the device's identity; and the consent toggle.
+//! the last push and its problem in plain words, the budgets the server reported (advisory,
+//! [`crate::quota`]), and the device's identity; and the consent toggle.
 //! A desktop shell embeds it in a webview; a browser on the same machine works alike.
 //!
 //! | route | what |
@@ -40,6 +41,7 @@
 //! - **Escaping**: the templates are [`maud`], which HTML-escapes every spliced value (endpoint, token
 //!   file path, push errors, ids).
 
+mod budgets;
 mod layout;
 mod page;
 mod sections;

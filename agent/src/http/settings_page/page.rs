@@ -4,7 +4,7 @@
 //! policy in force; the toggle runs [`crate::http::local::apply_sync`], the code of `PUT /v1/sync`.
 //! Stable hooks for tests and the desktop shell: `dd[data-field=…]` (`sync`, `mode`, `endpoint_host`,
 //! `pending_events`, `held_events`, `oldest_pending_age`, `last_push`, `device_id`, `user_id`,
-//! `policy_hash`), `#sync-button`.
+//! `policy_hash`), `[data-field=budgets]` and `li[data-budget=…]` (see `budgets`), `#sync-button`.
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
@@ -14,6 +14,7 @@ use axum::Form;
 use maud::html;
 use serde::Deserialize;
 
+use super::budgets::budgets_section;
 use super::layout::{cross_site, problem_page, signed_in_page};
 use super::sections::{
     events, identity_section, shared_section, summary, toggle_section, waiting_section,
@@ -140,6 +141,7 @@ async fn render(state: &AppState, notice: &Notice, problem: Option<Problem>) -> 
         (toggle_section(state, &status, &problem))
         (shared_section(state))
         (waiting_section(&status))
+        (budgets_section(&status))
         (identity_section(state, &status))
     };
     let code = problem.status.unwrap_or(StatusCode::OK);
