@@ -1,5 +1,6 @@
 //! The command line: `migrate`, `serve`, `tenant create`, `token create`, `operator-token create`,
-//! `token revoke`, `import`, `retention`, `price add|list|reprice`.
+//! `token revoke`, `import`, `retention`, `price add|list|reprice`, `budget create|list`,
+//! `alert destination create|list`, `alert rule create|list`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
 //! and `operator-token create` print the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
@@ -67,6 +68,16 @@ pub enum Command {
     Price {
         #[command(subcommand)]
         action: PriceAction,
+    },
+    /// Manage a tenant's budgets (spend or token limits per day, week or month).
+    Budget {
+        #[command(subcommand)]
+        action: BudgetAction,
+    },
+    /// Manage a tenant's alert destinations and rules.
+    Alert {
+        #[command(subcommand)]
+        action: AlertAction,
     },
     /// Drop event partitions older than the retention window now.
     Retention {
@@ -249,6 +260,259 @@ async fn price(pool: &sqlx::PgPool, action: PriceAction) -> anyhow::Result<()> {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum BudgetAction {
+    /// Create a budget; prints it as JSON on stderr and its id on the last line of stdout.
+    Create {
+        /// Tenant id (or unique name).
+        #[arg(long)]
+        tenant: String,
+        /// day, week (from Monday) or month.
+        #[arg(long)]
+        period: String,
+        /// IANA zone of the period (default UTC).
+        #[arg(long)]
+        tz: Option<String>,
+        /// Limit in USD (a decimal like 100.00).
+        #[arg(long, conflicts_with = "limit_tokens", required_unless_present = "limit_tokens")]
+        limit_usd: Option<String>,
+        /// Limit in tokens (input + output).
+        #[arg(long)]
+        limit_tokens: Option<u64>,
+        /// Percentages to notify at (default 50,80,100).
+        #[arg(long, value_delimiter = ',')]
+        thresholds: Option<Vec<u32>>,
+        /// Only this user's usage.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this model's usage.
+        #[arg(long)]
+        model: Option<String>,
+        /// Only this colony's usage (a colony key).
+        #[arg(long)]
+        colony: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print the tenant's budgets with their current periods as JSON (the answer of GET /v1/budgets).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+async fn budget(
+    pool: &sqlx::PgPool,
+    settings: &IngestSettings,
+    action: BudgetAction,
+) -> anyhow::Result<()> {
+    use crate::routes::budgets as api;
+    let db = crate::query::ReadDb::new(pool.clone(), crate::status::rules(settings));
+    match action {
+        BudgetAction::Create {
+            tenant,
+            period,
+            tz,
+            limit_usd,
+            limit_tokens,
+            thresholds,
+            user,
+            model,
+            colony,
+            name,
+        } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let asked = api::NewBudget {
+                name,
+                scope: api::ScopeBody {
+                    tenant: None,
+                    user,
+                    model,
+                    colony,
+                },
+                period,
+                tz,
+                limit_usd: limit_usd.map(serde_json::Value::String),
+                limit_tokens,
+                thresholds,
+            };
+            let b = api::create(pool, &db, tenant_id, asked)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            eprintln!("{}", serde_json::to_string_pretty(&b)?);
+            println!("{}", b.budget_id);
+        }
+        BudgetAction::List { tenant } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let list = api::list(pool, &db, tenant_id, None)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertAction {
+    /// Alert destinations (webhooks, Slack).
+    Destination {
+        #[command(subcommand)]
+        action: DestinationAction,
+    },
+    /// Alert rules.
+    Rule {
+        #[command(subcommand)]
+        action: RuleAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DestinationAction {
+    /// Add a destination; prints it as JSON on stderr (with the webhook secret when one was made: keep
+    /// it) and its id on the last line of stdout.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// webhook or slack.
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        url: String,
+        /// The webhook's signing secret (16 to 200 characters); absent: one is made.
+        #[arg(long)]
+        secret: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Print the tenant's destinations as JSON (without secrets).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RuleAction {
+    /// Add a rule; prints it as JSON on stderr and its id on the last line of stdout.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// budget, session_status, device_offline or silence.
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        destination: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// budget: this budget only.
+        #[arg(long)]
+        budget: Option<String>,
+        /// session_status: statuses, comma-separated (e.g. stalled,failed,crashed).
+        #[arg(long, value_delimiter = ',')]
+        statuses: Option<Vec<String>>,
+        /// session_status: seconds a session must stay in the status.
+        #[arg(long)]
+        min_duration_secs: Option<i64>,
+        /// device_offline: also fire at this backlog (events).
+        #[arg(long)]
+        backlog_events: Option<i64>,
+        /// silence: hours without a word (default 24).
+        #[arg(long)]
+        silence_hours: Option<i64>,
+    },
+    /// Print the tenant's rules as JSON.
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+async fn alert(
+    pool: &sqlx::PgPool,
+    settings: &IngestSettings,
+    action: AlertAction,
+) -> anyhow::Result<()> {
+    use crate::routes::alerts as api;
+    let fail = |e: crate::error::ApiError| anyhow::anyhow!("{e}");
+    match action {
+        AlertAction::Destination {
+            action:
+                DestinationAction::Create {
+                    tenant,
+                    kind,
+                    url,
+                    secret,
+                    name,
+                },
+        } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let asked = api::NewDestination {
+                kind,
+                url,
+                secret,
+                name,
+            };
+            let d = api::create_destination(
+                pool,
+                tenant_id,
+                asked,
+                settings.alerts.allow_private_destinations,
+            )
+            .await
+            .map_err(fail)?;
+            eprintln!("{}", serde_json::to_string_pretty(&d)?);
+            println!("{}", d.destination_id);
+        }
+        AlertAction::Destination {
+            action: DestinationAction::List { tenant },
+        } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let list = api::destinations(pool, tenant_id).await.map_err(fail)?;
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+        AlertAction::Rule {
+            action:
+                RuleAction::Create {
+                    tenant,
+                    kind,
+                    destination,
+                    name,
+                    budget,
+                    statuses,
+                    min_duration_secs,
+                    backlog_events,
+                    silence_hours,
+                },
+        } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let asked = api::NewRule {
+                kind,
+                destination_id: destination,
+                name,
+                budget_id: budget,
+                statuses,
+                min_duration_secs,
+                backlog_events,
+                silence_hours,
+            };
+            let r = api::create_rule(pool, tenant_id, asked)
+                .await
+                .map_err(fail)?;
+            eprintln!("{}", serde_json::to_string_pretty(&r)?);
+            println!("{}", r.rule_id);
+        }
+        AlertAction::Rule {
+            action: RuleAction::List { tenant },
+        } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let list = api::rules(pool, tenant_id).await.map_err(fail)?;
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
 pub enum OperatorTokenAction {
     /// Create an operator token; prints it (once) on the last line.
     Create {
@@ -372,6 +636,8 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&summary)?);
         }
         Command::Price { action } => price(&pool, action).await?,
+        Command::Budget { action } => budget(&pool, &settings, action).await?,
+        Command::Alert { action } => alert(&pool, &settings, action).await?,
         Command::Retention { .. } => {
             let store = Store::new(pool.clone());
             let cutoff = IntakeRules::from_settings(&settings)

@@ -68,6 +68,39 @@ pub struct IngestSettings {
     pub stream_max_per_tenant: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
+    /// Alert rules and notification delivery (`[alerts]`).
+    pub alerts: AlertSettings,
+}
+
+/// Alert rules and notification delivery (see `crate::alerts`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertSettings {
+    /// Allow `http://` destinations and ones at loopback, private or link-local addresses: for local use
+    /// and tests only (server-side request forgery otherwise).
+    pub allow_private_destinations: bool,
+    /// How often each replica evaluates the alert rules (one replica per tenant at a time).
+    pub evaluate_secs: u64,
+    /// Delivery attempts before a notification is dead.
+    pub max_attempts: u32,
+    /// First retry delay (doubling, full jitter, up to the cap; `Retry-After` is a floor).
+    pub retry_base_ms: u64,
+    pub retry_cap_secs: u64,
+    /// Longest one delivery may take (connect, send, answer).
+    pub delivery_timeout_secs: u64,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings {
+            allow_private_destinations: false,
+            evaluate_secs: 15,
+            max_attempts: 10,
+            retry_base_ms: 2_000,
+            retry_cap_secs: 900,
+            delivery_timeout_secs: 10,
+        }
+    }
 }
 
 impl Default for IngestSettings {
@@ -95,6 +128,7 @@ impl Default for IngestSettings {
             stream_max_subscribers: 10_000,
             stream_max_per_tenant: 2_000,
             log_format: LogFormat::Text,
+            alerts: AlertSettings::default(),
         }
     }
 }
@@ -165,6 +199,13 @@ impl IngestSettings {
         }
         if self.stream_max_subscribers == 0 || self.stream_max_per_tenant == 0 {
             return bad("stream_max_subscribers and stream_max_per_tenant must be at least 1");
+        }
+        let a = &self.alerts;
+        if a.evaluate_secs == 0 || a.max_attempts == 0 || a.retry_base_ms == 0 || a.delivery_timeout_secs == 0 {
+            return bad("alerts.evaluate_secs, alerts.max_attempts, alerts.retry_base_ms and alerts.delivery_timeout_secs must be at least 1");
+        }
+        if a.retry_cap_secs * 1000 < a.retry_base_ms {
+            return bad("alerts.retry_cap_secs must be at least alerts.retry_base_ms");
         }
         Ok(())
     }

@@ -42,9 +42,11 @@
 //! [`error`] the API error · [`stream`] the live stream (`GET /v1/stream`).
 
 pub mod access;
+pub mod alerts;
 pub mod auth;
 pub mod auth_guard;
 pub mod bindings;
+pub mod budgets;
 pub mod cli;
 pub mod config;
 pub mod dashboard;

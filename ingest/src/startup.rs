@@ -108,6 +108,18 @@ impl Application {
             state.settings.offline_after_secs,
             state.stream.stopped(),
         ));
+        let budgets = tokio::spawn(
+            state
+                .budgets
+                .clone()
+                .run(state.pool.clone(), state.reads.clone()),
+        );
+        let alerts = tokio::spawn(crate::alerts::run(
+            state.pool.clone(),
+            state.reads.clone(),
+            state.settings.alerts.clone(),
+            state.settings.offline_after_secs,
+        ));
         let app = router(state.clone());
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new())
@@ -153,6 +165,8 @@ impl Application {
             tracing::warn!("requests still in flight after the shutdown timeout; exiting anyway");
         }
         maintenance.abort();
+        budgets.abort();
+        alerts.abort();
         let _ = tokio::join!(stream, stream_upkeep);
         state.pool.close().await;
         Ok(())

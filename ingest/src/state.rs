@@ -20,6 +20,7 @@ use sqlx::PgPool;
 
 use crate::auth::{AuthState, TokenGuard};
 use crate::auth_guard::AuthGuard;
+use crate::budgets::BudgetWatch;
 use crate::config::IngestSettings;
 use crate::intake::IntakeRules;
 use crate::metrics::Metrics;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub reads: ReadDb,
     /// The live stream's reader and fan-out on this replica (`GET /v1/stream`).
     pub stream: Arc<StreamHub>,
+    /// Tenants whose budgets to evaluate, and recent quotas ([`crate::budgets`]).
+    pub budgets: Arc<BudgetWatch>,
 }
 
 impl AppState {
@@ -80,6 +83,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             policy: Arc::new(Policy::default_policy()),
             stream,
+            budgets: Arc::new(BudgetWatch::new()),
         }
     }
 

@@ -72,6 +72,12 @@ pub const INGEST_KEYS: &[Key] = &[
     Key::new("stream_max_subscribers", Kind::Int),
     Key::new("stream_max_per_tenant", Kind::Int),
     Key::new("log_format", Kind::Str),
+    Key::new("alerts.allow_private_destinations", Kind::Bool),
+    Key::new("alerts.evaluate_secs", Kind::Int),
+    Key::new("alerts.max_attempts", Kind::Int),
+    Key::new("alerts.retry_base_ms", Kind::Int),
+    Key::new("alerts.retry_cap_secs", Kind::Int),
+    Key::new("alerts.delivery_timeout_secs", Kind::Int),
 ];
 
 /// Variables read outside the settings keys: command-line defaults and the test harness.

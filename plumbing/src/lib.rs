@@ -10,6 +10,7 @@
 //!
 //! Nothing here knows about events, outboxes or databases.
 
+pub mod backoff;
 pub mod config;
 pub mod doctor;
 pub mod env;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::event::CanonicalEvent;
+use crate::quota::Quota;
 
 /// A batch of canonical events, schema version 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -75,8 +76,8 @@ pub struct SessionBinding {
 }
 
 /// The ingest's answer to a batch: per-event verdicts. Replaying a batch changes nothing (all duplicates).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+/// Unknown fields are ignored, so that the ingest can add to its answer without breaking agents.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchResponse {
     /// Events stored for the first time.
     pub accepted: u64,
@@ -85,6 +86,10 @@ pub struct BatchResponse {
     /// Events refused, each with the reason; they were not stored.
     #[serde(default)]
     pub rejected: Vec<Rejection>,
+    /// The budgets that apply to the token's user, when the request asked for them (header
+    /// `X-Apiary-Quota: 1`); see [`crate::quota`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Quota>,
 }
 
 /// One refused event.

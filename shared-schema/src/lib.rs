@@ -55,6 +55,7 @@ pub mod otel;
 pub mod pipeline;
 pub mod policy;
 pub mod prices;
+pub mod quota;
 pub mod scrub;
 pub mod status;
 pub mod usage;

@@ -44,7 +44,7 @@ pub struct Buckets {
 const QUARTER: TimeDelta = TimeDelta::minutes(15);
 
 /// Postgres' reading of a local wall time: repeated → later offset; skipped → offset before the gap.
-fn resolve(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
+pub(crate) fn resolve(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
     match tz.from_local_datetime(&local) {
         chrono::LocalResult::Single(t) => t.with_timezone(&Utc),
         chrono::LocalResult::Ambiguous(_, later) => later.with_timezone(&Utc),

@@ -13,6 +13,7 @@
 //! generated from the same types, [`crate::routes::openapi`]).
 
 pub mod buckets;
+pub mod budgets;
 pub mod colonies;
 pub mod devices;
 pub mod history;

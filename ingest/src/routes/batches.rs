@@ -24,6 +24,10 @@ use crate::store::batch::{self, Sender};
 /// accepted window refuses the whole batch (422, one detail per problem). A token bound to a user or
 /// device may write only that user's (device's) sessions: an event whose session, parent or colony
 /// belongs to another is rejected per event with the reason.
+///
+/// With the header `X-Apiary-Quota: 1` the answer also carries `quota`: the budgets that apply to the
+/// token's user (the tenant's budgets without a user, and that user's), each in its current period,
+/// read at most 10 seconds before. Advisory: a spent budget never refuses a batch.
 #[utoipa::path(
     post,
     path = "/v1/batches",
@@ -94,9 +98,37 @@ async fn handle(
     // the next request to get it fails. The task always commits or rolls back; a client that gave up
     // simply re-sends, and dedup makes that harmless.
     let store = state.store.clone();
-    tokio::spawn(async move { batch::write(&store, &sender, checked).await })
+    let mut answer = tokio::spawn(async move { batch::write(&store, &sender, checked).await })
         .await
-        .map_err(|e| ApiError::Internal(e.into()))?
+        .map_err(|e| ApiError::Internal(e.into()))??;
+    if answer.accepted > 0 {
+        state.budgets.mark(principal.tenant_id);
+    }
+    if wants_quota(headers) {
+        // The batch is committed: a failure to read the quota only leaves it out of the answer.
+        match state
+            .budgets
+            .quota(
+                &state.pool,
+                &state.reads,
+                principal.tenant_id,
+                principal.user_id.as_deref(),
+            )
+            .await
+        {
+            Ok(q) => answer.quota = Some((*q).clone()),
+            Err(e) => tracing::warn!(error = %e, "could not read the quota for a batch answer"),
+        }
+    }
+    Ok(answer)
+}
+
+/// Whether the agent asked for the budgets that apply to it (`X-Apiary-Quota: 1`; older agents refuse
+/// fields they do not know, so the answer carries it only on request).
+fn wants_quota(headers: &HeaderMap) -> bool {
+    headers
+        .get(apiary_schema::quota::QUOTA_HEADER)
+        .is_some_and(|v| v.as_bytes() == b"1")
 }
 
 /// 415 unless the `Content-Type`, when given, is JSON (or `application/octet-stream`).

@@ -7,7 +7,9 @@
 //! [`crate::query::ReadDb`] and a read scope. Every handler carries its `#[utoipa::path]`, from which
 //! [`openapi`] builds the document.
 
+pub mod alerts;
 mod batches;
+pub mod budgets;
 pub(crate) mod colonies;
 pub(crate) mod devices;
 mod docs;
@@ -21,7 +23,7 @@ pub(crate) mod stream;
 pub(crate) mod usage;
 mod whoami;
 
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 
 use crate::state::AppState;
@@ -49,6 +51,30 @@ pub fn router() -> Router<AppState> {
             get(prices::get_prices).post(prices::post_price),
         )
         .route("/v1/prices/reprice", post(prices::post_reprice))
+        .route(
+            "/v1/budgets",
+            get(budgets::list_budgets).post(budgets::post_budget),
+        )
+        .route(
+            "/v1/budgets/{id}",
+            get(budgets::get_budget)
+                .put(budgets::put_budget)
+                .delete(budgets::delete_budget),
+        )
+        .route("/v1/alerts", get(alerts::list_alerts))
+        .route(
+            "/v1/alerts/destinations",
+            get(alerts::list_destinations).post(alerts::post_destination),
+        )
+        .route(
+            "/v1/alerts/destinations/{id}",
+            delete(alerts::delete_destination),
+        )
+        .route(
+            "/v1/alerts/rules",
+            get(alerts::list_rules).post(alerts::post_rule),
+        )
+        .route("/v1/alerts/rules/{id}", delete(alerts::delete_rule))
         .route("/v1/stream", get(stream::get_stream))
         .route("/v1/whoami", get(whoami::get_whoami))
         .route("/healthz", get(ops::healthz))

@@ -40,6 +40,18 @@ use crate::error::ErrorBody;
         super::prices::get_prices,
         super::prices::post_price,
         super::prices::post_reprice,
+        super::budgets::post_budget,
+        super::budgets::list_budgets,
+        super::budgets::get_budget,
+        super::budgets::put_budget,
+        super::budgets::delete_budget,
+        super::alerts::list_alerts,
+        super::alerts::post_destination,
+        super::alerts::list_destinations,
+        super::alerts::delete_destination,
+        super::alerts::post_rule,
+        super::alerts::list_rules,
+        super::alerts::delete_rule,
         super::stream::get_stream,
         super::whoami::get_whoami,
         super::ops::healthz,
@@ -183,10 +195,17 @@ mod tests {
                 "{path} is not routed"
             );
             for (method, op) in item.as_object().unwrap() {
-                let ok = &op["responses"]["200"];
+                // A success with a body (200, or 201 for a creation), or a deletion's bare 204.
+                let responses = &op["responses"];
+                let with_body = ["200", "201"].iter().any(|c| {
+                    responses[c]["content"]
+                        .as_object()
+                        .is_some_and(|c| !c.is_empty())
+                });
+                let deleted = method == "delete" && responses["204"].is_object();
                 assert!(
-                    ok["content"].as_object().is_some_and(|c| !c.is_empty()),
-                    "{method} {path} has no 200 content: {ok}"
+                    with_body || deleted,
+                    "{method} {path} has no 200/201 content (or 204 for a delete): {responses}"
                 );
             }
         }

@@ -335,6 +335,7 @@ async fn write_once(
         accepted,
         duplicates: (total - refused) as u64 - accepted,
         rejected,
+        quota: None,
     })
 }
 

@@ -10,6 +10,7 @@
 pub mod active;
 pub mod admin;
 pub mod batch;
+pub mod budgets;
 pub mod colonies;
 pub mod headroom;
 pub mod health;

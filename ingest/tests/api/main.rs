@@ -4,6 +4,7 @@
 mod helpers;
 
 mod bad_input;
+mod budgets;
 mod batches;
 mod cross_tenant;
 mod dashboard;

@@ -132,7 +132,7 @@ impl Dim {
 /// that its own session is when that session is a colony's forked session (a run with a parent: the
 /// colony's own queen session); else the stored `colony_id` (the queen session of a colony whose key is
 /// not known, or "" for none). See `crate::store::colonies`.
-const COLONY_KEY_OF_ROW: &str = "COALESCE((SELECT cr.colony_key FROM colony_runs cr \
+pub(crate) const COLONY_KEY_OF_ROW: &str = "COALESCE((SELECT cr.colony_key FROM colony_runs cr \
     WHERE cr.tenant_id = r.tenant_id AND (cr.session_id = r.colony_id \
     OR (cr.session_id = r.session_id AND cr.parent_session_id IS NOT NULL)) \
     ORDER BY cr.session_id = r.colony_id DESC LIMIT 1), r.colony_id)";

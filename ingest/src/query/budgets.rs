@@ -1,0 +1,69 @@
+//! A budget's spend: the usage rollups of its tenant in `[start, end)`, narrowed by its scope, summed in
+//! its unit — the same rows and sums `/v1/usage` answers for that range (`cost_nanos`, or input + output
+//! tokens), so the two agree exactly. A range on whole UTC hours (every zone with a whole-hour offset)
+//! reads the hourly rollup, otherwise the 15-minute one; both hold the same sums.
+
+use chrono::{DateTime, Timelike, Utc};
+use sqlx::{Postgres, QueryBuilder};
+
+use super::usage::COLONY_KEY_OF_ROW;
+use super::ReadDb;
+use crate::access::TenantRead;
+use crate::budgets::{Budget, Unit};
+use crate::error::ApiError;
+
+fn whole_hour(t: DateTime<Utc>) -> bool {
+    t.minute() == 0 && t.second() == 0 && t.nanosecond() == 0
+}
+
+/// The statement summing `budget`'s spend over `[start, end)` for `read`'s tenant (and user, for a
+/// user-bound read).
+pub fn statement(
+    read: &TenantRead,
+    budget: &Budget,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> QueryBuilder<'static, Postgres> {
+    let table = if whole_hour(start) && whole_hour(end) {
+        "usage_rollups_hourly"
+    } else {
+        "usage_rollups"
+    };
+    let sum = match budget.unit {
+        Unit::Usd => "cost_nanos",
+        Unit::Tokens => "input_tokens + output_tokens",
+    };
+    let mut q = QueryBuilder::new(format!(
+        "SELECT COALESCE(sum({sum}), 0)::bigint FROM {table} r WHERE r.tenant_id = "
+    ));
+    q.push_bind(read.tenant_id());
+    q.push(" AND r.bucket >= ").push_bind(start);
+    q.push(" AND r.bucket < ").push_bind(end);
+    if let Some(user) = read.user() {
+        q.push(" AND r.user_id = ").push_bind(user.to_string());
+    }
+    if let Some(user) = &budget.scope.user {
+        q.push(" AND r.user_id = ").push_bind(user.clone());
+    }
+    if let Some(model) = &budget.scope.model {
+        q.push(" AND r.model = ").push_bind(model.clone());
+    }
+    if let Some(colony) = &budget.scope.colony {
+        q.push(format!(" AND {COLONY_KEY_OF_ROW} = "))
+            .push_bind(colony.clone());
+    }
+    q
+}
+
+/// The spend, in the budget's unit (nano-USD or tokens). A sum past the bigint range is an error.
+pub async fn spent(
+    db: &ReadDb,
+    read: &TenantRead,
+    budget: &Budget,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Result<i64, ApiError> {
+    let mut q = statement(read, budget, start, end);
+    let (spent,): (i64,) = q.build_query_as().fetch_one(&db.pool).await?;
+    Ok(spent)
+}

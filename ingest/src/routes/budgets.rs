@@ -1,0 +1,447 @@
+//! Budgets: `POST /v1/budgets`, `PUT /v1/budgets/{id}` and `DELETE /v1/budgets/{id}` (scope `admin`);
+//! `GET /v1/budgets` and `GET /v1/budgets/{id}` (any read token of the tenant; a `read` token bound to a
+//! user sees only the budgets scoped to that user, since it reads no one else's usage). Each
+//! answer carries the current period's spend, what remains, the percent, a linear forecast to the
+//! period's end, and the thresholds crossed (see [`crate::budgets`]).
+//!
+//! Bad input is a 400 (`invalid_budget`, naming the field); nothing is stored. Another tenant's or an
+//! unknown id is a 404.
+
+use apiary_schema::quota::BudgetScope;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, SecondsFormat, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::docs::ReadErrors;
+use super::extract::Path;
+use crate::auth::{Principal, Scope};
+use crate::budgets::{self, Budget, Evaluated, Period, Unit, DEFAULT_THRESHOLDS, MAX_BUDGETS};
+use crate::error::ApiError;
+use crate::query::ReadDb;
+use crate::state::AppState;
+
+/// A budget's scope: the tenant (`{}` or `{"tenant": true}`), narrowed by any of a user, a model and a
+/// colony key.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeBody {
+    /// `true` (or the tenant's id): the whole tenant. The same as leaving the other fields out.
+    #[serde(default, skip_serializing)]
+    #[schema(value_type = Option<Object>)]
+    pub tenant: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// A colony key (`ck_…` or `dk_…`, see `GET /v1/colonies`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colony: Option<String>,
+}
+
+/// A budget to create, or the new definition of one (`PUT`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewBudget {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub scope: ScopeBody,
+    /// `day`, `week` (from Monday) or `month`.
+    pub period: String,
+    /// IANA zone of the period (default UTC).
+    #[serde(default)]
+    pub tz: Option<String>,
+    /// The limit in USD, a decimal string or number with at most 9 decimals ("100", "12.50"). Exactly
+    /// one of `limit_usd` and `limit_tokens`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub limit_usd: Option<serde_json::Value>,
+    /// The limit in tokens (input + output).
+    #[serde(default)]
+    pub limit_tokens: Option<u64>,
+    /// Percentages of the limit to notify at, 1 to 1000 each, at most 10 (default 50, 80, 100).
+    #[serde(default)]
+    pub thresholds: Option<Vec<u32>>,
+}
+
+/// A threshold reached in the current period.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CrossingBody {
+    pub threshold: u32,
+    /// RFC 3339.
+    pub crossed_at: String,
+}
+
+/// A budget and its current period. Amounts are exact integers in the budget's unit (`limit`, `spent`,
+/// `remaining`, `forecast`: nano-USD or tokens), also given as USD (floats, for display) or tokens.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BudgetBody {
+    pub budget_id: String,
+    pub name: Option<String>,
+    pub scope: ScopeBody,
+    pub period: Period,
+    pub tz: String,
+    pub unit: Unit,
+    pub thresholds: Vec<u32>,
+    pub limit: i64,
+    pub spent: i64,
+    /// `limit - spent`, never below zero.
+    pub remaining: i64,
+    /// `spent / limit` in percent (two decimals).
+    pub percent: f64,
+    /// The spend at the period's end if it goes on at the rate so far.
+    pub forecast: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spent_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_tokens: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spent_tokens: Option<i64>,
+    /// The current period, RFC 3339 (UTC).
+    pub period_start: String,
+    pub period_end: String,
+    pub crossed: Vec<CrossingBody>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// `GET /v1/budgets`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BudgetList {
+    pub budgets: Vec<BudgetBody>,
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+fn usd(nanos: i64) -> f64 {
+    apiary_schema::usage::nanos_to_usd(nanos)
+}
+
+impl From<&Evaluated> for BudgetBody {
+    fn from(e: &Evaluated) -> BudgetBody {
+        let b = &e.budget;
+        let forecast = budgets::forecast(e.spent, e.period_start, e.period_end, e.now);
+        let remaining = (b.limit - e.spent).max(0);
+        let is_usd = b.unit == Unit::Usd;
+        let money = |n: i64| is_usd.then(|| usd(n));
+        BudgetBody {
+            budget_id: b.budget_id.clone(),
+            name: b.name.clone(),
+            scope: ScopeBody {
+                tenant: None,
+                user: b.scope.user.clone(),
+                model: b.scope.model.clone(),
+                colony: b.scope.colony.clone(),
+            },
+            period: b.period,
+            tz: b.tz.name().to_string(),
+            unit: b.unit,
+            thresholds: b.thresholds.clone(),
+            limit: b.limit,
+            spent: e.spent,
+            remaining,
+            percent: e.percent(),
+            forecast,
+            limit_usd: money(b.limit),
+            spent_usd: money(e.spent),
+            remaining_usd: money(remaining),
+            forecast_usd: money(forecast),
+            limit_tokens: (!is_usd).then_some(b.limit),
+            spent_tokens: (!is_usd).then_some(e.spent),
+            period_start: rfc3339(e.period_start),
+            period_end: rfc3339(e.period_end),
+            crossed: e
+                .crossed
+                .iter()
+                .map(|(t, at)| CrossingBody {
+                    threshold: *t,
+                    crossed_at: rfc3339(*at),
+                })
+                .collect(),
+            created_at: rfc3339(b.created_at),
+            updated_at: rfc3339(b.updated_at),
+        }
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::BadRequest {
+        code: "invalid_budget",
+        message: message.into(),
+    }
+}
+
+/// Longest name, user or model kept.
+const MAX_TEXT: usize = 200;
+
+impl NewBudget {
+    /// Checks every field; `budget_id` and the times are the caller's.
+    pub fn check(self, tenant_id: Uuid, budget_id: String) -> Result<Budget, ApiError> {
+        let text = |field: &str, v: Option<String>| -> Result<Option<String>, ApiError> {
+            match v {
+                Some(t) if t.trim().is_empty() => Err(invalid(format!("{field}: empty"))),
+                Some(t) if t.chars().count() > MAX_TEXT => {
+                    Err(invalid(format!("{field}: at most {MAX_TEXT} characters")))
+                }
+                other => Ok(other),
+            }
+        };
+        match &self.scope.tenant {
+            None | Some(serde_json::Value::Bool(true)) => {}
+            Some(serde_json::Value::String(s)) if s == &tenant_id.to_string() => {}
+            Some(_) => {
+                return Err(invalid(
+                    "scope.tenant: true (or this token's tenant id); a budget counts its own tenant only",
+                ))
+            }
+        }
+        let colony = text("scope.colony", self.scope.colony)?;
+        if let Some(c) = &colony {
+            if !apiary_schema::colony::is_colony_key(c) {
+                return Err(invalid(
+                    "scope.colony: a colony key is ck_ or dk_ and 32 lowercase hexadecimal digits",
+                ));
+            }
+        }
+        let period = Period::parse(&self.period)
+            .ok_or_else(|| invalid(format!("period: {:?} is not day, week or month", self.period)))?;
+        let tz: Tz = match self.tz.as_deref() {
+            None | Some("") => Tz::UTC,
+            Some(z) => z
+                .parse()
+                .map_err(|_| invalid(format!("tz: {z:?} is not an IANA time zone")))?,
+        };
+        let (unit, limit) = match (self.limit_usd, self.limit_tokens) {
+            (Some(v), None) => (Unit::Usd, usd_limit(&v)?),
+            (None, Some(t)) => (
+                Unit::Tokens,
+                i64::try_from(t).map_err(|_| invalid("limit_tokens: too large"))?,
+            ),
+            _ => return Err(invalid("give exactly one of limit_usd and limit_tokens")),
+        };
+        if limit <= 0 {
+            return Err(invalid("the limit must be above zero"));
+        }
+        let mut thresholds = self.thresholds.unwrap_or_else(|| DEFAULT_THRESHOLDS.to_vec());
+        thresholds.sort_unstable();
+        thresholds.dedup();
+        if thresholds.is_empty() || thresholds.len() > 10 {
+            return Err(invalid("thresholds: 1 to 10 percentages"));
+        }
+        if thresholds.iter().any(|t| !(1..=1000).contains(t)) {
+            return Err(invalid("thresholds: each from 1 to 1000 (percent)"));
+        }
+        let now = Utc::now();
+        Ok(Budget {
+            budget_id,
+            name: text("name", self.name)?,
+            scope: BudgetScope {
+                user: text("scope.user", self.scope.user)?,
+                model: text("scope.model", self.scope.model)?,
+                colony,
+            },
+            period,
+            tz,
+            unit,
+            limit,
+            thresholds,
+            created_at: now,
+            updated_at: now,
+        })
+    }
+}
+
+/// A USD amount (string or JSON number, at most 9 decimals) → nano-USD, exactly.
+fn usd_limit(v: &serde_json::Value) -> Result<i64, ApiError> {
+    let text = match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        _ => return Err(invalid("limit_usd: a decimal number of USD, like \"100.00\"")),
+    };
+    apiary_schema::prices::parse_rate(&text)
+        .map_err(|_| invalid(format!("limit_usd: {text:?} is not a decimal number of USD with at most 9 decimals (at most 1000000)")))
+}
+
+fn parse_body(body: &[u8]) -> Result<NewBudget, ApiError> {
+    // serde's message names the field and never quotes a value back for these types.
+    serde_json::from_slice(body).map_err(|e| invalid(format!("the body is not a budget: {e}")))
+}
+
+/// Creates a budget (scope admin); answers it with its current period.
+#[utoipa::path(
+    post,
+    path = "/v1/budgets",
+    request_body(content = NewBudget, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses((status = 201, description = "The budget as stored, with its current period.", body = BudgetBody), ReadErrors)
+)]
+pub async fn post_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    body: Bytes,
+) -> Result<(StatusCode, Json<BudgetBody>), ApiError> {
+    principal.require(Scope::Admin)?;
+    let asked = parse_body(&body)?;
+    let b = create(&state.pool, &state.reads, principal.tenant_id, asked).await?;
+    Ok((StatusCode::CREATED, Json(b)))
+}
+
+/// Checks and stores a new budget under a new id (`bu_` + 32 hex digits); the API's and the command
+/// line's one way in.
+pub async fn create(
+    pool: &PgPool,
+    db: &ReadDb,
+    tenant_id: Uuid,
+    asked: NewBudget,
+) -> Result<BudgetBody, ApiError> {
+    let id = format!("bu_{}", Uuid::new_v4().simple());
+    let budget = asked.check(tenant_id, id)?;
+    if !crate::store::budgets::insert(pool, tenant_id, &budget).await? {
+        return Err(invalid(format!(
+            "the tenant already has {MAX_BUDGETS} budgets, the most it may keep"
+        )));
+    }
+    one(pool, db, tenant_id, budget).await
+}
+
+async fn one(pool: &PgPool, db: &ReadDb, tenant_id: Uuid, b: Budget) -> Result<BudgetBody, ApiError> {
+    let e = budgets::evaluate(pool, db, tenant_id, vec![b], Utc::now()).await?;
+    Ok(BudgetBody::from(&e[0]))
+}
+
+/// Replaces a budget's definition (scope admin). Thresholds already crossed in the current period are
+/// not announced again.
+#[utoipa::path(
+    put,
+    path = "/v1/budgets/{id}",
+    params(("id" = String, Path, description = "budget id")),
+    request_body(content = NewBudget, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The budget as stored.", body = BudgetBody), ReadErrors)
+)]
+pub async fn put_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<BudgetBody>, ApiError> {
+    principal.require(Scope::Admin)?;
+    let asked = parse_body(&body)?;
+    let Some(old) = crate::store::budgets::get(&state.pool, principal.tenant_id, &id).await? else {
+        return Err(ApiError::NotFound("budget"));
+    };
+    let mut budget = asked.check(principal.tenant_id, id)?;
+    budget.created_at = old.created_at;
+    if !crate::store::budgets::update(&state.pool, principal.tenant_id, &budget).await? {
+        return Err(ApiError::NotFound("budget"));
+    }
+    let stored = crate::store::budgets::get(&state.pool, principal.tenant_id, &budget.budget_id)
+        .await?
+        .ok_or(ApiError::NotFound("budget"))?;
+    Ok(Json(
+        one(&state.pool, &state.reads, principal.tenant_id, stored).await?,
+    ))
+}
+
+/// Deletes a budget and its crossings (scope admin).
+#[utoipa::path(
+    delete,
+    path = "/v1/budgets/{id}",
+    params(("id" = String, Path, description = "budget id")),
+    security(("bearer" = [])),
+    responses((status = 204, description = "Deleted."), ReadErrors)
+)]
+pub async fn delete_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    principal.require(Scope::Admin)?;
+    if crate::store::budgets::delete(&state.pool, principal.tenant_id, &id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("budget"))
+    }
+}
+
+/// The budgets the token may see, each with its current period (any read token; a `read` token bound to
+/// a user sees the budgets scoped to that user).
+#[utoipa::path(
+    get,
+    path = "/v1/budgets",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Budgets.", body = BudgetList), ReadErrors)
+)]
+pub async fn list_budgets(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<BudgetList>, ApiError> {
+    principal.require(Scope::Read)?;
+    Ok(Json(
+        list(
+            &state.pool,
+            &state.reads,
+            principal.tenant_id,
+            principal.read_user(),
+        )
+        .await?,
+    ))
+}
+
+/// The tenant's budgets (only those scoped to `user`, for a read limited to a user), evaluated now:
+/// the API's, the dashboard's and the command line's one way in.
+pub async fn list(
+    pool: &PgPool,
+    db: &ReadDb,
+    tenant_id: Uuid,
+    user: Option<&str>,
+) -> Result<BudgetList, ApiError> {
+    let visible: Vec<Budget> = crate::store::budgets::list(pool, tenant_id)
+        .await?
+        .into_iter()
+        .filter(|b| user.is_none() || b.scope.user.as_deref() == user)
+        .collect();
+    let e = budgets::evaluate(pool, db, tenant_id, visible, Utc::now()).await?;
+    Ok(BudgetList {
+        budgets: e.iter().map(BudgetBody::from).collect(),
+    })
+}
+
+/// One budget with its current period.
+#[utoipa::path(
+    get,
+    path = "/v1/budgets/{id}",
+    params(("id" = String, Path, description = "budget id")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The budget.", body = BudgetBody), ReadErrors)
+)]
+pub async fn get_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<BudgetBody>, ApiError> {
+    principal.require(Scope::Read)?;
+    let user = principal.read_user();
+    let b = crate::store::budgets::get(&state.pool, principal.tenant_id, &id)
+        .await?
+        .filter(|b| user.is_none() || b.scope.user.as_deref() == user)
+        .ok_or(ApiError::NotFound("budget"))?;
+    Ok(Json(
+        one(&state.pool, &state.reads, principal.tenant_id, b).await?,
+    ))
+}
