@@ -87,7 +87,8 @@ impl Period {
                 (first, next)
             }
         };
-        let midnight = |d: NaiveDate| crate::query::buckets::resolve(tz, d.and_time(NaiveTime::MIN));
+        let midnight =
+            |d: NaiveDate| crate::query::buckets::resolve(tz, d.and_time(NaiveTime::MIN));
         (midnight(start), midnight(end))
     }
 }
@@ -382,14 +383,23 @@ mod tests {
         let kolkata: Tz = "Asia/Kolkata".parse().unwrap();
         let (s, e) = Period::Month.bounds(kolkata, at("2026-11-30T20:00:00Z"));
         // 01:30 on 1 December in Kolkata is already December there.
-        assert_eq!((s, e), (at("2026-11-30T18:30:00Z"), at("2026-12-31T18:30:00Z")));
+        assert_eq!(
+            (s, e),
+            (at("2026-11-30T18:30:00Z"), at("2026-12-31T18:30:00Z"))
+        );
         let ny: Tz = "America/New_York".parse().unwrap();
         // The week of Sunday 1 November 2026 (DST ends that night): Monday 26 October EDT to Monday
         // 2 November EST — 169 hours.
         let (s, e) = Period::Week.bounds(ny, at("2026-11-01T12:00:00Z"));
-        assert_eq!((s, e), (at("2026-10-26T04:00:00Z"), at("2026-11-02T05:00:00Z")));
+        assert_eq!(
+            (s, e),
+            (at("2026-10-26T04:00:00Z"), at("2026-11-02T05:00:00Z"))
+        );
         let (s, e) = Period::Day.bounds(Tz::UTC, at("2026-11-26T23:59:59Z"));
-        assert_eq!((s, e), (at("2026-11-26T00:00:00Z"), at("2026-11-27T00:00:00Z")));
+        assert_eq!(
+            (s, e),
+            (at("2026-11-26T00:00:00Z"), at("2026-11-27T00:00:00Z"))
+        );
         // Every bound falls on the rollups' 15-minute grain, in a 45-minute zone too.
         let chatham: Tz = "Pacific/Chatham".parse().unwrap();
         for p in [Period::Day, Period::Week, Period::Month] {

@@ -273,7 +273,11 @@ pub enum BudgetAction {
         #[arg(long)]
         tz: Option<String>,
         /// Limit in USD (a decimal like 100.00).
-        #[arg(long, conflicts_with = "limit_tokens", required_unless_present = "limit_tokens")]
+        #[arg(
+            long,
+            conflicts_with = "limit_tokens",
+            required_unless_present = "limit_tokens"
+        )]
         limit_usd: Option<String>,
         /// Limit in tokens (input + output).
         #[arg(long)]

@@ -201,7 +201,11 @@ impl IngestSettings {
             return bad("stream_max_subscribers and stream_max_per_tenant must be at least 1");
         }
         let a = &self.alerts;
-        if a.evaluate_secs == 0 || a.max_attempts == 0 || a.retry_base_ms == 0 || a.delivery_timeout_secs == 0 {
+        if a.evaluate_secs == 0
+            || a.max_attempts == 0
+            || a.retry_base_ms == 0
+            || a.delivery_timeout_secs == 0
+        {
             return bad("alerts.evaluate_secs, alerts.max_attempts, alerts.retry_base_ms and alerts.delivery_timeout_secs must be at least 1");
         }
         if a.retry_cap_secs * 1000 < a.retry_base_ms {

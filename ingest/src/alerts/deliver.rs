@@ -287,7 +287,10 @@ mod tests {
             "alert": {"summary": "Budget \"team\" reached 80%", "rule_id": "ar_1", "alert_id": "al_1"}});
         let m = slack_message(&p);
         let text = m["text"].as_str().unwrap();
-        assert!(text.starts_with("[Apiary] FIRING: Budget \"team\" reached 80%"), "{text}");
+        assert!(
+            text.starts_with("[Apiary] FIRING: Budget \"team\" reached 80%"),
+            "{text}"
+        );
         assert!(text.contains("al_1:firing"));
     }
 }

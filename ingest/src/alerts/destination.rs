@@ -48,12 +48,8 @@ pub fn is_public(ip: IpAddr) -> bool {
             let s = v6.segments();
             // 64:ff9b::/96 (NAT64) carries an IPv4 address in its last 32 bits.
             if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let v4 = Ipv4Addr::new(
-                    (s[6] >> 8) as u8,
-                    s[6] as u8,
-                    (s[7] >> 8) as u8,
-                    s[7] as u8,
-                );
+                let v4 =
+                    Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
                 return is_public_v4(v4);
             }
             !(v6.is_loopback()
@@ -118,7 +114,9 @@ pub fn check_url(kind: Kind, raw: &str, allow_private: bool) -> Result<Url, Stri
                 return Err(format!("url: {d:?} is not a public host name"));
             }
             if kind == Kind::Slack && d != "hooks.slack.com" {
-                return Err("url: a Slack destination is https://hooks.slack.com/services/…".into());
+                return Err(
+                    "url: a Slack destination is https://hooks.slack.com/services/…".into(),
+                );
             }
         }
     }
@@ -176,7 +174,12 @@ mod tests {
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["1.1.1.1", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
+        for ip in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "2606:4700:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
     }

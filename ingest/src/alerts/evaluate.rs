@@ -140,7 +140,7 @@ pub async fn tenant(
     for rule in rules(&mut tx, tenant_id).await? {
         let firing = firing_episodes(&mut tx, tenant_id, &rule.rule_id).await?;
         let current = match rule.kind {
-            RuleKind::Budget => budget(&mut tx, tenant_id, &rule).await?,
+            RuleKind::Budget => budget(&mut tx, tenant_id, &rule, now).await?,
             RuleKind::SessionStatus => sessions(db, tenant_id, &rule, now).await?,
             RuleKind::DeviceOffline => {
                 devices(&mut tx, tenant_id, &rule, &firing, offline_after_secs, now).await?
@@ -259,14 +259,7 @@ async fn resolve(
     rule: &Rule,
     holding: &[String],
 ) -> Result<usize, sqlx::Error> {
-    type Resolved = (
-        String,
-        String,
-        String,
-        Value,
-        DateTime<Utc>,
-        DateTime<Utc>,
-    );
+    type Resolved = (String, String, String, Value, DateTime<Utc>, DateTime<Utc>);
     let rows: Vec<Resolved> = sqlx::query_as(
         "UPDATE alerts SET state = 'resolved', resolved_at = now()
          WHERE tenant_id = $1 AND rule_id = $2 AND state = 'firing' AND NOT (episode = ANY($3))
@@ -294,6 +287,7 @@ async fn budget(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     rule: &Rule,
+    now: DateTime<Utc>,
 ) -> Result<Vec<Episode>, sqlx::Error> {
     type Row = (
         String,
@@ -311,11 +305,12 @@ async fn budget(
         "SELECT c.budget_id, b.name, b.unit, b.period, c.period_start, c.period_end,
                 c.threshold_percent, c.spent, c.limit_amount, c.crossed_at
          FROM budget_crossings c JOIN budgets b USING (tenant_id, budget_id)
-         WHERE c.tenant_id = $1 AND ($2::text IS NULL OR c.budget_id = $2) AND c.period_end > now()
+         WHERE c.tenant_id = $1 AND ($2::text IS NULL OR c.budget_id = $2) AND c.period_end > $3
          ORDER BY c.budget_id, c.period_start, c.threshold_percent",
     )
     .bind(tenant_id)
     .bind(&rule.budget_id)
+    .bind(now)
     .fetch_all(conn)
     .await?;
     Ok(rows
@@ -374,8 +369,7 @@ async fn sessions(
         after: None,
     };
     let read = TenantRead::tenant_wide(tenant_id);
-    let (rows, _) =
-        crate::query::sessions::list::list(db, &read, &filter, now, db.rules()).await?;
+    let (rows, _) = crate::query::sessions::list::list(db, &read, &filter, now, db.rules()).await?;
     let mut out = vec![];
     for r in rows {
         let view = r.view(now, db.rules());

@@ -588,7 +588,9 @@ pub async fn list_alerts(
     Query(params): Query<AlertParams>,
 ) -> Result<Json<AlertList>, ApiError> {
     tenant_reader(&principal)?;
-    Ok(Json(alerts(&state.pool, principal.tenant_id, &params).await?))
+    Ok(Json(
+        alerts(&state.pool, principal.tenant_id, &params).await?,
+    ))
 }
 
 pub async fn alerts(

@@ -218,8 +218,12 @@ impl NewBudget {
                 ));
             }
         }
-        let period = Period::parse(&self.period)
-            .ok_or_else(|| invalid(format!("period: {:?} is not day, week or month", self.period)))?;
+        let period = Period::parse(&self.period).ok_or_else(|| {
+            invalid(format!(
+                "period: {:?} is not day, week or month",
+                self.period
+            ))
+        })?;
         let tz: Tz = match self.tz.as_deref() {
             None | Some("") => Tz::UTC,
             Some(z) => z
@@ -237,7 +241,9 @@ impl NewBudget {
         if limit <= 0 {
             return Err(invalid("the limit must be above zero"));
         }
-        let mut thresholds = self.thresholds.unwrap_or_else(|| DEFAULT_THRESHOLDS.to_vec());
+        let mut thresholds = self
+            .thresholds
+            .unwrap_or_else(|| DEFAULT_THRESHOLDS.to_vec());
         thresholds.sort_unstable();
         thresholds.dedup();
         if thresholds.is_empty() || thresholds.len() > 10 {
@@ -271,7 +277,11 @@ fn usd_limit(v: &serde_json::Value) -> Result<i64, ApiError> {
     let text = match v {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Number(n) => n.to_string(),
-        _ => return Err(invalid("limit_usd: a decimal number of USD, like \"100.00\"")),
+        _ => {
+            return Err(invalid(
+                "limit_usd: a decimal number of USD, like \"100.00\"",
+            ))
+        }
     };
     apiary_schema::prices::parse_rate(&text)
         .map_err(|_| invalid(format!("limit_usd: {text:?} is not a decimal number of USD with at most 9 decimals (at most 1000000)")))
@@ -319,7 +329,12 @@ pub async fn create(
     one(pool, db, tenant_id, budget).await
 }
 
-async fn one(pool: &PgPool, db: &ReadDb, tenant_id: Uuid, b: Budget) -> Result<BudgetBody, ApiError> {
+async fn one(
+    pool: &PgPool,
+    db: &ReadDb,
+    tenant_id: Uuid,
+    b: Budget,
+) -> Result<BudgetBody, ApiError> {
     let e = budgets::evaluate(pool, db, tenant_id, vec![b], Utc::now()).await?;
     Ok(BudgetBody::from(&e[0]))
 }

@@ -27,8 +27,20 @@ const COLUMNS: &str = "budget_id, name, scope_user, scope_model, scope_colony, p
     limit_amount, thresholds, created_at, updated_at";
 
 fn budget(r: Row) -> Option<Budget> {
-    let (budget_id, name, user, model, colony, period, tz, unit, limit, thresholds, created, updated) =
-        r;
+    let (
+        budget_id,
+        name,
+        user,
+        model,
+        colony,
+        period,
+        tz,
+        unit,
+        limit,
+        thresholds,
+        created,
+        updated,
+    ) = r;
     let parsed = (|| {
         Some(Budget {
             scope: BudgetScope {

@@ -72,7 +72,10 @@ async fn thresholds_are_crossed_at_exact_amounts_and_once_per_period(pool: sqlx:
     assert_eq!(status, StatusCode::CREATED, "{b}");
     let id = b["budget_id"].as_str().unwrap().to_string();
     assert_eq!(b["thresholds"], json!([50, 80, 100]));
-    assert_eq!((b["spent"].as_i64(), b["percent"].as_f64()), (Some(0), Some(0.0)));
+    assert_eq!(
+        (b["spent"].as_i64(), b["percent"].as_f64()),
+        (Some(0), Some(0.0))
+    );
 
     let at = this_month();
     let bind = vec![binding("s1", "u1")];
@@ -113,11 +116,12 @@ async fn thresholds_are_crossed_at_exact_amounts_and_once_per_period(pool: sqlx:
         .map(|c| c["threshold"].as_i64().unwrap())
         .collect();
     assert_eq!(crossed, [50, 80]);
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM budget_crossings WHERE budget_id = $1")
-        .bind(&id)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM budget_crossings WHERE budget_id = $1")
+            .bind(&id)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     assert_eq!(rows, 2);
     // The spend is the usage API's cost for the same range.
     let q = format!(
@@ -165,13 +169,14 @@ async fn crossings_are_recorded_in_the_background_without_a_read(pool: sqlx::PgP
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(rows, 1, "the evaluator did not record the crossing within 5 s");
+    assert_eq!(
+        rows, 1,
+        "the evaluator did not record the crossing within 5 s"
+    );
 }
 
 #[sqlx::test(migrations = "../migrations")]
-async fn spend_equals_a_raw_scan_under_concurrent_replays_through_two_replicas(
-    pool: sqlx::PgPool,
-) {
+async fn spend_equals_a_raw_scan_under_concurrent_replays_through_two_replicas(pool: sqlx::PgPool) {
     let a = spawn_app(pool.clone()).await;
     let b_app = spawn_app(pool).await;
     let t = a.tenant("acme").await;
@@ -376,17 +381,41 @@ async fn bad_budgets_are_refused_and_budgets_stay_within_their_tenant(pool: sqlx
     let other_admin = app.token(other.id, &["admin"]).await;
     for (body, needle) in [
         (json!({"period": "month"}), "exactly one"),
-        (json!({"period": "month", "limit_usd": "1", "limit_tokens": 5}), "exactly one"),
+        (
+            json!({"period": "month", "limit_usd": "1", "limit_tokens": 5}),
+            "exactly one",
+        ),
         (json!({"period": "year", "limit_usd": "1"}), "period"),
-        (json!({"period": "day", "tz": "Mars/Olympus", "limit_usd": "1"}), "tz"),
+        (
+            json!({"period": "day", "tz": "Mars/Olympus", "limit_usd": "1"}),
+            "tz",
+        ),
         (json!({"period": "day", "limit_usd": "-1"}), "limit_usd"),
         (json!({"period": "day", "limit_usd": "0"}), "above zero"),
-        (json!({"period": "day", "limit_usd": "1.0000000001"}), "limit_usd"),
-        (json!({"period": "day", "limit_usd": "1", "thresholds": [0]}), "thresholds"),
-        (json!({"period": "day", "limit_usd": "1", "thresholds": []}), "thresholds"),
-        (json!({"period": "day", "limit_usd": "1", "scope": {"colony": "x"}}), "colony"),
-        (json!({"period": "day", "limit_usd": "1", "scope": {"tenant": other.id.to_string()}}), "tenant"),
-        (json!({"period": "day", "limit_usd": "1", "colour": "red"}), "colour"),
+        (
+            json!({"period": "day", "limit_usd": "1.0000000001"}),
+            "limit_usd",
+        ),
+        (
+            json!({"period": "day", "limit_usd": "1", "thresholds": [0]}),
+            "thresholds",
+        ),
+        (
+            json!({"period": "day", "limit_usd": "1", "thresholds": []}),
+            "thresholds",
+        ),
+        (
+            json!({"period": "day", "limit_usd": "1", "scope": {"colony": "x"}}),
+            "colony",
+        ),
+        (
+            json!({"period": "day", "limit_usd": "1", "scope": {"tenant": other.id.to_string()}}),
+            "tenant",
+        ),
+        (
+            json!({"period": "day", "limit_usd": "1", "colour": "red"}),
+            "colour",
+        ),
     ] {
         let (status, err) = app.post_json(&admin, "/v1/budgets", body.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {err}");
@@ -397,7 +426,11 @@ async fn bad_budgets_are_refused_and_budgets_stay_within_their_tenant(pool: sqlx
     assert_eq!(app.count("budgets").await, 0);
     // Writes need admin.
     let (status, _) = app
-        .post_json(&t.read, "/v1/budgets", json!({"period": "day", "limit_usd": "1"}))
+        .post_json(
+            &t.read,
+            "/v1/budgets",
+            json!({"period": "day", "limit_usd": "1"}),
+        )
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (_, b) = app
@@ -409,7 +442,11 @@ async fn bad_budgets_are_refused_and_budgets_stay_within_their_tenant(pool: sqlx
         .await;
     let id = b["budget_id"].as_str().unwrap();
     let (_, tenant_wide) = app
-        .post_json(&admin, "/v1/budgets", json!({"period": "day", "limit_usd": "5"}))
+        .post_json(
+            &admin,
+            "/v1/budgets",
+            json!({"period": "day", "limit_usd": "5"}),
+        )
         .await;
     // Another tenant sees nothing of it.
     let path = format!("/v1/budgets/{id}");
@@ -440,7 +477,10 @@ async fn bad_budgets_are_refused_and_budgets_stay_within_their_tenant(pool: sqlx
         .send(reqwest::Method::PUT, &admin, &path, Some(put))
         .await;
     assert_eq!(status, StatusCode::OK, "{b}");
-    assert_eq!((b["period"].as_str(), b["limit"].as_i64()), (Some("week"), Some(2_000_000_000)));
+    assert_eq!(
+        (b["period"].as_str(), b["limit"].as_i64()),
+        (Some("week"), Some(2_000_000_000))
+    );
     assert_eq!(b["scope"], json!({}));
     let (status, _) = app.send(reqwest::Method::DELETE, &admin, &path, None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);

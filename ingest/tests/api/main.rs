@@ -3,9 +3,10 @@
 
 mod helpers;
 
+mod alerts;
 mod bad_input;
-mod budgets;
 mod batches;
+mod budgets;
 mod cross_tenant;
 mod dashboard;
 mod durations;

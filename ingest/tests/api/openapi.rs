@@ -390,6 +390,181 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         );
     }
     documented.insert("/v1/prices/reprice");
+    // Budgets and alerts: each write refused to a read token and accepted for the admin, each answer
+    // checked against the document; the alert list holds a fired alert.
+    let exchange = |method: reqwest::Method,
+                    path: &'static str,
+                    url: String,
+                    token: String,
+                    body: Option<Value>,
+                    want: u16| {
+        let (client, base, doc) = (app.client.clone(), app.base.clone(), doc.clone());
+        async move {
+            let mut req = client
+                .request(method.clone(), format!("{base}{url}"))
+                .bearer_auth(token);
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            assert_eq!(status, want, "{method} {url}: {text}");
+            if status == 204 {
+                assert!(text.is_empty(), "{method} {url}: {text}");
+                return Value::Null;
+            }
+            let body: Value = serde_json::from_str(&text).unwrap();
+            let m = method.as_str().to_ascii_lowercase();
+            check(
+                &doc,
+                &format!("{method} {url} ({status})"),
+                &schema_pointer(&doc, path, &m, status),
+                &body,
+            );
+            body
+        }
+    };
+    use reqwest::Method;
+    let budget_body =
+        json!({"name": "team", "period": "month", "tz": "Europe/Berlin", "limit_usd": "0.40"});
+    exchange(
+        Method::POST,
+        "/v1/budgets",
+        "/v1/budgets".into(),
+        t.read.clone(),
+        Some(budget_body.clone()),
+        403,
+    )
+    .await;
+    let budget = exchange(
+        Method::POST,
+        "/v1/budgets",
+        "/v1/budgets".into(),
+        admin.clone(),
+        Some(budget_body),
+        201,
+    )
+    .await;
+    let bid = budget["budget_id"].as_str().unwrap().to_string();
+    let list = exchange(
+        Method::GET,
+        "/v1/budgets",
+        "/v1/budgets".into(),
+        t.read.clone(),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(list["budgets"][0]["crossed"][0]["threshold"], 50, "{list}");
+    exchange(
+        Method::GET,
+        "/v1/budgets/{id}",
+        format!("/v1/budgets/{bid}"),
+        t.read.clone(),
+        None,
+        200,
+    )
+    .await;
+    exchange(
+        Method::PUT,
+        "/v1/budgets/{id}",
+        format!("/v1/budgets/{bid}"),
+        admin.clone(),
+        Some(json!({"period": "day", "limit_tokens": 1000})),
+        200,
+    )
+    .await;
+    let dest = exchange(
+        Method::POST,
+        "/v1/alerts/destinations",
+        "/v1/alerts/destinations".into(),
+        admin.clone(),
+        Some(json!({"kind": "slack", "url": "https://hooks.slack.com/services/T0/B0/x"})),
+        201,
+    )
+    .await;
+    let did = dest["destination_id"].as_str().unwrap().to_string();
+    exchange(
+        Method::GET,
+        "/v1/alerts/destinations",
+        "/v1/alerts/destinations".into(),
+        admin.clone(),
+        None,
+        200,
+    )
+    .await;
+    let rule = exchange(Method::POST, "/v1/alerts/rules", "/v1/alerts/rules".into(), admin.clone(),
+        Some(json!({"kind": "session_status", "destination_id": did, "statuses": ["active", "waiting", "idle", "degraded", "stalled", "needs_attention", "failed", "completed"]})), 201).await;
+    let rid = rule["rule_id"].as_str().unwrap().to_string();
+    exchange(
+        Method::GET,
+        "/v1/alerts/rules",
+        "/v1/alerts/rules".into(),
+        t.read.clone(),
+        None,
+        200,
+    )
+    .await;
+    let db = apiary_ingest::query::ReadDb::new(
+        app.pool.clone(),
+        apiary_ingest::status::rules(&test_settings()),
+    );
+    let fired = apiary_ingest::alerts::evaluate::tenant(&app.pool, &db, t.id, 180, Utc::now())
+        .await
+        .unwrap();
+    assert!(fired.fired > 0, "{fired:?}");
+    let alerts = exchange(
+        Method::GET,
+        "/v1/alerts",
+        "/v1/alerts".into(),
+        t.read.clone(),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(
+        alerts["alerts"][0]["notifications"][0]["event"], "firing",
+        "{alerts}"
+    );
+    exchange(
+        Method::DELETE,
+        "/v1/alerts/rules/{id}",
+        format!("/v1/alerts/rules/{rid}"),
+        admin.clone(),
+        None,
+        204,
+    )
+    .await;
+    exchange(
+        Method::DELETE,
+        "/v1/alerts/destinations/{id}",
+        format!("/v1/alerts/destinations/{did}"),
+        admin.clone(),
+        None,
+        204,
+    )
+    .await;
+    exchange(
+        Method::DELETE,
+        "/v1/budgets/{id}",
+        format!("/v1/budgets/{bid}"),
+        admin.clone(),
+        None,
+        204,
+    )
+    .await;
+    for p in [
+        "/v1/budgets",
+        "/v1/budgets/{id}",
+        "/v1/alerts",
+        "/v1/alerts/destinations",
+        "/v1/alerts/destinations/{id}",
+        "/v1/alerts/rules",
+        "/v1/alerts/rules/{id}",
+    ] {
+        documented.insert(p);
+    }
     let (_, colonies) = app.get(&t.read, "/v1/colonies").await;
     assert_eq!(colonies["colonies"][0]["label"], "Billing", "{colonies}");
     assert_eq!(colonies["colonies"][0]["workers"], 1, "{colonies}");
