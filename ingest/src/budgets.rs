@@ -273,12 +273,15 @@ const QUOTA_STALE: Duration = Duration::from_secs(10);
 /// Most cached quotas (tenant, user) kept.
 const QUOTA_CACHE_MAX: usize = 100_000;
 
+/// Recently read quotas by (tenant, user), with when they were read.
+type QuotaCache = HashMap<(Uuid, Option<String>), (Instant, Arc<Quota>)>;
+
 /// The tenants with new usage since their budgets were last evaluated, and the quotas recently read.
 #[derive(Default)]
 pub struct BudgetWatch {
     dirty: Mutex<HashSet<Uuid>>,
     wake: tokio::sync::Notify,
-    quotas: Mutex<HashMap<(Uuid, Option<String>), (Instant, Arc<Quota>)>>,
+    quotas: Mutex<QuotaCache>,
 }
 
 impl BudgetWatch {

@@ -259,6 +259,8 @@ async fn price(pool: &sqlx::PgPool, action: PriceAction) -> anyhow::Result<()> {
     Ok(())
 }
 
+// Parsed once per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum BudgetAction {
     /// Create a budget; prints it as JSON on stderr and its id on the last line of stdout.
@@ -395,6 +397,7 @@ pub enum DestinationAction {
     },
 }
 
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum RuleAction {
     /// Add a rule; prints it as JSON on stderr and its id on the last line of stdout.

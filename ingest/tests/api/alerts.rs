@@ -35,6 +35,12 @@ struct Received {
     answered: u16,
 }
 
+/// What the receiver's handler holds: what it got, and what it still has to answer.
+type ReceiverState = (
+    Arc<Mutex<Vec<Received>>>,
+    Arc<Mutex<std::vec::IntoIter<Reply>>>,
+);
+
 #[derive(Clone)]
 struct Receiver {
     url: String,
@@ -50,10 +56,7 @@ impl Receiver {
             .route(
                 "/hook",
                 axum::routing::post(
-                    |axum::extract::State((got, plan)): axum::extract::State<(
-                        Arc<Mutex<Vec<Received>>>,
-                        Arc<Mutex<std::vec::IntoIter<Reply>>>,
-                    )>,
+                    |axum::extract::State((got, plan)): axum::extract::State<ReceiverState>,
                      headers: HeaderMap,
                      body: axum::body::Bytes| async move {
                         let reply = plan.lock().unwrap().next();
