@@ -45,6 +45,7 @@ pub mod isolation;
 pub mod otlp;
 pub mod procs;
 pub mod proxy;
+pub mod receiver;
 pub mod scan;
 pub mod sse;
 pub mod stack;

@@ -1,0 +1,183 @@
+//! Budget alerts end to end, with the real binaries: two `apiary-ingest serve` replicas on one database,
+//! a budget, a webhook destination and a rule made with the command line, batches (and their replays)
+//! through both replicas crossing 50% and 80%, a receiver that fails while one replica is SIGKILLed and
+//! restarted, then recovers: each crossing is delivered exactly once (one 2xx per idempotency key), every
+//! attempt of a notification carries the same key, and nothing more arrives afterwards.
+
+use std::time::Duration;
+
+use tests::fixture;
+use tests::procs::last_line;
+use tests::receiver::{Mode, Receiver};
+use tests::stack::{ingest_cli, migrate, Api, Ingest, Tenant};
+
+const DEVICE: &str = "dev-alerts";
+
+fn alert_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        // The receiver is on loopback, over http: allowed here only.
+        ("APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ("APIARY_ALERTS_EVALUATE_SECS", "1"),
+        ("APIARY_ALERTS_RETRY_BASE_MS", "200"),
+        ("APIARY_ALERTS_RETRY_CAP_SECS", "1"),
+        ("APIARY_ALERTS_DELIVERY_TIMEOUT_SECS", "2"),
+    ]
+}
+
+async fn wait(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_budget_crossing_is_delivered_once_through_failures_two_replicas_and_a_restart() {
+    let db = tests::db::TestDb::create().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(Mode::Fail(503)).await.unwrap();
+    let (url, hook) = (db.url.clone(), receiver.url.clone());
+    let tenant = tokio::task::spawn_blocking(move || -> anyhow::Result<Tenant> {
+        migrate(&url)?;
+        let t = Tenant::create(&url, "acme")?;
+        let env_free = |args: &[&str]| ingest_cli(&url, args).map(|o| last_line(&o));
+        let budget = env_free(&[
+            "budget",
+            "create",
+            "--tenant",
+            &t.id,
+            "--period",
+            "day",
+            "--limit-usd",
+            "0.01",
+            "--thresholds",
+            "50,80",
+            "--name",
+            "demo",
+        ])?;
+        anyhow::ensure!(budget.starts_with("bu_"), "budget create: {budget}");
+        // The command line checks destinations like the API: a loopback http URL needs the operator's
+        // permission (here, through the environment of this one command).
+        let refused = ingest_cli(
+            &url,
+            &[
+                "alert",
+                "destination",
+                "create",
+                "--tenant",
+                &t.id,
+                "--kind",
+                "webhook",
+                "--url",
+                &hook,
+            ],
+        );
+        anyhow::ensure!(refused.is_err(), "a loopback destination was accepted");
+        let mut cmd = std::process::Command::new(tests::bins::path("apiary-ingest"));
+        cmd.args([
+            "alert",
+            "destination",
+            "create",
+            "--tenant",
+            &t.id,
+            "--kind",
+            "webhook",
+            "--url",
+            &hook,
+        ])
+        .env("DATABASE_URL", &url)
+        .env("APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS", "true")
+        .env("RUST_LOG", "warn");
+        let dest = last_line(&tests::procs::run(&mut cmd)?);
+        anyhow::ensure!(dest.starts_with("ad_"), "destination create: {dest}");
+        let rule = env_free(&[
+            "alert",
+            "rule",
+            "create",
+            "--tenant",
+            &t.id,
+            "--kind",
+            "budget",
+            "--destination",
+            &dest,
+            "--budget",
+            &budget,
+        ])?;
+        anyhow::ensure!(rule.starts_with("ar_"), "rule create: {rule}");
+        Ok(t)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let env = alert_env();
+    let mut a = Ingest::start_with(&db.url, dir.path(), &env).await.unwrap();
+    let b = Ingest::start_with(&db.url, dir.path(), &env).await.unwrap();
+    let apis = [
+        Api::new(&a.url(), &tenant.ingest_token),
+        Api::new(&b.url(), &tenant.ingest_token),
+    ];
+
+    // 5 turns of 0.001 USD (50%), then 3 more (80%), each batch sent through both replicas.
+    for (seq0, n) in [(0, 5), (5, 3)] {
+        let body = fixture::batch_body(&fixture::synthetic_canonical("s1", seq0, n), DEVICE);
+        for api in &apis {
+            let (code, v) = api.post_batch(&body).await.unwrap();
+            assert_eq!(code, 200, "{v}");
+        }
+    }
+    // The receiver fails: both notifications are being retried.
+    wait("two failed attempts of each notification", || {
+        let got = receiver.received();
+        let keys: std::collections::BTreeSet<String> = got
+            .iter()
+            .map(|r| r.body["idempotency_key"].as_str().unwrap_or("").to_string())
+            .collect();
+        keys.len() == 2 && got.len() >= 4
+    })
+    .await;
+    // One replica dies mid-retries and comes back; then the receiver recovers.
+    a.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.restart().await.unwrap();
+    receiver.set(Mode::Accept);
+    wait("both crossings delivered", || {
+        receiver.delivered().len() == 2
+    })
+    .await;
+    // Several more evaluation and delivery rounds on both replicas: nothing more arrives.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let delivered = receiver.delivered();
+    assert_eq!(delivered.len(), 2, "{delivered:?}");
+    assert!(
+        delivered.values().all(|n| *n == 1),
+        "exactly one successful delivery per key: {delivered:?}"
+    );
+    let got = receiver.received();
+    assert!(got.iter().all(|r| r
+        .header("x-apiary-signature")
+        .is_some_and(|s| s.starts_with("t="))));
+    let mut thresholds: Vec<i64> = got
+        .iter()
+        .filter(|r| r.answered == 200)
+        .map(|r| {
+            r.body["alert"]["details"]["threshold_percent"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    thresholds.sort();
+    assert_eq!(thresholds, [50, 80]);
+    // The API agrees: two firing alerts, each notification delivered.
+    let admin = Api::new(&b.url(), &tenant.read_token);
+    let alerts = admin.get_ok("/v1/alerts").await.unwrap();
+    let list = alerts["alerts"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{alerts}");
+    for al in list {
+        assert_eq!(al["state"], "firing");
+        assert_eq!(al["notifications"][0]["state"], "delivered", "{al}");
+    }
+    let budgets = admin.get_ok("/v1/budgets").await.unwrap();
+    assert_eq!(budgets["budgets"][0]["spent"], 8_000_000, "{budgets}");
+    drop(b);
+}
