@@ -227,7 +227,9 @@ info "read token -> .apiary/demo/read.token"
 step "Starting the ingest"
 PORT=$(python3 "$HERE/demo_util.py" free-port)
 INGEST_URL=http://127.0.0.1:$PORT
-APIARY_LOG_FORMAT=text "$BIN/apiary-ingest" serve --listen "127.0.0.1:$PORT" >"$LOGS/ingest.log" 2>&1 &
+# Alerts go to a receiver on this machine (http, loopback): allowed for this local ingest only.
+APIARY_LOG_FORMAT=text APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS=true APIARY_ALERTS_EVALUATE_SECS=2 \
+    "$BIN/apiary-ingest" serve --listen "127.0.0.1:$PORT" >"$LOGS/ingest.log" 2>&1 &
 INGEST_PID=$!
 PIDS+=("$INGEST_PID")
 python3 "$HERE/demo_util.py" wait-http "$INGEST_URL/readyz" --pid "$INGEST_PID" --log "$LOGS/ingest.log" --timeout 60 \
@@ -328,6 +330,33 @@ python3 "$HERE/report.py" --url "$INGEST_URL" --token-file "$DEMO/read.token" \
 [ "$REPORT_RC" -le 1 ] || die "report.py could not read the API"
 
 # ---------------------------------------------------------------------------------------------------------
+step "A monthly budget crossing 80%, and its alert delivered to a local webhook receiver"
+WEBHOOK_SECRET=$(python3 -c 'import secrets; print("whsec_" + secrets.token_hex(24))')
+rm -f "$DEMO/webhook.jsonl" "$DEMO/webhook.port"
+python3 "$HERE/demo_util.py" receiver --port-file "$DEMO/webhook.port" --out "$DEMO/webhook.jsonl" \
+    --secret "$WEBHOOK_SECRET" 2>>"$LOGS/webhook.log" &
+PIDS+=("$!")
+for _ in $(seq 50); do [ -s "$DEMO/webhook.port" ] && break; sleep 0.1; done
+HOOK_URL="http://127.0.0.1:$(cat "$DEMO/webhook.port" 2>/dev/null)/apiary"
+ALERT_RC=0
+LIMIT=$(python3 "$HERE/demo_util.py" budget-limit --url "$INGEST_URL" --token-file "$DEMO/read.token" --share 90) \
+    || ALERT_RC=1
+if [ "$ALERT_RC" = 0 ]; then
+    admin() { APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS=true "$BIN/apiary-ingest" "$@" 2>>"$LOGS/admin.log" | last_line; }
+    DEST=$(admin alert destination create --tenant "$TENANT" --kind webhook --url "$HOOK_URL" \
+        --secret "$WEBHOOK_SECRET" --name "demo receiver") || ALERT_RC=1
+    BUDGET=$(admin budget create --tenant "$TENANT" --period month --limit-usd "$LIMIT" \
+        --thresholds 80,100 --name "team monthly") || ALERT_RC=1
+    RULE=$(admin alert rule create --tenant "$TENANT" --kind budget --destination "$DEST" --budget "$BUDGET" \
+        --name "team budget") || ALERT_RC=1
+    info "budget $BUDGET: $LIMIT USD this month (UTC), thresholds 80% and 100%; this month's spend is 90% of it"
+    info "rule $RULE sends its notifications to $HOOK_URL (signed with the destination's secret)"
+    python3 "$HERE/demo_util.py" wait-webhook --file "$DEMO/webhook.jsonl" --count 1 --timeout 60 2>&1 \
+        || ALERT_RC=1
+fi
+[ "$ALERT_RC" = 0 ] || info "PROBLEM: the budget alert was not delivered; see $LOGS/admin.log and $LOGS/ingest.log"
+
+# ---------------------------------------------------------------------------------------------------------
 step "Privacy check: planted secrets in the outboxes and in Postgres"
 PATTERN=$(python3 -c 'import json,sys; print("|".join(p.replace(".", "\\.") for p in json.load(open(sys.argv[1]))["privacy"]["leak_patterns"]))' "$DEMO/hive/expected.json")
 PLANTED=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["privacy"]["canaries_planted"])' "$DEMO/hive/expected.json")
@@ -357,11 +386,11 @@ LEAKS=0
 # ---------------------------------------------------------------------------------------------------------
 ELAPSED=$(($(date +%s) - T0))
 echo
-if [ "$REPORT_RC" = 0 ] && [ "$LEAKS" = 0 ]; then
+if [ "$REPORT_RC" = 0 ] && [ "$LEAKS" = 0 ] && [ "$ALERT_RC" = 0 ]; then
     echo "Demo OK in ${ELAPSED}s: the dashboard matches what the team's Hive and Claude Code produced, and nothing sensitive left the devices."
     RC=0
 else
-    echo "Demo FINISHED WITH PROBLEMS in ${ELAPSED}s: $([ "$REPORT_RC" = 0 ] || echo 'dashboard mismatch (see above); ')$([ "$LEAKS" = 0 ] || echo 'sensitive data found (see above)')"
+    echo "Demo FINISHED WITH PROBLEMS in ${ELAPSED}s: $([ "$REPORT_RC" = 0 ] || echo 'dashboard mismatch (see above); ')$([ "$LEAKS" = 0 ] || echo 'sensitive data found (see above); ')$([ "$ALERT_RC" = 0 ] || echo 'budget alert not delivered (see above)')"
     RC=1
 fi
 READY=1

@@ -14,11 +14,25 @@
                                                  wait until the sessions expected.json gives status S
                                                  read S on the ingest (e.g. crashed: the runtime's death
                                                  reaches the cloud with the agents' next heartbeat)
+    demo_util.py receiver --port-file F --out F --secret S
+                                                 a local webhook receiver: records every POST (its JSON
+                                                 body, and whether its X-Apiary-Signature verifies with
+                                                 S) as a line of --out, answers 200; writes its port
+    demo_util.py budget-limit --url URL --token-file F --share P
+                                                 print a USD limit of which this month's spend (UTC) is
+                                                 P percent, as a decimal with 9 places
+    demo_util.py wait-webhook --file F [--count N] [--timeout S]
+                                                 wait until the receiver recorded N notifications; print
+                                                 each (event, summary, signature verified)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
+import hmac
+import http.server
 import json
 import os
 import socket
@@ -216,6 +230,69 @@ def cmd_wait_status(a):
         time.sleep(0.5)
 
 
+def cmd_receiver(a):
+    secret = a.secret.encode()
+    out = Path(a.out)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            sig = self.headers.get("X-Apiary-Signature") or ""
+            parts = dict(p.split("=", 1) for p in sig.split(",") if "=" in p)
+            want = hmac.new(secret, f"{parts.get('t', '')}.".encode() + body, hashlib.sha256).hexdigest()
+            ok = hmac.compare_digest(want, parts.get("v1", ""))
+            try:
+                payload = json.loads(body)
+            except ValueError:
+                payload = None
+            with out.open("a") as f:
+                f.write(json.dumps({"verified": ok, "body": payload}) + "\n")
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    Path(a.port_file).write_text(str(srv.server_address[1]))
+    srv.serve_forever()
+
+
+def cmd_budget_limit(a):
+    token = Path(a.token_file).read_text().strip()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    first = now.date().replace(day=1)
+    nxt = (first + datetime.timedelta(days=32)).replace(day=1)
+    _, v = get_json(f"{a.url.rstrip('/')}/v1/usage?from={first}&to={nxt}", token, timeout=10)
+    spent = int(v["totals"]["cost_nanos"])
+    if spent <= 0:
+        say("error: nothing was spent this month")
+        return 1
+    limit = -(-spent * 100 // int(a.share))  # ceil: the spend is at most `share` percent of it
+    print(f"{limit // 1_000_000_000}.{limit % 1_000_000_000:09d}")
+    return 0
+
+
+def cmd_wait_webhook(a):
+    start = time.monotonic()
+    path = Path(a.file)
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= a.count:
+            for line in lines:
+                r = json.loads(line)
+                b = r["body"] or {}
+                say(f"    received {b.get('event', '?')}: {b.get('alert', {}).get('summary', '?')}")
+                say(f"      idempotency key {b.get('idempotency_key')}, signature "
+                    + ("verified (HMAC-SHA256)" if r["verified"] else "DID NOT VERIFY"))
+            return 0 if all(json.loads(l)["verified"] for l in lines) else 1
+        if time.monotonic() - start >= a.timeout:
+            say(f"error: {len(lines)} notification(s) after {a.timeout:g}s, expected {a.count}")
+            return 1
+        time.sleep(0.3)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -249,6 +326,21 @@ def main(argv=None) -> int:
     p.add_argument("--status", required=True)
     p.add_argument("--timeout", type=float, default=60)
     p.set_defaults(fn=cmd_wait_status)
+    p = sub.add_parser("receiver")
+    p.add_argument("--port-file", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--secret", required=True)
+    p.set_defaults(fn=cmd_receiver)
+    p = sub.add_parser("budget-limit")
+    p.add_argument("--url", required=True)
+    p.add_argument("--token-file", required=True)
+    p.add_argument("--share", type=int, required=True, help="percent of the limit already spent")
+    p.set_defaults(fn=cmd_budget_limit)
+    p = sub.add_parser("wait-webhook")
+    p.add_argument("--file", required=True)
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=60)
+    p.set_defaults(fn=cmd_wait_webhook)
     a = ap.parse_args(argv)
     return a.fn(a) or 0
 
