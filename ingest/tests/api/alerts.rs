@@ -150,27 +150,14 @@ fn settings() -> IngestSettings {
     }
 }
 
-async fn post(app: &TestApp, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let resp = app
-        .client
-        .post(format!("{}{}", app.base, path))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 async fn destination(app: &TestApp, admin: &str, url: &str) -> (String, String) {
-    let (status, d) = post(
-        app,
-        admin,
-        "/v1/alerts/destinations",
-        json!({"kind": "webhook", "url": url}),
-    )
-    .await;
+    let (status, d) = app
+        .post_json(
+            admin,
+            "/v1/alerts/destinations",
+            json!({"kind": "webhook", "url": url}),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{d}");
     assert!(d["has_secret"].as_bool().unwrap());
     (
@@ -180,7 +167,7 @@ async fn destination(app: &TestApp, admin: &str, url: &str) -> (String, String) 
 }
 
 async fn rule(app: &TestApp, admin: &str, body: Value) -> String {
-    let (status, r) = post(app, admin, "/v1/alerts/rules", body).await;
+    let (status, r) = app.post_json(admin, "/v1/alerts/rules", body).await;
     assert_eq!(status, StatusCode::CREATED, "{r}");
     r["rule_id"].as_str().unwrap().to_string()
 }
@@ -212,13 +199,13 @@ async fn budget_alerts_fire_once_per_threshold_through_two_replicas_and_resolve_
     let admin = a.token(t.id, &["admin"]).await;
     let receiver = Receiver::start(vec![]).await;
     let (dest, secret) = destination(&a, &admin, &receiver.url).await;
-    let (_, budget) = post(
-        &a,
-        &admin,
-        "/v1/budgets",
-        json!({"name": "team", "period": "day", "limit_usd": "1", "thresholds": [50, 100]}),
-    )
-    .await;
+    let (_, budget) = a
+        .post_json(
+            &admin,
+            "/v1/budgets",
+            json!({"name": "team", "period": "day", "limit_usd": "1", "thresholds": [50, 100]}),
+        )
+        .await;
     let budget_id = budget["budget_id"].as_str().unwrap().to_string();
     rule(
         &a,
@@ -574,33 +561,33 @@ async fn private_destinations_are_refused_at_creation_and_again_at_delivery(pool
         "https://[::1]/x",
         "https://10.0.0.7/x",
     ] {
-        let (status, err) = post(
-            &app,
-            &admin,
-            "/v1/alerts/destinations",
-            json!({"kind": "webhook", "url": url}),
-        )
-        .await;
+        let (status, err) = app
+            .post_json(
+                &admin,
+                "/v1/alerts/destinations",
+                json!({"kind": "webhook", "url": url}),
+            )
+            .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {err}");
         assert_eq!(err["error"]["code"], "invalid_alert");
     }
-    let (status, _) = post(
-        &app,
-        &admin,
-        "/v1/alerts/destinations",
-        json!({"kind": "slack", "url": "https://hooks.example.com/services/x"}),
-    )
-    .await;
+    let (status, _) = app
+        .post_json(
+            &admin,
+            "/v1/alerts/destinations",
+            json!({"kind": "slack", "url": "https://hooks.example.com/services/x"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(app.count("alert_destinations").await, 0);
     // Read tokens cannot write; user-bound read tokens cannot list.
-    let (status, _) = post(
-        &app,
-        &t.read,
-        "/v1/alerts/rules",
-        json!({"kind": "silence", "destination_id": "x"}),
-    )
-    .await;
+    let (status, _) = app
+        .post_json(
+            &t.read,
+            "/v1/alerts/rules",
+            json!({"kind": "silence", "destination_id": "x"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let u1 = app.tenant_token_for_user(t.id, "u1").await;
     assert_eq!(app.get(&u1, "/v1/alerts").await.0, StatusCode::FORBIDDEN);
@@ -624,13 +611,13 @@ async fn private_destinations_are_refused_at_creation_and_again_at_delivery(pool
     }
     // Bad rules name their field.
     let receiver_url = "https://hooks.example.com/apiary";
-    let (_, d) = post(
-        &app,
-        &admin,
-        "/v1/alerts/destinations",
-        json!({"kind": "webhook", "url": receiver_url, "secret": "0123456789abcdef"}),
-    )
-    .await;
+    let (_, d) = app
+        .post_json(
+            &admin,
+            "/v1/alerts/destinations",
+            json!({"kind": "webhook", "url": receiver_url, "secret": "0123456789abcdef"}),
+        )
+        .await;
     assert!(d.get("secret").is_none(), "a given secret is never echoed");
     let dest = d["destination_id"].as_str().unwrap();
     for (body, needle) in [
@@ -660,7 +647,9 @@ async fn private_destinations_are_refused_at_creation_and_again_at_delivery(pool
         ),
         (json!({"kind": "weather", "destination_id": dest}), "kind"),
     ] {
-        let (status, err) = post(&app, &admin, "/v1/alerts/rules", body.clone()).await;
+        let (status, err) = app
+            .post_json(&admin, "/v1/alerts/rules", body.clone())
+            .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {err}");
         assert!(
             err["error"]["message"].as_str().unwrap().contains(needle),

@@ -11,33 +11,6 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-impl TestApp {
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        token: &str,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut req = self
-            .client
-            .request(method, format!("{}{}", self.base, path))
-            .bearer_auth(token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    async fn post_json(&self, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
-        self.send(reqwest::Method::POST, token, path, Some(body))
-            .await
-    }
-}
-
 /// The middle of the current UTC month so far (events there fall in this month's budget period).
 fn this_month() -> DateTime<Utc> {
     let now = Utc::now();

@@ -231,3 +231,32 @@ pub fn tool(session: &str, at: DateTime<Utc>, is_error: bool) -> Value {
 pub fn ts(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
 }
+
+impl TestApp {
+    /// Any method, a JSON body (or none); the status and the JSON answer (null when not JSON).
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .client
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// POST a JSON body.
+    pub async fn post_json(&self, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
+        self.send(reqwest::Method::POST, token, path, Some(body))
+            .await
+    }
+}
