@@ -8,7 +8,8 @@
 //! link first and then the navigation, every picker, the submit and sign-out buttons, and Enter on the
 //! "Sessions" link opens the list; the queen failing and a new session show in the list within 2 s
 //! without a reload (the live stream); the session's link opens its detail with the worker in its tree; the
-//! device shows on the devices page; at a phone's width the overview does not scroll sideways; the
+//! device shows on the devices page; the budgets page shows a meter and `/v1/budgets`' numbers, the
+//! alerts and prices pages open; at a phone's width the overview and the budgets do not scroll sideways; the
 //! theme follows `prefers-color-scheme` (light, and dark when the system asks for it).
 //! Screenshots of each page are saved (`APIARY_SCREENSHOT_DIR`, default
 //! `target/tmp/dashboard-screenshots`).
@@ -97,6 +98,15 @@ async fn the_dashboard_works_in_a_real_browser() -> anyhow::Result<()> {
     let ingest = Api::new(&cloud.ingest.url(), &cloud.tenant.ingest_token);
     let (status, v) = ingest.post_batch(&body(&events, &sessions, DEVICE)).await?;
     anyhow::ensure!(status == 200, "batch: {status} {v}");
+    let budget = json!({"name": "team", "period": "month", "limit_usd": "5"});
+    let r = tests::stack::client()
+        .post(format!("{}/v1/budgets", cloud.ingest.url()))
+        .bearer_auth(&cloud.tenant.admin_token)
+        .header("content-type", "application/json")
+        .body(budget.to_string())
+        .send()
+        .await?;
+    anyhow::ensure!(r.status() == 201, "budget: {}", r.text().await?);
 
     let driver = Driver::start(&driver, cloud.dir.path()).await?;
     let profile = tempfile::tempdir()?;
@@ -212,6 +222,28 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     h1(c, "Colonies").await?;
     c.save_screenshot(&shots(), "colonies").await?;
 
+    // Budgets: a meter per budget, with `/v1/budgets`' numbers for the same token.
+    c.goto(&format!("{base}/budgets")).await?;
+    h1(c, "Budgets").await?;
+    let api = read.get_ok("/v1/budgets").await?;
+    for field in ["spent", "limit", "percent"] {
+        let shown = value_of(c, "article.budget", &format!("data-{field}")).await?;
+        let want = &api["budgets"][0][field];
+        anyhow::ensure!(
+            shown.parse::<f64>()? == want.as_f64().unwrap_or(f64::NAN),
+            "{field}: page {shown}, /v1/budgets {want}"
+        );
+    }
+    c.find("article.budget meter").await?;
+    c.save_screenshot(&shots(), "budgets").await?;
+    c.goto(&format!("{base}/alerts")).await?;
+    h1(c, "Alerts").await?;
+    c.save_screenshot(&shots(), "alerts").await?;
+    c.goto(&format!("{base}/prices")).await?;
+    h1(c, "Prices").await?;
+    c.find("table.prices[data-owner='shipped']").await?;
+    c.save_screenshot(&shots(), "prices").await?;
+
     // A phone's width: the page itself never scrolls sideways (wide tables scroll in their box).
     c.set_window_size(390, 844).await?;
     c.goto(&format!("{base}/")).await?;
@@ -223,6 +255,12 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
         "the overview overflows a phone's width"
     );
     c.save_screenshot(&shots(), "overview-phone").await?;
+    c.goto(&format!("{base}/budgets")).await?;
+    let fits = c
+        .execute("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+        .await?;
+    anyhow::ensure!(fits == json!(true), "the budgets overflow a phone's width");
+    c.save_screenshot(&shots(), "budgets-phone").await?;
 
     // The theme follows the system setting (prefers-color-scheme).
     c.set_window_size(1280, 900).await?;

@@ -18,14 +18,20 @@ pub enum Nav {
     Sessions,
     Devices,
     Colonies,
+    Budgets,
+    Alerts,
+    Prices,
 }
 
 impl Nav {
-    const ALL: [(Nav, &'static str, &'static str); 4] = [
+    const ALL: [(Nav, &'static str, &'static str); 7] = [
         (Nav::Overview, "/", "Overview"),
         (Nav::Sessions, "/sessions", "Sessions"),
         (Nav::Devices, "/devices", "Devices"),
         (Nav::Colonies, "/colonies", "Colonies"),
+        (Nav::Budgets, "/budgets", "Budgets"),
+        (Nav::Alerts, "/alerts", "Alerts"),
+        (Nav::Prices, "/prices", "Prices"),
     ];
 }
 

@@ -1,18 +1,22 @@
 //! # The dashboard: pages for people, served by the ingest itself
 //!
-//! Server-rendered HTML at `/` (overview), `/sessions`, `/sessions/{id}`, `/devices`, `/colonies`, with
-//! `/sign-in` and `/sign-out`. No separate server, no build step, nothing fetched from elsewhere: the
-//! templates are [`maud`] macros compiled into the binary (every spliced value is HTML-escaped), the one
-//! stylesheet is embedded with `include_str!`, the charts are SVG drawn here ([`chart`]). Filters and
-//! pickers are plain GET forms, so every view has a URL and works with the keyboard, a screen reader and
-//! a phone alike, without script. One small script file ([`live`], `assets/live.js`, embedded) keeps the
+//! Server-rendered HTML at `/` (overview), `/sessions`, `/sessions/{id}`, `/devices`, `/colonies`,
+//! `/budgets`, `/alerts` and `/prices`, with `/sign-in` and `/sign-out`. No separate server, no build
+//! step, nothing fetched from elsewhere: the templates are [`maud`] macros compiled into the binary
+//! (every spliced value is HTML-escaped), the one stylesheet is embedded with `include_str!`, the charts
+//! are SVG drawn here ([`chart`]), the budgets' progress bars native `<meter>`s. Filters and pickers are
+//! plain GET forms, so every view has a URL and works with the keyboard, a screen reader and a phone
+//! alike, without script. One small script file ([`live`], `assets/live.js`, embedded) keeps the
 //! sessions list live: an `EventSource` on `/live` (the API's `/v1/stream`, authenticated by the cookie)
 //! updates a row's status badge in place as transitions arrive.
 //!
 //! ## One source of numbers
 //! A page calls the JSON API's own handlers ([`crate::routes`]: `get_usage`, `list_sessions`,
 //! `get_session`, `get_session_tree`, `get_session_history`, `get_session_usage`, `get_devices`,
-//! `list_colonies`, and `get_stream` for the live list) with the reader's scope and the parsed query string, and renders their typed answer.
+//! `list_colonies`, and `get_stream` for the live list) with the reader's scope and the parsed query string, and renders their typed answer;
+//! the budgets, alerts and prices pages call `list_budgets`, `list_alerts` / `list_rules` /
+//! `list_destinations` and `get_prices` with the token's own principal, so their visibility rules and
+//! 403s are the API's too.
 //! So every number on a page is the API's answer for the same query, under the same tenant / user scope
 //! as the token's API access, with the same 400s for bad parameters.
 //!
@@ -33,12 +37,15 @@
 //! require an `Origin` (or `Sec-Fetch-Site: same-origin`) naming this host: login CSRF and forced
 //! sign-out from another site are refused (403) on top of `SameSite=Strict`.
 
+mod alerts;
+mod budgets;
 mod chart;
 mod fleet;
 mod format;
 mod layout;
 mod live;
 mod overview;
+mod prices;
 mod session;
 mod sessions;
 pub mod signin;
@@ -73,6 +80,9 @@ pub fn router() -> Router<AppState> {
         .route("/sessions/{id}", get(session::page))
         .route("/devices", get(fleet::devices_page))
         .route("/colonies", get(fleet::colonies_page))
+        .route("/budgets", get(budgets::page))
+        .route("/alerts", get(alerts::page))
+        .route("/prices", get(prices::page))
         .route("/sign-in", get(signin::form).post(signin::sign_in))
         .route("/sign-out", axum::routing::post(signin::sign_out))
         .route("/live", get(live::stream))

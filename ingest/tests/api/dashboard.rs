@@ -1,7 +1,11 @@
 //! The dashboard served at `/`: signing in with a read token (an HttpOnly, SameSite=Strict cookie; a wrong
 //! token, an ingest token and another site's form refused), pages redirect to the sign-in without it, the
 //! token never appears in a body or a `Location`, values from clients are HTML-escaped, the hardening
-//! headers, the same user scope as the API, and the overview's totals equal `/v1/usage`'s.
+//! headers, the same user scope as the API, and the overview's totals equal `/v1/usage`'s; the budgets
+//! page's numbers equal `/v1/budgets`' for the same token (a user-bound token sees its user's budgets
+//! only), the alerts page shows a fired alert's summary and delivery (403 to a user-bound token, like
+//! the API; destinations to admins only, without secrets), and the prices page lists the API's entries
+//! in its order.
 
 use chrono::{Duration, DurationRound, Utc};
 use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION, SET_COOKIE};
@@ -95,6 +99,9 @@ async fn sign_in_sets_a_strict_http_only_cookie_and_pages_need_it(pool: sqlx::Pg
         "/sessions/x",
         "/devices",
         "/colonies",
+        "/budgets",
+        "/alerts",
+        "/prices",
         "/live",
     ] {
         let p = app.page(None, path).await;
@@ -244,6 +251,9 @@ async fn the_token_is_in_no_page_and_client_values_are_escaped(pool: sqlx::PgPoo
         "/sessions/w-1".into(),
         "/devices".into(),
         "/colonies".into(),
+        "/budgets".into(),
+        "/alerts".into(),
+        "/prices".into(),
         "/sign-in".into(),
     ];
     for path in &paths {
@@ -397,4 +407,335 @@ async fn a_user_bound_token_sees_only_its_users_sessions_on_the_pages(pool: sqlx
     assert_eq!(bob.status, StatusCode::NOT_FOUND);
     let home = app.page(Some(&cookie), "/").await;
     assert_eq!(total(&home.body, "input_tokens"), 100);
+}
+
+/// `POST path` with a JSON body and a bearer token.
+async fn api_post(
+    app: &TestApp,
+    token: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> (StatusCode, serde_json::Value) {
+    let resp = app
+        .client
+        .post(format!("{}{path}", app.base))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+/// The budgets page's numbers per budget id (the `data-*` attributes of each budget's `article`).
+fn budget_numbers(body: &str) -> std::collections::BTreeMap<String, BudgetShown> {
+    let attr = |tag: &str, name: &str| -> String {
+        let key = format!(" data-{name}=\"");
+        let at = tag
+            .find(&key)
+            .unwrap_or_else(|| panic!("no data-{name} in {tag}"))
+            + key.len();
+        tag[at..].split('"').next().unwrap().to_string()
+    };
+    body.split("<article ")
+        .skip(1)
+        .map(|rest| {
+            let (tag, inside) = rest.split_once('>').unwrap();
+            let inside = inside.split("</article>").next().unwrap();
+            let n = |name: &str| attr(tag, name).parse::<i64>().unwrap();
+            let crossed = inside
+                .split(" data-threshold=\"")
+                .skip(1)
+                .map(|s| s.split('"').next().unwrap().parse().unwrap())
+                .collect();
+            let shown = BudgetShown {
+                limit: n("limit"),
+                spent: n("spent"),
+                remaining: n("remaining"),
+                forecast: n("forecast"),
+                percent: attr(tag, "percent").parse().unwrap(),
+                crossed,
+            };
+            (attr(tag, "budget"), shown)
+        })
+        .collect()
+}
+
+#[derive(Debug)]
+struct BudgetShown {
+    limit: i64,
+    spent: i64,
+    remaining: i64,
+    forecast: i64,
+    percent: f64,
+    crossed: Vec<i64>,
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_budgets_page_shows_the_budgets_apis_numbers_for_the_same_token(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    for body in [
+        json!({"name": "team", "period": "month", "limit_usd": "2.50"}),
+        json!({"name": "alice", "scope": {"user": "alice"}, "period": "week", "tz": "Europe/Berlin",
+               "limit_tokens": 1000, "thresholds": [10, 90]}),
+        json!({"name": "bob", "scope": {"user": "bob"}, "period": "day", "limit_usd": "0.000000007"}),
+    ] {
+        let (s, b) = api_post(&app, &admin, "/v1/budgets", body).await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+    }
+    let now = Utc::now();
+    let events = vec![
+        llm("q-alice", now, "m", 300, 20, 1.234567891),
+        llm("q-bob", now, "m", 7, 1, 0.000000009),
+    ];
+    let sessions = vec![binding("q-alice", "alice"), binding("q-bob", "bob")];
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, sessions)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let alice = app.tenant_token_for_user(t.id, "alice").await;
+
+    for (token, want) in [
+        (t.read.as_str(), vec!["alice", "bob", "team"]),
+        (admin.as_str(), vec!["alice", "bob", "team"]),
+        (alice.as_str(), vec!["alice"]),
+    ] {
+        let cookie = app.cookie(token).await;
+        // The forecast moves with the clock: the page's lies between the API's before and after.
+        let (s, before) = app.get(token, "/v1/budgets").await;
+        assert_eq!(s, StatusCode::OK, "{before}");
+        let p = app.page(Some(&cookie), "/budgets").await;
+        assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+        let (_, after) = app.get(token, "/v1/budgets").await;
+        assert!(p.body.contains("<h1>Budgets</h1>"), "{}", p.body);
+        assert!(p.body.contains("<meter "), "a progress bar: {}", p.body);
+        assert!(!p.body.contains(" style="), "no inline style (CSP)");
+        let shown = budget_numbers(&p.body);
+        let mut names: Vec<&str> = before["budgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["name"].as_str().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, want, "the API's visibility");
+        assert_eq!(shown.len(), want.len(), "{shown:?}");
+        for (b, a) in before["budgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(after["budgets"].as_array().unwrap())
+        {
+            let id = b["budget_id"].as_str().unwrap();
+            let s = &shown[id];
+            let int = |v: &serde_json::Value, f: &str| v[f].as_i64().unwrap();
+            assert_eq!(s.limit, int(b, "limit"), "{id}");
+            assert_eq!(s.spent, int(b, "spent"), "{id}");
+            assert_eq!(s.remaining, int(b, "remaining"), "{id}");
+            assert_eq!(s.percent, b["percent"].as_f64().unwrap(), "{id}");
+            assert!(
+                int(b, "forecast") >= s.forecast && s.forecast >= int(a, "forecast"),
+                "{id}: forecast {} not within the API's {} .. {}",
+                s.forecast,
+                int(b, "forecast"),
+                int(a, "forecast")
+            );
+            if b["crossed"] == a["crossed"] {
+                let crossed: Vec<i64> = b["crossed"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["threshold"].as_i64().unwrap())
+                    .collect();
+                assert_eq!(s.crossed, crossed, "{id}");
+            }
+        }
+    }
+    // The numbers are not trivially zero: alice's 320 tokens of 1000 (32%), bob beyond his limit.
+    let (_, mine) = app.get(&alice, "/v1/budgets").await;
+    assert_eq!(mine["budgets"][0]["spent"], 320, "{mine}");
+    assert_eq!(mine["budgets"][0]["percent"], 32.0, "{mine}");
+    let cookie = app.cookie(&t.read).await;
+    let p = app.page(Some(&cookie), "/budgets").await;
+    assert!(p.body.contains("(over the limit)"), "bob: {}", p.body);
+    assert!(p.body.contains("$1.23"), "the team's spend in dollars");
+    assert!(p.body.contains("320 tokens"), "alice's spend in tokens");
+}
+
+/// A webhook receiver that answers 200 to everything; its URL.
+async fn receiver() -> String {
+    let app = axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+fn escaped(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_alerts_page_shows_a_fired_alert_and_its_delivery_to_tenant_readers_only(
+    pool: sqlx::PgPool,
+) {
+    let mut settings = test_settings();
+    settings.alerts.allow_private_destinations = true;
+    settings.alerts.retry_base_ms = 50;
+    let app = spawn_app_with(pool, settings.clone()).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    let url = receiver().await;
+    let (s, d) = api_post(
+        &app,
+        &admin,
+        "/v1/alerts/destinations",
+        json!({"kind": "webhook", "url": url, "name": "on-call hook"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{d}");
+    let secret = d["secret"].as_str().unwrap().to_string();
+    let (s, r) = api_post(
+        &app,
+        &admin,
+        "/v1/alerts/rules",
+        json!({"kind": "session_status", "name": "anything active", "destination_id": d["destination_id"],
+               "statuses": ["active"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{r}");
+    let (s, v) = app
+        .post_batch(
+            &t.ingest,
+            &batch(
+                vec![llm("q-1", Utc::now(), "m", 10, 1, 0.1)],
+                vec![binding("q-1", "alice")],
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let db = apiary_ingest::query::ReadDb::new(
+        app.pool.clone(),
+        apiary_ingest::status::rules(&settings),
+    );
+    apiary_ingest::alerts::evaluate::tenant(&app.pool, &db, t.id, 180, Utc::now())
+        .await
+        .unwrap();
+    // The deliverer (in the app) sends it: wait until the API says delivered.
+    let mut alert = serde_json::Value::Null;
+    for _ in 0..200 {
+        let (s, list) = app.get(&t.read, "/v1/alerts").await;
+        assert_eq!(s, StatusCode::OK, "{list}");
+        alert = list["alerts"][0].clone();
+        if alert["notifications"][0]["state"] == "delivered" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(alert["state"], "firing", "{alert}");
+    assert_eq!(alert["notifications"][0]["state"], "delivered", "{alert}");
+    let summary = alert["summary"].as_str().unwrap();
+
+    for (token, admin_view) in [(t.read.as_str(), false), (admin.as_str(), true)] {
+        let cookie = app.cookie(token).await;
+        let p = app.page(Some(&cookie), "/alerts").await;
+        assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+        let b = &p.body;
+        assert!(b.contains(&escaped(summary)), "the summary: {b}");
+        let row = format!(
+            "data-alert=\"{}\" data-state=\"firing\"",
+            alert["alert_id"].as_str().unwrap()
+        );
+        assert!(b.contains(&row), "{b}");
+        let delivery = format!(
+            "data-event=\"firing\" data-delivery=\"delivered\" data-attempts=\"{}\"",
+            alert["notifications"][0]["attempts"]
+        );
+        assert!(b.contains(&delivery), "the delivery state: {b}");
+        assert!(b.contains("href=\"/sessions/q-1\""), "the session's page");
+        assert!(b.contains("anything active"), "the rule is listed");
+        assert!(b.contains("No resolved alerts."), "{b}");
+        assert_eq!(
+            b.contains("<h2 id=\"destinations-title\">"),
+            admin_view,
+            "destinations for admins only"
+        );
+        assert!(
+            !b.contains(&secret) && !b.contains(&url),
+            "never a secret nor the full URL"
+        );
+        if admin_view {
+            assert!(
+                b.contains("on-call hook") && b.contains("yes (HMAC)"),
+                "{b}"
+            );
+        }
+    }
+    // A read token bound to a user: the API's 403, said on the page.
+    let alice = app.tenant_token_for_user(t.id, "alice").await;
+    let (s, api) = app.get(&alice, "/v1/alerts").await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{api}");
+    let cookie = app.cookie(&alice).await;
+    let p = app.page(Some(&cookie), "/alerts").await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+    assert!(p.body.contains("alerts are tenant-wide"), "{}", p.body);
+    assert!(!p.body.contains(&escaped(summary)));
+    assert!(
+        p.body.contains("aria-current=\"page\""),
+        "the navigation stays"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_prices_page_lists_the_tenants_entries_then_the_catalog_to_any_reader(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    let (s, mine) = api_post(
+        &app,
+        &admin,
+        "/v1/prices",
+        json!({"models": ["acme-model-*"], "from": "2026-01-01", "input": "3", "output": "15.5",
+               "cache_read": "0.3", "source": "contract 42"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{mine}");
+    let alice = app.tenant_token_for_user(t.id, "alice").await;
+    for token in [t.read.as_str(), admin.as_str(), alice.as_str()] {
+        let (s, api) = app.get(token, "/v1/prices").await;
+        assert_eq!(s, StatusCode::OK, "{api}");
+        let cookie = app.cookie(token).await;
+        let p = app.page(Some(&cookie), "/prices").await;
+        assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+        let b = &p.body;
+        let prices = api["prices"].as_array().unwrap();
+        assert!(prices.len() > 1, "{api}");
+        let mut last = 0;
+        for price in prices {
+            let id = price["price_id"].as_str().unwrap();
+            let at = b
+                .find(&format!("data-price=\"{id}\""))
+                .unwrap_or_else(|| panic!("{id} not on the page"));
+            assert!(at > last, "{id}: the API's order");
+            last = at;
+            let row = &b[at..at + b[at..].find("</tr>").unwrap()];
+            for (rate, field) in [("input", "input"), ("output", "output")] {
+                let want = format!("data-rate=\"{rate}\">${}<", price[field].as_str().unwrap());
+                assert!(row.contains(&want), "{id}: {want} in {row}");
+            }
+        }
+        assert!(
+            b.contains("contract 42") && b.contains("acme-model-*"),
+            "{b}"
+        );
+        assert!(
+            b.find("data-owner=\"tenant\"").unwrap() < b.find("data-owner=\"shipped\"").unwrap()
+        );
+    }
 }
