@@ -86,7 +86,7 @@ fn table(owner: &str, caption: &str, items: &[&PriceItem]) -> Markup {
                     td.num { (rate(&p.cache_read)) }
                     td.num { (rate(&p.cache_write_5m)) }
                     td.num { (rate(&p.cache_write_1h)) }
-                    td {
+                    td.source {
                         @if let Some(s) = &p.source {
                             @if s.starts_with("https://") { a href=(s) rel="noreferrer" { (s) } } @else { (s) }
                         } @else { span.none { "–" } }
