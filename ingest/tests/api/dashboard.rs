@@ -409,25 +409,6 @@ async fn a_user_bound_token_sees_only_its_users_sessions_on_the_pages(pool: sqlx
     assert_eq!(total(&home.body, "input_tokens"), 100);
 }
 
-/// `POST path` with a JSON body and a bearer token.
-async fn api_post(
-    app: &TestApp,
-    token: &str,
-    path: &str,
-    body: serde_json::Value,
-) -> (StatusCode, serde_json::Value) {
-    let resp = app
-        .client
-        .post(format!("{}{path}", app.base))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or_default())
-}
-
 /// The budgets page's numbers per budget id (the `data-*` attributes of each budget's `article`).
 fn budget_numbers(body: &str) -> std::collections::BTreeMap<String, BudgetShown> {
     let attr = |tag: &str, name: &str| -> String {
@@ -483,7 +464,7 @@ async fn the_budgets_page_shows_the_budgets_apis_numbers_for_the_same_token(pool
                "limit_tokens": 1000, "thresholds": [10, 90]}),
         json!({"name": "bob", "scope": {"user": "bob"}, "period": "day", "limit_usd": "0.000000007"}),
     ] {
-        let (s, b) = api_post(&app, &admin, "/v1/budgets", body).await;
+        let (s, b) = app.post_json(&admin, "/v1/budgets", body).await;
         assert_eq!(s, StatusCode::CREATED, "{b}");
     }
     let now = Utc::now();
@@ -590,23 +571,23 @@ async fn the_alerts_page_shows_a_fired_alert_and_its_delivery_to_tenant_readers_
     let t = app.tenant("acme").await;
     let admin = app.token(t.id, &["admin"]).await;
     let url = receiver().await;
-    let (s, d) = api_post(
-        &app,
-        &admin,
-        "/v1/alerts/destinations",
-        json!({"kind": "webhook", "url": url, "name": "on-call hook"}),
-    )
-    .await;
+    let (s, d) = app
+        .post_json(
+            &admin,
+            "/v1/alerts/destinations",
+            json!({"kind": "webhook", "url": url, "name": "on-call hook"}),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{d}");
     let secret = d["secret"].as_str().unwrap().to_string();
-    let (s, r) = api_post(
-        &app,
-        &admin,
-        "/v1/alerts/rules",
-        json!({"kind": "session_status", "name": "anything active", "destination_id": d["destination_id"],
-               "statuses": ["active"]}),
-    )
-    .await;
+    let (s, r) = app
+        .post_json(
+            &admin,
+            "/v1/alerts/rules",
+            json!({"kind": "session_status", "name": "anything active",
+               "destination_id": d["destination_id"], "statuses": ["active"]}),
+        )
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{r}");
     let (s, v) = app
         .post_batch(
@@ -697,14 +678,14 @@ async fn the_prices_page_lists_the_tenants_entries_then_the_catalog_to_any_reade
     let app = spawn_app(pool).await;
     let t = app.tenant("acme").await;
     let admin = app.token(t.id, &["admin"]).await;
-    let (s, mine) = api_post(
-        &app,
-        &admin,
-        "/v1/prices",
-        json!({"models": ["acme-model-*"], "from": "2026-01-01", "input": "3", "output": "15.5",
-               "cache_read": "0.3", "source": "contract 42"}),
-    )
-    .await;
+    let (s, mine) = app
+        .post_json(
+            &admin,
+            "/v1/prices",
+            json!({"models": ["acme-model-*"], "from": "2026-01-01", "input": "3",
+               "output": "15.5", "cache_read": "0.3", "source": "contract 42"}),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK, "{mine}");
     let alice = app.tenant_token_for_user(t.id, "alice").await;
     for token in [t.read.as_str(), admin.as_str(), alice.as_str()] {
