@@ -55,8 +55,10 @@ fn body(rng: &mut StdRng, c: usize, r: usize, k: usize) -> Vec<u8> {
         })
         .collect();
     let sessions: Vec<Value> = (0..50)
-        .map(|s| json!({ "session_id": format!("c{c}_s{s}"), "user_id": format!("user_{}", s % 4),
-            "first_seen_at": now }))
+        .map(|s| {
+            json!({ "session_id": format!("c{c}_s{s}"), "user_id": format!("user_{}", s % 4),
+            "first_seen_at": now })
+        })
         .collect();
     let b = json!({ "schema_version": 1, "batch_id": Uuid::new_v4(), "sent_at": now,
         "agent": { "device_id": format!("dev-{c}-{r}-{k}"), "agent_version": "0.1.0" },
@@ -147,10 +149,8 @@ async fn main() -> anyhow::Result<()> {
         ..IngestSettings::default()
     };
     // Arm B's 20 budgets, crossed during the run (limits a few rounds' spend).
-    let reads = apiary_ingest::query::ReadDb::new(
-        pool.clone(),
-        apiary_ingest::status::rules(&settings),
-    );
+    let reads =
+        apiary_ingest::query::ReadDb::new(pool.clone(), apiary_ingest::status::rules(&settings));
     let b_tenant = tokens[1].0;
     let zones = ["UTC", "Europe/Berlin", "Asia/Kolkata"];
     let periods = ["day", "week", "month"];
