@@ -60,7 +60,7 @@ IFS=, read -r -a USER_LIST <<<"$USERS"
 
 T0=$(date +%s)
 STEP=0
-NSTEPS=11
+NSTEPS=12
 step() {
     STEP=$((STEP + 1))
     printf '\n==> [%d/%d] %s   (+%ss)\n' "$STEP" "$NSTEPS" "$*" "$(($(date +%s) - T0))"
