@@ -118,6 +118,7 @@ impl Application {
             streams: Arc::default(),
             addr,
             page_sessions: Arc::default(),
+            exports: Arc::default(),
         };
         tracing::info!(%addr, mode = ?settings.mode, device_id = outbox.device_id(),
             policy_hash = outbox.policy_hash(), "apiary-agent started");

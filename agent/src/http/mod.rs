@@ -86,6 +86,8 @@ pub struct AppState {
     pub addr: SocketAddr,
     /// The settings page's signed-in browsers.
     pub page_sessions: Arc<settings_page::PageSessions>,
+    /// Held while the settings page writes an export bundle: one at a time.
+    pub exports: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Which token a request presented (set by the auth layer as a request extension).

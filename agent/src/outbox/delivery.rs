@@ -7,7 +7,8 @@
 //!   count and bytes (at least one event, so an event larger than the byte bound still goes out). Claims
 //!   live in memory with a lease ([`super::memory::CLAIM_LEASE`]); a restart or an expired lease makes the
 //!   rows claimable again — the ingest dedups by event id, so a re-send is harmless.
-//! - **ack** turns pending rows into tombstones (`delivered` or `duplicate`), **reject** copies the redacted
+//! - **ack** turns pending rows into tombstones (`delivered` or `duplicate`), keeping the redacted JSON of
+//!   the last ones in the ring of sent events ([`super::sent`]) in the same transaction, **reject** copies the redacted
 //!   event into `dead_letters` with the reason, **fail** bumps `attempts` and sets `next_attempt_at` and
 //!   `last_error` (persisted: a restart neither resets nor hammers). Settling a row that is no longer
 //!   pending (evicted, purged, exported, settled twice) changes nothing and is reported as `not_pending`.
@@ -29,6 +30,7 @@ use super::counters::{Counter, DropReason};
 use super::error::OutboxError;
 use super::memory::{ClaimedRow, FULL_SCAN_EVERY};
 use super::op::{Ctx, Task};
+use super::sent;
 use super::sessions;
 use super::store::{self, state};
 
@@ -278,15 +280,27 @@ impl Task for Settle {
         let mut report = SettleReport::default();
         match &self.kind {
             SettleKind::Ack(acks) => {
-                for (id, d) in acks {
+                // Only the batch's last SENT_KEPT acks can stay in the ring of sent events.
+                let keep_from = acks.len().saturating_sub(sent::SENT_KEPT);
+                let mut kept = false;
+                for (i, (id, d)) in acks.iter().enumerate() {
                     let (st, counter) = match d {
                         Delivery::Delivered => (state::DELIVERED, Counter::Delivered),
                         Delivery::Duplicate => (state::DUPLICATE, Counter::Duplicate),
                     };
+                    if i >= keep_from {
+                        if let Some(row) = ctx.state.claimed_row(id, ctx.delta) {
+                            let dup = *d == Delivery::Duplicate;
+                            kept |= sent::try_keep(ctx.conn, row.seq, ctx.now_ms, dup)?;
+                        }
+                    }
                     tally(
                         &mut report,
                         try_finish_row(ctx, id, st, counter, false)?.is_some(),
                     );
+                }
+                if kept {
+                    sent::prune(ctx.conn)?;
                 }
             }
             SettleKind::Reject(rejections) => {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use apiary_schema::{BatchResponse, Policy, SessionBinding};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 use serde::Serialize;
 use uuid::Uuid;
@@ -30,8 +30,10 @@ use super::op::{Ctx, Replying, Task};
 use super::quota::{supersedes, KeptQuota};
 use super::read::{DeadLetter, SessionUsage, StoredStatus, SyncStatus};
 use super::reader::OutboxReader;
+use super::sent::SentEvent;
 use super::sessions::Register;
 use super::settings::{OutboxSettings, Overflow};
+use super::usage_time::UsageWindow;
 use super::writer::{Close, Health, HealthState, Job, SharedHealth, Writer};
 use super::{schema, store};
 use crate::identity::{IdentityDefaults, SessionRegistration};
@@ -579,6 +581,20 @@ impl Outbox {
     /// The newest `limit` dead letters, newest first.
     pub async fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, OutboxError> {
         self.read(move |r| r.dead_letters(limit)).await
+    }
+
+    /// Local usage of the events that occurred in `[from, to)` ([`OutboxReader::usage_between`]).
+    pub async fn usage_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<UsageWindow, OutboxError> {
+        self.read(move |r| r.usage_between(from, to)).await
+    }
+
+    /// The newest `limit` events the ingest acked, as they were sent, newest first.
+    pub async fn sent_events(&self, limit: usize) -> Result<Vec<SentEvent>, OutboxError> {
+        self.read(move |r| r.sent_events(limit)).await
     }
 
     /// How many times consent was changed (rows of the consent log).

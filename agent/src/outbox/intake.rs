@@ -23,6 +23,7 @@ use super::op::{Ctx, Task};
 use super::sessions;
 use super::settings::Overflow;
 use super::store::{self, state};
+use super::usage_time;
 use crate::tail::sink::Checkpoint;
 
 /// Estimated bytes a row costs beyond its body (row header, event_id and partial index entries).
@@ -253,6 +254,11 @@ pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite
             ctx.delta
                 .usage
                 .entry((session.clone(), model.clone()))
+                .or_default()
+                .add(u);
+            ctx.delta
+                .usage_by_time
+                .entry(usage_time::bucket_of(e.occurred_at_ms))
                 .or_default()
                 .add(u);
         }

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::counters::Counter;
 use super::item::UsageAgg;
+use super::usage_time::UsageWindow;
 use crate::identity::IdentityDefaults;
 
 /// A claim not settled within this long is considered abandoned and its rows become claimable again.
@@ -24,6 +25,8 @@ pub(crate) struct Delta {
     pub counters: BTreeMap<Counter, i64>,
     /// Usage changes per (session, model), flushed into `usage`.
     pub usage: HashMap<(String, String), UsageAgg>,
+    /// Usage changes per quarter-hour of event time, flushed into `usage_by_time` ([`super::usage_time`]).
+    pub usage_by_time: BTreeMap<i64, UsageWindow>,
     /// New events' health inputs per session, folded at the end of the group ([`super::health`]).
     pub status: BTreeMap<String, Vec<apiary_schema::status::Input>>,
     /// New events' work facts per session, folded at the end of the group ([`super::work`]).

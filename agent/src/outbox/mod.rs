@@ -36,8 +36,8 @@
 //! 2  writer → checkpointer, durations; intake → durations; consent, export, delivery → sessions;
 //!    drops → intake; reader → read
 //! 1  op (Op, Task, the Replying adaptor, Ctx); store
-//! 0  memory (Delta, WriterState) → counters, item; settings; error → schema; health → live; listing;
-//!    quota
+//! 0  memory (Delta, WriterState) → counters, item, usage_time; settings; error → schema; health → live;
+//!    listing; quota; sent
 //! ```
 //! `store`, `writer`, `schema` and `checkpointer` are private: callers get [`Outbox`] (the writer's
 //! queue and a read connection) and [`OutboxReader`] (read-only, for other processes), each with named
@@ -64,12 +64,14 @@ mod quota;
 mod read;
 mod reader;
 mod schema;
+mod sent;
 mod sessions;
 mod settings;
 mod sink;
 mod store;
 #[cfg(any(test, feature = "test-hooks"))]
 mod test_hooks;
+mod usage_time;
 mod work;
 mod writer;
 
@@ -89,10 +91,12 @@ pub use live::{LiveRow, Position as LivePosition, Start as LiveStart};
 pub use quota::{KeptQuota, QuotaView, OUT_OF_ORDER_WINDOW};
 pub use read::{DeadLetter, FollowRow, SessionTotals, SessionUsage, StoredStatus, SyncStatus};
 pub use reader::OutboxReader;
+pub use sent::{SentEvent, SENT_KEPT};
 pub use settings::{OutboxSettings, Overflow};
 pub use store::sanitize_reason;
 #[cfg(any(test, feature = "test-hooks"))]
 pub use test_hooks::open_raw_writer;
+pub use usage_time::UsageWindow;
 pub use writer::{Health, HealthState};
 
 pub use crate::identity::IdentityDefaults;

@@ -15,7 +15,9 @@ use super::listing::{self, Cursor, ListFilter, SessionBody, TreeNode};
 use super::live::{self, LiveRow, Position, Start};
 use super::quota::{self, KeptQuota};
 use super::read::{self, DeadLetter, FollowRow, SessionUsage, StoredStatus, SyncStatus};
+use super::sent::{self, SentEvent};
 use super::store;
+use super::usage_time::{self, UsageWindow};
 use crate::tail::sink::Checkpoint;
 
 /// A read-only connection to an outbox, with its queries.
@@ -148,6 +150,22 @@ impl OutboxReader {
     /// The newest `limit` dead letters, newest first.
     pub fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, OutboxError> {
         Ok(read::dead_letters(&self.conn, limit)?)
+    }
+
+    /// Local usage of the events that occurred in `[from, to)`, at quarter-hour precision
+    /// ([`super::usage_time`]).
+    pub fn usage_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<UsageWindow, OutboxError> {
+        let (from, to) = (from.timestamp_millis(), to.timestamp_millis());
+        Ok(usage_time::between(&self.conn, from, to)?)
+    }
+
+    /// The newest `limit` events the ingest acked, as they were sent, newest first ([`super::sent`]).
+    pub fn sent_events(&self, limit: usize) -> Result<Vec<SentEvent>, OutboxError> {
+        Ok(sent::newest(&self.conn, limit)?)
     }
 
     /// How many times consent was changed (rows of the consent log).

@@ -43,6 +43,9 @@
 //! - `meta`: key/value (device id, last push result).
 //! - `quota` (version 8, one row): the last budget state the ingest sent in a batch answer and when it
 //!   arrived (see [`super::quota`]), shown by `GET /v1/quota`, `status` and the settings page.
+//! - `usage_by_time` (version 9): local usage sums per quarter-hour of event time, for "today" and
+//!   "this month" in any zone (see [`super::usage_time`]); `sent_events` (version 9): the last
+//!   [`super::sent::SENT_KEPT`] events the ingest acked, their redacted JSON as sent (see [`super::sent`]).
 
 use rusqlite::{Connection, Transaction};
 
@@ -237,6 +240,31 @@ CREATE TABLE quota (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     body        TEXT    NOT NULL,
     received_at INTEGER NOT NULL
+);
+"#),
+    // 9: for the settings page: local usage by quarter-hour of event time (see `usage_time`), written
+    // with the events; and the ring of the last events the ingest acked, their redacted JSON as sent
+    // (see `sent`), written by the ack that turns them into tombstones.
+    Sql(r#"
+CREATE TABLE usage_by_time (
+    bucket                INTEGER PRIMARY KEY, -- Unix ms of the quarter-hour (UTC) the events occurred in
+    events                INTEGER NOT NULL DEFAULT 0,
+    llm_calls             INTEGER NOT NULL DEFAULT 0,
+    input_tokens          INTEGER NOT NULL DEFAULT 0,
+    output_tokens         INTEGER NOT NULL DEFAULT 0,
+    cached_tokens         INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_nanos            INTEGER NOT NULL DEFAULT 0,
+    unpriced_turns        INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE sent_events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id    BLOB    NOT NULL,
+    kind        TEXT    NOT NULL,
+    occurred_at INTEGER NOT NULL, -- Unix ms
+    sent_at     INTEGER NOT NULL, -- Unix ms of the ack
+    duplicate   INTEGER NOT NULL, -- 1: the ingest answered that it already had it
+    body        TEXT    NOT NULL  -- the redacted canonical event, as sent
 );
 "#),
 ];

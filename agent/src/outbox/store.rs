@@ -136,6 +136,8 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
             u.tool_duration_ms
         ])?;
     }
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    super::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
     super::health::flush(conn, &delta.status)?;
     super::work::flush(conn, &delta.work)?;
     Ok(())

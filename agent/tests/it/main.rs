@@ -15,6 +15,7 @@ mod metrics;
 mod outbox_model;
 mod quota;
 mod settings_page;
+mod settings_views;
 mod status_model;
 mod tail_bad_input;
 mod tail_fixture;

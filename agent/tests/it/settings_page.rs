@@ -11,15 +11,15 @@ use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, HOST, LOCATION, ORIGIN, S
 use reqwest::{Response, StatusCode};
 
 /// An agent and a client that does not follow redirects (each answer is looked at).
-struct Page {
-    app: App,
-    http: reqwest::Client,
+pub(crate) struct Page {
+    pub(crate) app: App,
+    pub(crate) http: reqwest::Client,
     /// `http://127.0.0.1:PORT`: what the browser sends as `Origin` from the agent's own page.
-    origin: String,
+    pub(crate) origin: String,
 }
 
 impl Page {
-    async fn spawn(mode: Mode) -> Page {
+    pub(crate) async fn spawn(mode: Mode) -> Page {
         let app = App::spawn(|s| s.mode = mode).await;
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -31,7 +31,7 @@ impl Page {
     }
 
     /// POSTs a form from `origin` (None: no `Origin` header) with `cookie`.
-    async fn post(
+    pub(crate) async fn post(
         &self,
         path: &str,
         form: &[(&str, &str)],
@@ -52,7 +52,7 @@ impl Page {
     }
 
     /// Signs in with `token` from the agent's own page.
-    async fn sign_in(&self, token: &str) -> Response {
+    pub(crate) async fn sign_in(&self, token: &str) -> Response {
         self.post(
             "/settings/sign-in",
             &[("token", token)],
@@ -63,14 +63,14 @@ impl Page {
     }
 
     /// Signs in with the settings token: the cookie (`name=value`).
-    async fn cookie(&self) -> String {
+    pub(crate) async fn cookie(&self) -> String {
         let r = self.sign_in(&self.app.settings_token).await;
         assert_eq!(r.status(), StatusCode::SEE_OTHER);
         let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
         set.split(';').next().unwrap().to_string()
     }
 
-    async fn get(&self, path: &str, cookie: Option<&str>) -> Response {
+    pub(crate) async fn get(&self, path: &str, cookie: Option<&str>) -> Response {
         let mut req = self.http.get(format!("{}{path}", self.app.base));
         if let Some(c) = cookie {
             req = req.header(COOKIE, c);
@@ -79,13 +79,13 @@ impl Page {
     }
 
     /// The page's HTML (must answer 200).
-    async fn html(&self, cookie: &str) -> String {
+    pub(crate) async fn html(&self, cookie: &str) -> String {
         let r = self.get("/settings", Some(cookie)).await;
         assert_eq!(r.status(), StatusCode::OK);
         r.text().await.unwrap()
     }
 
-    async fn sync_enabled(&self) -> bool {
+    pub(crate) async fn sync_enabled(&self) -> bool {
         let (s, v) = self.app.get("/v1/status").await;
         assert_eq!(s, StatusCode::OK);
         v["sync"]["enabled"].as_bool().unwrap()

@@ -4,7 +4,9 @@
 //! sync on or off and the mode, where events go (the endpoint's host), what is shared (the policy in
 //! force: kinds and the fields kept, its hash) and what never leaves the device, what is waiting here,
 //! the last push and its problem in plain words, the budgets the server reported (advisory,
-//! [`crate::quota`]), and the device's identity; and the consent toggle.
+//! [`crate::quota`]), local usage today and this month ([`usage`]), the last events sent as they left
+//! ([`sent`]), and the device's identity; the consent toggle, and in air-gapped mode the "export
+//! bundle" button ([`export`]).
 //! A desktop shell embeds it in a webview; a browser on the same machine works alike.
 //!
 //! | route | what |
@@ -13,6 +15,7 @@
 //! | `GET /settings` | the page (`page`); 303 to `/settings/sign-in` without a sign-in |
 //! | `GET /settings/sign-in`, `POST /settings/sign-in` | the form; `token=` the settings token ([`signin`]) |
 //! | `POST /settings/sync` | the toggle: `enabled` (`true` or `false`), `endpoint`, `token_file`, `include_backlog`, `purge` |
+//! | `POST /settings/export` | air-gapped only: writes a bundle of every waiting event into `DIR/exports/` ([`export`]) |
 //! | `POST /settings/sign-out` | ends the sign-in |
 //! | `GET /settings/assets/settings.css` | the stylesheet (embedded) |
 //!
@@ -42,10 +45,13 @@
 //!   file path, push errors, ids).
 
 mod budgets;
+mod export;
 mod layout;
 mod page;
 mod sections;
+mod sent;
 pub mod signin;
+mod usage;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -70,6 +76,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/", get(|| async { Redirect::to("/settings") }))
         .route("/settings", get(page::show))
         .route("/settings/sync", post(page::toggle))
+        .route("/settings/export", post(export::export))
         .route("/settings/sign-in", get(signin::form).post(signin::sign_in))
         .route("/settings/sign-out", post(signin::sign_out))
         .route("/settings/assets/settings.css", get(stylesheet))

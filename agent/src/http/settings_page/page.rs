@@ -4,24 +4,29 @@
 //! policy in force; the toggle runs [`crate::http::local::apply_sync`], the code of `PUT /v1/sync`.
 //! Stable hooks for tests and the desktop shell: `dd[data-field=…]` (`sync`, `mode`, `endpoint_host`,
 //! `pending_events`, `held_events`, `oldest_pending_age`, `last_push`, `device_id`, `user_id`,
-//! `policy_hash`), `[data-field=budgets]` and `li[data-budget=…]` (see `budgets`), `#sync-button`.
+//! `policy_hash`), `[data-field=budgets]` and `li[data-budget=…]` (see `budgets`), `#sync-button`; the
+//! usage figures (`usage`), the sent events (`sent`), the export button (`export`), `#notice`.
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
-use maud::html;
+use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::budgets::budgets_section;
+use super::export::export_section;
 use super::layout::{cross_site, problem_page, signed_in_page};
 use super::sections::{
     events, identity_section, shared_section, summary, toggle_section, waiting_section,
 };
+use super::sent::sent_section;
 use super::signin;
+use super::usage::{usage_section, Spans};
 use crate::http::local::{apply_sync, SyncToggle};
 use crate::http::{ApiError, AppState};
+use crate::outbox::{OutboxError, SentEvent, Status, UsageWindow};
 
 /// The outcome of the last toggle, shown once after the redirect (`/settings?done=on&released=3`).
 #[derive(Debug, Default, Deserialize)]
@@ -56,6 +61,20 @@ pub(super) struct Problem {
     pub(super) token_file: Option<String>,
 }
 
+impl Problem {
+    /// A refusal with the API's status and message.
+    pub(super) fn new(status: StatusCode, message: String) -> Problem {
+        Problem {
+            status: Some(status),
+            message,
+            ..Problem::default()
+        }
+    }
+}
+
+/// How many sent events the page shows (all the outbox keeps).
+const SENT_SHOWN: usize = crate::outbox::SENT_KEPT;
+
 /// `GET /settings`.
 pub async fn show(
     State(state): State<AppState>,
@@ -66,7 +85,8 @@ pub async fn show(
         return Redirect::to("/settings/sign-in").into_response();
     }
     let notice = notice.map(|Query(n)| n).unwrap_or_default();
-    render(&state, &notice, None).await
+    let notice = notice_text(&notice).map(|n| html! { (n) });
+    render(&state, notice, None).await
 }
 
 /// `POST /settings/sync`.
@@ -81,21 +101,17 @@ pub async fn toggle(
     if !signin::signed_in(&state, &headers) {
         return Redirect::to("/settings/sign-in").into_response();
     }
-    let bad = |message: String| Problem {
-        status: Some(StatusCode::BAD_REQUEST),
-        message,
-        ..Problem::default()
-    };
+    let bad = |message: String| Problem::new(StatusCode::BAD_REQUEST, message);
     let form = match form {
         Ok(Form(f)) => f,
-        Err(e) => return render(&state, &Notice::default(), Some(bad(e.body_text()))).await,
+        Err(e) => return render(&state, None, Some(bad(e.body_text()))).await,
     };
     let enabled = match form.enabled.as_str() {
         "true" => true,
         "false" => false,
         other => {
             let msg = format!("enabled must be true or false, not {other:?}");
-            return render(&state, &Notice::default(), Some(bad(msg))).await;
+            return render(&state, None, Some(bad(msg))).await;
         }
     };
     let toggle = SyncToggle {
@@ -117,16 +133,20 @@ pub async fn toggle(
                 endpoint,
                 token_file,
             };
-            return render(&state, &Notice::default(), Some(problem)).await;
+            return render(&state, None, Some(problem)).await;
         }
     }
     .into_response()
 }
 
-/// The page, with the outcome of the last toggle or the problem of a refused one.
-async fn render(state: &AppState, notice: &Notice, problem: Option<Problem>) -> Response {
-    let status = match state.outbox.status().await {
-        Ok(s) => s,
+/// The page, with the outcome of the last action or the problem of a refused one.
+pub(super) async fn render(
+    state: &AppState,
+    notice: Option<Markup>,
+    problem: Option<Problem>,
+) -> Response {
+    let (status, today, month, sent) = match gather(state).await {
+        Ok(v) => v,
         Err(e) => {
             let (status, message) = ApiError::from(e).status_and_message();
             return problem_page(status, &message);
@@ -135,17 +155,35 @@ async fn render(state: &AppState, notice: &Notice, problem: Option<Problem>) -> 
     let problem = problem.unwrap_or_default();
     let body = html! {
         h1 { "Telemetry sharing" }
-        @if let Some(n) = notice_text(notice) { p.notice role="status" { (n) } }
+        @if let Some(n) = notice { p.notice role="status" #notice { (n) } }
         @if problem.status.is_some() { p.problem role="alert" #problem { (problem.message) } }
         (summary(state, &status))
         (toggle_section(state, &status, &problem))
+        (export_section(state, &status))
+        (usage_section(state.zone, &today, &month))
         (shared_section(state))
+        (sent_section(&sent, SENT_SHOWN))
         (waiting_section(&status))
         (budgets_section(&status))
         (identity_section(state, &status))
     };
     let code = problem.status.unwrap_or(StatusCode::OK);
     (code, signed_in_page(body)).into_response()
+}
+
+/// What the page shows from the outbox: status, usage today and this month, the sent events.
+async fn gather(
+    state: &AppState,
+) -> Result<(Status, UsageWindow, UsageWindow, Vec<SentEvent>), OutboxError> {
+    let status = state.outbox.status().await?;
+    let spans = Spans::of(state.zone, chrono::Utc::now());
+    let today = state.outbox.usage_between(spans.day.0, spans.day.1).await?;
+    let month = state
+        .outbox
+        .usage_between(spans.month.0, spans.month.1)
+        .await?;
+    let sent = state.outbox.sent_events(SENT_SHOWN).await?;
+    Ok((status, today, month, sent))
 }
 
 /// A form field with something in it, trimmed.
