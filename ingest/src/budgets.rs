@@ -9,7 +9,7 @@
 //!   inserted with `ON CONFLICT DO NOTHING`, by whichever replica sees the spend first
 //!   ([`crate::store::budgets`]). Alerts on budgets read those rows.
 //! - **Off the batch path**: a stored batch only marks its tenant ([`BudgetWatch::mark`]); a background
-//!   task ([`BudgetWatch::run`]) evaluates marked tenants at most every 200 ms and every tenant with
+//!   task ([`BudgetWatch::run`]) evaluates marked tenants at most every second and every tenant with
 //!   budgets every minute (re-pricing, a period's end). A batch whose agent asked for its quota gets the
 //!   state of the budgets that apply to its user, read at most every 10 seconds per user.
 //! - **Advisory**: nothing refuses a batch because a budget is spent. The events happened; dropping them
@@ -264,8 +264,9 @@ pub async fn evaluate(
     Ok(out)
 }
 
-/// How often a tenant's budgets are evaluated at most, after its batches.
-const MIN_GAP: Duration = Duration::from_millis(200);
+/// How often a tenant's budgets are evaluated at most, after its batches (each evaluation sums the
+/// period's rollup rows of every budget: a bound on that cost under a stream of batches).
+const MIN_GAP: Duration = Duration::from_secs(1);
 /// How often every tenant with budgets is evaluated (periods end, prices are corrected).
 const SWEEP: Duration = Duration::from_secs(60);
 /// How old a quota a batch answer carries may be.
@@ -282,6 +283,10 @@ pub struct BudgetWatch {
     dirty: Mutex<HashSet<Uuid>>,
     wake: tokio::sync::Notify,
     quotas: Mutex<QuotaCache>,
+    /// Budgets whose every threshold is crossed in the period starting at the instant kept (as of the
+    /// definition updated at the other): nothing more can happen to them until the period ends or the
+    /// budget changes, so the background evaluation skips them.
+    spent_out: Mutex<HashMap<(Uuid, String), (DateTime<Utc>, DateTime<Utc>)>>,
 }
 
 impl BudgetWatch {
@@ -334,7 +339,39 @@ impl BudgetWatch {
         Ok(quota)
     }
 
-    /// Evaluates marked tenants (at most every 200 ms) and every tenant with budgets each minute, until
+    /// The budgets that may still cross a threshold in their current period.
+    fn still_open(&self, tenant_id: Uuid, budgets: Vec<Budget>, now: DateTime<Utc>) -> Vec<Budget> {
+        let spent_out = self.spent_out.lock().expect("not poisoned");
+        budgets
+            .into_iter()
+            .filter(|b| {
+                let start = b.period.bounds(b.tz, now).0;
+                spent_out.get(&(tenant_id, b.budget_id.clone())) != Some(&(start, b.updated_at))
+            })
+            .collect()
+    }
+
+    /// Remembers the budgets that have crossed every threshold in their current period.
+    fn note_spent_out(&self, tenant_id: Uuid, done: &[Evaluated]) {
+        let mut spent_out = self.spent_out.lock().expect("not poisoned");
+        if spent_out.len() > QUOTA_CACHE_MAX {
+            spent_out.clear();
+        }
+        for e in done {
+            if e.budget
+                .thresholds
+                .iter()
+                .all(|t| e.crossed.iter().any(|c| c.0 == *t))
+            {
+                spent_out.insert(
+                    (tenant_id, e.budget.budget_id.clone()),
+                    (e.period_start, e.budget.updated_at),
+                );
+            }
+        }
+    }
+
+    /// Evaluates marked tenants (at most every second) and every tenant with budgets each minute, until
     /// the process stops. Errors are logged and the tenant is tried again on the next round.
     pub async fn run(self: Arc<Self>, pool: PgPool, db: ReadDb) {
         let mut last_sweep = Instant::now();
@@ -358,13 +395,22 @@ impl BudgetWatch {
             for tenant_id in sorted {
                 let now = Utc::now();
                 let result = match crate::store::budgets::list(&pool, tenant_id).await {
-                    Ok(b) if b.is_empty() => Ok(vec![]),
-                    Ok(b) => evaluate(&pool, &db, tenant_id, b, now).await,
+                    Ok(b) => {
+                        let open = self.still_open(tenant_id, b, now);
+                        if open.is_empty() {
+                            Ok(vec![])
+                        } else {
+                            evaluate(&pool, &db, tenant_id, open, now).await
+                        }
+                    }
                     Err(e) => Err(e.into()),
                 };
-                if let Err(e) = result {
-                    tracing::warn!(%tenant_id, error = %e, "budget evaluation failed; retrying");
-                    self.dirty.lock().expect("not poisoned").insert(tenant_id);
+                match result {
+                    Ok(done) => self.note_spent_out(tenant_id, &done),
+                    Err(e) => {
+                        tracing::warn!(%tenant_id, error = %e, "budget evaluation failed; retrying");
+                        self.dirty.lock().expect("not poisoned").insert(tenant_id);
+                    }
                 }
             }
             tokio::time::sleep(MIN_GAP).await;
