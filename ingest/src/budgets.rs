@@ -277,6 +277,9 @@ const QUOTA_CACHE_MAX: usize = 100_000;
 /// Recently read quotas by (tenant, user), with when they were read.
 type QuotaCache = HashMap<(Uuid, Option<String>), (Instant, Arc<Quota>)>;
 
+/// Budgets (tenant, id) spent out: (the period's start, the definition's `updated_at`).
+type SpentOut = HashMap<(Uuid, String), (DateTime<Utc>, DateTime<Utc>)>;
+
 /// The tenants with new usage since their budgets were last evaluated, and the quotas recently read.
 #[derive(Default)]
 pub struct BudgetWatch {
@@ -286,7 +289,7 @@ pub struct BudgetWatch {
     /// Budgets whose every threshold is crossed in the period starting at the instant kept (as of the
     /// definition updated at the other): nothing more can happen to them until the period ends or the
     /// budget changes, so the background evaluation skips them.
-    spent_out: Mutex<HashMap<(Uuid, String), (DateTime<Utc>, DateTime<Utc>)>>,
+    spent_out: Mutex<SpentOut>,
 }
 
 impl BudgetWatch {

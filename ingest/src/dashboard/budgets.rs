@@ -79,6 +79,23 @@ fn local(t: &str, tz: &str) -> Markup {
     html! { time datetime=(t) title=(format::time(at)) { (shown) } }
 }
 
+/// One line of a budget for the overview: name, bar, percent, spent of limit, forecast (same data
+/// attributes as the budgets page).
+pub(super) fn summary(b: &BudgetBody) -> Markup {
+    let title = b.name.clone().unwrap_or_else(|| b.budget_id.clone());
+    html! {
+        span.budget-line data-budget=(b.budget_id) data-spent=(b.spent) data-limit=(b.limit)
+            data-percent=(b.percent) data-forecast=(b.forecast) {
+            a href={ "/budgets#" (b.budget_id) } { (title) } " "
+            meter min="0" max="100" value=(b.percent.min(100.0)) low="80" high="99.99" optimum="0"
+                aria-label={ (title) ": " (b.percent) "% of the limit" } { (b.percent) "%" }
+            " " (b.percent) "% · " (amount(b.unit, b.spent)) " of " (amount(b.unit, b.limit))
+            " this " (b.period.as_str()) " · forecast " (amount(b.unit, b.forecast))
+            @if b.forecast > b.limit { " " span.badge.s-failed { "over the limit" } }
+        }
+    }
+}
+
 fn budget(b: &BudgetBody) -> Markup {
     let title = b.name.clone().unwrap_or_else(|| b.budget_id.clone());
     let heading = format!("h-{}", b.budget_id);

@@ -22,8 +22,8 @@ use crate::query::buckets::{self, Unit};
 use crate::query::sums::Sum;
 use crate::query::usage::body::UsageRowBody;
 use crate::query::usage::{Dim, Granularity, GroupBy, TimeArg, UsageParams, UsageResponse, Zone};
-use crate::query::ReadDb;
 use crate::routes::extract::{query_params, Query};
+use crate::state::AppState;
 
 /// The dimensions the overview stacks by.
 const STACK_BY: [(Dim, &str, &str); 3] = [
@@ -36,7 +36,11 @@ const STACK_BY: [(Dim, &str, &str); 3] = [
 const MAX_FILLED_BUCKETS: i64 = 2_000;
 
 /// `GET /`.
-pub async fn page(State(db): State<ReadDb>, viewer: Viewer, RawQuery(raw): RawQuery) -> Response {
+pub async fn page(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    RawQuery(raw): RawQuery,
+) -> Response {
     let params = match page_params(raw.as_deref().unwrap_or("")) {
         Ok(p) => p,
         Err(e) => return layout::error_page(e),
@@ -47,14 +51,38 @@ pub async fn page(State(db): State<ReadDb>, viewer: Viewer, RawQuery(raw): RawQu
         .and_then(|g| g.0.first().copied())
         .unwrap_or(Dim::Model);
     let reader = UsageReader::Tenant(viewer.reader.clone());
-    let usage = match crate::routes::usage::get_usage(State(db), reader, Query(params)).await {
-        Ok(axum::Json(u)) => u,
+    let usage =
+        match crate::routes::usage::get_usage(State(state.reads.clone()), reader, Query(params))
+            .await
+        {
+            Ok(axum::Json(u)) => u,
+            Err(e) => return layout::error_page(e),
+        };
+    // The budgets the token may see, as `GET /v1/budgets` answers them (its visibility rule).
+    let budgets = match crate::routes::budgets::list(
+        &state.pool,
+        &state.reads,
+        viewer.principal.tenant_id,
+        viewer.principal.read_user(),
+    )
+    .await
+    {
+        Ok(l) => l.budgets,
         Err(e) => return layout::error_page(e),
     };
     let body = html! {
         h1 { "Overview" }
         (pickers(&usage, dim))
         (totals(&usage.totals))
+        @if !budgets.is_empty() {
+            section aria-labelledby="budgets-title" {
+                h2 #budgets-title { "Budgets" }
+                ul.budget-summary {
+                    @for b in &budgets { li { (super::budgets::summary(b)) } }
+                }
+                p { a href="/budgets" { "All budgets, with their thresholds" } }
+            }
+        }
         (charts(&usage, dim))
     };
     layout::page("Overview", Nav::Overview, &viewer, body)
@@ -157,12 +185,7 @@ fn totals(t: &crate::query::usage::UsageSums) -> Markup {
         section aria-labelledby="totals-title" {
             h2 #totals-title { "Totals" }
             dl.totals {
-                div.total {
-                    dt { "Spend" }
-                    dd data-field="cost_nanos" data-value=(t.cost_nanos.0) title=(format::money_exact(t.cost_nanos.0)) {
-                        (format::money(t.cost_nanos.0))
-                    }
-                }
+                (money("Spend", "cost_nanos", t.cost_nanos))
                 (money("Reported by providers", "cost_reported_nanos", t.cost_reported_nanos))
                 (money("Estimated from prices", "cost_estimated_nanos", t.cost_estimated_nanos))
                 div.total {

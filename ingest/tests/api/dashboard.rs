@@ -377,6 +377,25 @@ async fn the_overview_totals_equal_the_usage_api_for_the_same_query(pool: sqlx::
             "the range applies"
         );
     }
+    // The overview lists the budgets with the API's numbers for the same token.
+    let admin = app.token(t.id, &["admin"]).await;
+    let (s, b) = app
+        .post_json(
+            &admin,
+            "/v1/budgets",
+            json!({"name": "team", "period": "month", "limit_usd": "10"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let (_, list) = app.get(&t.read, "/v1/budgets").await;
+    let home = app.page(Some(&cookie), "/").await;
+    let want = format!(
+        "data-budget=\"{}\" data-spent=\"{}\" data-limit=\"10000000000\"",
+        b["budget_id"].as_str().unwrap(),
+        list["budgets"][0]["spent"]
+    );
+    assert!(home.body.contains(&want), "{want} not in {}", home.body);
+    assert!(list["budgets"][0]["spent"].as_i64().unwrap() > 0, "{list}");
     // A bad parameter reads as the API words it, with its status.
     let p = app.page(Some(&cookie), "/?granularity=week").await;
     assert_eq!(p.status, StatusCode::BAD_REQUEST);
