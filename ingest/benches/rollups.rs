@@ -4,8 +4,14 @@
 //! code (`query::usage::run`), against a raw scan of `events` for the same question.
 //!
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench rollups`
-//! Knobs (env): BENCH_EVENTS (default 10_000_000); BENCH_KEEP=1 keeps the database
-//! `apiary_bench_rollups` and reuses it on the next run (generation takes a few minutes).
+//! Knobs (env): BENCH_EVENTS (default 10_000_000); BENCH_TENANTS (default 50; 1 puts every event in one
+//! tenant: the dashboard's worst case); BENCH_KEEP=1 keeps the database `apiary_bench_rollups` and reuses
+//! it on the next run (generation takes a few minutes).
+//!
+//! Last, the dashboard: the overview page's first load (`GET /` with the page's defaults: the last 30
+//! days by day and model, plus the budgets) for the tenant with the most events, through the real
+//! server and a signed-in cookie, timed at the client on loopback (server time plus a loopback round
+//! trip), next to `GET /v1/usage` for the same query; and the page's weight, raw and gzip-compressed.
 //!
 //! Data shape: 50,000 sessions of 200 events each (~66 minutes per session, start spread over 30 days),
 //! 20 users and 20 devices per tenant, 3 models, 40% of sessions are colony workers; 60% llm.turn, 30%
@@ -44,7 +50,7 @@ FROM (
         CASE WHEN i % 10 < 6 THEN 'llm.turn' WHEN i % 10 < 9 THEN 'tool.call' ELSE 'health.signal' END AS kind,
         (ARRAY['claude-sonnet-4-5', 'gpt-5', 'gemini-2.5-pro'])[1 + (i / 200 + i % 3) % 3] AS model
     FROM generate_series($2::bigint, $3::bigint - 1) AS i
-) g JOIN (SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) - 1 AS n FROM tenants) t ON t.n = g.s % 50";
+) g JOIN (SELECT tenant_id, row_number() OVER (ORDER BY tenant_id) - 1 AS n FROM tenants) t ON t.n = g.s % $4";
 
 const ROLL_UP: &str = "
 INSERT INTO usage_rollups (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, output_tokens,
@@ -72,8 +78,13 @@ SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id,
     sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
 FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
 
-async fn generate(pool: &PgPool, total: i64, start: chrono::DateTime<Utc>) -> anyhow::Result<()> {
-    for i in 0..50 {
+async fn generate(
+    pool: &PgPool,
+    total: i64,
+    tenants: i64,
+    start: chrono::DateTime<Utc>,
+) -> anyhow::Result<()> {
+    for i in 0..tenants {
         apiary_ingest::store::admin::create_tenant(pool, &format!("tenant-{i:02}")).await?;
     }
     let store = apiary_ingest::store::Store::new(pool.clone());
@@ -89,6 +100,7 @@ async fn generate(pool: &PgPool, total: i64, start: chrono::DateTime<Utc>) -> an
             .bind(start)
             .bind(from)
             .bind(to)
+            .bind(tenants)
             .execute(pool)
             .await?;
         eprintln!(
@@ -182,6 +194,10 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000_000);
     let keep = std::env::var("BENCH_KEEP").is_ok_and(|v| v == "1");
+    let n_tenants: i64 = std::env::var("BENCH_TENANTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
     let db = "apiary_bench_rollups";
     let mut admin = sqlx::PgConnection::connect(&url).await?;
     let exists: bool =
@@ -211,7 +227,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     apiary_ingest::store::migrate(&pool).await?;
     if !reuse {
-        generate(&pool, total, start).await?;
+        generate(&pool, total, n_tenants, start).await?;
     } else {
         // A reused database may have just gained a rollup table by migration (backfilled, never
         // vacuumed): index-only scans need the visibility map a fresh generation leaves behind.
@@ -297,7 +313,7 @@ async fn main() -> anyhow::Result<()> {
     }
     // The same question answered by scanning raw events (what the rollups save).
     let mut raw = vec![];
-    for (n, tenant) in tenants.iter().take(5).enumerate() {
+    for (n, tenant) in tenants.iter().cycle().take(5).enumerate() {
         let t0 = Instant::now();
         let _: Vec<(Option<chrono::DateTime<Utc>>, String, Option<i64>)> = sqlx::query_as(
             "SELECT date_trunc('day', effective_at, 'Asia/Kolkata'), model, sum((data->>'input_tokens')::int8)::int8
@@ -311,11 +327,112 @@ async fn main() -> anyhow::Result<()> {
     raw.sort();
     println!("  raw scan of events (tenant, day in Asia/Kolkata x model): p50 {:?}; ratio raw / rollup p50 = {:.0}x",
         pct(&raw, 0.5), pct(&raw, 0.5).as_secs_f64() / pct(&all, 0.5).as_secs_f64());
+    dashboard(&pool, &db_url).await?;
     pool.close().await;
     if !keep {
         sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
             .execute(&mut admin)
             .await?;
     }
+    Ok(())
+}
+
+/// The overview page's load for the tenant with the most events (see the module notes).
+async fn dashboard(pool: &PgPool, db_url: &str) -> anyhow::Result<()> {
+    let (tenant, events): (Uuid, i64) = sqlx::query_as(
+        "SELECT tenant_id, sum(events)::int8 FROM usage_rollups_hourly GROUP BY 1 ORDER BY 2 DESC LIMIT 1",
+    )
+    .fetch_one(pool)
+    .await?;
+    let spec = apiary_ingest::store::admin::TokenSpec {
+        tenant: tenant.to_string(),
+        scopes: vec![apiary_ingest::auth::Scope::Read],
+        user_id: None,
+        device_id: None,
+    };
+    let token = apiary_ingest::store::admin::create_token(pool, &spec)
+        .await?
+        .1;
+    let server_pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(db_url)
+        .await?;
+    let settings = apiary_ingest::config::IngestSettings {
+        listen: "127.0.0.1:0".into(),
+        rate_limit_per_sec: 1e9,
+        rate_limit_burst: 1e9,
+        ..Default::default()
+    };
+    let app = apiary_ingest::startup::Application::build(settings, server_pool).await?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let signed = client
+        .post(format!("{base}/sign-in"))
+        .header("origin", &base)
+        .form(&[("token", token.as_str())])
+        .send()
+        .await?;
+    let cookie = signed
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .ok_or_else(|| anyhow::anyhow!("sign-in set no cookie: {}", signed.status()))?
+        .to_string();
+    // The page's defaults, as the API's query (local midnights in UTC, 30 days, by day and model).
+    let today = Utc::now().date_naive();
+    let api = format!(
+        "{base}/v1/usage?from={}&to={}&granularity=day&group_by=model",
+        today - chrono::Days::new(29),
+        today + chrono::Days::new(1)
+    );
+    let mut page_times = vec![];
+    let mut api_times = vec![];
+    let mut first = None;
+    let mut body = String::new();
+    for i in 0..21 {
+        let t0 = Instant::now();
+        let r = client
+            .get(format!("{base}/"))
+            .header("cookie", &cookie)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status().is_success(), "GET /: {}", r.status());
+        body = r.text().await?;
+        let took = t0.elapsed();
+        if i == 0 {
+            first = Some(took);
+        } else {
+            page_times.push(took);
+        }
+        let t0 = Instant::now();
+        let r = client.get(&api).bearer_auth(&token).send().await?;
+        anyhow::ensure!(r.status().is_success(), "GET /v1/usage: {}", r.status());
+        r.bytes().await?;
+        api_times.push(t0.elapsed());
+    }
+    page_times.sort();
+    api_times.sort();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, body.as_bytes())?;
+    let compressed = gz.finish()?.len();
+    println!("  dashboard overview (GET / with its defaults: 30 days by day and model, budgets) for a tenant of {events} events:");
+    println!(
+        "  first load {:?}; then p50 {:?}  p95 {:?} (20 loads); GET /v1/usage for the same query p50 {:?}  p95 {:?}; ratio page / API p50 {:.2}",
+        first.expect("one load"),
+        pct(&page_times, 0.5),
+        pct(&page_times, 0.95),
+        pct(&api_times, 0.5),
+        pct(&api_times, 0.95),
+        pct(&page_times, 0.5).as_secs_f64() / pct(&api_times, 0.5).as_secs_f64()
+    );
+    println!(
+        "  page weight: {} KiB raw, {} KiB gzip (assets are separate, cached files)",
+        body.len() / 1024,
+        compressed / 1024
+    );
     Ok(())
 }

@@ -209,7 +209,13 @@ async fn agent_sigkilled_during_push_loses_and_doubles_nothing() {
         agent.counters().await.unwrap().assert_balanced();
     }
     eprintln!("{mid_push}/{cycles} kills landed with a push in flight");
-    assert_eq!(mid_push, cycles, "kills that missed the push in flight");
+    // A push is seen in flight at the start of its 300 ms hold, but on a loaded 2-core machine the kill
+    // can land after the hold ended (CI saw 9 of 10 once): most kills must cut a push, as in the intake
+    // test above; what must hold for every kill is the balance above and the exact count below.
+    assert!(
+        mid_push * 10 >= cycles * 7,
+        "only {mid_push} of {cycles} kills landed with a push in flight"
+    );
     proxy.set(Fault::Pass);
     drained(&agent, total, Duration::from_secs(120)).await;
     cloud.assert_exactly(session, total as i64).await.unwrap();
