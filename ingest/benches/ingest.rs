@@ -3,35 +3,24 @@
 //! into a plain table in the same run and database.
 //!
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench ingest`
-//! Knobs (env): BENCH_BATCHES (default 200), BENCH_CLIENTS (default 4). Workload: one device, 200
+//! Knobs (env): BENCH_BATCHES (default 200), BENCH_CLIENTS (default 4), BENCH_GROUP_COMMIT (0 = off). Workload: one device, 200
 //! sessions of which 20 are active in any batch, event times within ~30 s per batch (a streaming agent),
 //! 60% llm.turn / 40% tool.call (completed, timed, four tool names); each batch = 900 new events + 100
 //! already sent. Uses a fresh database
 //! `apiary_bench_ingest_<random>` and drops it at the end.
 
-use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use apiary_ingest::config::IngestSettings;
-use apiary_ingest::startup::Application;
 use chrono::Utc;
+use common::{env_usize, gzip, pct, BenchDb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use sqlx::postgres::PgPoolOptions;
-use sqlx::Connection;
 use uuid::Uuid;
 
-fn env_usize(k: &str, d: usize) -> usize {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
+#[path = "common/mod.rs"]
+mod common;
 
 /// Event `k`-th batch: a streaming agent's window — 20 of 200 sessions active, times within ~30 s.
 fn make_event(rng: &mut StdRng, now: chrono::DateTime<Utc>, k: usize) -> Value {
@@ -64,41 +53,14 @@ fn make_event(rng: &mut StdRng, now: chrono::DateTime<Utc>, k: usize) -> Value {
     e
 }
 
-fn gzip(b: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    enc.write_all(b).unwrap();
-    enc.finish().unwrap()
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let n_batches = env_usize("BENCH_BATCHES", 200);
     let clients = env_usize("BENCH_CLIENTS", 4);
-    let db = format!("apiary_bench_ingest_{}", rand::random::<u32>());
-    let mut admin = sqlx::PgConnection::connect(&url).await?;
-    sqlx::query(&format!("CREATE DATABASE {db}"))
-        .execute(&mut admin)
-        .await?;
-    let db_url = match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{db}"),
-        None => unreachable!("a URL with a database"),
-    };
-    let pool = PgPoolOptions::new()
-        .max_connections(16)
-        .connect(&db_url)
-        .await?;
-    apiary_ingest::store::migrate(&pool).await?;
-    let tenant = apiary_ingest::store::admin::create_tenant(&pool, "bench").await?;
-    let spec = apiary_ingest::store::admin::TokenSpec {
-        tenant: tenant.to_string(),
-        scopes: vec![apiary_ingest::auth::Scope::Ingest],
-        user_id: None,
-        device_id: None,
-    };
-    let token = apiary_ingest::store::admin::create_token(&pool, &spec)
-        .await?
-        .1;
+    let db = BenchDb::create("ingest", 16).await?;
+    let pool = db.pool.clone();
+    let tenant = db.tenant("bench").await?;
+    let token = db.ingest_token(tenant, None).await?;
 
     // Pre-build every body (gzip) so the clients measure the server, not JSON generation. Client `c` is
     // device `bench-dev-c` with its own 200 sessions (as separate agents would be); batch `k` belongs to
@@ -164,15 +126,11 @@ async fn main() -> anyhow::Result<()> {
     let intake_eps = (sample * 1000) as f64 / t0.elapsed().as_secs_f64();
 
     let settings = IngestSettings {
-        listen: "127.0.0.1:0".into(),
-        rate_limit_per_sec: 1e9,
-        rate_limit_burst: 1e9,
         pool_size: 16,
+        group_commit: std::env::var("BENCH_GROUP_COMMIT").map_or(true, |v| v != "0"),
         ..IngestSettings::default()
     };
-    let app = Application::build(settings, pool.clone()).await?;
-    let base = format!("http://127.0.0.1:{}/v1/batches", app.port());
-    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let base = format!("{}/v1/batches", db.serve(settings).await?);
 
     let started = Instant::now();
     let mut tasks = vec![];
@@ -259,9 +217,6 @@ async fn main() -> anyhow::Result<()> {
     println!("  raw COPY of the same {} rows (900-row chunks, one connection): {copy_rps:.0} rows/s; chunk p50 {:?}", rows_for_copy.len(), pct(&copy_lat, 0.5));
     println!("  ratio ingest / raw COPY: {:.2}", eps / copy_rps);
     println!("  intake CPU alone (decompress, JSON, JSON Schema, allowlist), one core: {intake_eps:.0} events/s");
-    pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await?;
+    db.drop().await?;
     Ok(())
 }

@@ -66,6 +66,17 @@ pub struct IngestSettings {
     pub stream_max_subscribers: usize,
     /// Most live streams of one tenant open on this replica at once (so one tenant cannot take them all).
     pub stream_max_per_tenant: usize,
+    /// Cross-request group commit ([`crate::group_commit`]): concurrent batches are written together in
+    /// one transaction by a few writer tasks. Off: each request writes its own transaction.
+    pub group_commit: bool,
+    /// Batches waiting for a writer; one more is answered 503 with `Retry-After` (back-pressure).
+    pub group_commit_queue: usize,
+    /// Writer tasks (each holds at most one pooled connection at a time).
+    pub group_commit_writers: usize,
+    /// How long a writer waits for more batches after the first of a group (milliseconds).
+    pub group_commit_wait_ms: u64,
+    /// A group stops taking batches once it holds this many events and bindings.
+    pub group_commit_max_events: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
     /// Alert rules and notification delivery (`[alerts]`).
@@ -127,6 +138,11 @@ impl Default for IngestSettings {
             auth_failures_per_sec: 1.0,
             stream_max_subscribers: 10_000,
             stream_max_per_tenant: 2_000,
+            group_commit: true,
+            group_commit_queue: 1_024,
+            group_commit_writers: 4,
+            group_commit_wait_ms: 2,
+            group_commit_max_events: 5_000,
             log_format: LogFormat::Text,
             alerts: AlertSettings::default(),
         }
@@ -196,6 +212,18 @@ impl IngestSettings {
         }
         if self.retention_days < 1 {
             return bad("retention_days must be at least 1");
+        }
+        if self.group_commit
+            && (self.group_commit_queue == 0
+                || self.group_commit_writers == 0
+                || self.group_commit_max_events == 0)
+        {
+            return bad("group_commit_queue, group_commit_writers and group_commit_max_events must be at least 1 (or set group_commit = false)");
+        }
+        if self.group_commit_wait_ms > 1_000 {
+            return bad(
+                "group_commit_wait_ms must be at most 1000 (a few milliseconds is the point)",
+            );
         }
         if self.stream_max_subscribers == 0 || self.stream_max_per_tenant == 0 {
             return bad("stream_max_subscribers and stream_max_per_tenant must be at least 1");

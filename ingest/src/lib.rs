@@ -52,6 +52,7 @@ pub mod config;
 pub mod dashboard;
 pub mod doctor;
 pub mod error;
+pub mod group_commit;
 pub mod import;
 pub mod intake;
 pub mod json_budget;

@@ -22,6 +22,7 @@ use crate::auth::{AuthState, TokenGuard};
 use crate::auth_guard::AuthGuard;
 use crate::budgets::BudgetWatch;
 use crate::config::IngestSettings;
+use crate::group_commit::GroupCommit;
 use crate::intake::IntakeRules;
 use crate::metrics::Metrics;
 use crate::query::ReadDb;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub stream: Arc<StreamHub>,
     /// Tenants whose budgets to evaluate, and recent quotas ([`crate::budgets`]).
     pub budgets: Arc<BudgetWatch>,
+    /// The batch writers' queue when `group_commit` is on; None writes each request's batch itself.
+    pub group_commit: Option<GroupCommit>,
 }
 
 impl AppState {
@@ -72,9 +75,14 @@ impl AppState {
             settings.stream_max_subscribers,
             settings.stream_max_per_tenant,
         ));
+        let store = Arc::new(Store::new(pool.clone()).with_status_rules(status_rules));
+        let group_commit = settings
+            .group_commit
+            .then(|| GroupCommit::start(store.clone(), &settings));
         AppState {
             auth_guard: Arc::new(auth_guard),
-            store: Arc::new(Store::new(pool.clone()).with_status_rules(status_rules)),
+            store,
+            group_commit,
             reads: ReadDb::new(pool.clone(), status_rules),
             pool,
             rules: Arc::new(IntakeRules::from_settings(&settings)),

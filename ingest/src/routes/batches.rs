@@ -97,10 +97,16 @@ async fn handle(
     // of a statement — a `COPY` abandoned half-way leaves the pooled connection out of protocol sync, and
     // the next request to get it fails. The task always commits or rolls back; a client that gave up
     // simply re-sends, and dedup makes that harmless.
-    let store = state.store.clone();
-    let mut answer = tokio::spawn(async move { batch::write(&store, &sender, checked).await })
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))??;
+    // With group commit the writer tasks do this (and group the batch with concurrent ones).
+    let mut answer = match &state.group_commit {
+        Some(writers) => writers.submit(sender, checked).await?,
+        None => {
+            let store = state.store.clone();
+            tokio::spawn(async move { batch::write(&store, &sender, checked).await })
+                .await
+                .map_err(|e| ApiError::Internal(e.into()))??
+        }
+    };
     if answer.accepted > 0 {
         state.budgets.mark(principal.tenant_id);
     }

@@ -1,9 +1,12 @@
-//! Stores a checked batch in ONE transaction, in a fixed table order with sorted keys in each step:
+//! Stores checked batches: one batch, or a group of concurrent batches ([`crate::group_commit`]), in ONE
+//! transaction, in a fixed table order with sorted keys in each step. A group's tenants are written one
+//! after the other in tenant order, and each step below runs ONCE per tenant of the group with the union
+//! of its batches' inputs, keys sorted across the group:
 //!
-//! 1. `sessions` (sorted by session_id): every session the batch names is claimed — inserted with its
-//!    owner when new, locked otherwise — and its owner decides which events the sender may write
+//! 1. `sessions` (sorted by session_id): every session the batches name is claimed — inserted with its
+//!    owner when new, locked otherwise — and its owner decides which events each sender may write
 //!    ([`owners`]: an event into another user's or device's session, or under another user's parent,
-//!    is rejected with a reason).
+//!    is rejected with a reason). Each batch is judged against the owners of its own claims only.
 //! 2. `event_keys` (sorted by event_id): `INSERT … ON CONFLICT DO NOTHING RETURNING event_id` for the
 //!    allowed events — the returned ids are the new events; everything else is a duplicate and goes no
 //!    further.
@@ -14,16 +17,27 @@
 //!    Then `colony_runs` and `session_forks` (by session id): the colony runs and forks the new
 //!    `colony.created` events name ([`super::colonies`]).
 //! 4. `events`: the new events, with the identity the session row holds and each LLM turn's estimated
-//!    cost (`COPY`, see [`EventRows`]); the tenant's prices are read first (`tenant_prices`, only when
-//!    the batch holds a turn with a model), and the estimates go into the rollups too
+//!    cost (one `COPY`, see [`EventRows`]); the tenant's prices are read first (`tenant_prices`, only
+//!    when a batch holds a turn with a model), and the estimates go into the rollups too
 //!    ([`rollups::estimate_of`], [`Usage::with_estimate`]).
 //! 5. `usage_rollups` (sorted by key; then `usage_rollups_hourly`): the new *runtime* events
 //!    pre-aggregated per rollup key, plus the active time the sessions' new histories add or take away
 //!    ([`super::active`]); then `tool_rollups` (sorted by key): the completed tool calls per tool name
 //!    ([`crate::tool_rollups`]).
-//! 6. `devices` (sorted by device_id): liveness, the latest heartbeat and the reported drops.
+//! 6. `sessions` of each heartbeat's device (runtime liveness, [`super::runtime`], devices in order),
+//!    then `devices` (sorted by device_id, one statement, [`super::devices`]): liveness, the latest
+//!    heartbeat and the reported drops.
 //! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the
-//!    device's liveness, in `stream_sessions` (sorted by session_id) then `stream_devices` order.
+//!    devices' liveness, in `stream_sessions` (sorted by session_id) then `stream_devices` order.
+//!
+//! A group may only hold batches that are disjoint: no two of one tenant name the same session (as
+//! session, parent or colony), the same device or the same event id ([`crate::group_commit`] holds a
+//! conflicting batch back for a later group). So each batch's verdicts are what it would have got alone
+//! — its events are new or duplicates of *committed* events only — and `accepted + duplicates +
+//! rejected` stays exact per request. When a group's transaction fails for any other reason than the
+//! rollup headroom below, each of its batches is written again alone ([`write_group`]), so one bad batch
+//! fails alone. A session's `last_received_at` is the latest arrival of the tenant's batches in the
+//! group (they arrived within the group's few milliseconds); each event keeps its own batch's.
 //!
 //! Device-level events (`EventKind::is_device_level`: `agent.heartbeat`, `outbox.dropped`) are stored in
 //! `events` (so they dedup like any other) but never reach the usage rollups: usage counts what the agent
@@ -31,23 +45,25 @@
 //! backlog, an `outbox.dropped` its `dropped_events` counter (summed over new events only, so exact).
 //!
 //! Rollup rows are bigints: events that would push a row past that are rejected one by one
-//! ([`headroom`]); finding them may take another attempt of the whole transaction (see [`write`]).
+//! ([`headroom`]); finding them may take another attempt of the whole transaction (see [`write_group`]).
 //!
-//! Every transaction takes its row locks in that same global order, so concurrent batches (two replicas
-//! receiving the same batch at the same moment included) wait for each other and never deadlock; the
-//! loser of a race on an event key sees the winner's commit and counts the event as a duplicate, and
-//! the loser of a race to create a session sees the winner's owner.
+//! Every transaction takes its row locks in that same global order (tenant, step, key), so concurrent
+//! batches and groups (two replicas receiving the same batch at the same moment included) wait for each
+//! other and never deadlock; the loser of a race on an event key sees the winner's commit and counts the
+//! event as a duplicate, and the loser of a race to create a session sees the winner's owner.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use apiary_schema::device::{DropReport, Heartbeat};
 use apiary_schema::{BatchResponse, EventKind, Rejection};
 use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+use super::devices::{self, DeviceFacts};
+use super::event_rows::EventRows;
 use super::headroom::{self, Bases, Fit};
 pub use super::owners::Sender;
-use super::owners::{self, Verdict};
+use super::owners::{self, Claim, Owner, Verdict};
 use super::sessions::{self, SessionUpdate};
 use super::Store;
 use crate::error::ApiError;
@@ -55,16 +71,23 @@ use crate::intake::{CheckedBatch, ReadyEvent};
 use crate::rollups::{self, bucket_of, RollupKey, Usage};
 use crate::tool_rollups::ToolRows;
 
-/// Attempts of one batch's transaction before giving up with a retryable 503 (overflowing rows found
+/// Attempts of one group's transaction before giving up with a retryable 503 (overflowing rows found
 /// on the second, a concurrent batch growing the same rows meanwhile may take more).
 const ATTEMPTS: usize = 4;
+
+/// One request's batch: who sent it and what passed intake.
+#[derive(Debug)]
+pub struct Item {
+    pub sender: Sender,
+    pub batch: CheckedBatch,
+}
 
 /// Why an attempt of [`write_once`] did not commit.
 enum Retry {
     /// These events do not fit their rollup rows: reject them, try again.
     Overflow(Vec<Uuid>),
-    /// A row overflowed in the database: read these rows' totals, try again.
-    Stale(Vec<RollupKey>),
+    /// A row of this tenant overflowed in the database: read these rows' totals, try again.
+    Stale(Uuid, Vec<RollupKey>),
     Failed(ApiError),
 }
 
@@ -80,28 +103,70 @@ impl From<sqlx::Error> for Retry {
     }
 }
 
-/// Stores a batch; returns the verdicts. Nothing is stored when it fails.
+/// Stores a batch alone; returns the verdicts. Nothing is stored when it fails.
 pub async fn write(
     store: &Store,
     sender: &Sender,
-    mut batch: CheckedBatch,
+    batch: CheckedBatch,
 ) -> Result<BatchResponse, ApiError> {
-    let mut bases = Bases::default();
+    let mut one = [Item {
+        sender: sender.clone(),
+        batch,
+    }];
+    Ok(write_together(store, &mut one).await?.remove(0))
+}
+
+/// Stores a group of disjoint batches (see the module notes) in one transaction; answers each with its
+/// own verdicts, in order. If the shared transaction fails, every batch is written alone (concurrently:
+/// they are disjoint), so a batch that cannot be stored fails without the others.
+pub async fn write_group(
+    store: &Store,
+    mut items: Vec<Item>,
+) -> Vec<Result<BatchResponse, ApiError>> {
+    let n = items.len();
+    match write_together(store, &mut items).await {
+        Ok(answers) => answers.into_iter().map(Ok).collect(),
+        Err(e) if n == 1 => vec![Err(e)],
+        Err(e) => {
+            tracing::warn!(error = %e, batches = n, "a group's transaction failed; writing its batches alone");
+            let alone = items.into_iter().map(|item| async move {
+                let mut one = [item];
+                Ok(write_together(store, &mut one).await?.remove(0))
+            });
+            futures::future::join_all(alone).await
+        }
+    }
+}
+
+/// The attempts of one transaction for `items` (rejecting the events that overflow their rollup rows).
+async fn write_together(store: &Store, items: &mut [Item]) -> Result<Vec<BatchResponse>, ApiError> {
+    let mut bases: HashMap<Uuid, Bases> = HashMap::new();
     for _ in 0..ATTEMPTS {
-        match write_once(store, sender, &batch, &bases).await {
+        match write_once(store, items, &bases).await {
             Ok(r) => return Ok(r),
             Err(Retry::Overflow(ids)) => {
                 let ids: HashSet<Uuid> = ids.into_iter().collect();
-                batch.events.retain(|e| !ids.contains(&e.event.event_id));
-                batch
-                    .rejected
-                    .extend(ids.into_iter().map(|event_id| Rejection {
-                        event_id,
-                        reason: headroom::REASON.into(),
-                    }));
+                for item in items.iter_mut() {
+                    let mut gone = vec![];
+                    item.batch.events.retain(|e| {
+                        let keep = !ids.contains(&e.event.event_id);
+                        if !keep {
+                            gone.push(e.event.event_id);
+                        }
+                        keep
+                    });
+                    gone.sort_unstable();
+                    gone.dedup();
+                    item.batch
+                        .rejected
+                        .extend(gone.into_iter().map(|event_id| Rejection {
+                            event_id,
+                            reason: headroom::REASON.into(),
+                        }));
+                }
             }
-            Err(Retry::Stale(keys)) => {
-                bases = headroom::fetch(&store.pool, sender.tenant_id, &keys).await?;
+            Err(Retry::Stale(tenant, keys)) => {
+                bases.insert(tenant, headroom::fetch(&store.pool, tenant, &keys).await?);
             }
             Err(Retry::Failed(e)) => return Err(missing_partition(store, e)),
         }
@@ -127,79 +192,203 @@ fn missing_partition(store: &Store, e: ApiError) -> ApiError {
     e
 }
 
+/// One batch's part in an attempt.
+struct Part<'a> {
+    /// Its place in the group (answers go back in order).
+    index: usize,
+    item: &'a Item,
+    /// Its events, distinct by id and sorted; narrowed to the allowed ones, then to the new ones.
+    events: Vec<&'a ReadyEvent>,
+    /// Events as sent (repeats of an id within the batch included: they answer as duplicates).
+    total: usize,
+    /// Distinct event ids.
+    distinct: usize,
+    /// Events the owners allowed (before dedup).
+    allowed: usize,
+    rejected: Vec<Rejection>,
+    /// The sessions its claims name: its view of the group's owners.
+    claimed: Vec<String>,
+    verdict: Verdict,
+}
+
+impl<'a> Part<'a> {
+    fn new(index: usize, item: &'a Item) -> Part<'a> {
+        let b = &item.batch;
+        let mut seen = HashSet::with_capacity(b.events.len());
+        let mut events: Vec<&ReadyEvent> = b
+            .events
+            .iter()
+            .filter(|e| seen.insert(e.event.event_id))
+            .collect();
+        events.sort_by_key(|e| e.event.event_id);
+        Part {
+            index,
+            item,
+            total: b.events.len(),
+            distinct: events.len(),
+            allowed: events.len(),
+            events,
+            rejected: b.rejected.clone(),
+            claimed: vec![],
+            verdict: Verdict::default(),
+        }
+    }
+
+    fn answer(self) -> BatchResponse {
+        let accepted = self.events.len() as u64;
+        let refused = self.distinct - self.allowed;
+        BatchResponse {
+            accepted,
+            duplicates: (self.total - refused) as u64 - accepted,
+            rejected: self.rejected,
+            quota: None,
+        }
+    }
+}
+
 async fn write_once(
     store: &Store,
-    sender: &Sender,
-    batch: &CheckedBatch,
-    bases: &Bases,
-) -> Result<BatchResponse, Retry> {
-    let CheckedBatch {
-        received_at,
-        device_id,
-        agent_version,
-        bindings,
-        events,
-        rejected,
-    } = batch;
-    let (received_at, device_id, agent_version) =
-        (*received_at, device_id.clone(), agent_version.clone());
-    let mut rejected = rejected.clone();
-    let total = events.len();
-    let mut seen = HashSet::with_capacity(total);
-    let mut events: Vec<&ReadyEvent> = events
+    items: &[Item],
+    bases: &HashMap<Uuid, Bases>,
+) -> Result<Vec<BatchResponse>, Retry> {
+    let mut parts: Vec<Part> = items
         .iter()
-        .filter(|e| seen.insert(e.event.event_id))
+        .enumerate()
+        .map(|(i, x)| Part::new(i, x))
         .collect();
-    events.sort_by_key(|e| e.event.event_id);
-    store
-        .ensure_days(events.iter().map(|e| e.effective_at.date_naive()))
-        .await?;
-
+    parts.sort_by_key(|p| p.item.sender.tenant_id);
+    let mut days: Vec<chrono::NaiveDate> = parts
+        .iter()
+        .flat_map(|p| p.events.iter().map(|e| e.effective_at.date_naive()))
+        .collect();
+    days.sort_unstable();
+    days.dedup();
+    store.ensure_days(days).await?;
     let mut tx = store.pool.begin().await?;
-    let default_device = device_id.clone().unwrap_or_default();
-    let mut claims = owners::wanted(sender, &default_device, bindings, &events);
-    if !sender.is_bound() {
-        owners::inherit(&mut tx, sender.tenant_id, &mut claims).await?;
+    let empty = Bases::default();
+    for tenant in parts.chunk_by_mut(|a, b| a.item.sender.tenant_id == b.item.sender.tenant_id) {
+        let id = tenant[0].item.sender.tenant_id;
+        write_tenant(&mut tx, store, id, tenant, bases.get(&id).unwrap_or(&empty)).await?;
     }
-    let owner_of = owners::claim(&mut tx, sender.tenant_id, received_at, &claims).await?;
-    let mut verdict = Verdict::new(sender, &owner_of, bindings);
-    events.retain(|e| match verdict.event(sender, &owner_of, e) {
-        None => true,
-        Some(reason) => {
-            rejected.push(Rejection {
-                event_id: e.event.event_id,
-                reason,
-            });
-            false
-        }
-    });
-    owners::drop_unused(
-        &mut tx,
-        sender.tenant_id,
-        &verdict.unused_inserted(&owner_of),
-    )
-    .await?;
-    let refused = seen.len() - events.len();
+    tx.commit().await?;
+    parts.sort_by_key(|p| p.index);
+    Ok(parts.into_iter().map(Part::answer).collect())
+}
 
-    let ids: Vec<Uuid> = events.iter().map(|e| e.event.event_id).collect();
-    let times: Vec<DateTime<Utc>> = events.iter().map(|e| e.effective_at).collect();
+/// Step 1 for a tenant's batches: each batch's claims (disjoint in a group), one claim statement for
+/// all, then each batch judged against the owners of its own claims; the sessions inserted for nothing
+/// allowed are removed again.
+async fn claim_owners(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant: Uuid,
+    received_at: DateTime<Utc>,
+    parts: &mut [Part<'_>],
+) -> Result<HashMap<String, Owner>, Retry> {
+    let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
+    for p in parts.iter_mut() {
+        let device = p.item.batch.device_id.clone().unwrap_or_default();
+        let mut mine = owners::wanted(&p.item.sender, &device, &p.item.batch.bindings, &p.events);
+        if !p.item.sender.is_bound() {
+            owners::inherit(tx, tenant, &mut mine).await?;
+        }
+        p.claimed = mine.keys().cloned().collect();
+        claims.extend(mine);
+    }
+    let owner_of = owners::claim(tx, tenant, received_at, &claims).await?;
+    let mut unused = vec![];
+    for p in parts.iter_mut() {
+        let mine: HashMap<String, Owner> = p
+            .claimed
+            .iter()
+            .filter_map(|s| Some((s.clone(), owner_of.get(s)?.clone())))
+            .collect();
+        let sender = &p.item.sender;
+        let mut verdict = Verdict::new(sender, &mine, &p.item.batch.bindings);
+        let rejected = &mut p.rejected;
+        p.events.retain(|e| match verdict.event(sender, &mine, e) {
+            None => true,
+            Some(reason) => {
+                rejected.push(Rejection {
+                    event_id: e.event.event_id,
+                    reason,
+                });
+                false
+            }
+        });
+        unused.extend(verdict.unused_inserted(&mine));
+        p.allowed = p.events.len();
+        p.verdict = verdict;
+    }
+    unused.sort_unstable();
+    owners::drop_unused(tx, tenant, &unused).await?;
+    Ok(owner_of)
+}
+
+/// Step 2: the allowed events' keys in one insert (sorted by id); narrows each batch to its new events.
+async fn insert_keys(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant: Uuid,
+    parts: &mut [Part<'_>],
+) -> Result<(), sqlx::Error> {
+    let mut keys: Vec<(Uuid, DateTime<Utc>)> = parts
+        .iter()
+        .flat_map(|p| p.events.iter().map(|e| (e.event.event_id, e.effective_at)))
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    keys.sort_unstable_by_key(|k| k.0);
+    let (ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) = keys.into_iter().unzip();
     let new_ids: HashSet<Uuid> = sqlx::query_scalar(
         "INSERT INTO event_keys (tenant_id, event_id, effective_at) \
          SELECT $1, u.id, u.t FROM unnest($2::uuid[], $3::timestamptz[]) AS u(id, t) \
          ON CONFLICT DO NOTHING RETURNING event_id",
     )
-    .bind(sender.tenant_id)
+    .bind(tenant)
     .bind(&ids)
     .bind(&times)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut **tx)
     .await?
     .into_iter()
     .collect();
-    events.retain(|e| new_ids.contains(&e.event.event_id));
+    for p in parts.iter_mut() {
+        p.events.retain(|e| new_ids.contains(&e.event.event_id));
+    }
+    Ok(())
+}
+
+/// Steps 1–7 for one tenant's batches of the group.
+async fn write_tenant(
+    tx: &mut Transaction<'_, Postgres>,
+    store: &Store,
+    tenant: Uuid,
+    parts: &mut [Part<'_>],
+    bases: &Bases,
+) -> Result<(), Retry> {
+    let received_at = parts
+        .iter()
+        .map(|p| p.item.batch.received_at)
+        .max()
+        .expect("a tenant has a batch");
+    let owner_of = claim_owners(tx, tenant, received_at, parts).await?;
+    insert_keys(tx, tenant, parts).await?;
+    let mut events: Vec<&ReadyEvent> = parts
+        .iter()
+        .flat_map(|p| p.events.iter().copied())
+        .collect();
+    events.sort_by_key(|e| e.event.event_id);
 
     let mut updates: BTreeMap<String, SessionUpdate> = BTreeMap::new();
-    for b in bindings.iter().filter(|b| verdict.allows_binding(b)) {
-        session_update(&mut updates, &owner_of, &b.session_id, b.first_seen_at).bind(b);
+    for p in parts.iter() {
+        for b in p
+            .item
+            .batch
+            .bindings
+            .iter()
+            .filter(|b| p.verdict.allows_binding(b))
+        {
+            session_update(&mut updates, &owner_of, &b.session_id, b.first_seen_at).bind(b);
+        }
     }
     for e in &events {
         if let Some(sid) = &e.event.session_id {
@@ -208,8 +397,8 @@ async fn write_once(
         }
     }
     let health = super::health::prepare(
-        &mut tx,
-        sender.tenant_id,
+        tx,
+        tenant,
         &store.status_rules,
         super::health::inputs(&events),
         &updates,
@@ -221,103 +410,124 @@ async fn write_once(
             u.tracker = Some(f.clone());
         }
     }
-    for (sid, w) in super::work::prepare(&mut tx, sender.tenant_id, &events).await? {
+    for (sid, w) in super::work::prepare(tx, tenant, &events).await? {
         if let Some(u) = updates.get_mut(&sid) {
             u.work = Some(w);
         }
     }
-    let identity = sessions::upsert(&mut tx, sender.tenant_id, received_at, &updates).await?;
-    super::colonies::record(&mut tx, sender.tenant_id, &events, &identity).await?;
+    let identity = sessions::upsert(tx, tenant, received_at, &updates).await?;
+    super::colonies::record(tx, tenant, &events, &identity).await?;
     let mut live = super::stream::BatchStream {
         transitions: health.streamed(),
         ..Default::default()
     };
-    super::health::store_transitions(&mut tx, sender.tenant_id, health).await?;
+    super::health::store_transitions(tx, tenant, health).await?;
 
-    let default_user = sender.user_id.clone().unwrap_or_default();
     let priced = events.iter().any(|e| {
         e.event.kind == EventKind::LlmTurn
             && e.event.data_str("model").is_some_and(|m| !m.is_empty())
     });
     let tenant_prices = if priced {
-        super::prices::tenant_entries(&mut tx, sender.tenant_id).await?
+        super::prices::tenant_entries(tx, tenant).await?
     } else {
         Vec::new()
     };
-    let mut rows = EventRows::new(sender.tenant_id, received_at, events.len());
+    let mut rows = EventRows::new(tenant, events.len());
     let mut rollup = Fit::new(bases);
     let mut tools = ToolRows::default();
-    for e in &events {
-        let (user, device) = match &e.event.session_id {
-            Some(s) => identity.get(s).cloned().unwrap_or_default(),
-            None => (default_user.clone(), default_device.clone()),
-        };
-        let model = if e.event.kind == EventKind::LlmTurn {
-            e.event.data_str("model").unwrap_or("").to_string()
-        } else {
-            String::new()
-        };
-        if e.event.kind.is_device_level() {
-            rows.push(e, user, device, model, None);
-            continue;
-        }
-        let estimate = rollups::estimate_of(&tenant_prices, &model, e.effective_at, &e.usage);
-        let usage = e.usage.with_estimate(estimate);
-        let key = RollupKey {
-            bucket: bucket_of(e.effective_at),
-            user_id: user.clone(),
-            device_id: device.clone(),
-            colony_id: e.event.colony_id.clone().unwrap_or_default(),
-            session_id: e.event.session_id.clone().unwrap_or_default(),
-            model: model.clone(),
-            runtime: e.event.runtime.clone(),
-        };
-        tools.add(&key, &e.event);
-        rollup.add(key, &usage, e.event.event_id);
-        rows.push(e, user, device, model, estimate);
-        if let Some(sid) = &e.event.session_id {
-            live.usage.push(sid);
+    for p in parts.iter() {
+        rows.batch(p.item.batch.received_at);
+        let default_user = p.item.sender.user_id.clone().unwrap_or_default();
+        let default_device = p.item.batch.device_id.clone().unwrap_or_default();
+        for e in &p.events {
+            let (user, device) = match &e.event.session_id {
+                Some(s) => identity.get(s).cloned().unwrap_or_default(),
+                None => (default_user.clone(), default_device.clone()),
+            };
+            let model = if e.event.kind == EventKind::LlmTurn {
+                e.event.data_str("model").unwrap_or("").to_string()
+            } else {
+                String::new()
+            };
+            if e.event.kind.is_device_level() {
+                rows.push(e, user, device, model, None);
+                continue;
+            }
+            let estimate = rollups::estimate_of(&tenant_prices, &model, e.effective_at, &e.usage);
+            let usage = e.usage.with_estimate(estimate);
+            let key = RollupKey {
+                bucket: bucket_of(e.effective_at),
+                user_id: user.clone(),
+                device_id: device.clone(),
+                colony_id: e.event.colony_id.clone().unwrap_or_default(),
+                session_id: e.event.session_id.clone().unwrap_or_default(),
+                model: model.clone(),
+                runtime: e.event.runtime.clone(),
+            };
+            tools.add(&key, &e.event);
+            rollup.add(key, &usage, e.event.event_id);
+            rows.push(e, user, device, model, estimate);
+            if let Some(sid) = &e.event.session_id {
+                live.usage.push(sid);
+            }
         }
     }
     let mut rollup = rollup.finish().map_err(Retry::Overflow)?;
     for sid in add_active(&mut rollup, &active) {
         live.usage.push(sid);
     }
-    rows.insert(&mut tx).await?;
-    match rollups::upsert(&mut tx, sender.tenant_id, &rollup).await {
+    rows.insert(tx).await?;
+    match rollups::upsert(tx, tenant, &rollup).await {
         Err(e) if headroom::is_out_of_range(&e) => {
-            return Err(Retry::Stale(rollup.into_keys().collect()))
+            return Err(Retry::Stale(tenant, rollup.into_keys().collect()))
         }
         r => r?,
     }
-    tools.upsert(&mut tx, sender.tenant_id).await?;
-    let live_device = device_id.clone().filter(|_| sender.live);
-    let crashed = match (&device_id, latest_heartbeat(&events)) {
-        (Some(device), Some(beat)) => {
-            super::runtime::apply(
-                &mut tx,
-                sender.tenant_id,
+    tools.upsert(tx, tenant).await?;
+
+    let mut facts: Vec<DeviceFacts> = parts
+        .iter()
+        .filter_map(|p| {
+            let b = &p.item.batch;
+            let device = b.device_id.clone()?;
+            let version = b.agent_version.clone();
+            Some(DeviceFacts::of(
+                &p.item.sender,
                 device,
+                b.received_at,
+                version,
+                &p.events,
+            ))
+        })
+        .collect();
+    facts.sort_by(|a, b| a.device_id.cmp(&b.device_id));
+    let mut crashed = Vec::new();
+    for f in &facts {
+        if let Some((_, beat)) = &f.beat {
+            let rules = &store.status_rules;
+            let found = super::runtime::apply(
+                tx,
+                tenant,
+                &f.device_id,
                 &beat.runtimes,
-                &store.status_rules,
-                received_at,
+                rules,
+                f.received_at,
             )
-            .await?
+            .await?;
+            crashed.extend(found);
         }
-        _ => Vec::new(),
-    };
-    upsert_device(
-        &mut tx,
-        sender,
-        received_at,
-        device_id,
-        agent_version,
-        &events,
-    )
-    .await?;
+    }
+    devices::upsert(tx, tenant, &mut facts).await?;
+
     live.usage.sort_unstable();
     live.usage.dedup();
-    live.device = live_device.as_deref();
+    live.devices = parts
+        .iter()
+        .filter(|p| p.item.sender.live)
+        .filter_map(|p| p.item.batch.device_id.as_deref())
+        .collect();
+    live.devices.sort_unstable();
+    live.devices.dedup();
     let mut owners: BTreeMap<&str, &str> = identity
         .iter()
         .map(|(s, (u, _))| (s.as_str(), u.as_str()))
@@ -327,16 +537,8 @@ async fn write_once(
     }
     live.transitions
         .extend(crashed.iter().map(|c| c.status.clone()));
-    super::stream::write_batch(&mut tx, sender.tenant_id, &owners, &live).await?;
-    tx.commit().await?;
-
-    let accepted = events.len() as u64;
-    Ok(BatchResponse {
-        accepted,
-        duplicates: (total - refused) as u64 - accepted,
-        rejected,
-        quota: None,
-    })
+    super::stream::write_batch(tx, tenant, &owners, &live).await?;
+    Ok(())
 }
 
 /// Adds the active-time changes to the batch's 15-minute rollup rows (removed stretches negative, under
@@ -391,217 +593,4 @@ fn session_update<'a>(
             .unwrap_or_default();
         SessionUpdate::new(user, device, at)
     })
-}
-
-/// The new events as `COPY … FROM STDIN` text rows (tab-separated, `\N` for NULL, see [`copy_field`]).
-///
-/// COPY rather than `INSERT … SELECT FROM unnest(…)`: the events insert was the largest statement of a
-/// batch (median 16.5 ms of ≈ 50 ms of database time for 900 new events, ingest benchmark); COPY skips
-/// building and unnesting twenty arrays. It runs inside the batch's transaction like the other steps.
-struct EventRows {
-    /// `tenant_id` and `received_at`, the same for every row of the batch.
-    prefix: String,
-    text: String,
-    count: usize,
-}
-
-/// Appends one COPY text-format field: `\N` for NULL, else the value with backslash, tab, newline and
-/// carriage return escaped; then the separator (tab, or newline after the last field).
-fn copy_field(out: &mut String, v: Option<&str>, last: bool) {
-    match v {
-        None => out.push_str("\\N"),
-        Some(v) => {
-            for c in v.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    '\t' => out.push_str("\\t"),
-                    '\n' => out.push_str("\\n"),
-                    '\r' => out.push_str("\\r"),
-                    c => out.push(c),
-                }
-            }
-        }
-    }
-    out.push(if last { '\n' } else { '\t' });
-}
-
-impl EventRows {
-    fn new(tenant_id: Uuid, received_at: DateTime<Utc>, capacity: usize) -> EventRows {
-        EventRows {
-            prefix: format!(
-                "{tenant_id}\t{}\t",
-                received_at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-            ),
-            text: String::with_capacity(capacity * 512),
-            count: 0,
-        }
-    }
-
-    fn push(
-        &mut self,
-        e: &ReadyEvent,
-        user: String,
-        device: String,
-        model: String,
-        estimate: Option<i64>,
-    ) {
-        use std::fmt::Write;
-        let ev = &e.event;
-        let role = ev.agent_role.map(|r| match r {
-            apiary_schema::AgentRole::Queen => "queen",
-            apiary_schema::AgentRole::Worker => "worker",
-        });
-        let estimate = estimate.map(|n| n.to_string());
-        let out = &mut self.text;
-        out.push_str(&self.prefix);
-        // Times and the id are written in formats that need no escaping.
-        let _ = write!(
-            out,
-            "{}\t{}\t{}\t",
-            e.effective_at
-                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
-            ev.event_id,
-            ev.occurred_at
-                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
-        );
-        let fields = [
-            Some(ev.kind.as_str()),
-            Some(ev.runtime.as_str()),
-            Some(ev.native_type.as_str()),
-            Some(ev.session_id.as_deref().unwrap_or("")),
-            Some(ev.colony_id.as_deref().unwrap_or("")),
-            ev.parent_session_id.as_deref(),
-            ev.worker_id.as_deref(),
-            role,
-            ev.node_id.as_deref(),
-            ev.execution_id.as_deref(),
-            ev.trace_id.as_deref(),
-            Some(user.as_str()),
-            Some(device.as_str()),
-            Some(model.as_str()),
-            Some(e.data_json.as_str()),
-            estimate.as_deref(),
-        ];
-        let n = fields.len();
-        for (i, f) in fields.into_iter().enumerate() {
-            copy_field(out, f, i + 1 == n);
-        }
-        self.count += 1;
-    }
-
-    async fn insert(
-        self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    ) -> Result<(), sqlx::Error> {
-        if self.count == 0 {
-            return Ok(());
-        }
-        let mut copy = tx.copy_in_raw(COPY_EVENTS_SQL).await?;
-        copy.send(self.text.into_bytes()).await?;
-        copy.finish().await?;
-        Ok(())
-    }
-}
-
-const COPY_EVENTS_SQL: &str = "COPY events (tenant_id, received_at, effective_at, event_id, occurred_at, kind,
-    runtime, native_type, session_id, colony_id, parent_session_id, worker_id, agent_role, node_id, execution_id,
-    trace_id, user_id, device_id, model, data, cost_estimated_nanos) FROM STDIN";
-
-/// The batch's latest heartbeat (by event time), read.
-fn latest_heartbeat(events: &[&ReadyEvent]) -> Option<Heartbeat> {
-    events
-        .iter()
-        .filter(|e| e.event.kind == EventKind::AgentHeartbeat)
-        .max_by_key(|e| e.effective_at)
-        .map(|b| Heartbeat::from_data(&b.event.data))
-}
-
-/// Liveness of the sending device and its latest heartbeat (by event time).
-async fn upsert_device(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    sender: &Sender,
-    received_at: DateTime<Utc>,
-    device_id: Option<String>,
-    agent_version: Option<String>,
-    events: &[&ReadyEvent],
-) -> Result<(), sqlx::Error> {
-    let Some(device_id) = device_id else {
-        return Ok(());
-    };
-    let beat = events
-        .iter()
-        .filter(|e| e.event.kind == EventKind::AgentHeartbeat)
-        .max_by_key(|e| e.effective_at);
-    let payload = beat
-        .map(|b| Heartbeat::from_data(&b.event.data))
-        .unwrap_or_default();
-    // A drop counter, not usage: it saturates at the bigint maximum instead of failing the batch.
-    let dropped: i128 = events
-        .iter()
-        .filter(|e| e.event.kind == EventKind::OutboxDropped)
-        .filter_map(|e| DropReport::from_data(&e.event.data))
-        .map(|r| i128::from(r.count))
-        .sum();
-    let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
-    let live = sender.live.then_some(received_at);
-    let num = |n: Option<u64>| n.and_then(|n| i64::try_from(n).ok());
-    let version = payload.agent_version.clone().or(agent_version);
-    sqlx::query(
-        "INSERT INTO devices AS d (tenant_id, device_id, user_id, first_seen_at, last_seen_at,
-            last_heartbeat_at, heartbeat_event_at, agent_version, backlog_events, backlog_bytes,
-            oldest_pending_age_seconds, sync_state, dropped_events)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-         ON CONFLICT (tenant_id, device_id) DO UPDATE SET
-            dropped_events = LEAST(d.dropped_events::numeric + EXCLUDED.dropped_events, 9223372036854775807)::bigint,
-            last_seen_at = GREATEST(d.last_seen_at, EXCLUDED.last_seen_at),
-            last_heartbeat_at = GREATEST(d.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
-            agent_version = COALESCE(EXCLUDED.agent_version, d.agent_version),
-            backlog_events = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
-                OR d.heartbeat_event_at IS NULL THEN COALESCE(EXCLUDED.backlog_events, d.backlog_events)
-                ELSE d.backlog_events END,
-            backlog_bytes = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
-                OR d.heartbeat_event_at IS NULL THEN COALESCE(EXCLUDED.backlog_bytes, d.backlog_bytes)
-                ELSE d.backlog_bytes END,
-            oldest_pending_age_seconds = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
-                OR d.heartbeat_event_at IS NULL
-                THEN COALESCE(EXCLUDED.oldest_pending_age_seconds, d.oldest_pending_age_seconds)
-                ELSE d.oldest_pending_age_seconds END,
-            sync_state = CASE WHEN EXCLUDED.heartbeat_event_at >= d.heartbeat_event_at
-                OR d.heartbeat_event_at IS NULL THEN COALESCE(EXCLUDED.sync_state, d.sync_state)
-                ELSE d.sync_state END,
-            heartbeat_event_at = GREATEST(d.heartbeat_event_at, EXCLUDED.heartbeat_event_at)",
-    )
-    .bind(sender.tenant_id)
-    .bind(&device_id)
-    .bind(sender.user_id.clone().unwrap_or_default())
-    .bind(received_at)
-    .bind(live)
-    .bind(beat.and(live))
-    .bind(beat.map(|b| b.effective_at))
-    .bind(version)
-    .bind(num(payload.backlog_events))
-    .bind(num(payload.backlog_bytes))
-    .bind(payload.oldest_pending_age_seconds)
-    .bind(payload.sync_state)
-    .bind(dropped)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::copy_field;
-
-    #[test]
-    fn copy_fields_escape_what_the_text_format_would_misread() {
-        let mut out = String::new();
-        copy_field(&mut out, Some("a\tb\\c\nd\re"), false);
-        copy_field(&mut out, None, false);
-        copy_field(&mut out, Some(r#"{"k":"q\"uo\\te"}"#), true);
-        assert_eq!(
-            out,
-            "a\\tb\\\\c\\nd\\re\t\\N\t{\"k\":\"q\\\\\"uo\\\\\\\\te\"}\n"
-        );
-    }
 }

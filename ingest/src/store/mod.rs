@@ -12,6 +12,8 @@ pub mod admin;
 pub mod batch;
 pub mod budgets;
 pub mod colonies;
+pub mod devices;
+pub mod event_rows;
 pub mod headroom;
 pub mod health;
 pub mod owners;

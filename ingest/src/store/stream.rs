@@ -49,8 +49,8 @@ pub struct BatchStream<'a> {
     pub transitions: Vec<StatusData>,
     /// Sessions with new usage (runtime events).
     pub usage: Vec<&'a str>,
-    /// The sending device, when the batch came over HTTP (it is live).
-    pub device: Option<&'a str>,
+    /// The sending devices (sorted, distinct), when their batches came over HTTP (they are live).
+    pub devices: Vec<&'a str>,
 }
 
 /// The usage columns as a JSON object of totals (exact sums as numbers; `cost_usd` for display).
@@ -123,8 +123,8 @@ pub async fn write_batch(
             .collect();
         wrote += write_usage(tx, tenant_id, &usage_now).await?;
     }
-    if let Some(device) = s.device {
-        wrote += device_online(tx, tenant_id, device).await?;
+    if !s.devices.is_empty() {
+        wrote += device_online(tx, tenant_id, &s.devices).await?;
     }
     if wrote > 0 {
         notify(&mut **tx).await?;
@@ -190,17 +190,18 @@ async fn write_usage(
     Ok(done.rows_affected())
 }
 
-/// `online: true` when the stream last said offline, or never spoke of the device.
+/// `online: true` for each device the stream last said offline, or never spoke of (one statement, rows
+/// in device order).
 async fn device_online(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
-    device: &str,
+    devices: &[&str],
 ) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(
         "WITH up AS (
              INSERT INTO stream_devices AS d (tenant_id, device_id, user_id, online, last_xid)
-             SELECT $1, $2, v.user_id, true, pg_current_xact_id()::text::bigint
-             FROM devices v WHERE v.tenant_id = $1 AND v.device_id = $2
+             SELECT $1, v.device_id, v.user_id, true, pg_current_xact_id()::text::bigint
+             FROM devices v WHERE v.tenant_id = $1 AND v.device_id = ANY($2) ORDER BY v.device_id
              ON CONFLICT (tenant_id, device_id) DO UPDATE
                  SET online = true, last_xid = GREATEST(d.last_xid, EXCLUDED.last_xid)
                  WHERE NOT d.online
@@ -211,7 +212,7 @@ async fn device_online(
          FROM up JOIN devices v ON v.tenant_id = $1 AND v.device_id = up.device_id",
     )
     .bind(tenant_id)
-    .bind(device)
+    .bind(devices)
     .execute(&mut **tx)
     .await?;
     Ok(done.rows_affected())

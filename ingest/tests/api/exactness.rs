@@ -619,3 +619,176 @@ async fn raw_scan(
         })
         .collect()
 }
+
+/// Group commit under a fleet: many devices (device-bound tokens, three tenants) post small batches at
+/// once, every batch twice (concurrent replays) and some overlapping an earlier one; one batch trespasses
+/// into another device's session (those events alone are rejected), one is refused whole (422) and one
+/// carries an invalid event. Every answer is exact for its own request (accepted + duplicates + rejected
+/// = its events; the replays of a batch together accept it exactly once), and the usage equals a raw
+/// scan of the stored events.
+#[sqlx::test(migrations = "../migrations")]
+async fn group_commit_answers_each_of_many_small_concurrent_batches_exactly(pool: sqlx::PgPool) {
+    use apiary_ingest::auth::Scope;
+    use apiary_ingest::store::admin::{create_tenant, create_token, TokenSpec};
+    let app = spawn_app(pool.clone()).await;
+    let mut rng = StdRng::seed_from_u64(21);
+    let now = Utc::now();
+    // (tenant, device, token)
+    let mut devices = vec![];
+    for t in 0..3 {
+        let tenant = create_tenant(&pool, &format!("fleet{t}")).await.unwrap();
+        for d in 0..8 {
+            let name = format!("dev{t}_{d}");
+            let spec = TokenSpec {
+                tenant: tenant.to_string(),
+                scopes: vec![Scope::Ingest],
+                user_id: None,
+                device_id: Some(name.clone()),
+            };
+            let token = create_token(&pool, &spec).await.unwrap().1;
+            devices.push((tenant, name, token));
+        }
+    }
+    let small_batch = |rng: &mut StdRng, device: &str, events: Vec<Value>| {
+        let sessions = (0..2)
+            .map(|s| binding(&format!("{device}_s{s}"), &format!("u_{device}")))
+            .collect();
+        let mut b = batch(events, sessions);
+        b["agent"]["device_id"] = json!(device);
+        if rng.gen_bool(0.1) {
+            b["events"].as_array_mut().unwrap().push(event(
+                "agent.heartbeat",
+                None,
+                now,
+                json!({ "backlog_events": 3 }),
+            ));
+        }
+        b
+    };
+    let usage = |rng: &mut StdRng, device: &str| {
+        let s = format!("{device}_s{}", rng.gen_range(0..2));
+        let at = now - Duration::seconds(rng.gen_range(0..3600));
+        llm(
+            &s,
+            at,
+            "m1",
+            rng.gen_range(1..5000),
+            rng.gen_range(1..500),
+            0.001,
+        )
+    };
+    // Device 0 of tenant 0 owns its sessions before the storm (so the trespass below is deterministic).
+    let (owner_tenant, owner, owner_token) = devices[0].clone();
+    let first = small_batch(&mut rng, &owner, vec![usage(&mut rng, &owner)]);
+    assert_eq!(app.post_batch(&owner_token, &first).await.0, StatusCode::OK);
+
+    // (token, batch, expected status)
+    let mut requests: Vec<(String, Value, StatusCode)> = vec![];
+    for (i, (tenant, device, token)) in devices.iter().enumerate() {
+        let mut previous: Vec<Value> = vec![];
+        for _ in 0..6 {
+            let mut events: Vec<Value> = (0..rng.gen_range(3..15))
+                .map(|_| usage(&mut rng, device))
+                .collect();
+            // Some batches overlap the device's previous one (an agent re-sending after a timeout).
+            if rng.gen_bool(0.3) {
+                events.extend(previous.iter().take(3).cloned());
+            }
+            previous = events.clone();
+            let b = small_batch(&mut rng, device, events);
+            requests.push((token.clone(), b.clone(), StatusCode::OK));
+            requests.push((token.clone(), b, StatusCode::OK));
+        }
+        if i == 1 && *tenant == owner_tenant {
+            // Into device 0's session: those events are rejected, the rest accepted.
+            let mut events = vec![usage(&mut rng, device), usage(&mut rng, device)];
+            let mut trespass = usage(&mut rng, &owner);
+            trespass["session_id"] = json!(format!("{owner}_s0"));
+            events.push(trespass);
+            requests.push((
+                token.clone(),
+                small_batch(&mut rng, device, events),
+                StatusCode::OK,
+            ));
+        }
+        if i == 2 {
+            // Refused whole: a binding whose user id is an e-mail address.
+            let mut b = small_batch(&mut rng, device, vec![usage(&mut rng, device)]);
+            b["sessions"][0]["user_id"] = json!("someone@example.com");
+            requests.push((token.clone(), b, StatusCode::UNPROCESSABLE_ENTITY));
+        }
+        if i == 3 {
+            // One invalid event (negative tokens) among good ones.
+            let mut bad = usage(&mut rng, device);
+            bad["data"]["input_tokens"] = json!(-5);
+            let events = vec![usage(&mut rng, device), bad, usage(&mut rng, device)];
+            requests.push((
+                token.clone(),
+                small_batch(&mut rng, device, events),
+                StatusCode::OK,
+            ));
+        }
+    }
+    // Fire everything at once, in a shuffled order.
+    for i in (1..requests.len()).rev() {
+        requests.swap(i, rng.gen_range(0..=i));
+    }
+    let posts = requests
+        .iter()
+        .map(|(token, b, _)| app.post_batch(token, b));
+    let answers = futures::future::join_all(posts).await;
+
+    let mut accepted_total = 0u64;
+    let mut rejected_reasons = vec![];
+    for ((_, b, want), (status, v)) in requests.iter().zip(&answers) {
+        assert_eq!(status, want, "{v}");
+        if *want != StatusCode::OK {
+            continue;
+        }
+        let n = b["events"].as_array().unwrap().len() as u64;
+        let (acc, dup) = (
+            v["accepted"].as_u64().unwrap(),
+            v["duplicates"].as_u64().unwrap(),
+        );
+        let rejected = v["rejected"].as_array().unwrap();
+        assert_eq!(acc + dup + rejected.len() as u64, n, "{v}");
+        rejected_reasons.extend(
+            rejected
+                .iter()
+                .map(|r| r["reason"].as_str().unwrap().to_string()),
+        );
+        accepted_total += acc;
+    }
+    assert_eq!(rejected_reasons.len(), 2, "{rejected_reasons:?}");
+    assert!(
+        rejected_reasons
+            .iter()
+            .any(|r| r.contains("another device")),
+        "{rejected_reasons:?}"
+    );
+    // A batch and its replay together accepted each of their new events once: the stored events are
+    // exactly the accepted ones (plus the first batch's one).
+    let stored = app.count("events").await as u64;
+    assert_eq!(stored, accepted_total + 1);
+    for (tenant, _, _) in devices.iter().step_by(8) {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT session_id, sum(events)::int8, sum(input_tokens)::int8 FROM usage_rollups
+             WHERE tenant_id = $1 GROUP BY 1 ORDER BY 1",
+        )
+        .bind(tenant)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let raw: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT session_id, count(*)::int8, sum((data->>'input_tokens')::int8)::int8 FROM events
+             WHERE tenant_id = $1 AND kind NOT IN ('agent.heartbeat', 'outbox.dropped')
+             GROUP BY 1 ORDER BY 1",
+        )
+        .bind(tenant)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert!(!raw.is_empty());
+        assert_eq!(rows, raw);
+    }
+}
