@@ -198,7 +198,16 @@ async fn collect(rx: &Mutex<mpsc::Receiver<Job>>, held: &mut VecDeque<Job>, b: B
         }
     }
     *held = still_held;
-    let mut rx = rx.lock().await;
+    // A writer with held-back batches must not wait for the queue: another writer may be waiting in it
+    // for a request that will not come before these are answered.
+    let mut rx = if group.is_empty() {
+        rx.lock().await
+    } else {
+        match rx.try_lock() {
+            Ok(rx) => rx,
+            Err(_) => return group,
+        }
+    };
     if group.is_empty() {
         match rx.recv().await {
             Some(j) => {

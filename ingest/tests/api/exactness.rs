@@ -679,7 +679,8 @@ async fn group_commit_answers_each_of_many_small_concurrent_batches_exactly(pool
     };
     // Device 0 of tenant 0 owns its sessions before the storm (so the trespass below is deterministic).
     let (owner_tenant, owner, owner_token) = devices[0].clone();
-    let first = small_batch(&mut rng, &owner, vec![usage(&mut rng, &owner)]);
+    let one = vec![usage(&mut rng, &owner)];
+    let first = small_batch(&mut rng, &owner, one);
     assert_eq!(app.post_batch(&owner_token, &first).await.0, StatusCode::OK);
 
     // (token, batch, expected status)
@@ -713,7 +714,8 @@ async fn group_commit_answers_each_of_many_small_concurrent_batches_exactly(pool
         }
         if i == 2 {
             // Refused whole: a binding whose user id is an e-mail address.
-            let mut b = small_batch(&mut rng, device, vec![usage(&mut rng, device)]);
+            let one = vec![usage(&mut rng, device)];
+            let mut b = small_batch(&mut rng, device, one);
             b["sessions"][0]["user_id"] = json!("someone@example.com");
             requests.push((token.clone(), b, StatusCode::UNPROCESSABLE_ENTITY));
         }
