@@ -16,9 +16,12 @@
 //! `BENCH_BACKLOG` (default 1000000), `BENCH_DIR` (where data dirs go, default the system temp dir),
 //! `BENCH_PARTS` (comma-separated subset of `throughput,latency,memory,otlp`; default all four).
 
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{bodies, env_usize, median, pct, post_to, Agent};
 
 use apiary_agent::outbox::{open_raw_writer, Item, PreparedEvent};
 use apiary_schema::hive::Zone;
@@ -27,13 +30,6 @@ use serde_json::Value;
 
 const BODY_EVENTS: usize = 1000;
 const CONNECTIONS: usize = 4;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// `n` realistic durable Hive lines: the fixture day's durable lines, replayed as many days as needed
 /// (each replica's timestamps one day later and its `seq` shifted, so every event id is new and time
@@ -141,124 +137,13 @@ fn raw_rate(rows: &[PreparedEvent], dir: &Path) -> f64 {
     rows.len() as f64 / start.elapsed().as_secs_f64()
 }
 
-struct Agent {
-    child: Child,
-    base: String,
-    token: String,
-    /// `http://` + the OTLP receiver's address.
-    otlp: String,
-}
-
-impl Agent {
-    #[allow(clippy::zombie_processes)] // waited for in `stop`
-    fn start(dir: &Path) -> Agent {
-        let child = Command::new(env!("CARGO_BIN_EXE_apiary-agent"))
-            .args(["run", "--data-dir"])
-            .arg(dir)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(["--otlp-listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn")
-            .env("APIARY_ZONE", "UTC")
-            .env("APIARY_OUTBOX_MAX_BYTES", (8u64 << 30).to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(addr) = std::fs::read_to_string(dir.join("agent.addr")) {
-                let token = std::fs::read_to_string(dir.join("agent.token")).unwrap();
-                let otlp = std::fs::read_to_string(dir.join("otlp.addr")).unwrap();
-                return Agent {
-                    child,
-                    base: format!("http://{}", addr.trim()),
-                    token: token.trim().to_string(),
-                    otlp: format!("http://{}", otlp.trim()),
-                };
-            }
-            assert!(Instant::now() < deadline, "agent did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// (VmRSS, VmHWM) in MiB.
-    fn rss_mib(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb = |key: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
-    }
-
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Posts `bodies` over `CONNECTIONS` connections; returns events/s.
 async fn post_all(agent: &Agent, bodies: &[bytes::Bytes], events: usize) -> f64 {
     let url = format!("{}/v1/events", agent.base);
-    post_to(&url, "application/x-ndjson", &agent.token, bodies, events).await
-}
-
-/// Posts `bodies` to `url` over `CONNECTIONS` connections; returns events/s.
-async fn post_to(
-    url: &str,
-    ctype: &'static str,
-    token: &str,
-    bodies: &[bytes::Bytes],
-    events: usize,
-) -> f64 {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let (url, token) = (url.to_string(), token.to_string());
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..CONNECTIONS {
-        let (client, url, next, token) = (client.clone(), url.clone(), next.clone(), token.clone());
-        let bodies = bodies.to_vec();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(body) = bodies.get(i) else { break };
-                let r = client
-                    .post(&url)
-                    .bearer_auth(&token)
-                    .header("content-type", ctype)
-                    .body(body.clone())
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(r.status().is_success(), "{}", r.status());
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    events as f64 / start.elapsed().as_secs_f64()
-}
-
-fn bodies(lines: &[String], per_body: usize) -> Vec<bytes::Bytes> {
-    lines
-        .chunks(per_body)
-        .map(|c| bytes::Bytes::from(c.join("\n")))
-        .collect()
+    let ndjson = "application/x-ndjson";
+    post_to(&url, ndjson, &agent.token, bodies, events, CONNECTIONS)
+        .await
+        .0
 }
 
 /// Open-loop: `per_req` events every `every`, for `total` events; returns sorted latencies (ms).
@@ -309,27 +194,6 @@ async fn open_loop(
     }
     out.sort_by(f64::total_cmp);
     out
-}
-
-/// The agent's `GET /v1/status`.
-async fn status(agent: &Agent) -> Value {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let r = client
-        .get(format!("{}/v1/status", agent.base))
-        .bearer_auth(&agent.token)
-        .send()
-        .await
-        .unwrap();
-    r.json::<Value>().await.unwrap()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn pct(v: &[f64], p: f64) -> f64 {
-    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
 }
 
 fn main() {
@@ -457,13 +321,16 @@ fn otlp_part(rt: &tokio::runtime::Runtime, lines: &[String], runs: usize, base: 
         let dir = tempfile::tempdir_in(base).unwrap();
         let agent = Agent::start(dir.path());
         let url = format!("{}/v1/traces", agent.otlp);
-        let o = rt.block_on(post_to(
-            &url,
-            "application/x-protobuf",
-            &agent.token,
-            &spans,
-            n,
-        ));
+        let o = rt
+            .block_on(post_to(
+                &url,
+                "application/x-protobuf",
+                &agent.token,
+                &spans,
+                n,
+                CONNECTIONS,
+            ))
+            .0;
         agent.stop();
         let dir = tempfile::tempdir_in(base).unwrap();
         let agent = Agent::start(dir.path());
@@ -539,7 +406,7 @@ fn latency_part(rt: &tokio::runtime::Runtime, lines: &[String], base: &Path) {
         "ack latency at 10k ev/s offered (20 ev/request every 2 ms, {} requests): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         lat.len(), pct(&lat, 0.5), pct(&lat, 0.99), lat[lat.len() - 1]
     );
-    let status = rt.block_on(status(&agent));
+    let status = rt.block_on(agent.status());
     let health = &status["health"];
     println!(
         "  the writer committed {} groups carrying {} submissions",
@@ -555,7 +422,7 @@ fn memory_part(rt: &tokio::runtime::Runtime, lines: &[String], base: &Path, back
     let backlog_bodies = bodies(&lines[..backlog], BODY_EVENTS);
     let rate = rt.block_on(post_all(&agent, &backlog_bodies, backlog));
     let (rss, hwm) = agent.rss_mib();
-    let status = rt.block_on(status(&agent));
+    let status = rt.block_on(agent.status());
     let (rss_after_status, _) = agent.rss_mib();
     println!(
         "RSS with a {} event backlog: {rss:.1} MiB (idle at start {idle_rss:.1} MiB, peak {hwm:.1} MiB, after a status query {rss_after_status:.1} MiB); filled at {rate:.0} ev/s; outbox {} MiB used",

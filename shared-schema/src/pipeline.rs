@@ -8,6 +8,8 @@
 //! ([`crate::colony`]) → redact by the policy.
 //! Nothing here touches disk; the agent writes only what [`Outcome::Kept`] holds.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::event::CanonicalEvent;
@@ -126,6 +128,59 @@ fn within_range(outcome: Outcome) -> Result<Outcome, ProcessError> {
     Ok(outcome)
 }
 
+/// The filter verdict (and the native type) of a line that the pipeline filters by its native type
+/// alone, found without building a value; `None` when it must take the whole path ([`process_value`] on the parsed line).
+///
+/// Most of a Hive debug log is streaming deltas and chatty types (about three lines in four), and
+/// [`process_value`] drops them after reading only `type`: building their value trees first was most of
+/// the intake's work. This reads the line once with borrowed fields and skips every other value.
+///
+/// The verdict is exactly [`process_value`]'s whenever this returns one: the line is one JSON object
+/// (same grammar, nesting limit and trailing-character rule as serde_json's value parser), it names
+/// neither `schema_version` nor `event_id` (so it is not canonical, whatever their values), it has
+/// exactly one `type` and it is a string, and the type is not durable. Anything else — a duplicate key,
+/// a non-string type, a canonical event, a durable type, bad JSON — is `None`, and the caller's full
+/// path decides (and words any error) as before. One difference is deliberate: a number too large for
+/// an f64 (`1e400`) inside a filtered line is skipped here where the value parser would refuse the line;
+/// the line is filtered either way, not kept.
+pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
+    use serde::de::IgnoredAny;
+
+    /// Present (whatever its value, null included) or not.
+    #[derive(Default)]
+    struct Present(bool);
+    impl<'de> serde::Deserialize<'de> for Present {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Present, D::Error> {
+            IgnoredAny::deserialize(d).map(|_| Present(true))
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Sniff<'a> {
+        #[serde(rename = "type", borrow)]
+        native_type: Option<Cow<'a, str>>,
+        #[serde(default)]
+        schema_version: Present,
+        #[serde(default)]
+        event_id: Present,
+    }
+
+    // A struct also deserializes from an array: only an object is a native event.
+    if line.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let sniff: Sniff<'_> = serde_json::from_slice(line).ok()?;
+    if sniff.schema_version.0 && sniff.event_id.0 {
+        return None;
+    }
+    let native_type = sniff.native_type?;
+    let reason = match hive::classify(&native_type) {
+        None => FilterReason::UnknownType,
+        Some(hive::Classification::Filtered(reason)) => reason,
+        Some(hive::Classification::Durable(..)) => return None,
+    };
+    Some((reason, native_type))
+}
+
 /// Processes a decoded OTLP export: each span, log record or data point is mapped ([`crate::otel`]) and
 /// each event redacted by the same policy step as Hive's. One result per record, in order.
 pub fn process_otlp(
@@ -184,6 +239,56 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The sniff's verdict is the full path's whenever it gives one, on lines of every shape.
+    #[test]
+    fn sniff_agrees_with_the_full_path() {
+        let policy = Policy::default_policy();
+        let opts = ProcessOptions::new(&policy);
+        let lines = [
+            r#"{"type": "llm_text_delta", "stream_id": "queen", "data": {"content": "hi"}, "seq": 1}"#,
+            r#"{"type": "node_loop_iteration", "data": {"n": [1, {"a": null}]}}"#,
+            r#"{"type": "context_usage_updated"}"#,
+            r#"{"type": "no_such_type_at_all", "x": 1}"#,
+            r#"{"type": "llm_turn_complete", "execution_id": "s", "timestamp": "2026-11-03T10:00:00", "data": {}}"#,
+            r#"{"type": "llm_text_delta", "type": "llm_turn_complete"}"#,
+            r#"{"type": 7}"#,
+            r#"{"data": {}}"#,
+            r#"{"type": "llm_text_delta", "schema_version": null, "event_id": null}"#,
+            r#"{"type": "llm_text_delta", "schema_version": 1}"#,
+            r#"["type", "llm_text_delta"]"#,
+            r#"{"type": "llm_text_delta"} x"#,
+            r#"{"type": "llm_text_delta""#,
+            r#"{"type": "llm_text_delta"}"#,
+            r#"  {"type": "llm_text_delta"}  "#,
+        ];
+        let mut sniffed = 0;
+        for line in lines {
+            let Some((reason, name)) = sniff_filtered(line.as_bytes()) else {
+                continue;
+            };
+            sniffed += 1;
+            let v: Value = serde_json::from_str(line).unwrap();
+            match process_value(&v, &opts) {
+                Ok(Outcome::Filtered {
+                    reason: r,
+                    native_type,
+                }) => assert_eq!((r, native_type.as_str()), (reason, &*name), "{line}"),
+                other => panic!("{line}: sniffed {reason:?}, full path {other:?}"),
+            }
+        }
+        assert_eq!(sniffed, 7);
+        let deep = format!(
+            "{{\"type\": \"llm_text_delta\", \"d\": {}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(
+            sniff_filtered(deep.as_bytes()),
+            None,
+            "nesting past the limit"
+        );
+    }
 
     #[test]
     fn errors_never_quote_the_input() {

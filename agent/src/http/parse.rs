@@ -5,7 +5,8 @@
 //! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_value`]:
 //! classify, adapt, redact) and dropped, so at most one event's value is alive at a time. An event longer
 //! than `intake.max_line_bytes` is an error without being parsed; invalid UTF-8, bad JSON and nesting
-//! deeper than 128 levels are errors too.
+//! deeper than 128 levels are errors too. A line the pipeline filters by its type alone (deltas, chatty
+//! types) is only skimmed ([`sniff_filtered`]): no value is built for it.
 //!
 //! Unreadable events are received and rejected: the first [`MAX_DEAD_LETTERS`] of a request each get a
 //! dead-letter row (line or index and reason, never content) and an entry in [`Parsed::errors`]; the rest
@@ -14,6 +15,8 @@
 //! [`Item::Filtered`] per reason. So a request costs at most its body, one event's value, its kept
 //! events and a bounded number of items besides, whatever it holds.
 
+use apiary_schema::hive::FilterReason;
+use apiary_schema::pipeline::sniff_filtered;
 use apiary_schema::{process_value, Outcome, ProcessOptions};
 use serde::Serialize;
 use serde_json::Value;
@@ -92,13 +95,17 @@ impl Parsed {
     /// A kept event becomes an item; a filtered one is counted under its reason.
     pub(crate) fn push_outcome(&mut self, outcome: &Outcome) {
         match outcome {
-            Outcome::Filtered { reason, .. } => {
-                *self
-                    .filtered
-                    .entry(reason.as_str().to_string())
-                    .or_default() += 1;
-            }
+            Outcome::Filtered { reason, .. } => self.count_filtered(*reason),
             kept => self.items.push(Item::from_outcome(kept)),
+        }
+    }
+
+    fn count_filtered(&mut self, reason: FilterReason) {
+        match self.filtered.get_mut(reason.as_str()) {
+            Some(n) => *n += 1,
+            None => {
+                self.filtered.insert(reason.as_str().to_string(), 1);
+            }
         }
     }
 
@@ -180,6 +187,10 @@ fn parse_piece(
     if let Err(e) = std::str::from_utf8(bytes) {
         let msg = format!("invalid UTF-8 at byte {}", e.valid_up_to());
         return out.reject(piece.line, piece.index, msg);
+    }
+    // Deltas and chatty types (most of a Hive debug stream) are counted without building their value.
+    if let Some((reason, _)) = sniff_filtered(bytes) {
+        return out.count_filtered(reason);
     }
     match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => out.push_value(&v, opts, piece),

@@ -10,7 +10,7 @@
 //!
 //! [`Update`]: apiary_schema::status::Update
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::status::{
     view, Durations, Input, Liveness, Rules, Status, Tracker, Transition, View,
@@ -20,14 +20,21 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 /// Folds a group's new inputs (per session) into the stored trackers and history.
+/// `cache` holds the last committed trackers of recent sessions (read instead of the row); the trackers
+/// this group writes go to `written`, for the cache once the group commits.
 pub(crate) fn flush(
     conn: &Connection,
     inputs: &BTreeMap<String, Vec<Input>>,
+    cache: &HashMap<String, (u64, Tracker)>,
+    written: &mut HashMap<String, (u64, Tracker)>,
 ) -> rusqlite::Result<()> {
     let rules = Rules::default();
     let now_ms = Utc::now().timestamp_millis();
     for (session, new) in inputs {
-        let mut tracker = load(conn, session)?.unwrap_or_default();
+        let mut tracker = match cache.get(session) {
+            Some((_, t)) => t.clone(),
+            None => load(conn, session)?.unwrap_or_default(),
+        };
         let update = tracker.push(new.iter().cloned(), &rules);
         let json = serde_json::to_string(&tracker).expect("a tracker serialises");
         conn.prepare_cached(
@@ -56,6 +63,7 @@ pub(crate) fn flush(
             ])?;
             super::live::status(conn, session, t, now_ms)?;
         }
+        written.insert(session.clone(), (0, tracker));
     }
     Ok(())
 }

@@ -35,6 +35,8 @@ pub(crate) struct Delta {
     pub tool_starts: i64,
     /// Sessions first bound in this group (added to the writer's cache after commit).
     pub new_sessions: HashSet<String>,
+    /// Trackers and work folds this group wrote (into the writer's [`FoldCache`] after commit).
+    pub folds: FoldCache,
     /// Claimed in this group.
     pub claimed: HashMap<Uuid, ClaimedRow>,
     /// Settled in this group (leave the in-flight map after commit).
@@ -117,6 +119,49 @@ pub(crate) struct WriterState {
     pub attach_durations: bool,
     /// Open tool-call starts stored (`tool_starts`), to keep them under their cap without counting.
     pub open_tool_starts: i64,
+    /// The last committed trackers and work folds of recently written sessions.
+    pub folds: FoldCache,
+}
+
+/// Sessions' health trackers and work folds as last committed (the tables are the truth; only the
+/// writer changes them, always through this cache): a group folds its new events into the cached value
+/// instead of reading and parsing the row again. Bounded: past [`FoldCache::MAX_SESSIONS`] sessions
+/// the older half is forgotten (read from the table again when next written).
+#[derive(Default)]
+pub(crate) struct FoldCache {
+    pub trackers: HashMap<String, (u64, apiary_schema::status::Tracker)>,
+    pub works: HashMap<String, (u64, apiary_schema::work::Work)>,
+    /// Bumped per merge: an entry's age.
+    generation: u64,
+}
+
+impl FoldCache {
+    /// Sessions kept (a tracker is a few KiB: 4096 of them are ~16 MiB at most).
+    pub const MAX_SESSIONS: usize = 4096;
+
+    fn merge(&mut self, new: FoldCache) {
+        self.generation += 1;
+        let g = self.generation;
+        for (k, (_, v)) in new.trackers {
+            self.trackers.insert(k, (g, v));
+        }
+        for (k, (_, v)) in new.works {
+            self.works.insert(k, (g, v));
+        }
+        evict_older_half(&mut self.trackers);
+        evict_older_half(&mut self.works);
+    }
+}
+
+fn evict_older_half<V>(map: &mut HashMap<String, (u64, V)>) {
+    if map.len() <= FoldCache::MAX_SESSIONS {
+        return;
+    }
+    let mut ages: Vec<u64> = map.values().map(|(g, _)| *g).collect();
+    let mid = ages.len() / 2;
+    let (_, cut, _) = ages.select_nth_unstable(mid);
+    let cut = *cut;
+    map.retain(|_, (g, _)| *g > cut);
 }
 
 impl WriterState {
@@ -142,6 +187,7 @@ impl WriterState {
     pub fn merge(&mut self, delta: Delta) {
         self.claims = self.claims.with(&delta);
         self.known_sessions.extend(delta.new_sessions);
+        self.folds.merge(delta.folds);
         self.open_tool_starts += delta.tool_starts;
         let now = Instant::now();
         for id in delta.settled {
@@ -160,6 +206,33 @@ impl WriterState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fold_cache_forgets_its_older_half_past_its_bound() {
+        let mut cache = FoldCache::default();
+        let n = FoldCache::MAX_SESSIONS + 1;
+        for i in 0..n {
+            let mut group = FoldCache::default();
+            group
+                .works
+                .insert(format!("s{i}"), (0, apiary_schema::work::Work::default()));
+            cache.merge(group);
+        }
+        let kept = cache.works.len();
+        assert!(kept <= n / 2 + 1 && kept >= n / 2 - 1, "{kept}");
+        assert!(
+            cache.works.contains_key(&format!("s{}", n - 1)),
+            "the newest stays"
+        );
+        assert!(!cache.works.contains_key("s0"), "the oldest goes");
+        // A session written again is young again.
+        let mut group = FoldCache::default();
+        group
+            .works
+            .insert("s0".into(), (0, apiary_schema::work::Work::default()));
+        cache.merge(group);
+        assert!(cache.works.contains_key("s0"));
+    }
 
     #[test]
     fn counting_zero_leaves_no_row_and_counts_add_up() {

@@ -89,8 +89,13 @@ pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>
         .optional()
 }
 
-/// Writes the group's counter and usage deltas, and folds its health inputs ([`super::health`]).
-pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<()> {
+/// Writes the group's counter and usage deltas, and folds its health inputs ([`super::health`]) and
+/// work facts ([`super::work`]), starting from `folds` for the sessions it holds.
+pub(crate) fn flush_delta(
+    conn: &Connection,
+    delta: &mut Delta,
+    folds: &super::memory::FoldCache,
+) -> rusqlite::Result<()> {
     let mut counters = conn.prepare_cached(
         "INSERT INTO counters (name, value) VALUES (?1, ?2)
          ON CONFLICT(name) DO UPDATE SET value = value + ?2",
@@ -138,8 +143,9 @@ pub(crate) fn flush_delta(conn: &Connection, delta: &Delta) -> rusqlite::Result<
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
     super::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
-    super::health::flush(conn, &delta.status)?;
-    super::work::flush(conn, &delta.work)?;
+    let written = &mut delta.folds;
+    super::health::flush(conn, &delta.status, &folds.trackers, &mut written.trackers)?;
+    super::work::flush(conn, &delta.work, &folds.works, &mut written.works)?;
     Ok(())
 }
 

@@ -5,18 +5,24 @@
 //! delta) into each session's stored [`Work`], in the group's transaction. The fold is order-independent
 //! and idempotent, so the agent and the ingest agree whatever order each received the events in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::work::{OwnedFact, Work};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Folds a group's new facts (per session) into the stored work.
+/// `cache` and `written` as for [`super::health::flush`].
 pub(crate) fn flush(
     conn: &Connection,
     facts: &BTreeMap<String, Vec<OwnedFact>>,
+    cache: &HashMap<String, (u64, Work)>,
+    written: &mut HashMap<String, (u64, Work)>,
 ) -> rusqlite::Result<()> {
     for (session, new) in facts {
-        let mut work = load(conn, session)?.unwrap_or_default();
+        let mut work = match cache.get(session) {
+            Some((_, w)) => w.clone(),
+            None => load(conn, session)?.unwrap_or_default(),
+        };
         for f in new {
             work.fold_parts(&f.fact(), f.at);
         }
@@ -26,6 +32,7 @@ pub(crate) fn flush(
              ON CONFLICT(session_id) DO UPDATE SET work = ?2",
         )?
         .execute(params![session, json])?;
+        written.insert(session.clone(), (0, work));
     }
     Ok(())
 }

@@ -191,7 +191,7 @@ impl Writer {
         for job in jobs.iter_mut() {
             job.apply(&mut ctx)?;
         }
-        store::flush_delta(&tx, &delta)?;
+        store::flush_delta(&tx, &mut delta, &self.state.folds)?;
         let touched: std::collections::BTreeSet<&str> =
             delta.usage.keys().map(|(s, _)| s.as_str()).collect();
         self.stream_due = super::live::flush(&tx, touched, now_ms)?;

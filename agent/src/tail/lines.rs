@@ -6,8 +6,8 @@
 //! anything a user typed.
 
 use apiary_schema::hive::Zone;
-use apiary_schema::pipeline::ProcessError;
-use apiary_schema::{process_value, Policy, ProcessOptions};
+use apiary_schema::pipeline::{sniff_filtered, ProcessError};
+use apiary_schema::{process_value, Outcome, Policy, ProcessOptions};
 
 use super::file::RawLine;
 use super::sink::TailItem;
@@ -57,6 +57,13 @@ pub fn process_line(line: &RawLine, line_no: u64, ctx: &LineContext<'_>) -> Opti
             return malformed(offset, format!("invalid UTF-8 at byte {at}"));
         }
     };
+    // Deltas and chatty types are filtered without building their value.
+    if let Some((reason, native_type)) = sniff_filtered(bytes) {
+        return Some(TailItem::Processed(Outcome::Filtered {
+            native_type: native_type.into_owned(),
+            reason,
+        }));
+    }
     let value: serde_json::Value = match serde_json::from_str(text) {
         Ok(value) => value,
         // serde_json's syntax errors name a position, never the input.
@@ -83,8 +90,6 @@ fn reason_of(e: &ProcessError) -> String {
 
 #[cfg(test)]
 mod tests {
-    use apiary_schema::Outcome;
-
     use super::*;
 
     fn run(line: &[u8], hint: Option<&str>) -> Option<TailItem> {

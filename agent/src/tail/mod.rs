@@ -151,6 +151,15 @@ impl PollReport {
         r
     }
 
+    /// Adds another file's report of the same poll.
+    fn merge(&mut self, other: &PollReport) {
+        self.add(other);
+        self.files_scanned += other.files_scanned;
+        self.restarts += other.restarts;
+        self.file_errors += other.file_errors;
+        self.caught_up &= other.caught_up;
+    }
+
     fn add(&mut self, chunk: &PollReport) {
         self.commits += chunk.commits;
         self.lines_committed += chunk.lines_committed;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::discover::{self, Source};
@@ -15,6 +16,9 @@ use super::{empty_head_hash, PollReport, TailError, TailSettings};
 
 /// How many chunks one poll reads from one file before moving on (fairness between files).
 const MAX_CHUNKS_PER_FILE: usize = 32;
+
+/// Files read and committed at once in a poll (each file's own chunks stay in order).
+const FILES_IN_FLIGHT: usize = 8;
 
 /// A handle unused for this long is closed, so a home with thousands of old sessions holds few descriptors.
 const CLOSE_IDLE_AFTER: Duration = Duration::from_secs(60);
@@ -83,8 +87,9 @@ impl<S: TailSink> Tailer<S> {
     }
 
     /// One pass: discover new files (at most every `discover_interval`), then read and commit what every
-    /// changed file holds, up to a per-file budget. A sink error stops the pass; nothing it did not
-    /// commit is considered read, so the next pass reads the same lines again.
+    /// changed file holds, up to a per-file budget, [`FILES_IN_FLIGHT`] files at a time. A sink error
+    /// stops that file's reading and fails the pass; nothing the sink did not commit is considered read,
+    /// so the next pass reads the same lines again.
     #[tracing::instrument(skip_all, fields(home = %self.settings.hive_home.display()))]
     pub async fn try_poll_once(&mut self) -> Result<PollReport, TailError> {
         let mut report = PollReport {
@@ -133,111 +138,153 @@ impl<S: TailSink> Tailer<S> {
         }
         to_step.sort();
         to_step.dedup();
-        for key in to_step {
-            self.poll_file(&key, &mut report).await?;
+        // Several files in flight at once: one file's chunks stay in order (each commits before the next
+        // is read), and while one waits for its commit another is read, so the writer groups their
+        // commits into one fsync. A sink error stops no file mid-chunk: every file goes back with the
+        // checkpoint of what was committed, and the first error is returned.
+        let work: Vec<(String, Tracked)> = to_step
+            .into_iter()
+            .filter_map(|key| self.files.remove(&key).map(|t| (key, t)))
+            .collect();
+        let (settings, sink, stop) = (&self.settings, &self.sink, &self.stop);
+        let done: Vec<(String, Tracked, PollReport, Result<FileEnd, TailError>)> =
+            futures::stream::iter(work.into_iter().map(|(key, mut t)| async move {
+                let mut r = PollReport {
+                    caught_up: true,
+                    ..PollReport::default()
+                };
+                let end = poll_file(&key, &mut t, settings, sink.as_ref(), stop, &mut r).await;
+                (key, t, r, end)
+            }))
+            .buffer_unordered(FILES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut first_error = None;
+        for (key, t, r, end) in done {
+            report.merge(&r);
+            match end {
+                Ok(FileEnd::Gone) => {
+                    tracing::debug!(source = %key, "log is gone");
+                    self.saved.insert(key, t.checkpoint);
+                }
+                Ok(FileEnd::Kept) => {
+                    self.files.insert(key, t);
+                }
+                Err(e) => {
+                    self.files.insert(key, t);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
         }
         report.files_tracked = self.files.len();
         Ok(report)
     }
+}
 
-    /// Steps one file until it is caught up, its budget is spent, or the tailer is stopped.
-    async fn poll_file(&mut self, key: &str, report: &mut PollReport) -> Result<(), TailError> {
-        report.files_scanned += 1;
-        for _ in 0..MAX_CHUNKS_PER_FILE {
-            if self.stop.is_cancelled() {
-                report.caught_up = false;
-                return Ok(());
+/// What became of a file after [`poll_file`].
+enum FileEnd {
+    /// Still followed.
+    Kept,
+    /// It is gone: forget it, keep its checkpoint in case it shows up again.
+    Gone,
+}
+
+/// Steps one file until it is caught up, its budget is spent, or the tailer is stopped.
+async fn poll_file<S: TailSink>(
+    key: &str,
+    t: &mut Tracked,
+    settings: &Arc<TailSettings>,
+    sink: &S,
+    stop: &CancellationToken,
+    report: &mut PollReport,
+) -> Result<FileEnd, TailError> {
+    report.files_scanned += 1;
+    for _ in 0..MAX_CHUNKS_PER_FILE {
+        if stop.is_cancelled() {
+            report.caught_up = false;
+            return Ok(FileEnd::Kept);
+        }
+        let job = Job {
+            source: t.source.clone(),
+            checkpoint: t.checkpoint.clone(),
+            line_no: t.line_no,
+            handle: t.handle.take(),
+            hint: t.hint,
+        };
+        let settings = settings.clone();
+        let step = tokio::task::spawn_blocking(move || step::next_step(job, &settings)).await?;
+        let step = match step {
+            Ok(step) => step,
+            Err(e) => {
+                report.file_errors += 1;
+                let message = e.to_string();
+                if t.last_error.as_ref() != Some(&message) {
+                    tracing::warn!(source = %key, error = %message, "cannot read a log; will retry");
+                    t.last_error = Some(message);
+                }
+                t.seen = None;
+                return Ok(FileEnd::Kept);
             }
-            let Some(t) = self.files.get_mut(key) else {
-                return Ok(());
-            };
-            let job = Job {
-                source: t.source.clone(),
-                checkpoint: t.checkpoint.clone(),
-                line_no: t.line_no,
-                handle: t.handle.take(),
-                hint: t.hint,
-            };
-            let settings = self.settings.clone();
-            let step = tokio::task::spawn_blocking(move || step::next_step(job, &settings)).await?;
-            let step = match step {
-                Ok(step) => step,
-                Err(e) => {
-                    report.file_errors += 1;
-                    let message = e.to_string();
-                    if t.last_error.as_ref() != Some(&message) {
-                        tracing::warn!(source = %key, error = %message, "cannot read a log; will retry");
-                        t.last_error = Some(message);
-                    }
-                    t.seen = None;
-                    return Ok(());
-                }
-            };
-            t.last_error = None;
-            t.last_active = Instant::now();
-            match step {
-                Step::Idle { handle, seen, hint } => {
-                    (t.handle, t.seen, t.hint) = (handle, seen, hint);
-                    return Ok(());
-                }
-                Step::Gone => {
-                    let gone = self.files.remove(key).expect("tracked");
-                    tracing::debug!(source = %key, "log is gone");
-                    self.saved.insert(key.to_string(), gone.checkpoint);
-                    return Ok(());
-                }
-                Step::Restart {
-                    why,
-                    checkpoint,
-                    handle,
-                } => {
-                    (t.handle, t.seen) = (Some(handle), None);
-                    tracing::info!(source = %key, reason = ?why, "reading a log again from the start");
-                    self.commit(key, Vec::new(), checkpoint.clone()).await?;
-                    let t = self.files.get_mut(key).expect("tracked");
-                    (t.checkpoint, t.line_no, t.hint, t.seen) = (checkpoint, Some(0), None, None);
-                    report.restarts += 1;
-                }
-                Step::Chunk {
-                    items,
-                    lines,
-                    checkpoint,
-                    line_no,
-                    handle,
-                    hint,
-                    seen,
-                } => {
-                    (t.handle, t.seen) = (Some(handle), None);
-                    let counts = PollReport::of_items(&items, lines);
-                    self.commit(key, items, checkpoint.clone()).await?;
-                    let t = self.files.get_mut(key).expect("tracked");
-                    (t.checkpoint, t.line_no, t.hint) = (checkpoint, Some(line_no), hint);
-                    report.add(&counts);
-                    if seen.is_some() {
-                        t.seen = seen;
-                        return Ok(());
-                    }
+        };
+        t.last_error = None;
+        t.last_active = Instant::now();
+        match step {
+            Step::Idle { handle, seen, hint } => {
+                (t.handle, t.seen, t.hint) = (handle, seen, hint);
+                return Ok(FileEnd::Kept);
+            }
+            Step::Gone => return Ok(FileEnd::Gone),
+            Step::Restart {
+                why,
+                checkpoint,
+                handle,
+            } => {
+                (t.handle, t.seen) = (Some(handle), None);
+                tracing::info!(source = %key, reason = ?why, "reading a log again from the start");
+                commit(sink, key, Vec::new(), checkpoint.clone()).await?;
+                (t.checkpoint, t.line_no, t.hint, t.seen) = (checkpoint, Some(0), None, None);
+                report.restarts += 1;
+            }
+            Step::Chunk {
+                items,
+                lines,
+                checkpoint,
+                line_no,
+                handle,
+                hint,
+                seen,
+            } => {
+                (t.handle, t.seen) = (Some(handle), None);
+                let counts = PollReport::of_items(&items, lines);
+                commit(sink, key, items, checkpoint.clone()).await?;
+                (t.checkpoint, t.line_no, t.hint) = (checkpoint, Some(line_no), hint);
+                report.add(&counts);
+                if seen.is_some() {
+                    t.seen = seen;
+                    return Ok(FileEnd::Kept);
                 }
             }
         }
-        report.caught_up = false;
-        Ok(())
     }
+    report.caught_up = false;
+    Ok(FileEnd::Kept)
+}
 
-    async fn commit(
-        &self,
-        key: &str,
-        items: Vec<TailItem>,
-        checkpoint: Checkpoint,
-    ) -> Result<(), TailError> {
-        self.sink
-            .commit(items, checkpoint)
-            .await
-            .map_err(|source| TailError::Commit {
-                source_key: key.to_string(),
-                source,
-            })
-    }
+async fn commit<S: TailSink>(
+    sink: &S,
+    key: &str,
+    items: Vec<TailItem>,
+    checkpoint: Checkpoint,
+) -> Result<(), TailError> {
+    sink.commit(items, checkpoint)
+        .await
+        .map_err(|source| TailError::Commit {
+            source_key: key.to_string(),
+            source,
+        })
 }
 
 impl Tracked {

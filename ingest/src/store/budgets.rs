@@ -97,52 +97,53 @@ pub async fn get(
 
 /// Stores a new budget; false (nothing stored) when the tenant already has [`MAX_BUDGETS`].
 pub async fn insert(pool: &PgPool, tenant_id: Uuid, b: &Budget) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "INSERT INTO budgets (tenant_id, budget_id, name, scope_user, scope_model, scope_colony, period,
-                              tz, unit, limit_amount, thresholds)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
-         WHERE (SELECT count(*) FROM budgets WHERE tenant_id = $1) < $12",
+    let done = bind_definition(
+        sqlx::query(
+            "INSERT INTO budgets (tenant_id, budget_id, name, scope_user, scope_model, scope_colony, period,
+                                  tz, unit, limit_amount, thresholds)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+             WHERE (SELECT count(*) FROM budgets WHERE tenant_id = $1) < $12",
+        ),
+        tenant_id,
+        b,
     )
-    .bind(tenant_id)
-    .bind(&b.budget_id)
-    .bind(&b.name)
-    .bind(&b.scope.user)
-    .bind(&b.scope.model)
-    .bind(&b.scope.colony)
-    .bind(b.period.as_str())
-    .bind(b.tz.name())
-    .bind(b.unit.as_str())
-    .bind(b.limit)
-    .bind(thresholds(b))
     .bind(MAX_BUDGETS)
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
 }
 
-fn thresholds(b: &Budget) -> Vec<i32> {
-    b.thresholds.iter().map(|t| *t as i32).collect()
+/// Binds `$1`..`$11`: the tenant, then the budget's definition in the column order of `budgets`.
+fn bind_definition<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    tenant_id: Uuid,
+    b: &'q Budget,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    q.bind(tenant_id)
+        .bind(&b.budget_id)
+        .bind(&b.name)
+        .bind(&b.scope.user)
+        .bind(&b.scope.model)
+        .bind(&b.scope.colony)
+        .bind(b.period.as_str())
+        .bind(b.tz.name())
+        .bind(b.unit.as_str())
+        .bind(b.limit)
+        .bind(b.thresholds.iter().map(|t| *t as i32).collect::<Vec<i32>>())
 }
 
 /// Replaces a budget's definition; false when the tenant has no such budget. Crossings already recorded
 /// stay (a threshold crossed in this period is not announced again).
 pub async fn update(pool: &PgPool, tenant_id: Uuid, b: &Budget) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "UPDATE budgets SET name = $3, scope_user = $4, scope_model = $5, scope_colony = $6, period = $7,
-                tz = $8, unit = $9, limit_amount = $10, thresholds = $11, updated_at = now()
-         WHERE tenant_id = $1 AND budget_id = $2",
+    let done = bind_definition(
+        sqlx::query(
+            "UPDATE budgets SET name = $3, scope_user = $4, scope_model = $5, scope_colony = $6, period = $7,
+                    tz = $8, unit = $9, limit_amount = $10, thresholds = $11, updated_at = now()
+             WHERE tenant_id = $1 AND budget_id = $2",
+        ),
+        tenant_id,
+        b,
     )
-    .bind(tenant_id)
-    .bind(&b.budget_id)
-    .bind(&b.name)
-    .bind(&b.scope.user)
-    .bind(&b.scope.model)
-    .bind(&b.scope.colony)
-    .bind(b.period.as_str())
-    .bind(b.tz.name())
-    .bind(b.unit.as_str())
-    .bind(b.limit)
-    .bind(thresholds(b))
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
