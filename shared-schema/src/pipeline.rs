@@ -168,6 +168,11 @@ pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
     if line.trim_ascii_start().first() != Some(&b'{') {
         return None;
     }
+    // serde_json skims ignored values without its recursion limit: a line nested deeper than the value
+    // parser allows is left to the full path (which refuses it).
+    if nesting(line) > MAX_SNIFF_DEPTH {
+        return None;
+    }
     let sniff: Sniff<'_> = serde_json::from_slice(line).ok()?;
     if sniff.schema_version.0 && sniff.event_id.0 {
         return None;
@@ -179,6 +184,35 @@ pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
         Some(hive::Classification::Durable(..)) => return None,
     };
     Some((reason, native_type))
+}
+
+/// Deeper lines than this go the full path (serde_json's value parser refuses past 128).
+const MAX_SNIFF_DEPTH: usize = 100;
+
+/// The deepest nesting of arrays and objects in `line`, brackets inside strings not counted.
+fn nesting(line: &[u8]) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in line {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
 }
 
 /// Processes a decoded OTLP export: each span, log record or data point is mapped ([`crate::otel`]) and
