@@ -50,13 +50,7 @@ fn templates() -> [Vec<Value>; 3] {
     let text =
         std::fs::read_to_string(fixture(DAY).join("event_logs/20261103_090000.jsonl")).unwrap();
     let policy = Policy::default_policy();
-    let opts = ProcessOptions {
-        policy: &policy,
-        zone: Zone::Utc,
-        source_identity: None,
-        session_hint: None,
-        colony: None,
-    };
+    let opts = utc(&policy);
     let mut out: [Vec<Value>; 3] = Default::default();
     for line in text.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
@@ -78,6 +72,14 @@ fn templates() -> [Vec<Value>; 3] {
         out[class as usize].push(v);
     }
     out
+}
+
+/// The pipeline's options for the fixtures: Hive times read as UTC, no source or session hint.
+fn utc(policy: &Policy) -> ProcessOptions<'_> {
+    ProcessOptions {
+        zone: Zone::Utc,
+        ..ProcessOptions::new(policy)
+    }
 }
 
 fn naive(t: chrono::NaiveDateTime) -> String {
@@ -157,13 +159,7 @@ fn write_home(home: &Path, replicas: usize) -> (usize, usize) {
     };
     let durable_lines = |text: &str| {
         let policy = Policy::default_policy();
-        let opts = ProcessOptions {
-            policy: &policy,
-            zone: Zone::Utc,
-            source_identity: None,
-            session_hint: None,
-            colony: None,
-        };
+        let opts = utc(&policy);
         text.lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|v| matches!(process_value(v, &opts), Ok(Outcome::Kept { .. })))
@@ -234,8 +230,10 @@ impl Figures {
         }
     }
 
-    fn median(&self, arm: usize, figure: usize) -> f64 {
-        median(self.per_arm[arm][figure].clone())
+    /// None when no run of the arm gave the figure.
+    fn median(&self, arm: usize, figure: usize) -> Option<f64> {
+        let v = &self.per_arm[arm][figure];
+        (!v.is_empty()).then(|| median(v.clone()))
     }
 
     /// Prints each figure's median per arm and, with a baseline, this build's over the baseline's.
@@ -244,12 +242,14 @@ impl Figures {
             let values: Vec<String> = arms
                 .iter()
                 .enumerate()
-                .map(|(a, arm)| format!("{} {:.1}", arm.name, self.median(a, f)))
+                .map(|(a, arm)| match self.median(a, f) {
+                    Some(m) => format!("{} {m:.1}", arm.name),
+                    None => format!("{} (no finished run)", arm.name),
+                })
                 .collect();
-            let ratio = if arms.len() == 2 {
-                format!("   ratio {:.2}", self.median(1, f) / self.median(0, f))
-            } else {
-                String::new()
+            let ratio = match (arms.len(), self.median(0, f), self.median(1, f)) {
+                (2, Some(base), Some(this)) => format!("   ratio {:.2}", this / base),
+                _ => String::new(),
             };
             println!("  {name:<32} {}{ratio}", values.join("   "));
         }
@@ -370,8 +370,17 @@ fn main() {
                 let secs = started.elapsed().as_secs_f64();
                 let (_, hwm) = agent.rss_mib();
                 agent.stop();
+                if accepted < distinct as u64 {
+                    // Not a figure: a rate over the time limit would read as a finished run.
+                    println!(
+                        "  tail run {} {:<10}: DID NOT FINISH: {accepted} of {distinct} events committed in {secs:.0} s",
+                        run + 1,
+                        arm.name
+                    );
+                    continue;
+                }
                 println!(
-                    "  tail run {} {:<10}: {distinct} events committed ({accepted} accepted) in {secs:.2} s = {:.0} durable lines/s read, peak RSS {hwm:.0} MiB",
+                    "  tail run {} {:<10}: {distinct} events committed in {secs:.2} s = {:.0} durable lines/s read, peak RSS {hwm:.0} MiB",
                     run + 1,
                     arm.name,
                     lines as f64 / secs

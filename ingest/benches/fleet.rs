@@ -226,19 +226,8 @@ async fn run(
             let mut lat = vec![];
             let mut events = 0u64;
             for ((_, body), token) in chunk.into_iter().zip(tokens) {
-                let t0 = Instant::now();
-                let r = client
-                    .post(&url)
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .header("content-encoding", "gzip")
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(r.status().is_success(), "{}", r.status());
-                let v: Value = r.json().await.unwrap();
-                lat.push(t0.elapsed());
+                let (took, v) = common::post_gzip(&client, &url, &token, body).await;
+                lat.push(took);
                 assert_eq!(v["rejected"].as_array().map_or(0, Vec::len), 0, "{v}");
                 events += v["accepted"].as_u64().unwrap();
             }

@@ -141,19 +141,8 @@ async fn main() -> anyhow::Result<()> {
             let mut lat = vec![];
             let mut dups = 0u64;
             for body in chunk {
-                let t0 = Instant::now();
-                let r = c
-                    .post(&base)
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .header("content-encoding", "gzip")
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(r.status().is_success(), "{}", r.status());
-                let v: Value = r.json().await.unwrap();
-                lat.push(t0.elapsed());
+                let (took, v) = common::post_gzip(&c, &base, &token, body).await;
+                lat.push(took);
                 dups += v["duplicates"].as_u64().unwrap();
             }
             (lat, dups)

@@ -26,7 +26,7 @@ pub(crate) fn flush(
     conn: &Connection,
     inputs: &BTreeMap<String, Vec<Input>>,
     cache: &HashMap<String, (u64, Tracker)>,
-    written: &mut HashMap<String, (u64, Tracker)>,
+    written: &mut HashMap<String, Tracker>,
 ) -> rusqlite::Result<()> {
     let rules = Rules::default();
     let now_ms = Utc::now().timestamp_millis();
@@ -63,7 +63,7 @@ pub(crate) fn flush(
             ])?;
             super::live::status(conn, session, t, now_ms)?;
         }
-        written.insert(session.clone(), (0, tracker));
+        written.insert(session.clone(), tracker);
     }
     Ok(())
 }

@@ -35,8 +35,10 @@ pub(crate) struct Delta {
     pub tool_starts: i64,
     /// Sessions first bound in this group (added to the writer's cache after commit).
     pub new_sessions: HashSet<String>,
-    /// Trackers and work folds this group wrote (into the writer's [`FoldCache`] after commit).
-    pub folds: FoldCache,
+    /// Trackers this group wrote (into the writer's [`FoldCache`] after commit).
+    pub trackers: HashMap<String, apiary_schema::status::Tracker>,
+    /// Work folds this group wrote (likewise).
+    pub works: HashMap<String, apiary_schema::work::Work>,
     /// Claimed in this group.
     pub claimed: HashMap<Uuid, ClaimedRow>,
     /// Settled in this group (leave the in-flight map after commit).
@@ -139,15 +141,17 @@ impl FoldCache {
     /// Sessions kept (a tracker is a few KiB: 4096 of them are ~16 MiB at most).
     pub const MAX_SESSIONS: usize = 4096;
 
-    fn merge(&mut self, new: FoldCache) {
+    fn merge(
+        &mut self,
+        trackers: HashMap<String, apiary_schema::status::Tracker>,
+        works: HashMap<String, apiary_schema::work::Work>,
+    ) {
         self.generation += 1;
         let g = self.generation;
-        for (k, (_, v)) in new.trackers {
-            self.trackers.insert(k, (g, v));
-        }
-        for (k, (_, v)) in new.works {
-            self.works.insert(k, (g, v));
-        }
+        self.trackers
+            .extend(trackers.into_iter().map(|(k, v)| (k, (g, v))));
+        self.works
+            .extend(works.into_iter().map(|(k, v)| (k, (g, v))));
         evict_older_half(&mut self.trackers);
         evict_older_half(&mut self.works);
     }
@@ -187,7 +191,7 @@ impl WriterState {
     pub fn merge(&mut self, delta: Delta) {
         self.claims = self.claims.with(&delta);
         self.known_sessions.extend(delta.new_sessions);
-        self.folds.merge(delta.folds);
+        self.folds.merge(delta.trackers, delta.works);
         self.open_tool_starts += delta.tool_starts;
         let now = Instant::now();
         for id in delta.settled {
@@ -211,12 +215,9 @@ mod tests {
     fn the_fold_cache_forgets_its_older_half_past_its_bound() {
         let mut cache = FoldCache::default();
         let n = FoldCache::MAX_SESSIONS + 1;
+        let work = |s: String| HashMap::from([(s, apiary_schema::work::Work::default())]);
         for i in 0..n {
-            let mut group = FoldCache::default();
-            group
-                .works
-                .insert(format!("s{i}"), (0, apiary_schema::work::Work::default()));
-            cache.merge(group);
+            cache.merge(HashMap::new(), work(format!("s{i}")));
         }
         let kept = cache.works.len();
         assert!(kept <= n / 2 + 1 && kept >= n / 2 - 1, "{kept}");
@@ -226,11 +227,7 @@ mod tests {
         );
         assert!(!cache.works.contains_key("s0"), "the oldest goes");
         // A session written again is young again.
-        let mut group = FoldCache::default();
-        group
-            .works
-            .insert("s0".into(), (0, apiary_schema::work::Work::default()));
-        cache.merge(group);
+        cache.merge(HashMap::new(), work("s0".into()));
         assert!(cache.works.contains_key("s0"));
     }
 

@@ -143,9 +143,8 @@ pub(crate) fn flush_delta(
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
     super::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
-    let written = &mut delta.folds;
-    super::health::flush(conn, &delta.status, &folds.trackers, &mut written.trackers)?;
-    super::work::flush(conn, &delta.work, &folds.works, &mut written.works)?;
+    super::health::flush(conn, &delta.status, &folds.trackers, &mut delta.trackers)?;
+    super::work::flush(conn, &delta.work, &folds.works, &mut delta.works)?;
     Ok(())
 }
 

@@ -16,7 +16,7 @@ pub(crate) fn flush(
     conn: &Connection,
     facts: &BTreeMap<String, Vec<OwnedFact>>,
     cache: &HashMap<String, (u64, Work)>,
-    written: &mut HashMap<String, (u64, Work)>,
+    written: &mut HashMap<String, Work>,
 ) -> rusqlite::Result<()> {
     for (session, new) in facts {
         let mut work = match cache.get(session) {
@@ -32,7 +32,7 @@ pub(crate) fn flush(
              ON CONFLICT(session_id) DO UPDATE SET work = ?2",
         )?
         .execute(params![session, json])?;
-        written.insert(session.clone(), (0, work));
+        written.insert(session.clone(), work);
     }
     Ok(())
 }

@@ -109,3 +109,25 @@ impl BenchDb {
         Ok(())
     }
 }
+
+/// Posts one gzip-compressed JSON batch; asserts a 2xx and returns (latency, the answer).
+pub async fn post_gzip(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: Vec<u8>,
+) -> (Duration, serde_json::Value) {
+    let t0 = std::time::Instant::now();
+    let r = client
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let v: serde_json::Value = r.json().await.unwrap();
+    (t0.elapsed(), v)
+}
