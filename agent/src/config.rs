@@ -28,6 +28,9 @@
 //! | `push.connect_timeout_ms`, `push.request_timeout_ms` | 5000, 30000 | HTTP timeouts |
 //! | `push.backoff_base_ms`, `push.backoff_cap_ms` | 1000, 300000 | retry backoff (exponential, full jitter) |
 //! | `push.poll_interval_ms` | 100 | how often an idle push loop looks for new events |
+//! | `push.coalesce_interval_ms` | 2000 | how long claimed events may wait to go as one batch (0: at once) |
+//! | `push.coalesce_jitter_ms` | 500 | a random extra wait in [0, this) per batch |
+//! | `push.coalesce_events` | 100 | a batch of this many events goes without waiting (a large backlog always does) |
 //! | `push.heartbeat_interval_secs` | 30 | heartbeat interval |
 //! | `push.shutdown_grace_ms` | 10000 | time given to batches in flight at shutdown |
 //! | `otlp.enabled` | `true` | the OTLP/HTTP receiver (`/v1/logs`, `/v1/traces`, `/v1/metrics`) |
@@ -243,6 +246,7 @@ impl Settings {
             ("push.connect_timeout_ms", p.connect_timeout_ms),
             ("push.request_timeout_ms", p.request_timeout_ms),
             ("push.poll_interval_ms", p.poll_interval_ms),
+            ("push.coalesce_events", p.coalesce_events as u64),
             ("push.heartbeat_interval_secs", p.heartbeat_interval_secs),
         ] {
             if v == 0 {

@@ -38,8 +38,13 @@ impl Agent {
     }
 
     /// The agent binary `bin` on `dir`, with extra `args` to `run` (e.g. `--hive-home`).
-    #[allow(clippy::zombie_processes)] // waited for in `stop` and `drop`
     pub fn start_bin(bin: &Path, dir: &Path, args: &[&str]) -> Agent {
+        Agent::start_env(bin, dir, args, &[])
+    }
+
+    /// Same, with extra environment (`APIARY_*` settings).
+    #[allow(clippy::zombie_processes)] // waited for in `stop` and `drop`
+    pub fn start_env(bin: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
         // The agent wants its data directory private (it would tighten it itself, with a warning).
         #[cfg(unix)]
         {
@@ -55,6 +60,7 @@ impl Agent {
             .env("RUST_LOG", "warn")
             .env("APIARY_ZONE", "UTC")
             .env("APIARY_OUTBOX_MAX_BYTES", (8u64 << 30).to_string())
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -81,6 +81,17 @@ impl Claimed {
 
     /// The `POST /v1/batches` body, built by splicing the stored JSON (no re-serialisation).
     pub fn batch_json(&self, batch_id: Uuid, agent: &apiary_schema::batch::AgentInfo) -> String {
+        self.batch_json_with(batch_id, agent, None)
+    }
+
+    /// [`Self::batch_json`] with one more event (JSON) after the claimed ones: the push loop's
+    /// heartbeat riding in the batch. It is no outbox row; settling ignores ids it did not claim.
+    pub fn batch_json_with(
+        &self,
+        batch_id: Uuid,
+        agent: &apiary_schema::batch::AgentInfo,
+        extra: Option<&str>,
+    ) -> String {
         let head = serde_json::json!({
             "schema_version": apiary_schema::SCHEMA_VERSION,
             "batch_id": batch_id,
@@ -91,7 +102,10 @@ impl Claimed {
         })
         .to_string();
         let mut out = String::with_capacity(
-            head.len() + self.events.iter().map(|e| e.body.len() + 1).sum::<usize>() + 16,
+            head.len()
+                + self.events.iter().map(|e| e.body.len() + 1).sum::<usize>()
+                + extra.map_or(0, |e| e.len() + 1)
+                + 16,
         );
         out.push_str(&head[..head.len() - 1]);
         out.push_str(",\"events\":[");
@@ -100,6 +114,12 @@ impl Claimed {
                 out.push(',');
             }
             out.push_str(&e.body);
+        }
+        if let Some(extra) = extra {
+            if !self.events.is_empty() {
+                out.push(',');
+            }
+            out.push_str(extra);
         }
         out.push_str("]}");
         out

@@ -1,6 +1,7 @@
 //! The heartbeat: a device-level `agent.heartbeat` event sent straight to the ingest (not stored in the
-//! outbox, so a backlog never delays it and a lost one costs nothing). Its payload is the shared
-//! [`Heartbeat`] the ingest reads back.
+//! outbox, so a backlog never delays it and a lost one costs nothing), riding in a batch the loop sends
+//! anyway or in a request of its own ([`super::cadence`]). Its payload is the shared [`Heartbeat`] the
+//! ingest reads back.
 
 use std::time::Duration;
 

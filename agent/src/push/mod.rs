@@ -19,13 +19,16 @@
 //! | (not sent) token file refused            | released untouched; sync paused with `re-authenticate`      |
 //! | (not sent) endpoint refused ([`target`]) | released untouched; sync paused with `invalid-endpoint`     |
 //!
-//! Rows leave the outbox only after the ingest confirmed them. The loop keeps up to `concurrency`
-//! batches in flight (the outbox leases claimed rows, so two batches never hold the same event); at
-//! shutdown it stops claiming, lets the batches in flight finish for up to `shutdown_grace`, and leaves
+//! Rows leave the outbox only after the ingest confirmed them. The loop ([`run`]) keeps up to
+//! `concurrency` batches in flight (the outbox leases claimed rows, so two batches never hold the same
+//! event). Small pushes are coalesced ([`cadence`]): claimed events wait up to `coalesce_interval_ms`
+//! (+ jitter) to go together, unless `coalesce_events` of them are there, a batch is full, a retry fell
+//! due or the loop shuts down; `coalesce_interval_ms = 0` sends whatever a poll finds at once. At
+//! shutdown it sends what waits, lets the batches in flight finish for up to `shutdown_grace`, and leaves
 //! anything unfinished pending (the ingest dedups a re-send). A heartbeat (backlog, oldest pending age,
-//! agent version) goes straight to the ingest every `heartbeat_interval`; it is not stored, so a large
-//! backlog never delays it. Evictions and dead letters are turned into `outbox.dropped` events on the
-//! same tick.
+//! agent version) goes every `heartbeat_interval`: inside a batch that is sent anyway when one is (it is
+//! not an outbox row, so a large backlog never delays it), else as a request of its own. Evictions and
+//! dead letters are turned into `outbox.dropped` events on the heartbeat interval's tick.
 //!
 //! Every batch and heartbeat asks for the budget state of the token's user (`X-Apiary-Quota: 1`); the
 //! outbox keeps the latest one an answer carries ([`crate::outbox::Outbox::keep_quota`]; an answer
@@ -33,18 +36,17 @@
 //! spent.
 
 mod backoff;
+mod cadence;
 mod client;
 mod heartbeat;
+mod run;
 pub mod target;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::outbox::Outbox;
@@ -77,6 +79,13 @@ pub struct PushSettings {
     pub backoff_cap_ms: u64,
     /// How often to look for new events when idle.
     pub poll_interval_ms: u64,
+    /// How long claimed events may wait to be sent together (the oldest's wait; see [`cadence`]);
+    /// 0 sends whatever a poll found at once.
+    pub coalesce_interval_ms: u64,
+    /// A random extra wait in `[0, this)` per batch, so agents started together do not push in step.
+    pub coalesce_jitter_ms: u64,
+    /// A batch of this many events goes at once, without waiting (a size trigger).
+    pub coalesce_events: usize,
     pub heartbeat_interval_secs: u64,
     /// How long shutdown waits for batches in flight.
     pub shutdown_grace_ms: u64,
@@ -93,6 +102,9 @@ impl Default for PushSettings {
             backoff_base_ms: 1_000,
             backoff_cap_ms: 300_000,
             poll_interval_ms: 100,
+            coalesce_interval_ms: 2_000,
+            coalesce_jitter_ms: 500,
+            coalesce_events: 100,
             heartbeat_interval_secs: 30,
             shutdown_grace_ms: 10_000,
         }
@@ -176,9 +188,15 @@ pub struct Pusher {
     /// Runtime liveness of the sessions the tailer's scan found (empty when no Hive home is tailed):
     /// the heartbeat carries it.
     runtimes: crate::tail::runtime::RuntimeWatch,
+    /// When the last heartbeat went and whether one rides in a batch in flight (shared by the loop and
+    /// its delivery tasks; see [`cadence`]).
+    beat: std::sync::Mutex<cadence::BeatClock>,
 }
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<PushOutcome, PushError>> + Send + 'a>>;
+/// A step that may carry the heartbeat: its outcome, and whether the heartbeat reached the ingest.
+type CarryFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<(PushOutcome, bool), PushError>> + Send + 'a>>;
 
 impl Pusher {
     pub fn new(outbox: Outbox, settings: PushSettings) -> Result<Pusher, PushError> {
@@ -197,6 +215,7 @@ impl Pusher {
             agent,
             started: std::time::Instant::now(),
             runtimes: Default::default(),
+            beat: Default::default(),
         })
     }
 
@@ -230,16 +249,29 @@ impl Pusher {
     }
 
     fn deliver(&self, claimed: Claimed) -> StepFuture<'_> {
+        Box::pin(async move { Ok(self.deliver_carrying(claimed, None).await?.0) })
+    }
+
+    /// Sends `claimed`, with the heartbeat event `beat` appended to its events when given (it is not an
+    /// outbox row: settling ignores its id). Also says whether the heartbeat reached the ingest (the
+    /// answer was verdicts). A refused batch that carried it (413, a 4xx) is sent again whole without
+    /// it, so a heartbeat neither goes twice nor takes part in a split.
+    fn deliver_carrying<'a>(
+        &'a self,
+        claimed: Claimed,
+        beat: Option<&'a apiary_schema::CanonicalEvent>,
+    ) -> CarryFuture<'a> {
         Box::pin(async move {
             let ids = claimed.ids();
             let (url, token_file) = match self.target().await {
                 Ok(Some(target)) => target,
                 Ok(None) => {
                     self.outbox.release(ids).await?;
-                    return Ok(PushOutcome::Idle(Idle::SyncOff));
+                    return Ok((PushOutcome::Idle(Idle::SyncOff), false));
                 }
                 Err(e @ PushError::Endpoint(..)) => {
-                    return self.pause(ids, INVALID_ENDPOINT, e.to_string()).await
+                    let paused = self.pause(ids, INVALID_ENDPOINT, e.to_string()).await;
+                    return paused.map(|o| (o, false));
                 }
                 Err(e) => {
                     // Never leave the rows claimed until the lease runs out.
@@ -251,12 +283,17 @@ impl Pusher {
                 Ok(t) => t,
                 Err(e) => {
                     let reason = format!("{REAUTHENTICATE}: {e}");
-                    return self.pause(ids, REAUTHENTICATE, reason).await;
+                    let paused = self.pause(ids, REAUTHENTICATE, reason).await;
+                    return paused.map(|o| (o, false));
                 }
             };
-            let body = claimed.batch_json(Uuid::new_v4(), &self.agent);
+            let extra = beat.map(|b| serde_json::to_string(b).expect("an event serialises"));
+            let body = claimed.batch_json_with(Uuid::new_v4(), &self.agent, extra.as_deref());
             let outcome = match client::send(&self.client, &url, &token, body.as_bytes()).await {
                 SendResult::Verdicts(mut v) => {
+                    if let Some(beat) = beat {
+                        without_beat(&mut v, beat.event_id);
+                    }
                     self.outbox.settle_response(&ids, &v).await?;
                     self.keep_quota(v.quota.take()).await;
                     PushOutcome::Sent {
@@ -280,29 +317,32 @@ impl Pusher {
                         reason,
                     }
                 }
+                SendResult::TooLarge | SendResult::Refused { .. } if beat.is_some() => {
+                    tracing::info!(
+                        "a batch carrying the heartbeat was refused; sending it without"
+                    );
+                    return Ok((self.deliver(claimed).await?, false));
+                }
                 SendResult::TooLarge => {
-                    return self
-                        .split_or_reject(
-                            claimed,
-                            "the ingest refused the event as too large (HTTP 413)".into(),
-                        )
-                        .await
+                    let reason = "the ingest refused the event as too large (HTTP 413)".into();
+                    return Ok((self.split_or_reject(claimed, reason).await?, false));
                 }
                 SendResult::Refused { status, message } => {
-                    return self
-                        .split_or_reject(claimed, format!("HTTP {status}: {message}"))
-                        .await
+                    let reason = format!("HTTP {status}: {message}");
+                    return Ok((self.split_or_reject(claimed, reason).await?, false));
                 }
                 SendResult::Unauthorized { status, message } => {
                     let reason = format!(
                         "{REAUTHENTICATE}: {}",
                         client::unauthorized(status, &message)
                     );
-                    return self.pause(ids, REAUTHENTICATE, reason).await;
+                    let paused = self.pause(ids, REAUTHENTICATE, reason).await;
+                    return paused.map(|o| (o, false));
                 }
             };
             self.record(&outcome).await;
-            Ok(outcome)
+            let carried = beat.is_some() && matches!(outcome, PushOutcome::Sent { .. });
+            Ok((outcome, carried))
         })
     }
 
@@ -398,145 +438,30 @@ impl Pusher {
             tracing::warn!(error = %e, "could not store the budget state the ingest sent");
         }
     }
+}
 
-    /// Pushes until `shutdown`, then lets batches in flight finish for up to `shutdown_grace`.
-    pub async fn run_until_stopped(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut inflight: JoinSet<Result<PushOutcome, PushError>> = JoinSet::new();
-        let mut heartbeat = tokio::time::interval(Duration::from_secs(
-            self.settings.heartbeat_interval_secs.max(1),
-        ));
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let poll = Duration::from_millis(self.settings.poll_interval_ms.max(10));
-        loop {
-            let mut wait = poll;
-            while inflight.len() < self.settings.concurrency.max(1) && !shutdown.is_cancelled() {
-                match self.outbox.claim(self.settings.limits()).await {
-                    Ok(c) if !c.events.is_empty() => {
-                        let me = self.clone();
-                        inflight.spawn(async move { me.deliver(c).await });
-                    }
-                    Ok(c) => {
-                        if matches!(c.idle, Some(Idle::SyncOff | Idle::Paused)) {
-                            wait = poll.max(Duration::from_millis(500));
-                        }
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "claim failed");
-                        wait = Duration::from_secs(1);
-                        break;
-                    }
-                }
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                Some(done) = inflight.join_next(), if !inflight.is_empty() => log_step(done),
-                _ = heartbeat.tick() => self.tick_heartbeat().await,
-                _ = tokio::time::sleep(wait) => {}
-            }
+/// Takes the heartbeat that rode in a batch out of the ingest's verdicts: the batch's own events' counts
+/// remain (a rejected heartbeat is logged, as a standalone one's is).
+fn without_beat(v: &mut apiary_schema::BatchResponse, beat: Uuid) {
+    let before = v.rejected.len();
+    v.rejected.retain(|r| {
+        if r.event_id == beat {
+            tracing::warn!(reason = %r.reason, "the ingest rejected the heartbeat");
         }
-        let grace = Duration::from_millis(self.settings.shutdown_grace_ms);
-        let drained = tokio::time::timeout(grace, async {
-            while let Some(done) = inflight.join_next().await {
-                log_step(done);
-            }
-        })
-        .await;
-        if drained.is_err() {
-            tracing::warn!("shutdown: batches still in flight after the grace period stay pending");
-            inflight.abort_all();
-        }
-    }
-
-    /// While colony keys are still this device's own and sync is on, asks the ingest for the tenant's
-    /// colony secret (`GET /v1/whoami`) and puts it in force (`crate::outbox::ColonyKeys`): so an agent
-    /// whose sync was enabled while it ran switches to the tenant's keys within a heartbeat interval.
-    async fn adopt_colony_secret(&self) {
-        if self.outbox.colony_keys().is_tenant() {
-            return;
-        }
-        let Ok(sync) = self.outbox.sync_status().await else {
-            return;
-        };
-        let (true, None, Some(endpoint), Some(token_file)) = (
-            sync.enabled,
-            sync.paused_reason,
-            sync.endpoint,
-            sync.token_file,
-        ) else {
-            return;
-        };
-        match crate::identity::whoami(&endpoint, std::path::Path::new(&token_file)).await {
-            Ok(t) => {
-                if let Some(secret) = t.colony_secret {
-                    if let Err(e) = self.outbox.adopt_colony_secret(&t.tenant_id, &secret).await {
-                        tracing::warn!(error = %e, "could not store the tenant's colony secret");
-                    }
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "colony secret not fetched yet"),
-        }
-    }
-
-    async fn tick_heartbeat(&self) {
-        self.adopt_colony_secret().await;
-        if let Err(e) = self.outbox.enqueue_drop_report().await {
-            tracing::warn!(error = %e, "could not enqueue the drop report");
-        }
-        let paused = match self.send_heartbeat().await {
-            Ok(Some(SendResult::Unauthorized { status, message })) => {
-                let reason = format!(
-                    "{REAUTHENTICATE}: {}",
-                    client::unauthorized(status, &message)
-                );
-                self.pause(Vec::new(), REAUTHENTICATE, reason).await
-            }
-            Err(e @ PushError::Endpoint(..)) => {
-                self.pause(Vec::new(), INVALID_ENDPOINT, e.to_string())
-                    .await
-            }
-            Err(e @ PushError::TokenFile(_)) => {
-                let reason = format!("{REAUTHENTICATE}: {e}");
-                self.pause(Vec::new(), REAUTHENTICATE, reason).await
-            }
-            Ok(Some(SendResult::Verdicts(mut v))) => {
-                self.keep_quota(v.quota.take()).await;
-                if let Some(r) = v.rejected.first() {
-                    tracing::warn!(reason = %r.reason, "the ingest rejected the heartbeat");
-                }
-                return;
-            }
-            Ok(None) => return,
-            Ok(Some(other)) => {
-                let reason = other.problem();
-                tracing::warn!(%reason, "heartbeat not accepted");
-                self.record(&PushOutcome::Backoff {
-                    events: 0,
-                    delay: Duration::from_secs(self.settings.heartbeat_interval_secs),
-                    reason,
-                })
-                .await;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "heartbeat failed");
-                return;
-            }
-        };
-        if let Err(e) = paused {
-            tracing::warn!(error = %e, "could not pause sync");
+        r.event_id != beat
+    });
+    if v.rejected.len() == before {
+        // Accepted, or (a replay) a duplicate.
+        if v.accepted > 0 {
+            v.accepted -= 1;
+        } else {
+            v.duplicates = v.duplicates.saturating_sub(1);
         }
     }
 }
 
-fn log_step(done: Result<Result<PushOutcome, PushError>, tokio::task::JoinError>) {
-    match done {
-        Ok(Ok(outcome)) => tracing::debug!(?outcome, "push step"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "push step failed"),
-        Err(e) => tracing::warn!(error = %e, "push task ended abnormally"),
-    }
-}
-
+#[cfg(test)]
+mod cadence_tests;
 #[cfg(test)]
 mod quota_tests;
 #[cfg(test)]

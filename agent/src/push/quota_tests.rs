@@ -179,6 +179,6 @@ async fn a_heartbeat_answer_brings_the_quota_too() {
     let ingest = ingest_answering(Some(q.clone())).await;
     let f = outbox_with_turns(0, Some(&ingest.uri())).await;
     let pusher = Pusher::new(f.outbox.clone(), settings()).unwrap();
-    pusher.tick_heartbeat().await;
+    pusher.standalone_heartbeat().await;
     assert_eq!(f.outbox.quota().map(|k| k.quota), Some(q));
 }

@@ -1,8 +1,10 @@
 //! Push tests against a fake ingest (wiremock) and a real outbox in a temporary directory.
 
 use std::io::Read;
+use std::sync::Arc;
 
 use apiary_schema::{Batch, BatchResponse, Policy, ProcessOptions};
+use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
@@ -37,21 +39,25 @@ pub(super) async fn outbox_with_turns(n: usize, endpoint: Option<&str>) -> Fixtu
         };
         outbox.set_sync(enable).await.unwrap();
     }
-    let opts = ProcessOptions::new(&policy);
-    let items = (0..n)
-        .map(|i| {
-            let native = serde_json::json!({"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen",
-                "execution_id": "session_a", "data": {"model": "claude-sonnet-4-5-20250929", "input_tokens": 100, "output_tokens": 7,
-                "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.001}, "timestamp": "2026-11-03T10:00:00.000001", "seq": i});
-            Item::from_outcome(&apiary_schema::process_value(&native, &opts).unwrap())
-        })
-        .collect();
-    outbox.submit(items).await.unwrap();
+    outbox.submit(turns(0..n)).await.unwrap();
     Fixture {
         _dir: dir,
         outbox,
         token_file,
     }
+}
+
+/// Redacted LLM turns of `session_a` with these `seq`s (distinct seqs, distinct event ids).
+pub(super) fn turns(seqs: std::ops::Range<usize>) -> Vec<Item> {
+    let policy = Policy::default_policy();
+    let opts = ProcessOptions::new(&policy);
+    seqs.map(|i| {
+        let native = serde_json::json!({"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen",
+            "execution_id": "session_a", "data": {"model": "claude-sonnet-4-5-20250929", "input_tokens": 100, "output_tokens": 7,
+            "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.001}, "timestamp": "2026-11-03T10:00:00.000001", "seq": i});
+        Item::from_outcome(&apiary_schema::process_value(&native, &opts).unwrap())
+    })
+    .collect()
 }
 
 pub(super) fn settings() -> PushSettings {
@@ -520,7 +526,11 @@ async fn the_loop_drains_the_backlog_sends_heartbeats_and_stops_on_shutdown() {
     assert_eq!(counters(&f.outbox).await.delivered, 250);
     let heartbeats = heartbeats_of(ingest.received_requests().await.unwrap());
     assert!(!heartbeats.is_empty(), "a heartbeat went out");
-    let hb = &heartbeats[0].events[0];
+    let hb = heartbeats[0]
+        .events
+        .iter()
+        .find(|e| e.kind == apiary_schema::EventKind::AgentHeartbeat)
+        .unwrap();
     assert!(
         Policy::default_policy().check(hb).is_ok(),
         "the heartbeat passes the ingest's policy check"
