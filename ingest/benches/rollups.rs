@@ -1,6 +1,6 @@
 //! Rollup query benchmark: 10M events over 30 days for 50 tenants, generated with SQL (generate_series)
 //! straight into `events`, rolled up with the same rules as the ingest (an INSERT … SELECT … GROUP BY
-//! into `usage_rollups`, then its hourly sums into `usage_rollups_hourly`), then every tenant-scoped group_by × granularity × zone through the real query
+//! into `usage_rollups`, then its hourly sums into `usage_rollups_hourly` and `usage_rollups_narrow`), then every tenant-scoped group_by × granularity × zone through the real query
 //! code (`query::usage::run`), against a raw scan of `events` for the same question.
 //!
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench rollups`
@@ -78,6 +78,15 @@ SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id,
     sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
 FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
 
+/// The narrow hourly rollup from the hourly rows (likewise written in the same transaction).
+const ROLL_UP_NARROW: &str = "
+INSERT INTO usage_rollups_narrow (tenant_id, bucket, user_id, model, runtime, input_tokens, output_tokens,
+    cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
+SELECT tenant_id, bucket, user_id, model, runtime, sum(input_tokens), sum(output_tokens), sum(cached_tokens),
+    sum(cache_creation_tokens), sum(cost_nanos), sum(llm_calls), sum(unpriced_turns), sum(tool_calls),
+    sum(tool_errors), sum(events)
+FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5";
+
 async fn generate(
     pool: &PgPool,
     total: i64,
@@ -112,7 +121,12 @@ async fn generate(
     let t1 = Instant::now();
     sqlx::query(ROLL_UP).execute(pool).await?;
     sqlx::query(ROLL_UP_HOURLY).execute(pool).await?;
-    for table in ["usage_rollups", "usage_rollups_hourly"] {
+    sqlx::query(ROLL_UP_NARROW).execute(pool).await?;
+    for table in [
+        "usage_rollups",
+        "usage_rollups_hourly",
+        "usage_rollups_narrow",
+    ] {
         sqlx::query(&format!("VACUUM ANALYZE {table}"))
             .execute(pool)
             .await?;
@@ -231,7 +245,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         // A reused database may have just gained a rollup table by migration (backfilled, never
         // vacuumed): index-only scans need the visibility map a fresh generation leaves behind.
-        for table in ["usage_rollups", "usage_rollups_hourly"] {
+        for table in [
+            "usage_rollups",
+            "usage_rollups_hourly",
+            "usage_rollups_narrow",
+        ] {
             sqlx::query(&format!("VACUUM ANALYZE {table}"))
                 .execute(&pool)
                 .await?;
@@ -246,6 +264,9 @@ async fn main() -> anyhow::Result<()> {
     let hourly_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM usage_rollups_hourly")
         .fetch_one(&pool)
         .await?;
+    let narrow_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM usage_rollups_narrow")
+        .fetch_one(&pool)
+        .await?;
     let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT tenant_id FROM tenants ORDER BY tenant_id")
         .fetch_all(&pool)
         .await?;
@@ -253,7 +274,7 @@ async fn main() -> anyhow::Result<()> {
         sqlx::query_as("SELECT min(bucket), max(bucket) FROM usage_rollups")
             .fetch_one(&pool)
             .await?;
-    println!("rollup benchmark: {events} events, {} tenants, {rollup_rows} 15-minute rollup rows ({:.1} events per row), {hourly_rows} hourly rows, {} .. {}",
+    println!("rollup benchmark: {events} events, {} tenants, {rollup_rows} 15-minute rollup rows ({:.1} events per row), {hourly_rows} hourly rows, {narrow_rows} narrow hourly rows, {} .. {}",
         tenants.len(), events as f64 / rollup_rows as f64, first, last);
 
     // Two passes over the same 560 queries. The first meets whatever the page cache holds: on these VMs

@@ -34,14 +34,17 @@
 //! floored to 15 minutes (see the migration for why 15 minutes makes day buckets exact in every zone).
 //! The same rows summed per UTC hour go to `usage_rollups_hourly`, which answers the whole hours of a
 //! query (see `query::usage`); it is written from the same pre-aggregated map, so an hourly row is always
-//! the sum of its quarter rows.
+//! the sum of its quarter rows. And summed per UTC hour without device, colony and session (key
+//! `(tenant_id, bucket, user_id, model, runtime)`, [`narrow_of`]) to `usage_rollups_narrow`, which
+//! answers the whole hours of tenant-wide queries grouped by nothing, user, model or runtime: a tenant's
+//! month there is hours × users × models rows, however many sessions it ran.
 //!
 //! ## Exactness under concurrency
 //! Only events whose key was newly inserted into `event_keys` in the same transaction reach [`upsert`], so a
 //! duplicate can never be counted. The batch is pre-aggregated per key in a `BTreeMap` and upserted in that
 //! (sorted) order; every transaction locks rollup rows in the same global order, so concurrent batches
 //! touching the same rows wait for each other instead of deadlocking. Every transaction writes the
-//! quarter table first and the hourly table second, so that order is global too.
+//! quarter table first, the hourly table second and the narrow one third, so that order is global too.
 
 use std::collections::BTreeMap;
 
@@ -284,8 +287,44 @@ pub struct RollupKey {
     pub runtime: String,
 }
 
+/// The `usage_rollups_hourly` row a 15-minute row adds to.
+pub fn hourly_of(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        bucket: hour_of(k.bucket),
+        ..k.clone()
+    }
+}
+
+/// The `usage_rollups_narrow` row a 15-minute (or hourly) row adds to: its hour, user, model and runtime,
+/// with device, colony and session empty. Sorted like the table's key, since the empty columns compare
+/// equal.
+pub fn narrow_of(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        bucket: hour_of(k.bucket),
+        user_id: k.user_id.clone(),
+        device_id: String::new(),
+        colony_id: String::new(),
+        session_id: String::new(),
+        model: k.model.clone(),
+        runtime: k.runtime.clone(),
+    }
+}
+
+/// Sums `rows` into the rows `to` names.
+fn regroup(
+    rows: &BTreeMap<RollupKey, Usage>,
+    to: fn(&RollupKey) -> RollupKey,
+) -> BTreeMap<RollupKey, Usage> {
+    let mut out: BTreeMap<RollupKey, Usage> = BTreeMap::new();
+    for (k, u) in rows {
+        out.entry(to(k)).or_default().add(u);
+    }
+    out
+}
+
 /// Adds the pre-aggregated 15-minute rows to `usage_rollups`, then their hourly sums to
-/// `usage_rollups_hourly`, each in key order (see the module notes).
+/// `usage_rollups_hourly`, then their narrow hourly sums to `usage_rollups_narrow`, each in key order
+/// (see the module notes).
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
@@ -294,23 +333,24 @@ pub async fn upsert(
     if rows.is_empty() {
         return Ok(());
     }
-    upsert_into(tx, tenant_id, rows, UPSERT_QUARTER_SQL).await?;
-    let mut hourly: BTreeMap<RollupKey, Usage> = BTreeMap::new();
-    for (k, u) in rows {
-        let key = RollupKey {
-            bucket: hour_of(k.bucket),
-            ..k.clone()
-        };
-        hourly.entry(key).or_default().add(u);
-    }
-    upsert_into(tx, tenant_id, &hourly, UPSERT_HOURLY_SQL).await
+    upsert_into(tx, tenant_id, rows, Grain::Quarter).await?;
+    upsert_into(tx, tenant_id, &regroup(rows, hourly_of), Grain::Hour).await?;
+    upsert_into(tx, tenant_id, &regroup(rows, narrow_of), Grain::Narrow).await
+}
+
+/// The three rollup tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grain {
+    Quarter,
+    Hour,
+    Narrow,
 }
 
 async fn upsert_into(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
     rows: &BTreeMap<RollupKey, Usage>,
-    sql: &str,
+    grain: Grain,
 ) -> Result<(), sqlx::Error> {
     let n = rows.len();
     let mut buckets = Vec::with_capacity(n);
@@ -335,15 +375,16 @@ async fn upsert_into(
         }
     }
     let [users, devices, colonies, sessions, models, runtimes] = dims;
-    let mut q = sqlx::query(sql)
-        .bind(tenant_id)
-        .bind(buckets)
-        .bind(users)
-        .bind(devices)
-        .bind(colonies)
-        .bind(sessions)
-        .bind(models)
-        .bind(runtimes);
+    let sql = match grain {
+        Grain::Quarter => UPSERT_QUARTER_SQL,
+        Grain::Hour => UPSERT_HOURLY_SQL,
+        Grain::Narrow => UPSERT_NARROW_SQL,
+    };
+    let mut q = sqlx::query(sql).bind(tenant_id).bind(buckets).bind(users);
+    if grain != Grain::Narrow {
+        q = q.bind(devices).bind(colonies).bind(sessions);
+    }
+    q = q.bind(models).bind(runtimes);
     for col in nums {
         q = q.bind(col);
     }
@@ -351,19 +392,17 @@ async fn upsert_into(
     Ok(())
 }
 
-/// The rollup upsert into `$table`: rows come in the (sorted) array order; `unnest` preserves it.
+/// The rollup upsert into `$table` with key columns `$keys` (after tenant and bucket; one text array
+/// each, bound in that order): rows come in the (sorted) array order; `unnest` preserves it.
 macro_rules! upsert_sql {
-    ($table:literal) => {
+    ($table:literal, $keys:literal, $key_arrays:literal, $sums:literal) => {
         concat!("
-INSERT INTO ", $table, " AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
+INSERT INTO ", $table, " AS r (tenant_id, bucket, ", $keys, ",
     input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
     tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
     estimated_turns)
-SELECT $1, u.* FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-    $8::text[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
-    $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[], $21::int8[], $22::int8[],
-    $23::int8[]) AS u
-ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime) DO UPDATE SET
+SELECT $1, u.* FROM unnest($2::timestamptz[], ", $key_arrays, ", ", $sums, ") AS u
+ON CONFLICT (tenant_id, bucket, ", $keys, ") DO UPDATE SET
     input_tokens = r.input_tokens + EXCLUDED.input_tokens,
     output_tokens = r.output_tokens + EXCLUDED.output_tokens,
     cached_tokens = r.cached_tokens + EXCLUDED.cached_tokens,
@@ -380,9 +419,25 @@ ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, model
     cost_estimated_nanos = r.cost_estimated_nanos + EXCLUDED.cost_estimated_nanos,
     estimated_turns = r.estimated_turns + EXCLUDED.estimated_turns")
     };
+    ($table:literal) => {
+        upsert_sql!(
+            $table,
+            "user_id, device_id, colony_id, session_id, model, runtime",
+            "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]",
+            "$9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
+    $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[], $21::int8[], $22::int8[], $23::int8[]"
+        )
+    };
 }
 const UPSERT_QUARTER_SQL: &str = upsert_sql!("usage_rollups");
 const UPSERT_HOURLY_SQL: &str = upsert_sql!("usage_rollups_hourly");
+const UPSERT_NARROW_SQL: &str = upsert_sql!(
+    "usage_rollups_narrow",
+    "user_id, model, runtime",
+    "$3::text[], $4::text[], $5::text[]",
+    "$6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
+    $14::int8[], $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[]"
+);
 
 #[cfg(test)]
 mod tests {

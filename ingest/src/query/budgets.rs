@@ -1,7 +1,8 @@
 //! A budget's spend: the usage rollups of its tenant in `[start, end)`, narrowed by its scope, summed in
 //! its unit — the same rows and sums `/v1/usage` answers for that range (`cost_nanos`, or input + output
 //! tokens), so the two agree exactly. A range on whole UTC hours (every zone with a whole-hour offset)
-//! reads the hourly rollup, otherwise the 15-minute one; both hold the same sums.
+//! reads an hourly rollup — the narrow one (per user, model and runtime) unless the budget is scoped to
+//! a colony — otherwise the 15-minute one; all hold the same sums.
 
 use chrono::{DateTime, Timelike, Utc};
 use sqlx::{Postgres, QueryBuilder};
@@ -24,10 +25,10 @@ pub fn statement(
     start: DateTime<Utc>,
     end: DateTime<Utc>,
 ) -> QueryBuilder<'static, Postgres> {
-    let table = if whole_hour(start) && whole_hour(end) {
-        "usage_rollups_hourly"
-    } else {
-        "usage_rollups"
+    let table = match (whole_hour(start) && whole_hour(end), &budget.scope.colony) {
+        (true, None) => "usage_rollups_narrow",
+        (true, Some(_)) => "usage_rollups_hourly",
+        (false, _) => "usage_rollups",
     };
     let sum = match budget.unit {
         Unit::Usd => "cost_nanos",

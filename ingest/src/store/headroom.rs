@@ -4,8 +4,8 @@
 //! events), while its columns are bigints. Letting Postgres raise `bigint out of range` (22003) would make
 //! the whole batch fail again on every retry — a permanent 500 the agent retries forever — and Rust's
 //! `+` would wrap in release builds. Instead the batch writer admits events into the rollup one at a time,
-//! in `event_id` order ([`Fit`]): an event is admitted when its 15-minute row *and* its hourly row stay
-//! within `i64::MAX` counting what is already stored ([`Bases`]) and what this batch admitted before it;
+//! in `event_id` order ([`Fit`]): an event is admitted when its 15-minute row, its hourly row *and* its
+//! narrow hourly row (`rollups::narrow_of`) stay within `i64::MAX` counting what is already stored ([`Bases`]) and what this batch admitted before it;
 //! otherwise it is rejected with [`REASON`] and nothing of it is stored.
 //!
 //! The stored totals are not read on the common path: the first attempt assumes empty rows (which already
@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::rollups::{hour_of, RollupKey, Usage};
+use crate::rollups::{hourly_of, narrow_of, RollupKey, Usage};
 
 /// Why an event was rejected for overflow.
 pub const REASON: &str =
@@ -29,6 +29,7 @@ pub const REASON: &str =
 pub struct Bases {
     quarter: BTreeMap<RollupKey, Usage>,
     hourly: BTreeMap<RollupKey, Usage>,
+    narrow: BTreeMap<RollupKey, Usage>,
 }
 
 /// Admits events into a batch's rollup (see the module notes).
@@ -37,6 +38,7 @@ pub struct Fit<'a> {
     bases: &'a Bases,
     quarter: BTreeMap<RollupKey, Usage>,
     hourly: BTreeMap<RollupKey, Usage>,
+    narrow: BTreeMap<RollupKey, Usage>,
     rejected: Vec<Uuid>,
 }
 
@@ -55,24 +57,29 @@ impl<'a> Fit<'a> {
             bases,
             quarter: BTreeMap::new(),
             hourly: BTreeMap::new(),
+            narrow: BTreeMap::new(),
             rejected: vec![],
         }
     }
 
     /// Adds the event's usage to its row, or records it as rejected when a row would overflow.
     pub fn add(&mut self, key: RollupKey, usage: &Usage, event_id: Uuid) {
-        let hour = RollupKey {
-            bucket: hour_of(key.bucket),
-            ..key.clone()
-        };
+        let hour = hourly_of(&key);
+        let narrow = narrow_of(&key);
         let q = with(self.bases.quarter.get(&key), self.quarter.get(&key), usage);
         let h = with(self.bases.hourly.get(&hour), self.hourly.get(&hour), usage);
-        if !(q.fits_row() && h.fits_row()) {
+        let n = with(
+            self.bases.narrow.get(&narrow),
+            self.narrow.get(&narrow),
+            usage,
+        );
+        if !(q.fits_row() && h.fits_row() && n.fits_row()) {
             self.rejected.push(event_id);
             return;
         }
         self.quarter.entry(key).or_default().add(usage);
         self.hourly.entry(hour).or_default().add(usage);
+        self.narrow.entry(narrow).or_default().add(usage);
     }
 
     /// The pre-aggregated 15-minute rows, or the events that did not fit.
@@ -91,27 +98,22 @@ pub fn is_out_of_range(e: &sqlx::Error) -> bool {
         .is_some_and(|d| d.code().as_deref() == Some("22003"))
 }
 
-/// The stored totals of the 15-minute rows `keys` and of their hourly rows.
+/// The stored totals of the 15-minute rows `keys`, of their hourly rows and of their narrow rows.
 pub async fn fetch(
     pool: &PgPool,
     tenant_id: Uuid,
     keys: &[RollupKey],
 ) -> Result<Bases, sqlx::Error> {
-    let hours: Vec<RollupKey> = {
-        let mut h: Vec<RollupKey> = keys
-            .iter()
-            .map(|k| RollupKey {
-                bucket: hour_of(k.bucket),
-                ..k.clone()
-            })
-            .collect();
+    let rows_of = |to: fn(&RollupKey) -> RollupKey| {
+        let mut h: Vec<RollupKey> = keys.iter().map(to).collect();
         h.sort();
         h.dedup();
         h
     };
     Ok(Bases {
         quarter: read(pool, tenant_id, keys, "usage_rollups").await?,
-        hourly: read(pool, tenant_id, &hours, "usage_rollups_hourly").await?,
+        hourly: read(pool, tenant_id, &rows_of(hourly_of), "usage_rollups_hourly").await?,
+        narrow: read(pool, tenant_id, &rows_of(narrow_of), NARROW_SOURCE).await?,
     })
 }
 
@@ -126,6 +128,13 @@ type SumsRow = (
     Vec<i64>,
 );
 
+/// `usage_rollups_narrow` with the wide key's columns (device, colony and session empty, as
+/// `narrow_of` gives them), so one statement reads all three tables.
+const NARROW_SOURCE: &str =
+    "(SELECT *, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id \
+    FROM usage_rollups_narrow)";
+
+/// The stored sums of the rows `keys` of `table` (a table or a parenthesised query with its columns).
 async fn read(
     pool: &PgPool,
     tenant_id: Uuid,
@@ -181,6 +190,7 @@ async fn read(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rollups::hour_of;
     use chrono::{DateTime, Utc};
     use proptest::prelude::*;
 
@@ -240,6 +250,24 @@ mod tests {
         assert_eq!(fit.finish().unwrap_err(), vec![b]);
     }
 
+    #[test]
+    fn the_narrow_row_sums_sessions_so_it_can_fill_first() {
+        // Two sessions' hourly rows each have room; their narrow row (same user, model, hour) does not.
+        let other = RollupKey {
+            session_id: "s2".into(),
+            ..key(0)
+        };
+        let mut bases = Bases::default();
+        bases.hourly.insert(hourly_of(&key(0)), cost(MAX / 2));
+        bases.hourly.insert(hourly_of(&other), cost(MAX / 2 - 1));
+        bases.narrow.insert(narrow_of(&key(0)), cost(MAX - 2)); // their sum
+        let mut fit = Fit::new(&bases);
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        fit.add(key(5), &cost(2), a);
+        fit.add(other.clone(), &cost(2), b); // 2 left in the narrow row, both taken by `a`
+        assert_eq!(fit.finish().unwrap_err(), vec![b]);
+    }
+
     proptest! {
         /// Whatever the stored totals and the events (each within the per-event bounds), the admitted
         /// rows and their hourly sums stay within bigint, and an event is rejected only when it would not
@@ -251,7 +279,8 @@ mod tests {
         ) {
             let mut bases = Bases::default();
             bases.quarter.insert(key(0), cost(base));
-            bases.hourly.insert(RollupKey { bucket: hour_of(key(0).bucket), ..key(0) }, cost(base));
+            bases.hourly.insert(hourly_of(&key(0)), cost(base));
+            bases.narrow.insert(narrow_of(&key(0)), cost(base));
             let mut fit = Fit::new(&bases);
             let mut expect_rejected = vec![];
             let mut hour_totals: BTreeMap<DateTime<Utc>, i128> = BTreeMap::new();

@@ -224,6 +224,7 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
         "some turns estimated, some unpriced"
     );
     assert!(hourly.7 < quarter.7, "hourly rows are coarser");
+    assert_rollups_agree(&app.pool).await;
     let durations: i64 = sent
         .values()
         .filter(|e| e["type"] == "tool.call")
@@ -274,6 +275,7 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
             }
         }
     }
+    assert_rollups_agree(&app.pool).await;
 }
 
 /// A row holding active time only (a bucket or model the session was active in without events).
@@ -330,6 +332,47 @@ async fn assert_active_time_follows_the_histories(app: &TestApp) {
     .await
     .unwrap();
     assert_eq!(totals.0, totals.1);
+}
+
+/// The rollup tables agree row by row: every hourly row is the sum of its quarter rows, and every
+/// narrow row (`usage_rollups_narrow`) the sum of its hourly rows (no row missing, none extra).
+pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
+    const SUMS: &str = "sum(input_tokens)::int8, sum(output_tokens)::int8, sum(cached_tokens)::int8,
+        sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, sum(llm_calls)::int8, sum(unpriced_turns)::int8,
+        sum(tool_calls)::int8, sum(tool_errors)::int8, sum(events)::int8, sum(tool_duration_ms)::int8,
+        sum(active_ms)::int8, sum(cost_reported_nanos)::int8, sum(cost_estimated_nanos)::int8,
+        sum(estimated_turns)::int8";
+    let hour = "date_bin('1 hour', bucket, '2000-01-01 00:00:00+00')";
+    let pairs = [
+        (
+            format!("SELECT tenant_id, {hour}, user_id, device_id, colony_id, session_id, model, runtime, {SUMS}
+                FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"),
+            format!("SELECT tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime, {SUMS}
+                FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"),
+        ),
+        (
+            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_hourly
+                GROUP BY 1, 2, 3, 4, 5"),
+            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_narrow
+                GROUP BY 1, 2, 3, 4, 5"),
+        ),
+    ];
+    for (finer, coarser) in pairs {
+        let differ: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM (({finer} EXCEPT {coarser}) UNION ALL ({coarser} EXCEPT {finer})) d"
+        ))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(differ, 0, "{coarser}\ndiffers from the sums of\n{finer}");
+    }
+    let rows: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM usage_rollups_hourly), (SELECT count(*) FROM usage_rollups_narrow)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(rows.1 > 0 && rows.1 <= rows.0, "{rows:?}");
 }
 
 /// The tool rows of an answer: bucket, keys, calls, errors, durations, timed calls, p50, p95.
@@ -495,6 +538,7 @@ async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::Pg
             }
         }
     }
+    assert_rollups_agree(&app.pool).await;
 }
 
 fn project(r: &Value, dims: &[(&str, &str)], gran: &str) -> Value {
@@ -772,6 +816,7 @@ async fn group_commit_answers_each_of_many_small_concurrent_batches_exactly(pool
     // exactly the accepted ones (plus the first batch's one).
     let stored = app.count("events").await as u64;
     assert_eq!(stored, accepted_total + 1);
+    assert_rollups_agree(&pool).await;
     for (tenant, _, _) in devices.iter().step_by(8) {
         let rows: Vec<(String, i64, i64)> = sqlx::query_as(
             "SELECT session_id, sum(events)::int8, sum(input_tokens)::int8 FROM usage_rollups

@@ -395,3 +395,66 @@ async fn the_runtime_migration_backfills_rollups_from_their_sessions(pool: sqlx:
         );
     }
 }
+
+#[sqlx::test(migrations = false)]
+async fn the_narrow_rollup_migration_sums_the_hourly_rows_without_sessions(pool: sqlx::PgPool) {
+    // Every migration before the narrow rollup, then hourly rows the old code wrote: two sessions and
+    // two devices of one user and model in one hour, another model, another hour.
+    let all = sqlx::migrate!("../migrations");
+    let is_narrow = |m: &&sqlx::migrate::Migration| m.description.contains("usage rollups narrow");
+    assert_eq!(all.iter().filter(is_narrow).count(), 1);
+    for m in all.iter().take_while(|m| !is_narrow(m)) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+    let tenant = uuid::Uuid::new_v4();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO tenants (tenant_id, name) VALUES ('{tenant}', 'acme');
+         INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model,
+             runtime, input_tokens, cost_nanos, llm_calls, events, active_ms)
+         VALUES ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd1', '', 's1', 'm1', 'hive', 10, 100, 1, 1, 0),
+                ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd2', 'c1', 's2', 'm1', 'hive', 20, 200, 2, 2, 0),
+                ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd1', '', 's1', 'm2', 'hive', 5, 50, 1, 1, 0),
+                ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd1', '', 's1', '', 'hive', 0, 0, 0, 0, 60000),
+                ('{tenant}', '2026-11-03T11:00:00Z', 'alice', 'd1', '', 's1', 'm1', 'hive', 7, 70, 1, 1, 0);"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let m = all.iter().find(is_narrow).unwrap();
+    sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    type Row = (
+        chrono::DateTime<chrono::Utc>,
+        String,
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT bucket, user_id, model, input_tokens, cost_nanos, llm_calls, events, active_ms
+         FROM usage_rollups_narrow ORDER BY bucket, model",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let at = |s: &str| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let row = |b: &str, model: &str, sums: [i64; 5]| -> Row {
+        let [i, c, l, e, a] = sums;
+        (at(b), "alice".into(), model.into(), i, c, l, e, a)
+    };
+    assert_eq!(
+        rows,
+        vec![
+            row("2026-11-03T10:00:00Z", "", [0, 0, 0, 0, 60_000]),
+            row("2026-11-03T10:00:00Z", "m1", [30, 300, 3, 3, 0]),
+            row("2026-11-03T10:00:00Z", "m2", [5, 50, 1, 1, 0]),
+            row("2026-11-03T11:00:00Z", "m1", [7, 70, 1, 1, 0]),
+        ]
+    );
+    // The rest of the migrations still apply on top.
+    for m in all.iter().skip_while(|m| !is_narrow(m)).skip(1) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+}

@@ -9,11 +9,14 @@
 //! boundaries. A range longer than two months is first clamped to the rows' extent (one index probe),
 //! so the array stays short.
 //!
-//! Two rollups: a tenant-wide query reads `usage_rollups_hourly` for every whole UTC hour that no bucket
+//! Three rollups: a tenant-wide query reads `usage_rollups_hourly` for every whole UTC hour that no bucket
 //! boundary cuts and `usage_rollups` (15 minutes) for the rest ([`plan::Split`]): in a whole-hour zone
 //! that is hourly rows only, for a day or month in a half- or quarter-hour zone one cut hour per bucket;
 //! hour buckets in such a zone, and session or colony scopes (small, with their own index), read quarter
-//! rows only. Both tables hold the same sums (written together), so the answer is the same either way.
+//! rows only. Grouped by nothing, user, model or runtime (no colony, session or device), the whole hours
+//! come from `usage_rollups_narrow` instead: the hourly sums without device, colony and session, a
+//! tenant's month in hours × users × models rows however many sessions ran. All three tables hold the
+//! same sums (written together), so the answer is the same either way.
 //!
 //! Sums use `apiary_sum` (a bigint-state sum, see its migration): Postgres' `sum(bigint)` allocates a
 //! numeric state per group, which dominated queries with thousands of groups. A sum past the bigint

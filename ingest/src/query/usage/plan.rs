@@ -25,6 +25,14 @@ pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, \
     output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
     tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns";
+/// The same columns from `usage_rollups_narrow`, which has no device, colony or session.
+const NARROW_COLUMNS: &str = "bucket, tenant_id, user_id, ''::text AS device_id, ''::text AS colony_id, \
+    ''::text AS session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, \
+    cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, \
+    cost_reported_nanos, cost_estimated_nanos, estimated_turns";
+/// The dimensions `usage_rollups_narrow` keeps: a split query grouped by these alone reads its whole
+/// hours there.
+const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime];
 /// The `tool_rollups` columns a query grouped by tool reads.
 const TOOL_COLUMNS: &str =
     "bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, \
@@ -167,6 +175,9 @@ pub struct Plan {
     pub buckets: Option<Buckets>,
     /// Some when whole hours come from the hourly rollup.
     pub split: Option<Split>,
+    /// Whole hours come from the narrow hourly rollup (`usage_rollups_narrow`): a split grouped by
+    /// tenant, user, model or runtime only.
+    pub narrow: bool,
     /// Grouped by tool: the rows come from `tool_rollups`.
     pub tools: bool,
 }
@@ -183,6 +194,7 @@ impl Plan {
             }
             _ => None,
         };
+        let narrow = split.is_some() && q.group_by.iter().all(|d| NARROW_DIMS.contains(d));
         Plan {
             filter,
             from,
@@ -190,6 +202,7 @@ impl Plan {
             group_by: q.group_by.clone(),
             buckets,
             split,
+            narrow,
             tools,
         }
     }
@@ -231,7 +244,7 @@ impl Plan {
     }
 
     /// The rollup rows the query sums: quarter rows of the range, or whole hours from the hourly
-    /// rollup plus quarter rows for the rest ([`Split`]).
+    /// rollup (the narrow one when the grouping allows) plus quarter rows for the rest ([`Split`]).
     fn push_source(&self, q: &mut QueryBuilder<'static, Postgres>) {
         match &self.split {
             None if self.tools => {
@@ -247,7 +260,10 @@ impl Plan {
                 q.push(" AND bucket < ").push_bind(self.to);
             }
             Some(s) => {
-                q.push(format!("SELECT {COLUMNS} FROM usage_rollups_hourly"));
+                q.push(match self.narrow {
+                    true => format!("SELECT {NARROW_COLUMNS} FROM usage_rollups_narrow"),
+                    false => format!("SELECT {COLUMNS} FROM usage_rollups_hourly"),
+                });
                 self.filter.push_where(q);
                 q.push(" AND bucket >= ").push_bind(s.hour_from);
                 q.push(" AND bucket < ").push_bind(s.hour_to);
@@ -311,7 +327,12 @@ mod tests {
         assert_eq!(plan.buckets.as_ref().unwrap().starts.len(), 4);
         let sql = plan.query(false).into_sql();
         assert!(sql.starts_with("SELECT width_bucket(bucket, $1)::int4 AS b, NULL::text AS tenant_id, user_id AS user_id, model AS model, NULL::text AS colony_id"), "{sql}");
-        assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
+        assert!(plan.narrow, "model and user are in the narrow rollup");
+        assert!(
+            sql.contains("''::text AS session_id, model, runtime, input_tokens"),
+            "{sql}"
+        );
+        assert!(sql.contains("FROM usage_rollups_narrow WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
         assert!(
             sql.contains("FROM usage_rollups WHERE TRUE AND tenant_id = $6 AND bucket = ANY($7)"),
             "{sql}"
@@ -322,6 +343,22 @@ mod tests {
             .query(true)
             .into_sql()
             .contains("sum(events)::text AS events"));
+
+        // A colony (or session, or device) grouping needs the wide hourly rows.
+        for wide in [Dim::Colony, Dim::Session, Dim::Device] {
+            let q = query(
+                "2026-11-01T00:00:00Z",
+                "2026-11-04T00:00:00Z",
+                Granularity::Day,
+                "UTC",
+                &[Dim::Model, wide],
+            );
+            let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+            assert!(!plan.narrow, "{wide:?}");
+            let sql = plan.query(false).into_sql();
+            assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
+            assert!(!sql.contains("usage_rollups_narrow"), "{sql}");
+        }
     }
 
     #[test]
