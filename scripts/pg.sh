@@ -4,6 +4,7 @@
 # Sourced (the usual way; defines the functions below and runs apiary_pg_ensure):
 #     . scripts/pg.sh || exit 1
 #     trap apiary_pg_stop EXIT
+# Sourced with APIARY_PG_LIB=1: defines the functions only, starts nothing (scripts/citus.sh).
 # Run as a command:
 #     scripts/pg.sh start   ensure a server, print `export ...` lines on stdout
 #                           (use: eval "$(scripts/pg.sh start)")
@@ -447,6 +448,11 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -u
     _apiary_pg_main "$@"
     exit $?
+fi
+
+# Sourced with APIARY_PG_LIB=1: only define the functions (scripts/citus.sh reuses them).
+if [ "${APIARY_PG_LIB:-0}" = 1 ]; then
+    return 0
 fi
 
 # Sourced: ensure a server now. Called inside `if` so a caller's `set -e` cannot abort midway.

@@ -30,8 +30,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Apply the database migrations.
-    Migrate,
+    /// Apply the database migrations (on a database with the citus extension, then distribute the
+    /// tables by tenant).
+    Migrate {
+        /// Require Citus: fail, changing nothing, when the database has no citus extension.
+        #[arg(long)]
+        citus: bool,
+    },
     /// Check variables, configuration, database (reachable, migrated) and listen address; one line per
     /// check with the fix; exit status 1 when something is wrong.
     Doctor,
@@ -548,7 +553,7 @@ pub fn settings(cli: &Cli) -> anyhow::Result<IngestSettings> {
 async fn preflight(command: &Command, pool: &sqlx::PgPool, url: &str) -> anyhow::Result<()> {
     let problem = match store::diagnose_connection(url, std::time::Duration::from_secs(5)).await {
         Err(problem) => Some(problem),
-        Ok(()) if matches!(command, Command::Migrate) => None,
+        Ok(()) if matches!(command, Command::Migrate { .. }) => None,
         Ok(()) => store::schema_state(pool)
             .await
             .context("read the schema version")?
@@ -571,8 +576,8 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
     preflight(&cli.command, &pool, url).await?;
     match cli.command {
         Command::Doctor => unreachable!("main runs doctor before loading settings"),
-        Command::Migrate => {
-            store::migrate(&pool).await.context("migrate")?;
+        Command::Migrate { citus } => {
+            store::migrate_with(&pool, citus).await.context("migrate")?;
             eprintln!("migrations applied");
         }
         Command::Serve { .. } => {

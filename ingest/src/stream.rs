@@ -12,6 +12,14 @@
 //! holding id 10 can commit after one holding id 11.) The price: a row waits until every transaction
 //! that started writing before its own has ended — about one batch's duration under load.
 //!
+//! The xmin is read in a statement of its own ([`head`]) and bound into the read that follows: an xmin
+//! from an earlier snapshot is never above a later one, so the rule still holds, and on Citus both the
+//! xmin and the writers' `pg_current_xact_id()` are the coordinator's (a function inside a query on a
+//! distributed table would run on a worker, in another transaction-id space). There, a single-worker
+//! transaction commits on its worker before the coordinator, so a row is visible once its coordinator
+//! transaction has ended; a transaction that spans workers (two-phase commit: a group of several
+//! tenants) commits on them just after, which this rule does not cover (see deploy/SCALING.md).
+//!
 //! ## Fan-out
 //! One [`StreamHub`] per replica: one `LISTEN apiary_stream` connection and one reader task
 //! ([`StreamHub::run_until_stopped`]) query new rows of every tenant after each notification (and every
@@ -132,8 +140,8 @@ impl From<RowSql> for StreamRow {
 /// The columns of a [`RowSql`].
 pub(crate) const ROW_COLUMNS: &str = "tenant_id, xid, id, kind, user_id, data::text AS data";
 
-/// The deliverable rule (see the module notes), as SQL.
-pub(crate) const DELIVERABLE: &str = "xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+/// The deliverable rule (see the module notes), as SQL: `$1` is the xmin [`head`] read.
+pub(crate) const DELIVERABLE: &str = "xid < $1";
 
 /// The replica's stream reader and its subscribers' channel.
 #[derive(Debug)]
@@ -326,10 +334,12 @@ impl StreamHub {
         };
         *after = Some(at);
         loop {
+            let below = head(pool).await?;
             let rows: Vec<RowSql> = sqlx::query_as(&format!(
-                "SELECT {ROW_COLUMNS} FROM stream_events WHERE (xid, id) > ($1, $2) AND {DELIVERABLE}
-                 ORDER BY xid, id LIMIT $3"
+                "SELECT {ROW_COLUMNS} FROM stream_events WHERE (xid, id) > ($2, $3) AND {DELIVERABLE}
+                 ORDER BY xid, id LIMIT $4"
             ))
+            .bind(below.xid)
             .bind(at.xid)
             .bind(at.id)
             .bind(PAGE)

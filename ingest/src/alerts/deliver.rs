@@ -148,13 +148,41 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Claims up to [`CLAIM`] due notifications for `lease`.
+/// Claims up to [`CLAIM`] due notifications for `lease`: the tenants with the longest-due ones first,
+/// each tenant's in a statement of its own (a `FOR UPDATE` over every tenant is a multi-shard query
+/// Citus refuses; one tenant's rows live on one worker).
 pub async fn claim(pool: &PgPool, lease: Duration) -> Result<Vec<Claimed>, sqlx::Error> {
+    let tenants: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT tenant_id FROM notifications
+         WHERE state = 'pending' AND next_attempt_at <= now()
+           AND (lease_until IS NULL OR lease_until < now())
+         GROUP BY tenant_id ORDER BY min(next_attempt_at), tenant_id LIMIT $1",
+    )
+    .bind(CLAIM)
+    .fetch_all(pool)
+    .await?;
+    let mut out = Vec::new();
+    for tenant in tenants {
+        let room = CLAIM - out.len() as i64;
+        if room <= 0 {
+            break;
+        }
+        out.extend(claim_tenant(pool, tenant, room, lease).await?);
+    }
+    Ok(out)
+}
+
+async fn claim_tenant(
+    pool: &PgPool,
+    tenant: Uuid,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<Claimed>, sqlx::Error> {
     type Row = (Uuid, String, Value, i32, String, String, Option<String>);
     let rows: Vec<Row> = sqlx::query_as(
         "WITH due AS (
              SELECT tenant_id, notification_id FROM notifications
-             WHERE state = 'pending' AND next_attempt_at <= now()
+             WHERE tenant_id = $3 AND state = 'pending' AND next_attempt_at <= now()
                AND (lease_until IS NULL OR lease_until < now())
              ORDER BY next_attempt_at
              LIMIT $1
@@ -162,12 +190,13 @@ pub async fn claim(pool: &PgPool, lease: Duration) -> Result<Vec<Claimed>, sqlx:
          UPDATE notifications n
             SET lease_until = now() + make_interval(secs => $2), attempts = n.attempts + 1
            FROM due, alert_destinations d
-          WHERE n.tenant_id = due.tenant_id AND n.notification_id = due.notification_id
-            AND d.tenant_id = n.tenant_id AND d.destination_id = n.destination_id
+          WHERE n.tenant_id = $3 AND n.notification_id = due.notification_id
+            AND d.tenant_id = $3 AND d.destination_id = n.destination_id
          RETURNING n.tenant_id, n.notification_id, n.payload, n.attempts, d.kind, d.url, d.secret",
     )
-    .bind(CLAIM)
+    .bind(limit)
     .bind(lease.as_secs_f64())
+    .bind(tenant)
     .fetch_all(pool)
     .await?;
     Ok(rows

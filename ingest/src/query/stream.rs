@@ -50,12 +50,14 @@ pub async fn start(db: &ReadDb, r: &TenantRead, asked: Option<Cursor>) -> Result
 
 /// The reader's deliverable rows after `after`, oldest first, at most [`PAGE`].
 pub async fn after(db: &ReadDb, r: &TenantRead, after: Cursor) -> Result<Vec<StreamRow>, ApiError> {
+    let below = crate::stream::head(&db.pool).await?;
     let rows: Vec<RowSql> = sqlx::query_as(&format!(
         "SELECT {ROW_COLUMNS} FROM stream_events
-         WHERE tenant_id = $1 AND ($2::text IS NULL OR user_id = $2) AND (xid, id) > ($3, $4)
+         WHERE tenant_id = $2 AND ($3::text IS NULL OR user_id = $3) AND (xid, id) > ($4, $5)
            AND {DELIVERABLE}
-         ORDER BY xid, id LIMIT $5"
+         ORDER BY xid, id LIMIT $6"
     ))
+    .bind(below.xid)
     .bind(r.tenant_id())
     .bind(r.user())
     .bind(after.xid)

@@ -208,7 +208,8 @@ pub async fn set_label(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO colony_labels (tenant_id, colony_key, label, updated_at) VALUES ($1, $2, $3, now())
-         ON CONFLICT (tenant_id, colony_key) DO UPDATE SET label = EXCLUDED.label, updated_at = now()",
+         ON CONFLICT (tenant_id, colony_key) DO UPDATE SET label = EXCLUDED.label,
+             updated_at = EXCLUDED.updated_at",
     )
     .bind(tenant_id)
     .bind(key)

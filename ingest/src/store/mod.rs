@@ -11,6 +11,7 @@ pub mod active;
 pub mod admin;
 pub mod batch;
 pub mod budgets;
+pub mod citus;
 pub mod colonies;
 pub mod devices;
 pub mod event_rows;
@@ -43,6 +44,8 @@ pub enum StoreError {
     Connect(#[source] sqlx::Error),
     #[error("cannot apply migrations")]
     Migrate(#[source] sqlx::migrate::MigrateError),
+    #[error("cannot distribute the tables on Citus")]
+    Citus(#[source] citus::CitusError),
     #[error("database query failed")]
     Query(#[from] sqlx::Error),
 }
@@ -242,7 +245,30 @@ pub async fn diagnose_connection(url: &str, timeout: Duration) -> Result<(), Str
     }
 }
 
-/// Applies the migrations.
+/// Applies the migrations; on a database with the `citus` extension, then distributes the tables by
+/// tenant ([`citus::distribute`], idempotent).
 pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
-    MIGRATOR.run(pool).await.map_err(StoreError::Migrate)
+    migrate_with(pool, false).await
+}
+
+/// [`migrate`]; with `require_citus` (`apiary-ingest migrate --citus`) it fails before changing anything
+/// when the database has no `citus` extension, instead of leaving a plain schema.
+pub async fn migrate_with(pool: &PgPool, require_citus: bool) -> Result<(), StoreError> {
+    let on_citus = citus::is_citus(pool).await?;
+    if require_citus && !on_citus {
+        return Err(StoreError::Citus(citus::CitusError::NotCitus));
+    }
+    MIGRATOR.run(pool).await.map_err(StoreError::Migrate)?;
+    if on_citus {
+        let done = citus::distribute(pool).await.map_err(StoreError::Citus)?;
+        if done != citus::Distributed::default() {
+            tracing::info!(
+                reference = ?done.reference,
+                distributed = ?done.distributed,
+                functions = ?done.functions,
+                "tables distributed by tenant_id on Citus"
+            );
+        }
+    }
+    Ok(())
 }

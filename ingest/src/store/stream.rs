@@ -17,6 +17,10 @@
 //!   upkeep claims its rows with `SKIP LOCKED`, so it never waits for a batch, and a batch waits for it
 //!   only the length of one short statement.
 //! - Every transaction that wrote a row sends `NOTIFY apiary_stream` (delivered at commit).
+//! - Citus: the transaction id is read once per transaction ([`own_xid`], on the coordinator) and bound
+//!   into the statements, never computed inside one that runs on a worker; the upkeep claims one
+//!   tenant at a time, in a transaction of its own (a `FOR UPDATE` over every tenant is a multi-shard
+//!   query Citus refuses, and one tenant's rows live on one worker, so each transaction stays there).
 
 use std::collections::BTreeMap;
 
@@ -79,6 +83,10 @@ pub async fn write_batch(
         sessions.insert(u, true);
     }
     let mut wrote = 0;
+    if sessions.is_empty() && s.devices.is_empty() {
+        return Ok(());
+    }
+    let xid = own_xid(tx).await?;
     if !sessions.is_empty() {
         let ids: Vec<&str> = sessions.keys().copied().collect();
         let users: Vec<&str> = ids
@@ -86,11 +94,14 @@ pub async fn write_batch(
             .map(|s| owners.get(s).copied().unwrap_or(""))
             .collect();
         let has_usage: Vec<bool> = sessions.values().copied().collect();
-        // Each session's stream position, and whether its usage goes out now.
+        // Each session's stream position, and whether its usage goes out now. The conflict branch
+        // and RETURNING read "now" as `touched_at`, which the row gets from the SELECT's now(), and
+        // add seconds with the immutable `apiary_add_seconds`: Citus refuses functions that are not
+        // immutable in DO UPDATE SET (`timestamptz - interval` and now() are only stable).
         let rows: Vec<(String, i64, bool)> = sqlx::query_as(
             "INSERT INTO stream_sessions AS s (tenant_id, session_id, user_id, last_xid, touched_at,
                  usage_sent_at)
-             SELECT $1, u.id, u.usr, pg_current_xact_id()::text::bigint, now(),
+             SELECT $1, u.id, u.usr, $5, now(),
                  CASE WHEN u.usage THEN now() END
              FROM unnest($2::text[], $3::text[], $4::bool[]) AS u(id, usr, usage) ORDER BY u.id
              ON CONFLICT (tenant_id, session_id) DO UPDATE SET
@@ -98,20 +109,22 @@ pub async fn write_batch(
                  touched_at = EXCLUDED.touched_at,
                  usage_due_at = CASE
                      WHEN EXCLUDED.usage_sent_at IS NULL THEN s.usage_due_at
-                     WHEN s.usage_sent_at > now() - interval '1 second'
-                         THEN COALESCE(s.usage_due_at, s.usage_sent_at + interval '1 second')
+                     WHEN s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
+                         THEN COALESCE(s.usage_due_at, apiary_add_seconds(s.usage_sent_at, 1))
                      ELSE NULL END,
                  usage_sent_at = CASE
-                     WHEN EXCLUDED.usage_sent_at IS NULL OR s.usage_sent_at > now() - interval '1 second'
+                     WHEN EXCLUDED.usage_sent_at IS NULL
+                         OR s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
                          THEN s.usage_sent_at
                      ELSE EXCLUDED.usage_sent_at END
              RETURNING session_id, last_xid,
-                 usage_sent_at IS NOT DISTINCT FROM now() AND usage_due_at IS NULL",
+                 usage_sent_at IS NOT DISTINCT FROM touched_at AND usage_due_at IS NULL",
         )
         .bind(tenant_id)
         .bind(&ids)
         .bind(&users)
         .bind(&has_usage)
+        .bind(xid)
         .fetch_all(&mut **tx)
         .await?;
         let xid_of: BTreeMap<String, i64> = rows.iter().map(|r| (r.0.clone(), r.1)).collect();
@@ -124,7 +137,7 @@ pub async fn write_batch(
         wrote += write_usage(tx, tenant_id, &usage_now).await?;
     }
     if !s.devices.is_empty() {
-        wrote += device_online(tx, tenant_id, &s.devices).await?;
+        wrote += device_online(tx, tenant_id, &s.devices, xid).await?;
     }
     if wrote > 0 {
         notify(&mut **tx).await?;
@@ -196,11 +209,12 @@ async fn device_online(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
     devices: &[&str],
+    xid: i64,
 ) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(
         "WITH up AS (
              INSERT INTO stream_devices AS d (tenant_id, device_id, user_id, online, last_xid)
-             SELECT $1, v.device_id, v.user_id, true, pg_current_xact_id()::text::bigint
+             SELECT $1, v.device_id, v.user_id, true, $3
              FROM devices v WHERE v.tenant_id = $1 AND v.device_id = ANY($2) ORDER BY v.device_id
              ON CONFLICT (tenant_id, device_id) DO UPDATE
                  SET online = true, last_xid = GREATEST(d.last_xid, EXCLUDED.last_xid)
@@ -213,10 +227,22 @@ async fn device_online(
     )
     .bind(tenant_id)
     .bind(devices)
+    .bind(xid)
     .execute(&mut **tx)
     .await?;
     Ok(done.rows_affected())
 }
+
+/// This transaction's id (assigned now if it has none yet), read on its own so that on Citus it is the
+/// coordinator's.
+async fn own_xid(tx: &mut Transaction<'_, Postgres>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+        .fetch_one(&mut **tx)
+        .await
+}
+
+/// Rows an upkeep pass handles at most (per tenant, and tenants per pass).
+const UPKEEP_LIMIT: i64 = 1000;
 
 async fn notify<'e, E: sqlx::PgExecutor<'e>>(e: E) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify($1, '')")
@@ -226,25 +252,46 @@ async fn notify<'e, E: sqlx::PgExecutor<'e>>(e: E) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// Writes the usage totals of sessions whose coalesced usage is due; returns how many.
+/// Writes the usage totals of sessions whose coalesced usage is due; returns how many. One transaction
+/// per tenant (see the module notes).
 pub async fn flush_usage(pool: &PgPool) -> Result<u64, sqlx::Error> {
+    let tenants: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT DISTINCT tenant_id FROM stream_sessions WHERE usage_due_at <= now()
+         ORDER BY tenant_id LIMIT $1",
+    )
+    .bind(UPKEEP_LIMIT)
+    .fetch_all(pool)
+    .await?;
+    let mut total = 0;
+    for tenant in tenants {
+        total += flush_tenant_usage(pool, tenant).await?;
+    }
+    Ok(total)
+}
+
+async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    let xid = own_xid(&mut tx).await?;
     let done = sqlx::query(&format!(
         "WITH due AS (
              SELECT tenant_id, session_id FROM stream_sessions
-             WHERE usage_due_at <= now() ORDER BY tenant_id, session_id LIMIT 1000
+             WHERE tenant_id = $1 AND usage_due_at <= now() ORDER BY session_id LIMIT $3
              FOR UPDATE SKIP LOCKED),
          s AS (
              UPDATE stream_sessions s SET usage_due_at = NULL, usage_sent_at = now(),
-                 last_xid = GREATEST(s.last_xid, pg_current_xact_id()::text::bigint)
-             FROM due WHERE s.tenant_id = due.tenant_id AND s.session_id = due.session_id
+                 last_xid = GREATEST(s.last_xid, $2)
+             FROM due WHERE s.tenant_id = $1 AND s.session_id = due.session_id
              RETURNING s.tenant_id, s.session_id, s.user_id, s.last_xid)
          INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT s.tenant_id, s.last_xid, 'usage', s.user_id,
              jsonb_build_object('session_id', s.session_id) || {USAGE_JSON}
          FROM s JOIN usage_rollups r ON r.tenant_id = s.tenant_id AND r.session_id = s.session_id
-         GROUP BY s.tenant_id, s.session_id, s.user_id, s.last_xid ORDER BY s.tenant_id, s.session_id"
+         WHERE r.tenant_id = $1
+         GROUP BY s.tenant_id, s.session_id, s.user_id, s.last_xid ORDER BY s.session_id"
     ))
+    .bind(tenant)
+    .bind(xid)
+    .bind(UPKEEP_LIMIT)
     .execute(&mut *tx)
     .await?;
     if done.rows_affected() > 0 {
@@ -255,28 +302,56 @@ pub async fn flush_usage(pool: &PgPool) -> Result<u64, sqlx::Error> {
 }
 
 /// Streams `online: false` for the devices silent longer than `offline_after_secs`; returns how many.
+/// One transaction per tenant (see the module notes).
 pub async fn sweep_devices(pool: &PgPool, offline_after_secs: i64) -> Result<u64, sqlx::Error> {
+    let tenants: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT DISTINCT sd.tenant_id FROM stream_devices sd
+         JOIN devices d ON d.tenant_id = sd.tenant_id AND d.device_id = sd.device_id
+         WHERE sd.online
+           AND GREATEST(d.last_seen_at, d.last_heartbeat_at) < now() - make_interval(secs => $1)
+         ORDER BY 1 LIMIT $2",
+    )
+    .bind(offline_after_secs as f64)
+    .bind(UPKEEP_LIMIT)
+    .fetch_all(pool)
+    .await?;
+    let mut total = 0;
+    for tenant in tenants {
+        total += sweep_tenant_devices(pool, tenant, offline_after_secs).await?;
+    }
+    Ok(total)
+}
+
+async fn sweep_tenant_devices(
+    pool: &PgPool,
+    tenant: Uuid,
+    offline_after_secs: i64,
+) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    let xid = own_xid(&mut tx).await?;
     let done = sqlx::query(
         "WITH gone AS (
              SELECT sd.tenant_id, sd.device_id FROM stream_devices sd
              JOIN devices d ON d.tenant_id = sd.tenant_id AND d.device_id = sd.device_id
-             WHERE sd.online
-               AND GREATEST(d.last_seen_at, d.last_heartbeat_at) < now() - make_interval(secs => $1)
-             ORDER BY sd.tenant_id, sd.device_id LIMIT 1000
+             WHERE sd.tenant_id = $1 AND d.tenant_id = $1 AND sd.online
+               AND GREATEST(d.last_seen_at, d.last_heartbeat_at) < now() - make_interval(secs => $2)
+             ORDER BY sd.device_id LIMIT $4
              FOR UPDATE OF sd SKIP LOCKED),
          up AS (
-             UPDATE stream_devices s SET online = false,
-                 last_xid = GREATEST(s.last_xid, pg_current_xact_id()::text::bigint)
-             FROM gone WHERE s.tenant_id = gone.tenant_id AND s.device_id = gone.device_id
+             UPDATE stream_devices s SET online = false, last_xid = GREATEST(s.last_xid, $3)
+             FROM gone WHERE s.tenant_id = $1 AND s.device_id = gone.device_id
              RETURNING s.tenant_id, s.device_id, s.user_id, s.last_xid)
          INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT up.tenant_id, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id',
              up.device_id, 'online', false, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
          FROM up JOIN devices v ON v.tenant_id = up.tenant_id AND v.device_id = up.device_id
-         ORDER BY up.tenant_id, up.device_id",
+         WHERE v.tenant_id = $1
+         ORDER BY up.device_id",
     )
+    .bind(tenant)
     .bind(offline_after_secs as f64)
+    .bind(xid)
+    .bind(UPKEEP_LIMIT)
     .execute(&mut *tx)
     .await?;
     if done.rows_affected() > 0 {

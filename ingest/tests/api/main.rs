@@ -7,6 +7,7 @@ mod alerts;
 mod bad_input;
 mod batches;
 mod budgets;
+mod citus;
 mod cross_tenant;
 mod dashboard;
 mod durations;

@@ -1,0 +1,337 @@
+#!/usr/bin/env bash
+# scripts/citus.sh: a local Citus cluster (a coordinator and 2 workers on this machine) for Apiary's
+# tests, benchmarks and demo.
+#
+#     scripts/citus.sh start   install Citus if it is missing (../shared/vendor/citus/build.sh, a few
+#                              minutes once), initdb the three nodes (once), start them, prepare the
+#                              coordinator's `postgres` database (extension, nodes registered), print
+#                              `export ...` lines on stdout (use: eval "$(scripts/citus.sh start)")
+#     scripts/citus.sh env     print the `export ...` lines of the running cluster; never starts anything
+#     scripts/citus.sh stop    stop the three nodes (their data is kept for the next start)
+#     scripts/citus.sh destroy stop them and delete the cluster directory
+#
+# Layout of the cluster directory ($APIARY_CITUS_DIR, default <repo>/target/citus):
+#     ports                 "COORDINATOR WORKER1 WORKER2", chosen at the first start and kept: the
+#                           coordinator's metadata names the workers by port
+#     coordinator/ worker1/ worker2/    each: data/ (PGDATA), run/ (unix socket), postgres.log, initdb.log
+# Ports: the first three consecutive free ports from $APIARY_CITUS_PORT_BASE (default 56432), on 127.0.0.1.
+#
+# Every node: trust authentication on 127.0.0.1 (initdb -A trust), `shared_preload_libraries = 'citus'`,
+# `max_prepared_transactions` (Citus commits a transaction that wrote to several workers with two-phase
+# commit), `wal_level = logical` (shard moves: citus_rebalance_start), fsync off unless
+# APIARY_CITUS_FSYNC=on (a test cluster; set it on for measurements that compare with a durable server).
+# The coordinator also has `citus.enable_create_database_propagation = on` (a CREATE DATABASE on it, as
+# sqlx::test issues per test, creates the database on the workers too) and `citus.shard_count` =
+# $APIARY_CITUS_SHARD_COUNT (default 4, at initdb: Citus' default 32 makes every distributed table and
+# every daily events partition 32 tables, which slows a test suite that builds ~90 databases down a lot).
+#
+# TLS (decided here, see README "Citus"): Citus' CREATE EXTENSION turns `ssl` on with a self-signed X.509
+# v1 certificate when `citus.node_conninfo` asks for `sslmode=require` (its default); rustls (sqlx's TLS)
+# refuses v1 certificates, so sqlx under the default `sslmode=prefer` fails to connect instead of falling
+# back to plain text. This cluster listens on 127.0.0.1 only with trust authentication, where TLS protects
+# nothing: every node runs with `ssl = off` and `citus.node_conninfo = 'sslmode=disable'` (so the
+# extension leaves TLS off), and `start` checks that `ssl` is still off afterwards. The printed URL needs
+# no sslmode. A production cluster should instead serve a CA-signed (v3) certificate and clients connect
+# with sslmode=verify-full.
+#
+# Outputs (exported by `start` / `env`):
+#     DATABASE_URL        the coordinator's `postgres` database (tests and `apiary-ingest migrate` use it)
+#     APIARY_CITUS_DIR    the cluster directory
+#     APIARY_CITUS_PORTS  "COORDINATOR WORKER1 WORKER2"
+#
+# As root, the nodes run as user `postgres` (or `apiary-pg`), like scripts/pg.sh's private cluster.
+# Progress goes to stderr, prefixed with "citus.sh:".
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+CITUS_BUILD=${APIARY_CITUS_BUILD:-$ROOT/../shared/vendor/citus/build.sh}
+CITUS_VERSION=13.2.2
+NODES=(coordinator worker1 worker2)
+
+# shellcheck source=scripts/pg.sh
+APIARY_PG_LIB=1 . "$ROOT/scripts/pg.sh"
+
+_citus_log() { printf 'citus.sh: %s\n' "$*" >&2; }
+
+_citus_dir() {
+    local d=${APIARY_CITUS_DIR:-$ROOT/target/citus}
+    mkdir -p "$d" || return 1
+    (cd "$d" && pwd -P)
+}
+
+# psql against node PORT (database DB, default postgres); extra args follow.
+_citus_psql() {
+    local port=$1 db=$2
+    shift 2
+    PGOPTIONS='-c client_min_messages=warning' PGCONNECT_TIMEOUT=10 psql -w -X -q -A -t -v ON_ERROR_STOP=1 \
+        -d "postgres://postgres@127.0.0.1:$port/$db" "$@" </dev/null
+}
+
+# Is the Citus extension (this version) installed into the server binaries on PATH?
+_citus_installed() {
+    local libdir
+    libdir=$(pg_config --pkglibdir 2>/dev/null) || return 1
+    # grep the library itself: `strings | grep -q` fails under pipefail (SIGPIPE) even when it matches
+    [ -f "$libdir/citus.so" ] && grep -q -a -F "Citus $CITUS_VERSION " "$libdir/citus.so"
+}
+
+_citus_install() {
+    if _citus_installed; then
+        return 0
+    fi
+    if [ ! -x "$CITUS_BUILD" ] && [ ! -f "$CITUS_BUILD" ]; then
+        _citus_log "error: Citus is not installed and $CITUS_BUILD is missing (set APIARY_CITUS_BUILD)"
+        return 1
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+        _citus_log "error: Citus is not installed; run $CITUS_BUILD as root (it needs apt-get and make install)"
+        return 1
+    fi
+    local t0=$SECONDS
+    _citus_log "Citus $CITUS_VERSION is not installed: building it with $CITUS_BUILD (a few minutes)"
+    if ! bash "$CITUS_BUILD" >&2; then
+        _citus_log "error: $CITUS_BUILD failed"
+        return 1
+    fi
+    _citus_log "Citus built and installed in $((SECONDS - t0)) s"
+    _citus_installed || { _citus_log "error: build.sh finished but citus.so $CITUS_VERSION is not there"; return 1; }
+}
+
+# The recorded ports, or the first free three from the base (recorded).
+_citus_ports() {
+    local dir=$1 port base tries=0
+    if [ -f "$dir/ports" ]; then
+        cat "$dir/ports"
+        return 0
+    fi
+    base=${APIARY_CITUS_PORT_BASE:-56432}
+    port=$base
+    while [ "$tries" -lt 100 ]; do
+        if ! _apiary_pg_port_busy "$port" && ! _apiary_pg_port_busy $((port + 1)) \
+            && ! _apiary_pg_port_busy $((port + 2)); then
+            echo "$port $((port + 1)) $((port + 2))" >"$dir/ports" || return 1
+            cat "$dir/ports"
+            return 0
+        fi
+        port=$((port + 3))
+        tries=$((tries + 1))
+    done
+    _citus_log "error: no three free consecutive ports from $base"
+    return 1
+}
+
+# initdb one node (once) and append its settings.
+_citus_init_node() {
+    local user=$1 base=$2 role=$3
+    local data=$base/data sockdir=$base/run
+    mkdir -p "$sockdir" || return 1
+    if [ "$(id -u)" -eq 0 ]; then
+        chown "$user" "$base" "$sockdir" || return 1
+        if ! runuser -u "$user" -- test -w "$base" 2>/dev/null; then
+            _citus_log "error: $base is not reachable by user $user (chmod o+x its parents or set APIARY_CITUS_DIR)"
+            return 1
+        fi
+    fi
+    [ -f "$data/PG_VERSION" ] && return 0
+    _citus_log "initdb $data (as $user)"
+    if ! _apiary_pg_as "$user" initdb -D "$data" -U postgres -A trust -E UTF8 --no-locale --no-sync \
+        >"$base/initdb.log" 2>&1; then
+        _citus_log "error: initdb failed:"
+        tail -n 20 "$base/initdb.log" >&2
+        return 1
+    fi
+    local fsync=${APIARY_CITUS_FSYNC:-off}
+    {
+        echo
+        echo "# added by scripts/citus.sh (the port is given on the pg_ctl command line)"
+        echo "listen_addresses = '127.0.0.1'"
+        if [ ${#sockdir} -lt 90 ]; then
+            echo "unix_socket_directories = '$sockdir'"
+        else
+            echo "unix_socket_directories = ''"
+        fi
+        echo "shared_preload_libraries = 'citus'"
+        echo "max_connections = 300"
+        echo "max_prepared_transactions = 300"
+        echo "wal_level = logical"
+        echo "# TLS off on purpose (loopback, trust auth): see the header of scripts/citus.sh"
+        echo "ssl = off"
+        echo "citus.node_conninfo = 'sslmode=disable'"
+        echo "fsync = $fsync"
+        if [ "$fsync" = off ]; then
+            echo "synchronous_commit = off"
+            echo "full_page_writes = off"
+        fi
+        if [ "$role" = coordinator ]; then
+            echo "citus.enable_create_database_propagation = on"
+            echo "citus.shard_count = ${APIARY_CITUS_SHARD_COUNT:-4}"
+        else
+            # Every transaction starts on the coordinator here (no queries are sent to the workers
+            # directly), so distributed deadlock detection and 2PC recovery — which the coordinator's
+            # maintenance daemon runs for the transactions it coordinates — have nothing to do on a
+            # worker. Left on, a worker's daemon keeps idle connections into every Citus database of
+            # the other nodes, and DROP DATABASE (sqlx::test drops each test's database) fails with
+            # "being accessed by other users".
+            echo "citus.distributed_deadlock_detection_factor = -1"
+            echo "citus.recover_2pc_interval = -1"
+            echo "citus.max_cached_conns_per_worker = 0"
+        fi
+    } >>"$data/postgresql.conf" || return 1
+}
+
+# Start one node on PORT unless it already runs there.
+_citus_start_node() {
+    local user=$1 base=$2 port=$3
+    local data=$base/data log=$base/postgres.log running
+    if running=$(_apiary_pg_running_port "$user" "$data"); then
+        if [ "$running" = "$port" ]; then
+            return 0
+        fi
+        _citus_log "error: the node in $data runs on port $running, not $port; stop it first"
+        return 1
+    fi
+    if _apiary_pg_port_busy "$port"; then
+        _citus_log "error: port $port is taken by another server; stop it, or delete $(dirname "$base") to pick new ports"
+        return 1
+    fi
+    if ! _apiary_pg_as "$user" pg_ctl -D "$data" -l "$log" -w -t 60 -o "-p $port" start >/dev/null 2>&1; then
+        _citus_log "error: pg_ctl start failed; last lines of $log:"
+        tail -n 20 "$log" >&2
+        return 1
+    fi
+}
+
+# The Citus extension in database DB of every node, the coordinator and the workers registered in the
+# coordinator's DB. Idempotent.
+apiary_citus_prepare_db() {
+    local db=$1 coord=$2
+    shift 2
+    local port
+    for port in "$coord" "$@"; do
+        _citus_psql "$port" "$db" -c "CREATE EXTENSION IF NOT EXISTS citus" || return 1
+    done
+    _citus_psql "$coord" "$db" -c "SELECT citus_set_coordinator_host('127.0.0.1', $coord)" >/dev/null || return 1
+    for port in "$@"; do
+        _citus_psql "$coord" "$db" -c "SELECT citus_add_node('127.0.0.1', $port)
+            WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodename = '127.0.0.1' AND nodeport = $port)" \
+            >/dev/null || return 1
+    done
+}
+
+# Drops the databases sqlx::test left behind on every node (a failed test keeps its database, and a drop
+# can lose a race with Citus' maintenance daemons), so a new run can reuse their names; workers first,
+# each node locally (no propagation), WITH (FORCE).
+_citus_drop_test_dbs() {
+    local port db n=0
+    for port in "$@"; do
+        for db in $(_citus_psql "$port" postgres -c \
+            "SELECT datname FROM pg_database WHERE datname LIKE '\_sqlx\_test\_%' ORDER BY 1"); do
+            _citus_psql "$port" postgres -c "SET citus.enable_create_database_propagation = off" \
+                -c "DROP DATABASE \"$db\" WITH (FORCE)" >/dev/null || return 1
+            n=$((n + 1))
+        done
+    done
+    if [ "$n" -gt 0 ]; then
+        _citus_log "dropped $n leftover test databases"
+    fi
+    _citus_psql "${!#}" postgres -c "DELETE FROM _sqlx_test.databases
+        WHERE db_name NOT IN (SELECT datname FROM pg_database)" >/dev/null 2>&1 || true
+}
+
+_citus_export() {
+    local dir=$1 ports=$2
+    DATABASE_URL="postgres://postgres@127.0.0.1:${ports%% *}/postgres"
+    APIARY_CITUS_DIR=$dir
+    APIARY_CITUS_PORTS=$ports
+    export DATABASE_URL APIARY_CITUS_DIR APIARY_CITUS_PORTS
+    printf 'export DATABASE_URL=%q\n' "$DATABASE_URL"
+    printf 'export APIARY_CITUS_DIR=%q\n' "$APIARY_CITUS_DIR"
+    printf 'export APIARY_CITUS_PORTS=%q\n' "$APIARY_CITUS_PORTS"
+    case ":$PATH:" in *:/usr/lib/postgresql/*) printf 'export PATH=%q\n' "$PATH" ;; esac
+}
+
+apiary_citus_start() {
+    local t0=$SECONDS dir user ports i port ssl
+    apiary_pg_bins || return 1
+    _citus_install || return 1
+    dir=$(_citus_dir) || return 1
+    user=$(_apiary_pg_user) || return 1
+    [ "$(id -u)" -ne 0 ] || chown "$user" "$dir" || return 1
+    ports=$(_citus_ports "$dir") || return 1
+    read -r -a port_list <<<"$ports"
+    for i in 0 1 2; do
+        _citus_init_node "$user" "$dir/${NODES[$i]}" "${NODES[$i]}" || return 1
+    done
+    for i in 0 1 2; do
+        _citus_start_node "$user" "$dir/${NODES[$i]}" "${port_list[$i]}" || return 1
+    done
+    apiary_citus_prepare_db postgres "${port_list[@]}" || return 1
+    # workers first: a coordinator database's drop would otherwise propagate to them
+    _citus_drop_test_dbs "${port_list[2]}" "${port_list[1]}" "${port_list[0]}" || return 1
+    for port in "${port_list[@]}"; do
+        ssl=$(_citus_psql "$port" postgres -c "SHOW ssl") || return 1
+        if [ "$ssl" != off ]; then
+            _citus_log "error: ssl is '$ssl' on port $port; sqlx (rustls) cannot connect to Citus' v1 certificate"
+            return 1
+        fi
+    done
+    _citus_log "cluster in $dir up in $((SECONDS - t0)) s: coordinator 127.0.0.1:${port_list[0]}, workers ${port_list[1]} ${port_list[2]}"
+    _citus_export "$dir" "$ports"
+}
+
+apiary_citus_env() {
+    local dir user ports
+    apiary_pg_bins 2>/dev/null || return 1
+    dir=${APIARY_CITUS_DIR:-$ROOT/target/citus}
+    if [ ! -f "$dir/ports" ]; then
+        _citus_log "no cluster in $dir (try: scripts/citus.sh start)"
+        return 1
+    fi
+    dir=$(cd "$dir" && pwd -P) || return 1
+    ports=$(cat "$dir/ports")
+    if ! _apiary_pg_answers "postgres://postgres@127.0.0.1:${ports%% *}/postgres"; then
+        _citus_log "the cluster in $dir is not running (try: scripts/citus.sh start)"
+        return 1
+    fi
+    _citus_export "$dir" "$ports"
+}
+
+apiary_citus_stop() {
+    local dir user i data
+    apiary_pg_bins || return 1
+    dir=${APIARY_CITUS_DIR:-$ROOT/target/citus}
+    [ -d "$dir" ] || { _citus_log "nothing to stop: no $dir"; return 0; }
+    user=$(_apiary_pg_user) || return 1
+    for i in 0 1 2; do
+        data=$dir/${NODES[$i]}/data
+        if [ -f "$data/postmaster.pid" ]; then
+            _citus_log "stopping ${NODES[$i]}"
+            _apiary_pg_as "$user" pg_ctl -D "$data" -m fast -w -t 60 stop >/dev/null 2>&1 \
+                || _apiary_pg_as "$user" pg_ctl -D "$data" -m immediate -w stop >/dev/null 2>&1 \
+                || { _citus_log "error: could not stop the node in $data"; return 1; }
+        fi
+    done
+}
+
+apiary_citus_destroy() {
+    local dir=${APIARY_CITUS_DIR:-$ROOT/target/citus}
+    apiary_citus_stop || return 1
+    if [ -d "$dir" ]; then
+        if [ ! -f "$dir/ports" ] && [ -n "$(ls -A "$dir")" ]; then
+            _citus_log "error: $dir does not look like a cluster made by this script; not deleting it"
+            return 1
+        fi
+        rm -rf "$dir" && _citus_log "deleted $dir"
+    fi
+}
+
+case "${1:-}" in
+    start) apiary_citus_start ;;
+    env) apiary_citus_env ;;
+    stop) apiary_citus_stop ;;
+    destroy) apiary_citus_destroy ;;
+    *)
+        echo "usage: scripts/citus.sh start|env|stop|destroy" >&2
+        exit 2
+        ;;
+esac
