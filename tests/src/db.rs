@@ -28,11 +28,13 @@ impl TestDb {
             .execute(&mut conn)
             .await?;
         let url = with_database(&admin_url, &name);
-        Ok(TestDb {
+        let db = TestDb {
             url,
             admin_url,
             name,
-        })
+        };
+        join_citus_cluster(&mut conn, &db).await?;
+        Ok(db)
     }
 
     /// A pool on the test database, for assertions that read the stored rows directly.
@@ -63,6 +65,54 @@ impl Drop for TestDb {
         })
         .join();
     }
+}
+
+/// On a Citus cluster (the admin database has the citus extension and knows the nodes, as
+/// `scripts/citus.sh start` leaves it), makes the new database a cluster database before the binaries
+/// migrate it: the extension on every node (the coordinator's CREATE DATABASE reached the workers
+/// through `citus.enable_create_database_propagation`), the coordinator and the workers registered.
+/// `apiary-ingest migrate` then distributes the tables. Does nothing on plain PostgreSQL.
+async fn join_citus_cluster(admin: &mut PgConnection, db: &TestDb) -> anyhow::Result<()> {
+    let citus: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+            .fetch_one(&mut *admin)
+            .await?;
+    if !citus {
+        return Ok(());
+    }
+    let nodes: Vec<(String, i32, i32)> = sqlx::query_as(
+        "SELECT nodename::text, nodeport, groupid FROM pg_dist_node
+         WHERE noderole = 'primary' ORDER BY groupid",
+    )
+    .fetch_all(&mut *admin)
+    .await?;
+    let opts: sqlx::postgres::PgConnectOptions = db.url.parse()?;
+    for (host, port, _) in nodes.iter().filter(|n| n.2 != 0) {
+        let worker_opts = opts.clone().host(host).port(u16::try_from(*port)?);
+        let mut worker = PgConnection::connect_with(&worker_opts).await?;
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+            .execute(&mut worker)
+            .await?;
+        worker.close().await?;
+    }
+    let mut conn = PgConnection::connect(&db.url).await?;
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+        .execute(&mut conn)
+        .await?;
+    for (host, port, group) in &nodes {
+        let sql = if *group == 0 {
+            "SELECT citus_set_coordinator_host($1, $2)"
+        } else {
+            "SELECT citus_add_node($1, $2)"
+        };
+        sqlx::query(sql)
+            .bind(host)
+            .bind(port)
+            .execute(&mut conn)
+            .await?;
+    }
+    conn.close().await?;
+    Ok(())
 }
 
 /// A private PostgreSQL cluster (`scripts/pg.sh` with `APIARY_PG_FORCE_PRIVATE=1`) that a test may stop

@@ -238,13 +238,20 @@ pub async fn record(
             Some(e.as_str()),
         ),
     };
-    sqlx::query(
+    // The delivery time as a choice of SQL, not a CASE around now(): Citus refuses functions that are
+    // not immutable inside CASE or COALESCE on a distributed table.
+    let delivered_at = if state == "delivered" {
+        "now()"
+    } else {
+        "NULL"
+    };
+    sqlx::query(&format!(
         "UPDATE notifications
             SET state = $4, lease_until = NULL, last_error = $5,
                 next_attempt_at = now() + make_interval(secs => $6),
-                delivered_at = CASE WHEN $4 = 'delivered' THEN now() END
-          WHERE tenant_id = $1 AND notification_id = $2 AND attempts = $3 AND state = 'pending'",
-    )
+                delivered_at = {delivered_at}
+          WHERE tenant_id = $1 AND notification_id = $2 AND attempts = $3 AND state = 'pending'"
+    ))
     .bind(c.tenant_id)
     .bind(&c.notification_id)
     .bind(c.attempts)

@@ -115,10 +115,12 @@ pub async fn revoke_token(pool: &PgPool, which: &TokenRef) -> Result<Option<Uuid
         TokenRef::Id(id) => (Some(*id), None),
         TokenRef::Token(t) => (None, Some(hash_token(t.trim()).to_vec())),
     };
+    // LEAST keeps an earlier revocation (it skips NULL); not COALESCE around now(), which Citus
+    // refuses on its tables.
     let id: Option<Uuid> = sqlx::query_scalar(
-        "WITH t AS (UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, now())
+        "WITH t AS (UPDATE api_tokens SET revoked_at = LEAST(revoked_at, now())
                     WHERE token_id = $1 OR token_hash = $2 RETURNING token_id),
-              o AS (UPDATE operator_tokens SET revoked_at = COALESCE(revoked_at, now())
+              o AS (UPDATE operator_tokens SET revoked_at = LEAST(revoked_at, now())
                     WHERE token_id = $1 OR token_hash = $2 RETURNING token_id)
          SELECT token_id FROM t UNION ALL SELECT token_id FROM o",
     )
