@@ -164,11 +164,27 @@ async fn usage_sums_past_the_bigint_range_are_refused_per_event_and_reads_stay_e
         "{v}"
     );
 
-    // Another row of the same hour: fine on its own, but the tenant's sum now exceeds a bigint.
+    // Another session of the same user and model in that hour: its own 15-minute and hourly rows are
+    // empty, but the per-user-and-model hourly row (`usage_rollups_narrow`) holds session_big_a's sum.
     let body = fixture::batch_body(
-        &costly_turns("session_big_b", 9000, hour + chrono::Duration::minutes(20)),
+        &costly_turns("session_big_c", 5, hour + chrono::Duration::minutes(40)),
         DEVICE,
     );
+    let (status, v) = api.post_batch(&body).await.unwrap();
+    assert_eq!(
+        (status, v["accepted"].as_u64(), rejected_reasons(&v).len()),
+        (200, Some(0), 5),
+        "{v}"
+    );
+
+    // Another model in the same hour: every row of it is fine on its own, but the tenant's sum now
+    // exceeds a bigint.
+    let mut other_model = costly_turns("session_big_b", 9000, hour + chrono::Duration::minutes(20));
+    for e in &mut other_model {
+        e.data
+            .insert("model".into(), Value::from("synthetic-other-model"));
+    }
+    let body = fixture::batch_body(&other_model, DEVICE);
     let (status, v) = api.post_batch(&body).await.unwrap();
     assert_eq!((status, v["accepted"].as_u64()), (200, Some(9000)), "{v}");
 
