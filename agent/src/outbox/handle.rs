@@ -641,7 +641,10 @@ const TOKEN_USER_KEY: &str = "token_user_id";
 /// Rebinds the sessions whose binding never reached the ingest to `defaults`, in one transaction
 /// ([`super::sessions::rebind_undelivered`]), and says what it did.
 fn rebind(conn: &Connection, defaults: &IdentityDefaults) -> Result<(), OutboxError> {
-    let tx = conn.unchecked_transaction()?;
+    // IMMEDIATE: it reads, then writes; a deferred transaction whose snapshot a running agent's writer
+    // moved past in between fails with SQLITE_BUSY_SNAPSHOT, which the busy timeout does not wait out
+    // (the CLI opens the outbox while `run` writes).
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
     let r = super::sessions::rebind_undelivered(&tx, defaults)?;
     tx.commit()?;
     if r.rebound > 0 {

@@ -318,7 +318,9 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, MigrateError> {
     }
     for (i, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let version = i as i64 + 1;
-        let tx = conn.transaction()?;
+        // IMMEDIATE: another process (a running agent, a CLI command) may write meanwhile; a deferred
+        // transaction could not turn its read into a write (SQLITE_BUSY_SNAPSHOT).
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         try_apply(&tx, migration, version)?;
         tx.commit()?;
         tracing::info!(version, "outbox schema migrated");
