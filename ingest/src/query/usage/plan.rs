@@ -25,11 +25,15 @@ pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, \
     output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
     tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns";
-/// The same columns from `usage_rollups_narrow`, which has no device, colony or session.
-const NARROW_COLUMNS: &str = "bucket, tenant_id, user_id, ''::text AS device_id, ''::text AS colony_id, \
-    ''::text AS session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, \
-    cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, \
-    cost_reported_nanos, cost_estimated_nanos, estimated_turns";
+/// [`COLUMNS`] from `usage_rollups_narrow`, which has no device, colony or session (empty, as the narrow
+/// key has them).
+fn narrow_columns() -> String {
+    COLUMNS.replacen(
+        "device_id, colony_id, session_id",
+        "''::text AS device_id, ''::text AS colony_id, ''::text AS session_id",
+        1,
+    )
+}
 /// The dimensions `usage_rollups_narrow` keeps: a split query grouped by these alone reads its whole
 /// hours there.
 const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime];
@@ -261,7 +265,7 @@ impl Plan {
             }
             Some(s) => {
                 q.push(match self.narrow {
-                    true => format!("SELECT {NARROW_COLUMNS} FROM usage_rollups_narrow"),
+                    true => format!("SELECT {} FROM usage_rollups_narrow", narrow_columns()),
                     false => format!("SELECT {COLUMNS} FROM usage_rollups_hourly"),
                 });
                 self.filter.push_where(q);
