@@ -366,7 +366,7 @@ const DISK_NOTE_BYTES: u64 = 1 << 30;
 
 /// Free space on the data directory's file system, for an unprivileged user.
 fn check_disk(r: &mut Report, data_dir: &Path) {
-    let Some(free) = free_bytes(data_dir) else {
+    let Some(free) = crate::outbox::disk::free_bytes(data_dir) else {
         r.note(
             "free disk space not checked (not readable here, or not on this platform)",
             "make sure the data directory's disk has room for the outbox (outbox.max_bytes)",
@@ -389,17 +389,6 @@ fn check_disk(r: &mut Report, data_dir: &Path) {
     } else {
         r.ok(format!("{mib} MiB free on the data directory's disk"));
     }
-}
-
-#[cfg(unix)]
-fn free_bytes(dir: &Path) -> Option<u64> {
-    let s = rustix::fs::statvfs(dir).ok()?;
-    Some(s.f_bavail.saturating_mul(s.f_frsize))
-}
-
-#[cfg(not(unix))]
-fn free_bytes(_dir: &Path) -> Option<u64> {
-    None
 }
 
 fn check_hive_home(r: &mut Report, settings: &Settings) {

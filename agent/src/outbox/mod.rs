@@ -48,6 +48,7 @@ mod colony;
 mod consent;
 mod counters;
 mod delivery;
+pub mod disk;
 mod drops;
 mod durations;
 mod error;

@@ -27,6 +27,10 @@ pub(crate) trait Op: Send {
     fn is_close(&self) -> bool {
         false
     }
+    /// True for the writer's own probe (a tiny write that tells whether writes commit again).
+    fn is_probe(&self) -> bool {
+        false
+    }
 }
 
 /// What an op can see and change.

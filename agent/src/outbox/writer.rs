@@ -35,6 +35,8 @@ use super::{durations, store};
 
 /// A group stops draining the queue once it holds this many events.
 pub const GROUP_MAX_EVENTS: usize = 20_000;
+/// Free space a probe's success needs to clear `disk_full` (room for a few batches and their WAL).
+const RECOVERED_FREE_BYTES: u64 = 1 << 20;
 /// How often the writer wakes up when idle (housekeeping, health probe).
 const IDLE_TICK: Duration = Duration::from_secs(5);
 /// How often it wakes while usage rows of the live stream are due.
@@ -197,24 +199,41 @@ impl Writer {
         self.stream_due = super::live::flush(&tx, touched, now_ms)?;
         let used = store::used_bytes(&tx)?;
         tx.commit()?;
-        self.record_success(used, jobs.len());
+        let only_probes = jobs.iter().all(|j| j.is_probe());
+        self.record_success(used, jobs.len(), only_probes);
         Ok(delta)
     }
 
-    fn record_success(&self, used_bytes: u64, ops: usize) {
+    /// Records a commit. A commit of probes alone clears `disk_full` only once the disk has room for
+    /// events again ([`RECOVERED_FREE_BYTES`]): a probe's few bytes still fit on a disk that refuses
+    /// every batch, and health would flip to ok between two refused requests.
+    fn record_success(&self, used_bytes: u64, ops: usize, only_probes: bool) {
         let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        if h.state != HealthState::Ok {
-            tracing::info!(was = h.state.as_str(), "outbox writes recovered");
+        let still_full = only_probes
+            && h.state == HealthState::DiskFull
+            && self
+                .free_bytes()
+                .is_some_and(|free| free < RECOVERED_FREE_BYTES);
+        if !still_full {
+            if h.state != HealthState::Ok {
+                tracing::info!(was = h.state.as_str(), "outbox writes recovered");
+            }
+            h.state = HealthState::Ok;
+            h.since = None;
+            h.last_error = None;
         }
-        h.state = HealthState::Ok;
-        h.since = None;
-        h.last_error = None;
         h.used_bytes = used_bytes;
         h.last_commit_at = Some(Utc::now());
         h.commits += 1;
         h.ops_committed += ops as u64;
         drop(h);
         self.live.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Free space on the outbox's file system (`None`: unknown, or an in-memory database).
+    fn free_bytes(&self) -> Option<u64> {
+        let path = self.conn.path().filter(|p| !p.is_empty())?;
+        super::disk::free_bytes(std::path::Path::new(path).parent()?)
     }
 
     fn record_failure(&self, e: rusqlite::Error) -> OutboxError {
@@ -294,6 +313,9 @@ impl Op for Probe {
         store::set_meta(ctx.conn, "last_probe_at", &ctx.now_ms.to_string())
     }
     fn finish(self: Box<Self>, _: Result<(), OutboxError>) {}
+    fn is_probe(&self) -> bool {
+        true
+    }
 }
 
 /// Asks the writer to stop after the group it is in.

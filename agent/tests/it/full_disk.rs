@@ -205,6 +205,12 @@ fn the_agent_on_a_full_filesystem_answers_503_reports_it_and_recovers() {
     let s = status();
     assert_eq!(s["health"]["state"], "disk_full", "{s}");
     assert_eq!(s["counters"]["pending"].as_u64(), Some(acked), "{s}");
+    // The writer probes every 5 s while unhealthy (and the live stream flushes its due rows with a probe
+    // 200 ms after the last commit): a probe's few bytes still fit, but events do not, so health stays
+    // disk_full until the disk has room again.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let s = status();
+    assert_eq!(s["health"]["state"], "disk_full", "after the probes: {s}");
     // `doctor` says so, with the fix, and fails.
     let doctor = || {
         let out = std::process::Command::new(support::bin())
