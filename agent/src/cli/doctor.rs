@@ -360,7 +360,7 @@ fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &
 
 /// Below this much free space the outbox is about to refuse events (it keeps what it has, and the
 /// runtime's logs are read again once space is freed, but new HTTP intake answers 503).
-const DISK_WRONG_BYTES: u64 = 64 << 20;
+const DISK_WRONG_BYTES: u64 = crate::outbox::disk::LOW_FREE_BYTES;
 /// Below this much, worth knowing.
 const DISK_NOTE_BYTES: u64 = 1 << 30;
 

@@ -6,6 +6,10 @@
 
 use std::path::Path;
 
+/// Below this much free space the outbox is about to refuse events: `doctor` calls it wrong, and after
+/// a full disk the writer's probe does not call the outbox healthy again (a real write still does).
+pub const LOW_FREE_BYTES: u64 = 64 << 20;
+
 /// Bytes an unprivileged user may still write on `dir`'s file system, or `None` when not readable here.
 #[cfg(unix)]
 pub fn free_bytes(dir: &Path) -> Option<u64> {

@@ -72,6 +72,7 @@ impl Submit {
 
 impl Task for Submit {
     type Output = SubmitReport;
+    const WRITES_EVENTS: bool = true;
 
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<SubmitReport, OutboxError>> {
         let mut report = SubmitReport::default();

@@ -27,8 +27,8 @@ pub(crate) trait Op: Send {
     fn is_close(&self) -> bool {
         false
     }
-    /// True for the writer's own probe (a tiny write that tells whether writes commit again).
-    fn is_probe(&self) -> bool {
+    /// True for an op that writes events (what a full disk refuses first; see the writer's health).
+    fn writes_events(&self) -> bool {
         false
     }
 }
@@ -62,6 +62,8 @@ pub(crate) trait Task: Send + 'static {
     fn weight(&self) -> usize {
         1
     }
+    /// True for a task that writes events ([`Op::writes_events`]).
+    const WRITES_EVENTS: bool = false;
 }
 
 /// The receiving end of a [`Replying`] op.
@@ -105,5 +107,8 @@ impl<T: Task> Op for Replying<T> {
 
     fn weight(&self) -> usize {
         self.task.weight()
+    }
+    fn writes_events(&self) -> bool {
+        T::WRITES_EVENTS
     }
 }

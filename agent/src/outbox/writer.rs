@@ -10,7 +10,8 @@
 //! - an SQL error that is about the *database* (full disk, I/O error, busy, read-only) fails the whole
 //!   group: the transaction is rolled back, every op gets the error, and the [`Health`] records it until a
 //!   later commit succeeds (a probe runs every few seconds while unhealthy, so the state also clears when
-//!   nobody writes);
+//!   nobody writes; after a full disk, a commit that wrote no events clears it only once the disk has
+//!   room again, see [`Writer::record_success`]);
 //! - any other SQL error fails the group too, and then each op is retried alone in its own transaction, so
 //!   one bad op cannot fail its neighbours.
 //!
@@ -35,8 +36,6 @@ use super::{durations, store};
 
 /// A group stops draining the queue once it holds this many events.
 pub const GROUP_MAX_EVENTS: usize = 20_000;
-/// Free space a probe's success needs to clear `disk_full` (room for a few batches and their WAL).
-const RECOVERED_FREE_BYTES: u64 = 1 << 20;
 /// How often the writer wakes up when idle (housekeeping, health probe).
 const IDLE_TICK: Duration = Duration::from_secs(5);
 /// How often it wakes while usage rows of the live stream are due.
@@ -199,21 +198,23 @@ impl Writer {
         self.stream_due = super::live::flush(&tx, touched, now_ms)?;
         let used = store::used_bytes(&tx)?;
         tx.commit()?;
-        let only_probes = jobs.iter().all(|j| j.is_probe());
-        self.record_success(used, jobs.len(), only_probes);
+        let wrote_events = jobs.iter().any(|j| j.writes_events());
+        self.record_success(used, jobs.len(), wrote_events);
         Ok(delta)
     }
 
-    /// Records a commit. A commit of probes alone clears `disk_full` only once the disk has room for
-    /// events again ([`RECOVERED_FREE_BYTES`]): a probe's few bytes still fit on a disk that refuses
-    /// every batch, and health would flip to ok between two refused requests.
-    fn record_success(&self, used_bytes: u64, ops: usize, only_probes: bool) {
+    /// Records a commit. A commit without events (a probe, a push's claim) clears `disk_full` only once
+    /// the disk has room again ([`super::disk::LOW_FREE_BYTES`], where `doctor` stops calling it
+    /// full): such a commit's few
+    /// bytes still fit on a disk that refuses every batch of events, and health would flip to ok
+    /// between two refused requests. A commit that wrote events clears it at any free space.
+    fn record_success(&self, used_bytes: u64, ops: usize, wrote_events: bool) {
         let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let still_full = only_probes
+        let still_full = !wrote_events
             && h.state == HealthState::DiskFull
             && self
                 .free_bytes()
-                .is_some_and(|free| free < RECOVERED_FREE_BYTES);
+                .is_some_and(|free| free < super::disk::LOW_FREE_BYTES);
         if !still_full {
             if h.state != HealthState::Ok {
                 tracing::info!(was = h.state.as_str(), "outbox writes recovered");
@@ -313,9 +314,6 @@ impl Op for Probe {
         store::set_meta(ctx.conn, "last_probe_at", &ctx.now_ms.to_string())
     }
     fn finish(self: Box<Self>, _: Result<(), OutboxError>) {}
-    fn is_probe(&self) -> bool {
-        true
-    }
 }
 
 /// Asks the writer to stop after the group it is in.
