@@ -6,6 +6,10 @@
 //! around "now" at start-up and every hour, and any other day a batch needs on demand, before the batch's
 //! transaction (DDL takes a strong lock on the parent table; keeping it out of the data path keeps
 //! batches from queueing behind it). Days already known to exist are cached in memory.
+//!
+//! Engine: whether the database is a Citus coordinator ([`Engine`]) is found once, at start-up
+//! ([`Store::detect_engine`]), and read by the group commit ([`crate::group_commit`]: one tenant per
+//! transaction on Citus).
 
 pub mod active;
 pub mod admin;
@@ -26,7 +30,7 @@ pub mod stream;
 pub mod work;
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -58,6 +62,19 @@ pub struct Store {
     partitions: Mutex<HashSet<NaiveDate>>,
     /// Thresholds of the health model the batches fold session events with ([`health`]).
     pub status_rules: apiary_schema::status::Rules,
+    /// The database engine, once known ([`Store::detect_engine`]).
+    engine: OnceLock<Engine>,
+}
+
+/// The database engine, as far as the write path needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// One PostgreSQL server (no `citus` extension in the database).
+    Postgres,
+    /// A Citus coordinator (the database has the `citus` extension): a transaction that writes to
+    /// several tenants may span several workers (two-phase commit), so the group commit keeps one
+    /// tenant per transaction.
+    Citus,
 }
 
 impl Store {
@@ -66,7 +83,34 @@ impl Store {
             pool,
             partitions: Mutex::new(HashSet::new()),
             status_rules: apiary_schema::status::Rules::default(),
+            engine: OnceLock::new(),
         }
+    }
+
+    /// This store on a database known to be `engine` (no detection).
+    pub fn with_engine(self, engine: Engine) -> Store {
+        let _ = self.engine.set(engine);
+        self
+    }
+
+    /// The engine, or None while [`Store::detect_engine`] has not answered yet (the database was not
+    /// reachable at start-up).
+    pub fn engine(&self) -> Option<Engine> {
+        self.engine.get().copied()
+    }
+
+    /// Finds out once whether the database has the `citus` extension ([`citus::is_citus`]); later calls
+    /// return the first answer without a query. A failed query decides nothing (the next call asks again).
+    pub async fn detect_engine(&self) -> Result<Engine, sqlx::Error> {
+        if let Some(e) = self.engine() {
+            return Ok(e);
+        }
+        let found = if citus::is_citus(&self.pool).await? {
+            Engine::Citus
+        } else {
+            Engine::Postgres
+        };
+        Ok(*self.engine.get_or_init(|| found))
     }
 
     /// This store folding session health with `rules` (the configured thresholds).

@@ -1,9 +1,14 @@
-//! The Citus placement of the schema (`store::citus`). The first two tests run on both engines; the last
-//! one needs a Citus cluster (`scripts/citus.sh start`) and says it was skipped on plain PostgreSQL.
+//! The Citus placement of the schema (`store::citus`) and the write path on it. The first two tests run on
+//! both engines; the others need a Citus cluster (`scripts/citus.sh start`) and say they were skipped on
+//! plain PostgreSQL (`APIARY_TEST_CITUS=1` makes that a failure).
 
 use apiary_ingest::store::citus::{self, DISTRIBUTED_TABLES, REFERENCE_TABLES, WORKER_FUNCTIONS};
-use apiary_ingest::store::{self, StoreError};
+use apiary_ingest::store::{self, Engine, Store, StoreError};
+use chrono::Utc;
+use reqwest::StatusCode;
+use serde_json::json;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 use crate::helpers;
 
@@ -173,4 +178,168 @@ async fn on_citus_tenant_tables_are_distributed_colocated_and_retention_reaches_
         .await
         .iter()
         .all(|n| *n > 0));
+}
+
+/// The worker (port) holding `tenant`'s shard group.
+async fn worker_of(pool: &PgPool, tenant: Uuid) -> i32 {
+    sqlx::query_scalar(
+        "SELECT nodeport FROM pg_dist_shard_placement
+         WHERE shardid = get_shard_id_for_distribution_column('event_keys', $1)",
+    )
+    .bind(tenant)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Transactions that committed on several workers (two-phase commit across workers) and that the
+/// coordinator has not recovered yet: Citus records each prepared worker transaction in
+/// `pg_dist_transaction` (gid `citus_<group>_<pid>_<transaction>_<connection>`) until its recovery, every
+/// minute by default, removes those whose outcome is known. (A transaction prepared on one worker only is
+/// not counted: on Citus every batch is one — its INSERT … SELECT from arrays and COPY into a distributed
+/// table always use two-phase commit, even on one worker; deploy/SCALING.md section 3.)
+async fn multi_worker_transactions(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (
+             SELECT regexp_replace(gid, '_[0-9]+$', '') FROM pg_dist_transaction
+             GROUP BY 1 HAVING count(DISTINCT groupid) > 1) t",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// On Citus the group commit keeps one tenant per transaction (issue 16): many concurrent small batches
+/// of tenants whose shards live on different workers — the load that makes groups — never make a
+/// transaction that commits on two workers, and each tenant's usage is exact. The probe is checked as
+/// well: one transaction that writes two of those tenants is seen.
+#[sqlx::test(migrations = "../migrations")]
+async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
+    if !helpers::on_citus().await {
+        eprintln!("skipped: DATABASE_URL is plain PostgreSQL (scripts/citus.sh start for Citus)");
+        return;
+    }
+    // The routes and the group commit's writers without the server's background work (partitions ahead,
+    // retention, the live stream's upkeep, budgets, alerts), whose statements span every worker on
+    // purpose: only the batches' transactions are counted.
+    helpers::citus_prepare(&pool).await;
+    let state = apiary_ingest::state::AppState::new(helpers::test_settings(), pool.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = apiary_ingest::startup::router(state.clone())
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let app = helpers::TestApp {
+        base,
+        pool: pool.clone(),
+        client: reqwest::Client::new(),
+    };
+    // Tenants on both workers (4 shards on 2 workers: a few tenants are enough, more if not).
+    let mut tenants = vec![];
+    let mut workers = std::collections::BTreeSet::new();
+    while tenants.len() < 6 || workers.len() < 2 {
+        assert!(tenants.len() < 40, "every tenant landed on one worker");
+        let t = app.tenant(&format!("t{}", tenants.len())).await;
+        workers.insert(worker_of(&pool, t.id).await);
+        tenants.push(t);
+    }
+    // The set-up wrote on every worker (tenants and tokens are reference tables, partitions are DDL on
+    // every worker; the days' partitions are made here, so the batches have none to create): its
+    // records are recovered before the load.
+    sqlx::query("SELECT apiary_ensure_event_partitions(current_date - 1, current_date + 3)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut before = -1;
+    for _ in 0..100 {
+        sqlx::query("SELECT recover_prepared_transactions()")
+            .execute(&pool)
+            .await
+            .unwrap();
+        before = multi_worker_transactions(&pool).await;
+        if before == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(before, 0, "the set-up's transactions were not recovered");
+
+    let now = Utc::now();
+    let mut requests = vec![];
+    let mut expected = vec![0u64; tenants.len()];
+    for (i, t) in tenants.iter().enumerate() {
+        for d in 0..4 {
+            for b in 0..3 {
+                let device = format!("d{d}");
+                let session = format!("s{d}_{b}");
+                let events = (0..5)
+                    .map(|e| {
+                        let input = 10 + (i * 100 + d * 10 + b + e) as u64;
+                        expected[i] += input;
+                        helpers::llm(&session, now, "m1", input, 1, 0.001)
+                    })
+                    .collect();
+                let mut batch =
+                    helpers::batch(events, vec![helpers::binding(&session, &format!("u{d}"))]);
+                batch["agent"]["device_id"] = json!(device);
+                requests.push((t.ingest.clone(), batch));
+            }
+        }
+    }
+    let answers =
+        futures::future::join_all(requests.iter().map(|(token, b)| app.post_batch(token, b))).await;
+    for (status, v) in &answers {
+        assert_eq!(*status, StatusCode::OK, "{v}");
+        assert_eq!(
+            v,
+            &json!({ "accepted": 5, "duplicates": 0, "rejected": [] })
+        );
+    }
+    let after = multi_worker_transactions(&pool).await;
+    let gids: Vec<String> = sqlx::query_scalar("SELECT gid FROM pg_dist_transaction ORDER BY gid")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        after, 0,
+        "a group's transaction spanned several workers (two-phase commit across workers): {gids:?}"
+    );
+    assert_eq!(state.store.engine(), Some(Engine::Citus));
+    assert_eq!(
+        Store::new(pool.clone()).detect_engine().await.unwrap(),
+        Engine::Citus
+    );
+    for (i, t) in tenants.iter().enumerate() {
+        let (s, u) = app.get(&t.read, "/v1/usage").await;
+        assert_eq!(s, StatusCode::OK, "{u}");
+        assert_eq!(u["totals"]["input_tokens"], expected[i], "tenant {i}: {u}");
+        assert_eq!(u["totals"]["llm_calls"], 60, "tenant {i}: {u}");
+    }
+
+    // The probe sees a transaction that writes two tenants on two workers.
+    let (a, b) = {
+        let first = worker_of(&pool, tenants[0].id).await;
+        let mut other = None;
+        for t in &tenants[1..] {
+            if worker_of(&pool, t.id).await != first {
+                other = Some(t.id);
+                break;
+            }
+        }
+        (tenants[0].id, other.unwrap())
+    };
+    let mut tx = pool.begin().await.unwrap();
+    for t in [a, b] {
+        sqlx::query("UPDATE devices SET agent_version = agent_version WHERE tenant_id = $1")
+            .bind(t)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(
+        multi_worker_transactions(&pool).await,
+        after + 1,
+        "the probe missed a transaction across two workers"
+    );
 }
