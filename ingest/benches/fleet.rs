@@ -20,7 +20,9 @@
 //! over the run; every commit, upkeep tasks included). Statements per batch: `pg_stat_statements` is not
 //! loaded on this server, so they are counted in this process: every statement sqlx sends (each logs an
 //! event on the `sqlx::query` target; `BEGIN` and `COMMIT` included, the one `COPY` of a group not), by a
-//! tracing subscriber that counts those events and nothing else.
+//! tracing subscriber that counts those events and nothing else. With BENCH_STATEMENT_TOP=N it also
+//! prints, for the first group-commit-on small round, the N statements sent most often (their first 90
+//! characters) with their count per batch and the time sqlx saw each take (summed, per batch).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -41,6 +43,35 @@ mod common;
 /// Statements sqlx sent (see the module notes).
 static STATEMENTS: AtomicU64 = AtomicU64::new(0);
 
+/// Per statement text (its first 90 characters): how often it was sent and the seconds it took, while
+/// `Some` (see the module notes).
+static BY_TEXT: std::sync::Mutex<Option<std::collections::HashMap<String, (u64, f64)>>> =
+    std::sync::Mutex::new(None);
+
+/// Reads the statement's text and time from a `sqlx::query` event.
+#[derive(Default)]
+struct Statement {
+    summary: String,
+    sql: String,
+    secs: f64,
+}
+
+impl tracing::field::Visit for Statement {
+    fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
+        match f.name() {
+            "summary" => self.summary = v.to_string(),
+            "db.statement" => self.sql = v.to_string(),
+            _ => {}
+        }
+    }
+    fn record_f64(&mut self, f: &tracing::field::Field, v: f64) {
+        if f.name() == "elapsed_secs" {
+            self.secs = v;
+        }
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
 /// A tracing subscriber that only counts `sqlx::query` events.
 struct CountStatements;
 
@@ -57,6 +88,20 @@ impl tracing::Subscriber for CountStatements {
         if e.metadata().target() == "sqlx::query" && *e.metadata().level() == tracing::Level::DEBUG
         {
             STATEMENTS.fetch_add(1, Ordering::Relaxed);
+            let mut by_text = BY_TEXT.lock().unwrap();
+            if let Some(map) = by_text.as_mut() {
+                let mut st = Statement::default();
+                e.record(&mut st);
+                let text = if st.sql.trim().is_empty() {
+                    st.summary
+                } else {
+                    st.sql.split_whitespace().collect::<Vec<_>>().join(" ")
+                };
+                let key: String = text.chars().take(90).collect();
+                let entry = map.entry(key).or_default();
+                entry.0 += 1;
+                entry.1 += st.secs;
+            }
         }
     }
     fn enter(&self, _: &tracing::span::Id) {}
@@ -271,6 +316,21 @@ fn summary(runs: &[Run]) -> Run {
     }
 }
 
+/// The `top` statements sent most often in a run of `batches` batches.
+fn print_statements(
+    map: std::collections::HashMap<String, (u64, f64)>,
+    batches: usize,
+    top: usize,
+) {
+    let mut rows: Vec<(String, (u64, f64))> = map.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    let n = batches as f64;
+    eprintln!("statements of the first group-commit-on small round ({batches} batches): per batch, ms per batch, text");
+    for (text, (count, secs)) in rows.into_iter().take(top) {
+        eprintln!("  {:6.2} {:7.3}  {text}", count as f64 / n, secs * 1e3 / n);
+    }
+}
+
 fn print(label: &str, r: &Run) {
     println!(
         "  {label}: {:.0} events/s, {:.0} batches/s, p50 {:.1} ms, p99 {:.1} ms, {:.2} transactions/batch, {:.1} statements/batch",
@@ -344,12 +404,21 @@ async fn main() -> anyhow::Result<()> {
     )
     .await;
 
+    let top = env_usize("BENCH_STATEMENT_TOP", 0);
     let mut small: [Vec<Run>; 2] = [vec![], vec![]];
     let mut large: [Vec<Run>; 2] = [vec![], vec![]];
     for r in 0..rounds {
         for arm in [0, 1] {
             let bodies = small_round(&mut rng, &devices, clients, small_batches, per_batch, r);
+            let profile = top > 0 && r == 0 && arm == 1;
+            if profile {
+                *BY_TEXT.lock().unwrap() = Some(Default::default());
+            }
+            let batches: usize = bodies.iter().map(Vec::len).sum();
             small[arm].push(run(&db.pool, &bases[arm], &small_tokens, bodies).await);
+            if let Some(map) = BY_TEXT.lock().unwrap().take() {
+                print_statements(map, batches, top);
+            }
             let bodies = large_round(&mut rng, &big, large_batches);
             large[arm].push(run(&db.pool, &bases[arm], &big_tokens, bodies).await);
             eprintln!(

@@ -266,10 +266,13 @@ async fn write_once(
     store.ensure_days(days).await?;
     let mut tx = store.pool.begin().await?;
     let empty = Bases::default();
+    let mut stream = super::stream::TxStream::default();
     for tenant in parts.chunk_by_mut(|a, b| a.item.sender.tenant_id == b.item.sender.tenant_id) {
         let id = tenant[0].item.sender.tenant_id;
-        write_tenant(&mut tx, store, id, tenant, bases.get(&id).unwrap_or(&empty)).await?;
+        let bases = bases.get(&id).unwrap_or(&empty);
+        write_tenant(&mut tx, &mut stream, store, id, tenant, bases).await?;
     }
+    stream.finish(&mut tx).await?;
     tx.commit().await?;
     parts.sort_by_key(|p| p.index);
     Ok(parts.into_iter().map(Part::answer).collect())
@@ -360,6 +363,7 @@ async fn insert_keys(
 /// Steps 1–7 for one tenant's batches of the group.
 async fn write_tenant(
     tx: &mut Transaction<'_, Postgres>,
+    stream: &mut super::stream::TxStream,
     store: &Store,
     tenant: Uuid,
     parts: &mut [Part<'_>],
@@ -537,7 +541,7 @@ async fn write_tenant(
     }
     live.transitions
         .extend(crashed.iter().map(|c| c.status.clone()));
-    super::stream::write_batch(tx, tenant, &owners, &live).await?;
+    super::stream::write_batch(tx, stream, tenant, &owners, &live).await?;
     Ok(())
 }
 

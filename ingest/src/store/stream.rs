@@ -68,9 +68,41 @@ const USAGE_JSON: &str = "jsonb_build_object('input_tokens', sum(r.input_tokens)
     'tool_duration_ms', sum(r.tool_duration_ms), 'events', sum(r.events),
     'active_seconds', (sum(r.active_ms) / 1e3)::float8)";
 
-/// Streams what a batch changed, in its transaction. `owners` maps each session to its user.
+/// What the stream writes of one transaction share across its tenants: the transaction's id (read
+/// once, on first need) and whether anything was written (one `pg_notify` at the end, [`Self::finish`]).
+#[derive(Debug, Default)]
+pub struct TxStream {
+    xid: Option<i64>,
+    wrote: u64,
+}
+
+impl TxStream {
+    async fn xid(&mut self, tx: &mut Transaction<'_, Postgres>) -> Result<i64, sqlx::Error> {
+        match self.xid {
+            Some(x) => Ok(x),
+            None => {
+                let x = own_xid(tx).await?;
+                self.xid = Some(x);
+                Ok(x)
+            }
+        }
+    }
+
+    /// Wakes the stream's listeners when the transaction wrote stream rows (they see them at commit).
+    pub async fn finish(self, tx: &mut Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
+        if self.wrote > 0 {
+            notify(&mut **tx).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Streams what a tenant's batches changed, in their transaction (several tenants' may share it: `t`
+/// holds what they share; call [`TxStream::finish`] before the commit). `owners` maps each session to
+/// its user.
 pub async fn write_batch(
     tx: &mut Transaction<'_, Postgres>,
+    t: &mut TxStream,
     tenant_id: Uuid,
     owners: &BTreeMap<&str, &str>,
     s: &BatchStream<'_>,
@@ -86,7 +118,7 @@ pub async fn write_batch(
     if sessions.is_empty() && s.devices.is_empty() {
         return Ok(());
     }
-    let xid = own_xid(tx).await?;
+    let xid = t.xid(tx).await?;
     if !sessions.is_empty() {
         let ids: Vec<&str> = sessions.keys().copied().collect();
         let users: Vec<&str> = ids
@@ -139,9 +171,7 @@ pub async fn write_batch(
     if !s.devices.is_empty() {
         wrote += device_online(tx, tenant_id, &s.devices, xid).await?;
     }
-    if wrote > 0 {
-        notify(&mut **tx).await?;
-    }
+    t.wrote += wrote;
     Ok(())
 }
 

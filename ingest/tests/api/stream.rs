@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use apiary_ingest::store::stream::{write_batch, BatchStream, StatusData};
+use apiary_ingest::store::stream::{BatchStream, StatusData, TxStream};
 use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -331,6 +331,18 @@ fn transition(session: &str, seq: i64, to: &'static str) -> BatchStream<'static>
         }],
         ..Default::default()
     }
+}
+
+/// What a batch's transaction streams (the stream rows, then the notification).
+async fn write_batch(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tenant: uuid::Uuid,
+    owners: &std::collections::BTreeMap<&str, &str>,
+    s: &BatchStream<'_>,
+) -> Result<(), sqlx::Error> {
+    let mut t = TxStream::default();
+    apiary_ingest::store::stream::write_batch(tx, &mut t, tenant, owners, s).await?;
+    t.finish(tx).await
 }
 
 #[sqlx::test(migrations = "../migrations")]
