@@ -323,7 +323,7 @@ fn print_statements(
     top: usize,
 ) {
     let mut rows: Vec<(String, (u64, f64))> = map.into_iter().collect();
-    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1 .0));
     let n = batches as f64;
     eprintln!("statements of the first group-commit-on small round ({batches} batches): per batch, ms per batch, text");
     for (text, (count, secs)) in rows.into_iter().take(top) {
