@@ -97,6 +97,18 @@ impl TxStream {
     }
 }
 
+/// A session's usage totals (`totals`, [`USAGE_JSON`]) as a LATERAL subquery of a row `s` (with
+/// `session_id`) of tenant `$1`; no row when the session has no usage rows. Per session, through the
+/// `(tenant_id, session_id)` index: as a plain join grouped afterwards, a generic plan made while the
+/// tables were small scanned every usage row of the tenant for each batch (seen at 250–580 ms per
+/// statement under the fleet bench).
+fn session_totals() -> String {
+    format!(
+        "SELECT {USAGE_JSON} AS totals FROM usage_rollups r
+         WHERE r.tenant_id = $1 AND r.session_id = s.session_id HAVING count(*) > 0"
+    )
+}
+
 /// Streams what a tenant's batches changed, in their transaction (several tenants' may share it: `t`
 /// holds what they share; call [`TxStream::finish`] before the commit). `owners` maps each session to
 /// its user.
@@ -217,14 +229,14 @@ async fn write_usage(
     if sessions.is_empty() {
         return Ok(0);
     }
+    let totals = session_totals();
     let done = sqlx::query(&format!(
         "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT $1, s.last_xid, 'usage', s.user_id,
-             jsonb_build_object('session_id', s.session_id) || {USAGE_JSON}
-         FROM stream_sessions s JOIN usage_rollups r
-             ON r.tenant_id = s.tenant_id AND r.session_id = s.session_id
+             jsonb_build_object('session_id', s.session_id) || u.totals
+         FROM stream_sessions s CROSS JOIN LATERAL ({totals}) u
          WHERE s.tenant_id = $1 AND s.session_id = ANY($2)
-         GROUP BY s.session_id, s.user_id, s.last_xid ORDER BY s.session_id"
+         ORDER BY s.session_id"
     ))
     .bind(tenant_id)
     .bind(sessions)
@@ -302,6 +314,7 @@ pub async fn flush_usage(pool: &PgPool) -> Result<u64, sqlx::Error> {
 async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let xid = own_xid(&mut tx).await?;
+    let totals = session_totals();
     let done = sqlx::query(&format!(
         "WITH due AS (
              SELECT tenant_id, session_id FROM stream_sessions
@@ -314,10 +327,9 @@ async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Er
              RETURNING s.tenant_id, s.session_id, s.user_id, s.last_xid)
          INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT s.tenant_id, s.last_xid, 'usage', s.user_id,
-             jsonb_build_object('session_id', s.session_id) || {USAGE_JSON}
-         FROM s JOIN usage_rollups r ON r.tenant_id = s.tenant_id AND r.session_id = s.session_id
-         WHERE r.tenant_id = $1
-         GROUP BY s.tenant_id, s.session_id, s.user_id, s.last_xid ORDER BY s.session_id"
+             jsonb_build_object('session_id', s.session_id) || u.totals
+         FROM s CROSS JOIN LATERAL ({totals}) u
+         ORDER BY s.session_id"
     ))
     .bind(tenant)
     .bind(xid)
