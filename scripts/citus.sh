@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
-# scripts/citus.sh: a local Citus cluster (a coordinator and 2 workers on this machine) for Apiary's
-# tests, benchmarks and demo.
+# scripts/citus.sh: a local Citus cluster (a coordinator and 2 workers on this machine, a third or more
+# added on demand) for Apiary's tests, benchmarks and demo.
 #
 #     scripts/citus.sh start   install Citus if it is missing (../shared/vendor/citus/build.sh, a few
-#                              minutes once), initdb the three nodes (once), start them, prepare the
-#                              coordinator's `postgres` database (extension, nodes registered), print
-#                              `export ...` lines on stdout (use: eval "$(scripts/citus.sh start)")
+#                              minutes once), initdb the three nodes (once), start them (and the workers
+#                              add-worker added), prepare the coordinator's `postgres` database
+#                              (extension, nodes registered), print `export ...` lines on stdout
+#                              (use: eval "$(scripts/citus.sh start)")
 #     scripts/citus.sh env     print the `export ...` lines of the running cluster; never starts anything
-#     scripts/citus.sh stop    stop the three nodes (their data is kept for the next start)
+#     scripts/citus.sh add-worker
+#                              with the cluster running: initdb and start one more worker (worker3, then
+#                              worker4, ...) on the next free port, create every Citus database of the
+#                              coordinator on it (the extension in each) and register it there
+#                              (citus_add_node). It holds no shards until a rebalance moves some
+#                              (SELECT citus_rebalance_start(); see scripts/citus-rebalance-check.sh).
+#                              Prints the `export ...` lines.
+#     scripts/citus.sh stop    stop every node (their data is kept for the next start)
 #     scripts/citus.sh destroy stop them and delete the cluster directory
 #
 # Layout of the cluster directory ($APIARY_CITUS_DIR, default <repo>/target/citus):
-#     ports                 "COORDINATOR WORKER1 WORKER2", chosen at the first start and kept: the
-#                           coordinator's metadata names the workers by port
-#     coordinator/ worker1/ worker2/    each: data/ (PGDATA), run/ (unix socket), postgres.log, initdb.log
-# Ports: the first three consecutive free ports from $APIARY_CITUS_PORT_BASE (default 56432), on 127.0.0.1.
+#     ports                 "COORDINATOR WORKER1 WORKER2 [WORKER3 ...]", chosen at the first start (and
+#                           by add-worker) and kept: the coordinator's metadata names the workers by port
+#     coordinator/ worker1/ worker2/ [worker3/ ...]
+#                           each: data/ (PGDATA), run/ (unix socket), postgres.log, initdb.log
+# Ports: the first three consecutive free ports from $APIARY_CITUS_PORT_BASE (default 56432), on 127.0.0.1;
+# an added worker takes the first free port above the highest one.
 #
 # Every node: trust authentication on 127.0.0.1 (initdb -A trust), `shared_preload_libraries = 'citus'`,
 # `max_prepared_transactions` (Citus commits a transaction that wrote to several workers with two-phase
-# commit), `wal_level = logical` (shard moves: citus_rebalance_start), fsync off unless
+# commit), `wal_level = logical` (shard moves: citus_rebalance_start), `citus` added to
+# `output_plugin_libraries` where the server has that setting (shard splits), fsync off unless
 # APIARY_CITUS_FSYNC=on (a test cluster; set it on for measurements that compare with a durable server).
 # The coordinator also has `citus.enable_create_database_propagation = on` (a CREATE DATABASE on it, as
 # sqlx::test issues per test, creates the database on the workers too) and `citus.shard_count` =
@@ -37,16 +48,22 @@
 # Outputs (exported by `start` / `env`):
 #     DATABASE_URL        the coordinator's `postgres` database (tests and `apiary-ingest migrate` use it)
 #     APIARY_CITUS_DIR    the cluster directory
-#     APIARY_CITUS_PORTS  "COORDINATOR WORKER1 WORKER2"
+#     APIARY_CITUS_PORTS  "COORDINATOR WORKER1 WORKER2 [WORKER3 ...]"
 #
 # As root, the nodes run as user `postgres` (or `apiary-pg`), like scripts/pg.sh's private cluster.
 # Progress goes to stderr, prefixed with "citus.sh:".
+# Sourced with APIARY_CITUS_LIB=1: defines the functions only, runs nothing
+# (scripts/citus-rebalance-check.sh).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 CITUS_BUILD=${APIARY_CITUS_BUILD:-$ROOT/../shared/vendor/citus/build.sh}
 CITUS_VERSION=13.2.2
-NODES=(coordinator worker1 worker2)
+
+# The directory name of node I of the ports file: 0 the coordinator, I > 0 worker I.
+_citus_node() {
+    if [ "$1" -eq 0 ]; then echo coordinator; else echo "worker$1"; fi
+}
 
 # shellcheck source=scripts/pg.sh
 APIARY_PG_LIB=1 . "$ROOT/scripts/pg.sh"
@@ -218,6 +235,29 @@ apiary_citus_prepare_db() {
     done
 }
 
+# PostgreSQL's minor releases of 2026 (15.20 here) refuse logical decoding output plugins that
+# `output_plugin_libraries` does not list (default 'pgoutput, test_decoding'); Citus' shard split
+# (isolate_tenant_to_new_shard, citus_split_shard_by_split_points) decodes with its own plugin, `citus`,
+# and fails with 'library "citus" may not be used as an output plugin'. Lists it on node PORT when the
+# server has that setting (older servers do not; nothing to do there). The library is loaded in every
+# backend already (shared_preload_libraries). Idempotent.
+_citus_allow_output_plugin() {
+    local port=$1 current libs
+    current=$(_citus_psql "$port" postgres -c \
+        "SELECT setting FROM pg_settings WHERE name = 'output_plugin_libraries'") || return 1
+    [ -n "$current" ] || return 0
+    case ", $current," in *", citus,"*) return 0 ;; esac
+    # a list: one quoted literal per library (one literal 'a, b' would be a single library "a, b")
+    local list="" lib
+    IFS=, read -r -a libs <<<"$current"
+    for lib in "${libs[@]}" citus; do
+        lib=${lib# }
+        list+="${list:+, }'$lib'"
+    done
+    _citus_psql "$port" postgres -c "ALTER SYSTEM SET output_plugin_libraries = $list" \
+        -c "SELECT pg_reload_conf()" >/dev/null || return 1
+}
+
 # Drops the databases sqlx::test left behind on every node (a failed test keeps its database, and a drop
 # can lose a race with Citus' maintenance daemons), so a new run can reuse their names; workers first,
 # each node locally (no propagation), WITH (FORCE).
@@ -259,15 +299,20 @@ apiary_citus_start() {
     [ "$(id -u)" -ne 0 ] || chown "$user" "$dir" || return 1
     ports=$(_citus_ports "$dir") || return 1
     read -r -a port_list <<<"$ports"
-    for i in 0 1 2; do
-        _citus_init_node "$user" "$dir/${NODES[$i]}" "${NODES[$i]}" || return 1
+    for i in "${!port_list[@]}"; do
+        _citus_init_node "$user" "$dir/$(_citus_node "$i")" "$(_citus_node "$i")" || return 1
     done
-    for i in 0 1 2; do
-        _citus_start_node "$user" "$dir/${NODES[$i]}" "${port_list[$i]}" || return 1
+    for i in "${!port_list[@]}"; do
+        _citus_start_node "$user" "$dir/$(_citus_node "$i")" "${port_list[$i]}" || return 1
+        _citus_allow_output_plugin "${port_list[$i]}" || return 1
     done
     apiary_citus_prepare_db postgres "${port_list[@]}" || return 1
     # workers first: a coordinator database's drop would otherwise propagate to them
-    _citus_drop_test_dbs "${port_list[2]}" "${port_list[1]}" "${port_list[0]}" || return 1
+    local reversed=()
+    for ((i = ${#port_list[@]} - 1; i >= 0; i--)); do
+        reversed+=("${port_list[$i]}")
+    done
+    _citus_drop_test_dbs "${reversed[@]}" || return 1
     for port in "${port_list[@]}"; do
         ssl=$(_citus_psql "$port" postgres -c "SHOW ssl") || return 1
         if [ "$ssl" != off ]; then
@@ -275,7 +320,7 @@ apiary_citus_start() {
             return 1
         fi
     done
-    _citus_log "cluster in $dir up in $((SECONDS - t0)) s: coordinator 127.0.0.1:${port_list[0]}, workers ${port_list[1]} ${port_list[2]}"
+    _citus_log "cluster in $dir up in $((SECONDS - t0)) s: coordinator 127.0.0.1:${port_list[0]}, workers ${port_list[*]:1}"
     _citus_export "$dir" "$ports"
 }
 
@@ -297,15 +342,16 @@ apiary_citus_env() {
 }
 
 apiary_citus_stop() {
-    local dir user i data
+    local dir user base data
     apiary_pg_bins || return 1
     dir=${APIARY_CITUS_DIR:-$ROOT/target/citus}
     [ -d "$dir" ] || { _citus_log "nothing to stop: no $dir"; return 0; }
     user=$(_apiary_pg_user) || return 1
-    for i in 0 1 2; do
-        data=$dir/${NODES[$i]}/data
+    # every node directory (also one add-worker created but did not record in `ports`)
+    for base in "$dir"/coordinator "$dir"/worker*; do
+        data=$base/data
         if [ -f "$data/postmaster.pid" ]; then
-            _citus_log "stopping ${NODES[$i]}"
+            _citus_log "stopping $(basename "$base")"
             _apiary_pg_as "$user" pg_ctl -D "$data" -m fast -w -t 60 stop >/dev/null 2>&1 \
                 || _apiary_pg_as "$user" pg_ctl -D "$data" -m immediate -w stop >/dev/null 2>&1 \
                 || { _citus_log "error: could not stop the node in $data"; return 1; }
@@ -325,13 +371,71 @@ apiary_citus_destroy() {
     fi
 }
 
+# The coordinator's databases that have the citus extension (not templates, not test databases).
+_citus_databases() {
+    local coord=$1 db
+    for db in $(_citus_psql "$coord" postgres -c "SELECT datname FROM pg_database
+            WHERE datallowconn AND NOT datistemplate AND datname NOT LIKE '\_sqlx\_test\_%' ORDER BY 1"); do
+        if [ "$(_citus_psql "$coord" "$db" -c "SELECT count(*) FROM pg_extension WHERE extname = 'citus'")" = 1 ]; then
+            echo "$db"
+        fi
+    done
+}
+
+apiary_citus_add_worker() {
+    local t0=$SECONDS dir user ports port p i name db
+    apiary_pg_bins || return 1
+    dir=${APIARY_CITUS_DIR:-$ROOT/target/citus}
+    if [ ! -f "$dir/ports" ]; then
+        _citus_log "no cluster in $dir (start one first: scripts/citus.sh start)"
+        return 1
+    fi
+    dir=$(cd "$dir" && pwd -P) || return 1
+    ports=$(cat "$dir/ports")
+    read -r -a port_list <<<"$ports"
+    if ! _apiary_pg_answers "postgres://postgres@127.0.0.1:${port_list[0]}/postgres"; then
+        _citus_log "the cluster in $dir is not running (scripts/citus.sh start first)"
+        return 1
+    fi
+    user=$(_apiary_pg_user) || return 1
+    i=${#port_list[@]}
+    name=$(_citus_node "$i")
+    port=${port_list[0]}
+    for p in "${port_list[@]}"; do
+        [ "$p" -le "$port" ] || port=$p
+    done
+    port=$((port + 1))
+    while _apiary_pg_port_busy "$port"; do
+        port=$((port + 1))
+    done
+    _citus_init_node "$user" "$dir/$name" worker || return 1
+    _citus_start_node "$user" "$dir/$name" "$port" || return 1
+    _citus_allow_output_plugin "$port" || return 1
+    echo "$ports $port" >"$dir/ports" || return 1
+    port_list+=("$port")
+    for db in $(_citus_databases "${port_list[0]}"); do
+        if [ "$(_citus_psql "$port" postgres -c "SELECT count(*) FROM pg_database WHERE datname = '$db'")" = 0 ]; then
+            _citus_psql "$port" postgres -c "CREATE DATABASE \"$db\"" >/dev/null || return 1
+        fi
+        apiary_citus_prepare_db "$db" "${port_list[@]}" || return 1
+        _citus_log "database $db: $name (127.0.0.1:$port) registered"
+    done
+    _citus_log "$name up on 127.0.0.1:$port in $((SECONDS - t0)) s; it holds no shards until a rebalance (SELECT citus_rebalance_start())"
+    _citus_export "$dir" "${port_list[*]}"
+}
+
+if [ "${APIARY_CITUS_LIB:-}" = 1 ]; then
+    return 0 2>/dev/null || exit 0
+fi
+
 case "${1:-}" in
     start) apiary_citus_start ;;
     env) apiary_citus_env ;;
+    add-worker) apiary_citus_add_worker ;;
     stop) apiary_citus_stop ;;
     destroy) apiary_citus_destroy ;;
     *)
-        echo "usage: scripts/citus.sh start|env|stop|destroy" >&2
+        echo "usage: scripts/citus.sh start|env|add-worker|stop|destroy" >&2
         exit 2
         ;;
 esac
