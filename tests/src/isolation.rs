@@ -64,6 +64,16 @@ pub fn failed(session: &str) -> Value {
     })
 }
 
+/// A `health.signal` that marks `session` stalled (Hive's `node_stalled`).
+pub fn stalled(session: &str) -> Value {
+    json!({
+        "schema_version": 1, "event_id": uuid::Uuid::new_v4(), "type": "health.signal",
+        "occurred_at": chrono::Utc::now(), "runtime": "hive", "native_type": "node_stalled",
+        "session_id": session, "agent_role": "queen",
+        "data": { "signal": "stalled" },
+    })
+}
+
 /// A batch body (JSON) from `device` with these events and session bindings.
 pub fn body(events: &[Value], sessions: &[Value], device: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({

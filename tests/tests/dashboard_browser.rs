@@ -6,8 +6,8 @@
 //! the overview, whose totals equal `/v1/usage` for the very range, zone and grouping its pickers show;
 //! the cookie is out of reach of scripts (`document.cookie` is empty); Tab from the top reaches the skip
 //! link first and then the navigation, every picker, the submit and sign-out buttons, and Enter on the
-//! "Sessions" link opens the list; the queen failing and a new session show in the list within 2 s
-//! without a reload (the live stream); the session's link opens its detail with the worker in its tree; the
+//! "Sessions" link opens the list; the queen going stalled and a new session, then the queen failing,
+//! show in the list within 2 s each without a reload (the live stream); the session's link opens its detail with the worker in its tree; the
 //! device shows on the devices page; the budgets page shows a meter and `/v1/budgets`' numbers, the
 //! alerts and prices pages open; at a phone's width the overview and the budgets do not scroll sideways; the
 //! theme follows `prefers-color-scheme` (light, and dark when the system asks for it).
@@ -20,8 +20,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::json;
-use tests::isolation::{binding, body, failed, turn, worker_turn};
+use serde_json::{json, Value};
+use tests::isolation::{binding, body, failed, stalled, turn, worker_turn};
 use tests::stack::{Api, Cloud};
 use tests::webdriver::{browser_tools, start_headless, Browser, Driver, ENTER, TAB};
 
@@ -33,6 +33,22 @@ const QUEEN: &str = "q-browser-1";
 const WORKER: &str = "w-browser-1";
 const DEVICE: &str = "dev-browser-1";
 const NEW: &str = "q-browser-2";
+/// The colony the queen runs (a key as the agent derives it).
+const COLONY: &str = "ck_0123456789abcdef0123456789abcdef";
+
+/// A batch the live list must show: its events, its session bindings, then (session, badge) pairs.
+type LiveStep = (Vec<Value>, Vec<Value>, Vec<(&'static str, &'static str)>);
+
+/// The queen's `colony.created`: its session runs colony [`COLONY`].
+fn colony_created(queen: &str) -> Value {
+    json!({
+        "schema_version": 1, "event_id": uuid::Uuid::new_v4(), "type": "colony.created",
+        "occurred_at": chrono::Utc::now() - chrono::TimeDelta::minutes(3), "runtime": "hive",
+        "native_type": "colony_created", "session_id": queen, "agent_role": "queen",
+        "data": { "source": "created", "colony_id": queen, "queen_session_id": queen,
+                  "colony_key": COLONY },
+    })
+}
 
 /// Waits until the page's `h1` reads `want` (a click that navigates returns before the new page is
 /// there: the old page's heading may still be found, or go stale while read).
@@ -93,6 +109,7 @@ async fn the_dashboard_works_in_a_real_browser() -> anyhow::Result<()> {
         turn(QUEEN, 1_200),
         turn(QUEEN, 800),
         worker_turn(WORKER, QUEEN, 300),
+        colony_created(QUEEN),
     ];
     let sessions = [binding(QUEEN, 5), binding(WORKER, 4)];
     let ingest = Api::new(&cloud.ingest.url(), &cloud.tenant.ingest_token);
@@ -185,22 +202,32 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     c.press(ENTER).await?;
     h1(c, "Sessions").await?;
 
-    // Live: the queen failing, and a new session, show in the list within 2 s, without a reload.
+    // Live: the queen going stalled, and a new session, show in the list within 2 s, without a
+    // reload; then the queen failing.
     wait_text(c, "#live-note", "Live:").await?;
     c.execute("window.apiaryMarker = 42; return true").await?;
-    let events = [failed(QUEEN), turn(NEW, 10)];
-    let (status, v) = ingest
-        .post_batch(&body(&events, &[binding(NEW, 1)], DEVICE))
-        .await?;
-    anyhow::ensure!(status == 200, "batch: {status} {v}");
-    let posted = std::time::Instant::now();
-    wait_text(c, &format!("tr[data-session='{QUEEN}'] .badge"), "failed").await?;
-    wait_text(c, &format!("tr[data-session='{NEW}'] .badge"), "active").await?;
-    let took = posted.elapsed();
-    anyhow::ensure!(
-        took <= Duration::from_secs(2),
-        "the live list took {took:?}"
-    );
+    // (events, session bindings, the badges they must show)
+    let steps: [LiveStep; 2] = [
+        (
+            vec![stalled(QUEEN), turn(NEW, 10)],
+            vec![binding(NEW, 1)],
+            vec![(QUEEN, "stalled"), (NEW, "active")],
+        ),
+        (vec![failed(QUEEN)], vec![], vec![(QUEEN, "failed")]),
+    ];
+    for (events, sessions, expect) in steps {
+        let (status, v) = ingest.post_batch(&body(&events, &sessions, DEVICE)).await?;
+        anyhow::ensure!(status == 200, "batch: {status} {v}");
+        let posted = std::time::Instant::now();
+        for (session, badge) in expect {
+            wait_text(c, &format!("tr[data-session='{session}'] .badge"), badge).await?;
+        }
+        let took = posted.elapsed();
+        anyhow::ensure!(
+            took <= Duration::from_secs(2),
+            "the live list took {took:?}"
+        );
+    }
     let marker = c.execute("return window.apiaryMarker").await?;
     anyhow::ensure!(marker == json!(42), "the page was reloaded");
     c.save_screenshot(&shots(), "sessions").await?;
@@ -218,8 +245,18 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
     let devices = c.text(&c.find("table").await?).await?;
     anyhow::ensure!(devices.contains(DEVICE), "devices: {devices}");
     c.save_screenshot(&shots(), "devices").await?;
+    // Colonies with the page's default range (the last 30 local days, today included): the queen's
+    // colony with its worker, linked to its sessions.
     c.goto(&format!("{base}/colonies")).await?;
     h1(c, "Colonies").await?;
+    let row = c.text(&c.find("table tbody tr").await?).await?;
+    anyhow::ensure!(row.contains(COLONY), "colonies: {row}");
+    let workers = c
+        .text(&c.find("table tbody tr td:nth-of-type(3)").await?)
+        .await?;
+    anyhow::ensure!(workers == "1", "workers: {workers} in {row}");
+    c.find(&format!("a[href='/sessions?colony={COLONY}']"))
+        .await?;
     c.save_screenshot(&shots(), "colonies").await?;
 
     // Budgets: a meter per budget, with `/v1/budgets`' numbers for the same token.

@@ -1,6 +1,7 @@
 //! Devices (`/devices`: liveness, backlog, agent version, last push) and colonies (`/colonies`: by key,
 //! with runs, workers and spend over the range). The answers of `get_devices` and `list_colonies`; the
-//! colonies page takes `/v1/colonies`' query string (`from`, `to`, `tz`).
+//! colonies page takes `/v1/colonies`' query string (`from`, `to`, `tz`), with the overview's default
+//! range (the last 30 local days, today included).
 
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
@@ -10,7 +11,7 @@ use maud::html;
 
 use super::format;
 use super::layout::{self, Nav};
-use super::overview::non_empty;
+use super::overview::{last_30_days, non_empty};
 use super::Viewer;
 use crate::query::colonies::ColonyParams;
 use crate::query::ReadDb;
@@ -60,10 +61,16 @@ pub async fn colonies_page(
     viewer: Viewer,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let params: ColonyParams = match query_params(&non_empty(raw.as_deref().unwrap_or(""))) {
+    let mut params: ColonyParams = match query_params(&non_empty(raw.as_deref().unwrap_or(""))) {
         Ok(p) => p,
         Err(e) => return layout::error_page(e),
     };
+    // The overview's default range (the API's would end at the next quarter hour, which the date
+    // picker cannot show: it would read as today's midnight and leave today out when submitted).
+    if params.from.is_none() && params.to.is_none() {
+        let (from, to) = last_30_days(params.tz.as_ref());
+        (params.from, params.to) = (Some(from), Some(to));
+    }
     let list = match crate::routes::colonies::list_colonies(
         State(db),
         viewer.reader.clone(),

@@ -36,6 +36,9 @@
 //! `Referrer-Policy: same-origin` and `Cache-Control: no-store`. The two POSTs (sign-in, sign-out) also
 //! require an `Origin` (or `Sec-Fetch-Site: same-origin`) naming this host: login CSRF and forced
 //! sign-out from another site are refused (403) on top of `SameSite=Strict`.
+//!
+//! Pages, the stylesheet and the script are sent gzip-compressed to browsers that accept it (the
+//! overview's default month for a tenant of 10M events, `--bench rollups`: 50 KiB of HTML, 8 KiB gzip).
 
 mod alerts;
 mod budgets;
@@ -56,6 +59,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use tower_http::compression::CompressionLayer;
 
 use crate::state::AppState;
 
@@ -89,6 +93,10 @@ pub fn router() -> Router<AppState> {
         .route("/assets/app.css", get(stylesheet))
         .route("/assets/live.js", get(script))
         .layer(middleware::from_fn(security_headers))
+        // gzip when the browser asks for it (tower-http's default predicate leaves the live list's
+        // event stream and tiny answers alone). No page holds a secret to guess at (the token is never
+        // in a body), so compressing pages that echo query parameters gives BREACH nothing to find.
+        .layer(CompressionLayer::new().gzip(true))
 }
 
 async fn stylesheet() -> Response {

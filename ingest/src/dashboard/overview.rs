@@ -91,17 +91,25 @@ pub async fn page(
 /// The usage parameters of the page's query string, with the page's defaults.
 pub fn page_params(raw: &str) -> Result<UsageParams, crate::error::ApiError> {
     let mut p: UsageParams = query_params(&non_empty(raw))?;
-    let tz = p.tz.unwrap_or(Zone(chrono_tz::Tz::UTC)).0;
     if p.from.is_none() && p.to.is_none() {
-        let today = Utc::now().with_timezone(&tz).date_naive();
-        let midnight =
-            |d: chrono::NaiveDate| TimeArg::Local(d.and_hms_opt(0, 0, 0).expect("midnight"));
-        p.to = Some(midnight(today + Days::new(1)));
-        p.from = Some(midnight(today - Days::new(29)));
+        let (from, to) = last_30_days(p.tz.as_ref());
+        (p.from, p.to) = (Some(from), Some(to));
     }
     p.granularity.get_or_insert(Granularity::Day);
     p.group_by.get_or_insert(GroupBy(vec![Dim::Model]));
     Ok(p)
+}
+
+/// The pages' default range: the last 30 local days in `tz` (UTC when absent), today included —
+/// `from` = today − 29 and `to` = tomorrow, local midnights.
+pub fn last_30_days(tz: Option<&Zone>) -> (TimeArg, TimeArg) {
+    let tz = tz.map_or(chrono_tz::Tz::UTC, |z| z.0);
+    let today = Utc::now().with_timezone(&tz).date_naive();
+    let midnight = |d: chrono::NaiveDate| TimeArg::Local(d.and_hms_opt(0, 0, 0).expect("midnight"));
+    (
+        midnight(today - Days::new(29)),
+        midnight(today + Days::new(1)),
+    )
 }
 
 /// The query string without its empty pairs (an untouched picker sends `name=`).

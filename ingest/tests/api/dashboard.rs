@@ -176,6 +176,62 @@ async fn sign_in_sets_a_strict_http_only_cookie_and_pages_need_it(pool: sqlx::Pg
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn pages_are_gzip_compressed_for_browsers_that_ask_and_the_live_stream_is_not(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let pair = app.cookie(&t.read).await;
+    // A client that neither asks for gzip nor decodes it by itself.
+    let raw = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_gzip()
+        .build()
+        .unwrap();
+    let get = |path: &str, gzip: bool| {
+        let mut req = raw
+            .get(format!("{}{path}", app.base))
+            .header("cookie", &pair);
+        if gzip {
+            req = req.header("accept-encoding", "gzip");
+        }
+        req.send()
+    };
+    for path in ["/", "/sessions", "/assets/app.css", "/assets/live.js"] {
+        let plain = get(path, false).await.unwrap();
+        assert_eq!(plain.status(), StatusCode::OK, "{path}");
+        assert!(plain.headers().get("content-encoding").is_none(), "{path}");
+        let plain = plain.text().await.unwrap();
+
+        let r = get(path, true).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert_eq!(r.headers()["content-encoding"], "gzip", "{path}");
+        assert!(r.headers().contains_key(CONTENT_SECURITY_POLICY), "{path}");
+        let wire = r.bytes().await.unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&wire[..]), &mut text)
+            .unwrap();
+        if path.starts_with("/assets") {
+            assert_eq!(text, plain, "{path}");
+        } else {
+            assert!(text.starts_with("<!DOCTYPE html>"), "{path}: {text}");
+        }
+        assert!(
+            wire.len() < plain.len(),
+            "{path}: {} vs {}",
+            wire.len(),
+            plain.len()
+        );
+    }
+    // The live list's event stream is never buffered by a compressor.
+    let mut live = get("/live", true).await.unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    assert!(live.headers().get("content-encoding").is_none());
+    let first = live.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("event: ready"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn a_wrong_token_an_ingest_token_and_another_sites_form_are_refused(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
     let t = app.tenant("acme").await;
