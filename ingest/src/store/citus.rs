@@ -129,6 +129,80 @@ pub async fn is_citus(pool: &PgPool) -> Result<bool, sqlx::Error> {
         .await
 }
 
+/// A primary node of a Citus cluster: host, port and group (0: the coordinator).
+pub type Node = (String, i32, i32);
+
+/// The cluster's primary nodes as `conn`'s database registers them (`pg_dist_node`, coordinator
+/// first), or None when that database has no citus extension (plain PostgreSQL).
+pub async fn cluster_nodes(conn: &mut PgConnection) -> Result<Option<Vec<Node>>, sqlx::Error> {
+    let citus: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+            .fetch_one(&mut *conn)
+            .await?;
+    if !citus {
+        return Ok(None);
+    }
+    let nodes = sqlx::query_as(
+        "SELECT nodename::text, nodeport, groupid FROM pg_dist_node
+         WHERE noderole = 'primary' ORDER BY groupid",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(nodes))
+}
+
+/// Turns a fresh database of a Citus cluster (created on the coordinator, and on the workers by the
+/// coordinator's `citus.enable_create_database_propagation`; migrated as on plain PostgreSQL) into a
+/// distributed one, the way an existing database joins a cluster: the citus extension on every worker
+/// and the coordinator, the coordinator and the workers of `nodes` ([`cluster_nodes`] of the cluster's
+/// maintenance database) registered, then [`distribute`]. Idempotent. For tests and benchmarks that
+/// create a database per run; a deployment runs `apiary-ingest migrate --citus` on a database prepared
+/// once (README "Citus").
+pub async fn join_cluster(pool: &PgPool, nodes: &[Node]) -> Result<Distributed, CitusError> {
+    use sqlx::{ConnectOptions, Connection};
+    let db: String = sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(pool)
+        .await?;
+    let base = pool.connect_options();
+    for (host, port, _) in nodes.iter().filter(|n| n.2 != 0) {
+        let port = u16::try_from(*port)
+            .map_err(|e| sqlx::Error::Configuration(format!("worker {host}:{port}: {e}").into()))?;
+        let mut worker = (*base)
+            .clone()
+            .host(host)
+            .port(port)
+            .database(&db)
+            .connect()
+            .await?;
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+            .execute(&mut worker)
+            .await?;
+        worker.close().await?;
+    }
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
+        .execute(pool)
+        .await?;
+    for (host, port, group) in nodes {
+        if *group == 0 {
+            sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
+                .bind(host)
+                .bind(port)
+                .execute(pool)
+                .await?;
+        } else {
+            sqlx::query(
+                "SELECT citus_add_node($1, $2) WHERE NOT EXISTS
+                     (SELECT 1 FROM pg_dist_node WHERE nodename = $1 AND nodeport = $2)",
+            )
+            .bind(host)
+            .bind(port)
+            .execute(pool)
+            .await?;
+        }
+    }
+    distribute(pool).await
+}
+
 /// How a table is known to Citus: `h` distributed (hash), `t` reference, `s` Citus local, None: plain.
 async fn kind_of(conn: &mut PgConnection, table: &str) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(

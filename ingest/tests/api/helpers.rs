@@ -58,33 +58,24 @@ pub async fn spawn_app_with(pool: PgPool, settings: IngestSettings) -> TestApp {
 /// The coordinator and workers of the Citus cluster `DATABASE_URL` names (read from its database's
 /// `pg_dist_node`), or None when that database has no citus extension (plain PostgreSQL).
 /// `APIARY_TEST_CITUS=1` makes a plain server a failure instead of a plain run.
-async fn citus_nodes() -> Option<Vec<(String, i32, i32)>> {
+async fn citus_nodes() -> Option<Vec<apiary_ingest::store::citus::Node>> {
     use sqlx::Connection;
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for sqlx::test");
     let mut master = sqlx::PgConnection::connect(&url)
         .await
         .expect("connect to DATABASE_URL");
-    let citus: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
-            .fetch_one(&mut master)
-            .await
-            .unwrap();
+    let nodes = apiary_ingest::store::citus::cluster_nodes(&mut master)
+        .await
+        .unwrap();
     let required = std::env::var("APIARY_TEST_CITUS").is_ok_and(|v| v == "1");
-    if !citus {
+    let Some(nodes) = nodes else {
         assert!(
             !required,
             "APIARY_TEST_CITUS=1 but DATABASE_URL's database has no citus extension \
              (start the cluster with scripts/citus.sh start)"
         );
         return None;
-    }
-    let nodes: Vec<(String, i32, i32)> = sqlx::query_as(
-        "SELECT nodename::text, nodeport, groupid FROM pg_dist_node
-         WHERE noderole = 'primary' ORDER BY groupid",
-    )
-    .fetch_all(&mut master)
-    .await
-    .unwrap();
+    };
     assert!(
         nodes.iter().any(|n| n.2 == 0) && nodes.iter().any(|n| n.2 != 0),
         "DATABASE_URL's database has the citus extension but not a coordinator and workers \
@@ -100,60 +91,13 @@ pub async fn on_citus() -> bool {
 
 /// On a Citus cluster, turns this test's fresh database (sqlx::test created it on the coordinator, and
 /// the coordinator's `citus.enable_create_database_propagation` on the workers; the migrations ran as on
-/// plain PostgreSQL) into a distributed one, the way an existing database joins a cluster: the citus
-/// extension on every node, the coordinator and the workers registered, then
-/// `store::citus::distribute`. Does nothing on plain PostgreSQL. Idempotent.
+/// plain PostgreSQL) into a distributed one ([`apiary_ingest::store::citus::join_cluster`]). Does
+/// nothing on plain PostgreSQL. Idempotent.
 pub async fn citus_prepare(pool: &PgPool) {
-    use sqlx::postgres::PgConnectOptions;
-    use sqlx::{ConnectOptions, Connection};
     let Some(nodes) = citus_nodes().await else {
         return;
     };
-    let db: String = sqlx::query_scalar("SELECT current_database()::text")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let base: PgConnectOptions = std::env::var("DATABASE_URL").unwrap().parse().unwrap();
-    for (host, port, _) in nodes.iter().filter(|n| n.2 != 0) {
-        let mut worker = base
-            .clone()
-            .host(host)
-            .port(u16::try_from(*port).unwrap())
-            .database(&db)
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("connect to worker {host}:{port}/{db}: {e}"));
-        sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
-            .execute(&mut worker)
-            .await
-            .unwrap();
-        worker.close().await.unwrap();
-    }
-    sqlx::query("CREATE EXTENSION IF NOT EXISTS citus")
-        .execute(pool)
-        .await
-        .unwrap();
-    for (host, port, group) in &nodes {
-        if *group == 0 {
-            sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
-                .bind(host)
-                .bind(port)
-                .execute(pool)
-                .await
-                .unwrap();
-        } else {
-            sqlx::query(
-                "SELECT citus_add_node($1, $2) WHERE NOT EXISTS
-                     (SELECT 1 FROM pg_dist_node WHERE nodename = $1 AND nodeport = $2)",
-            )
-            .bind(host)
-            .bind(port)
-            .execute(pool)
-            .await
-            .unwrap();
-        }
-    }
-    apiary_ingest::store::citus::distribute(pool)
+    apiary_ingest::store::citus::join_cluster(pool, &nodes)
         .await
         .expect("distribute the test database on Citus");
 }
