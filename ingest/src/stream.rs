@@ -15,10 +15,10 @@
 //! The xmin is read in a statement of its own ([`head`]) and bound into the read that follows: an xmin
 //! from an earlier snapshot is never above a later one, so the rule still holds, and on Citus both the
 //! xmin and the writers' `pg_current_xact_id()` are the coordinator's (a function inside a query on a
-//! distributed table would run on a worker, in another transaction-id space). There, a single-worker
-//! transaction commits on its worker before the coordinator, so a row is visible once its coordinator
-//! transaction has ended; a transaction that spans workers (two-phase commit: a group of several
-//! tenants) commits on them just after, which this rule does not cover (see deploy/SCALING.md).
+//! distributed table would run on a worker, in another transaction-id space). There, a batch's
+//! transaction commits in two phases (deploy/SCALING.md section 3): its rows become visible on the worker
+//! just *after* the coordinator's commit, so a head is used only once the transactions prepared on the
+//! workers when it was read have finished ([`settle`]).
 //!
 //! ## Fan-out
 //! One [`StreamHub`] per replica: one `LISTEN apiary_stream` connection and one reader task
@@ -333,10 +333,14 @@ impl StreamHub {
         // past this one (an xmin never goes back), so the rows the hub sends from here on overlap its
         // backlog (it skips positions it sent) and none falls between; one that subscribed before the
         // look is seen. Under a fleet's load, most notifications find no dashboard open.
-        let now = head(pool).await?;
+        let (now, citus) = xmin(pool).await?;
         if self.subscribers() == 0 {
             *after = Some(after.map_or(now, |a| a.max(now)));
             return Ok(Duration::from_secs(1));
+        }
+        // A subscriber's own reads use settled heads, so the idle path above needs none.
+        if citus {
+            settle(pool).await?;
         }
         let mut at = after.unwrap_or(now);
         *after = Some(at);
@@ -398,13 +402,90 @@ async fn listen(pool: &PgPool) -> Option<PgListener> {
     }
 }
 
-/// The current head: every row before it is deliverable now, every row after it is not yet.
-pub(crate) async fn head<'e, E: sqlx::PgExecutor<'e>>(e: E) -> Result<Cursor, sqlx::Error> {
-    let xmin: i64 =
-        sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-            .fetch_one(e)
-            .await?;
-    Ok(Cursor { xid: xmin, id: 0 })
+/// The current head: every row before it is deliverable now, every row after it is not yet. On Citus,
+/// also waits until the two-phase commits that could hide rows below it have finished ([`settle`]).
+pub(crate) async fn head(pool: &PgPool) -> Result<Cursor, sqlx::Error> {
+    let (head, citus) = xmin(pool).await?;
+    if citus {
+        settle(pool).await?;
+    }
+    Ok(head)
+}
+
+/// The xmin of a fresh snapshot as a head (not yet settled on Citus), and whether the database is a
+/// Citus coordinator (same statement: one round trip).
+async fn xmin(pool: &PgPool) -> Result<(Cursor, bool), sqlx::Error> {
+    let (xmin, citus): (i64, bool) = sqlx::query_as(
+        "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+                EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((Cursor { xid: xmin, id: 0 }, citus))
+}
+
+/// How long [`settle`] waits for a two-phase commit to finish before giving up on this read.
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Citus only, called after the head's snapshot was taken: waits until every transaction prepared on a
+/// worker at this moment (this database's) has been committed or rolled back there.
+///
+/// Why: Citus commits a batch's transaction in two phases (even on one worker; see deploy/SCALING.md
+/// section 3) — `PREPARE TRANSACTION` on the worker, the coordinator's own commit, then `COMMIT PREPARED`
+/// on the worker. In between, the coordinator's transaction has ended, so the head's xmin passes it, but
+/// its rows are not visible on the worker yet; a reader that moved past them would never deliver them.
+/// Every such transaction below the head prepared before the head's snapshot, so it is among those
+/// prepared now (or already done): once they are all gone, every transaction below the head is visible
+/// everywhere. Transactions that prepare later are not waited for. A prepared transaction that stays
+/// (its coordinator failed mid-commit: Citus' recovery resolves it, by default within a minute) makes
+/// this read fail after [`SETTLE_LIMIT`] instead of skipping rows; the reader retries.
+async fn settle(pool: &PgPool) -> Result<(), sqlx::Error> {
+    let open = prepared(pool).await?;
+    if open.is_empty() {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        tokio::time::sleep(pause).await;
+        let now = prepared(pool).await?;
+        if !open.iter().any(|gid| now.contains(gid)) {
+            return Ok(());
+        }
+        if started.elapsed() > SETTLE_LIMIT {
+            return Err(sqlx::Error::Protocol(format!(
+                "live stream: {} two-phase commit(s) on the workers still open after {SETTLE_LIMIT:?} \
+                 (Citus recovers them); not reading past them",
+                open.iter().filter(|gid| now.contains(*gid)).count()
+            )));
+        }
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// The transactions prepared on the workers in this database, by global id.
+async fn prepared(pool: &PgPool) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    let answers: Vec<(String, i32, bool, String)> = sqlx::query_as(
+        "SELECT nodename::text, nodeport, success, result FROM run_command_on_workers(
+             $$SELECT coalesce(string_agg(gid, ' '), '') FROM pg_prepared_xacts
+               WHERE database = current_database()$$)",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut gids = std::collections::HashSet::new();
+    for (node, port, success, result) in answers {
+        if !success {
+            return Err(sqlx::Error::Protocol(format!(
+                "live stream: reading the prepared transactions of worker {node}:{port}: {result}"
+            )));
+        }
+        gids.extend(
+            result
+                .split_whitespace()
+                .map(|gid| format!("{node}:{port}/{gid}")),
+        );
+    }
+    Ok(gids)
 }
 
 /// The stream's upkeep, on every replica until `stopped`: due usage every 250 ms, offline devices every

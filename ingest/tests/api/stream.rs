@@ -713,3 +713,73 @@ async fn try_open(app: &TestApp, token: &str) -> (StatusCode, Value, Option<Stri
     }
     (code, r.json().await.unwrap_or(Value::Null), retry)
 }
+
+/// On Citus a batch commits in two phases: its rows become visible on the worker just after the
+/// coordinator's commit. The stream must not read past a transaction still prepared on a worker. Here a
+/// transaction is held prepared on a worker by hand while a batch goes in: nothing is delivered until it
+/// is committed, then the batch's events are (seen failing: with `settle` skipped, the status arrives
+/// while the transaction is still prepared).
+#[sqlx::test(migrations = "../migrations")]
+async fn on_citus_the_stream_waits_for_transactions_still_prepared_on_a_worker(pool: sqlx::PgPool) {
+    use sqlx::{ConnectOptions, Connection};
+    if !on_citus().await {
+        return;
+    }
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    s.ready().await;
+
+    let (host, port): (String, i32) = sqlx::query_as(
+        "SELECT nodename::text, nodeport FROM pg_dist_node WHERE groupid <> 0 ORDER BY groupid LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let mut worker = (*pool.connect_options())
+        .clone()
+        .host(&host)
+        .port(u16::try_from(port).unwrap())
+        .database(&db)
+        .connect()
+        .await
+        .unwrap();
+    let gid = format!("apiary_test_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(&format!("BEGIN; PREPARE TRANSACTION '{gid}'"))
+        .execute(&mut worker)
+        .await
+        .unwrap();
+
+    let now = Utc::now();
+    let events = vec![llm(
+        "q1",
+        now - chrono::Duration::seconds(5),
+        "m",
+        100,
+        7,
+        0.5,
+    )];
+    let (code, v) = app
+        .post_batch(&t.ingest, &batch(events, vec![binding("q1", "alice")]))
+        .await;
+    let early = s.next(Duration::from_millis(1500)).await;
+    let held_for = std::time::Instant::now();
+    sqlx::raw_sql(&format!("COMMIT PREPARED '{gid}'"))
+        .execute(&mut worker)
+        .await
+        .unwrap();
+    worker.close().await.unwrap();
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert!(
+        early.is_none(),
+        "delivered while a transaction was prepared: {early:?}"
+    );
+    let got = s
+        .until(|e| has(e, "status", "q1") && has(e, "usage", "q1"))
+        .await;
+    assert!(held_for.elapsed() < Duration::from_secs(5), "{got:?}");
+}
