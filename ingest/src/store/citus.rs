@@ -190,14 +190,26 @@ pub async fn join_cluster(pool: &PgPool, nodes: &[Node]) -> Result<Distributed, 
                 .execute(pool)
                 .await?;
         } else {
-            sqlx::query(
-                "SELECT citus_add_node($1, $2) WHERE NOT EXISTS
-                     (SELECT 1 FROM pg_dist_node WHERE nodename = $1 AND nodeport = $2)",
-            )
-            .bind(host)
-            .bind(port)
-            .execute(pool)
-            .await?;
+            // Registering a node syncs the roles to it (`worker_create_or_alter_role`, a catalog
+            // shared by every database of the worker): two databases joining at once can collide
+            // there ("tuple concurrently updated"). Nothing was registered then; try again.
+            for attempt in 1.. {
+                let added = sqlx::query(
+                    "SELECT citus_add_node($1, $2) WHERE NOT EXISTS
+                         (SELECT 1 FROM pg_dist_node WHERE nodename = $1 AND nodeport = $2)",
+                )
+                .bind(host)
+                .bind(port)
+                .execute(pool)
+                .await;
+                match added {
+                    Ok(_) => break,
+                    Err(e) if attempt < 10 && e.to_string().contains("marked as essential") => {
+                        tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
     }
     distribute(pool).await
