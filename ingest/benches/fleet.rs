@@ -12,7 +12,8 @@
 //! BENCH_SMALL_BATCHES small batches per round (4000, heartbeats not counted). Baseline in the same run:
 //! BENCH_LARGE_BATCHES (48) batches of 1000 new events over 4 connections (one device each, 20 sessions).
 //!
-//! Two servers (replicas) on one database: group commit off and on. Rounds alternate off, on, off, on…
+//! Two servers (replicas) on one database: group commit off and on (the "on" arm with the default
+//! writers and wait, or BENCH_GROUP_WRITERS / BENCH_GROUP_WAIT_MS). Rounds alternate off, on, off, on…
 //! (BENCH_ROUNDS per arm, 3), each round a small-batch run then a large-batch run with fresh events; the
 //! figures are the medians of each arm's rounds.
 //!
@@ -378,9 +379,17 @@ async fn main() -> anyhow::Result<()> {
             token,
         });
     }
+    let defaults = IngestSettings::default();
+    let writers = env_usize("BENCH_GROUP_WRITERS", defaults.group_commit_writers);
+    let wait_ms = env_usize(
+        "BENCH_GROUP_WAIT_MS",
+        defaults.group_commit_wait_ms as usize,
+    ) as u64;
     let serve = |group_commit| IngestSettings {
         pool_size: 16,
         group_commit,
+        group_commit_writers: writers,
+        group_commit_wait_ms: wait_ms,
         ..IngestSettings::default()
     };
     let bases = [db.serve(serve(false)).await?, db.serve(serve(true)).await?];
@@ -431,7 +440,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     println!(
-        "fleet benchmark: {n_devices} devices in {n_tenants} tenants, {per_batch}-event batches (+ a heartbeat batch every 6th) over {clients} connections, {small_batches} batches per round; baseline 1000-event batches over 4 connections, {large_batches} per round; medians of {rounds} rounds per arm"
+        "fleet benchmark: {n_devices} devices in {n_tenants} tenants, {per_batch}-event batches (+ a heartbeat batch every 6th) over {clients} connections, {small_batches} batches per round; baseline 1000-event batches over 4 connections, {large_batches} per round; medians of {rounds} rounds per arm; group commit: {writers} writers, {wait_ms} ms wait"
     );
     for (arm, label) in [(0, "group commit off"), (1, "group commit on")] {
         let (s, l) = (summary(&small[arm]), summary(&large[arm]));

@@ -485,7 +485,10 @@ impl Outbox {
 
     /// Stored status plus live health.
     pub async fn status(&self) -> Result<Status, OutboxError> {
-        let stored = self.read(OutboxReader::stored_status).await?;
+        let mut stored = self.read(OutboxReader::stored_status).await?;
+        // The quota as `GET /v1/quota` answers it: memory leads the disk by the writer's commit (see
+        // `keep_quota`), so a status read just after a push must not show an older one.
+        stored.quota = self.quota().into();
         Ok(Status {
             stored,
             max_bytes: self.inner.settings.max_bytes,
