@@ -137,12 +137,12 @@ pub fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 mod tests {
     use std::path::{Path, PathBuf};
 
-    /// The sources a binary was built from: the dep-info file cargo writes beside it (`<bin>.d`: the
-    /// binary, a colon, then every source file, spaces in names escaped). A file only tests compile (a
-    /// `#[cfg(test)]` module) is not among them, so it cannot make a fresh binary look stale.
-    fn sources_of(bin: &Path) -> Vec<PathBuf> {
-        let text =
-            std::fs::read_to_string(bin.with_extension("d")).expect("dep-info beside the binary");
+    /// The sources a dep-info file names (`<file>: src1 src2 …` on its first line, spaces in names
+    /// escaped), relative to the workspace root. A file only tests compile (a `#[cfg(test)]` module) is
+    /// not in a binary's or library's dep-info, so it cannot make a fresh binary look stale.
+    fn sources_in(dep_info: &Path, root: &Path) -> Vec<PathBuf> {
+        let text = std::fs::read_to_string(dep_info)
+            .unwrap_or_else(|e| panic!("dep-info {}: {e}", dep_info.display()));
         let list = text
             .lines()
             .next()
@@ -154,32 +154,139 @@ mod tests {
         while let Some(c) = chars.next() {
             match c {
                 '\\' if chars.peek() == Some(&' ') => cur.push(chars.next().unwrap()),
-                ' ' => {
-                    out.extend((!cur.is_empty()).then(|| PathBuf::from(std::mem::take(&mut cur))))
-                }
+                ' ' => out.extend((!cur.is_empty()).then(|| root.join(std::mem::take(&mut cur)))),
                 c => cur.push(c),
             }
         }
-        out.extend((!cur.is_empty()).then(|| PathBuf::from(cur)));
+        out.extend((!cur.is_empty()).then(|| root.join(cur)));
         out
     }
 
+    /// The dep-info rustc wrote for the artifact `file` lives in `deps/`: `<crate>-<hash>.d` beside
+    /// `lib<crate>-<hash>.rlib`, or beside the binary `target/<profile>` holds a hard link of.
+    #[cfg(unix)]
+    fn dep_info_of(file: &Path) -> PathBuf {
+        use std::os::unix::fs::MetadataExt;
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".rlib") {
+            return file.with_file_name(format!("{}.d", stem.trim_start_matches("lib")));
+        }
+        let ino = std::fs::metadata(file).unwrap().ino();
+        let deps = file.parent().unwrap().join("deps");
+        let linked = std::fs::read_dir(&deps)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_none() && std::fs::metadata(p).is_ok_and(|m| m.ino() == ino))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: no hard link of it in {}",
+                    file.display(),
+                    deps.display()
+                )
+            });
+        linked.with_extension("d")
+    }
+
+    /// The workspace libraries each binary links (its package's own, the schema, the plumbing; this
+    /// crate, `tests`, is not one of them; see the packages' Cargo.toml).
+    fn links(bin: &str, lib: &str) -> bool {
+        lib == bin.replace('-', "_") || lib == "apiary_schema" || lib == "apiary_plumbing"
+    }
+
+    /// The binaries the black-box tests run are the ones cargo's build of the test command made, cargo
+    /// finds them fresh, and they are newer than every source file of theirs and of the workspace
+    /// libraries they link (from rustc's dep-info of each).
+    #[cfg(unix)]
     #[test]
-    fn the_binaries_tests_run_are_newer_than_every_source_they_are_built_from() {
+    fn the_binaries_tests_run_are_freshly_built_from_every_source_they_are_built_from() {
         if std::env::var_os("APIARY_TEST_BIN_DIR").is_some() {
             eprintln!("skipped: APIARY_TEST_BIN_DIR names prebuilt binaries");
             return;
         }
-        for bin in ["apiary-agent", "apiary-ingest"] {
-            let path = super::path(bin);
-            let built = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap();
-            let sources = sources_of(&path);
+        let bins: Vec<(String, PathBuf)> = ["apiary-agent", "apiary-ingest"]
+            .into_iter()
+            .map(|b| (b.to_string(), super::path(b)))
+            .collect();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .canonicalize()
+            .unwrap();
+        let out = super::build_command(&super::profile_dir())
+            .arg("--message-format=json")
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut dep_infos = vec![];
+        let mut seen = vec![];
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let ours = m["manifest_path"]
+                .as_str()
+                .is_some_and(|p| Path::new(p).starts_with(&root));
+            if m["reason"] != "compiler-artifact" || !ours || m["profile"]["test"] == true {
+                continue;
+            }
+            let kinds = m["target"]["kind"].to_string();
+            let name = m["target"]["name"].as_str().unwrap_or_default();
+            if let Some((_, path)) = bins
+                .iter()
+                .find(|(b, _)| b == name && kinds.contains("bin"))
+            {
+                assert_eq!(
+                    m["fresh"], true,
+                    "{name}: cargo rebuilt it right after path()"
+                );
+                let exe = PathBuf::from(m["executable"].as_str().expect("executable"));
+                assert_eq!(
+                    &exe, path,
+                    "{name}: the tests run another file than cargo built"
+                );
+                dep_infos.push((name.to_string(), dep_info_of(&exe)));
+                seen.push(name.to_string());
+            } else if kinds.contains("lib") {
+                for f in m["filenames"].as_array().into_iter().flatten() {
+                    let f = Path::new(f.as_str().unwrap_or_default());
+                    if f.extension().is_some_and(|e| e == "rlib") {
+                        dep_infos.push((name.to_string(), dep_info_of(f)));
+                    }
+                }
+            }
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            ["apiary-agent", "apiary-ingest"],
+            "cargo's artifacts: {dep_infos:?}"
+        );
+        for (bin, path) in &bins {
+            let sources: Vec<PathBuf> = dep_infos
+                .iter()
+                .filter(|(crate_name, _)| crate_name == bin || links(bin, crate_name))
+                .flat_map(|(_, d)| sources_in(d, &root))
+                .collect();
+            let own = if bin == "apiary-agent" {
+                "agent/src/outbox/handle.rs"
+            } else {
+                "ingest/src/store/batch.rs"
+            };
             assert!(
-                sources.iter().any(|s| s.ends_with("src/main.rs")),
-                "{bin}: no sources in its dep-info: {sources:?}"
+                sources.iter().any(|s| s.ends_with(own))
+                    && sources
+                        .iter()
+                        .any(|s| s.ends_with("shared-schema/src/lib.rs"))
+                    && sources.iter().any(|s| s.ends_with("src/main.rs")),
+                "{bin}: its sources are missing: {dep_infos:?}"
             );
-            for src in sources {
-                let Ok(t) = std::fs::metadata(&src).and_then(|m| m.modified()) else {
+            let built = std::fs::metadata(path).and_then(|m| m.modified()).unwrap();
+            for src in &sources {
+                let Ok(t) = std::fs::metadata(src).and_then(|m| m.modified()) else {
                     continue;
                 };
                 assert!(
