@@ -83,20 +83,27 @@ const TEST_ONLY_VARS: &[&str] = &[
     "CARGO_RUSTC_CURRENT_DIR",
 ];
 
-/// Builds the binaries once per test process (see the module notes); panics with cargo's output when
-/// the build fails, since every black-box test would otherwise run something other than the sources.
+/// Runs [`build_command`] with `extra` arguments; panics with cargo's output when the build fails, since
+/// every black-box test would otherwise run something other than the sources.
+fn build(extra: &[&str]) -> std::process::Output {
+    let out = build_command(&profile_dir())
+        .args(extra)
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "building apiary-agent and apiary-ingest failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Builds the binaries once per test process (see the module notes).
 fn ensure_fresh() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let started = std::time::Instant::now();
-        let out = build_command(&profile_dir())
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build of apiary-agent and apiary-ingest failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        build(&[]);
         eprintln!(
             "tests::bins: binaries checked against the sources in {:?}",
             started.elapsed()
@@ -212,15 +219,7 @@ mod tests {
             .join("..")
             .canonicalize()
             .unwrap();
-        let out = super::build_command(&super::profile_dir())
-            .arg("--message-format=json")
-            .output()
-            .expect("run cargo");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = super::build(&["--message-format=json"]);
         let mut dep_infos = vec![];
         let mut seen = vec![];
         for line in String::from_utf8_lossy(&out.stdout).lines() {
