@@ -13,9 +13,9 @@
 //! BENCH_LARGE_BATCHES (48) batches of 1000 new events over 4 connections (one device each, 20 sessions).
 //!
 //! Two servers (replicas) on one database: group commit off and on (the "on" arm with the default
-//! writers and wait, or BENCH_GROUP_WRITERS / BENCH_GROUP_WAIT_MS). Rounds alternate off, on, off, on…
-//! (BENCH_ROUNDS per arm, 3), each round a small-batch run then a large-batch run with fresh events; the
-//! figures are the medians of each arm's rounds.
+//! writers, wait and group size, or BENCH_GROUP_WRITERS / BENCH_GROUP_WAIT_MS / BENCH_GROUP_MAX_EVENTS).
+//! Rounds alternate off, on, off, on… (BENCH_ROUNDS per arm, 3), each round a small-batch run then a
+//! large-batch run with fresh events; the figures are the medians of each arm's rounds.
 //!
 //! Database cost: transactions per batch from `pg_stat_database.xact_commit` of the bench database (delta
 //! over the run; every commit, upkeep tasks included). Statements per batch: `pg_stat_statements` is not
@@ -385,11 +385,13 @@ async fn main() -> anyhow::Result<()> {
         "BENCH_GROUP_WAIT_MS",
         defaults.group_commit_wait_ms as usize,
     ) as u64;
+    let max_events = env_usize("BENCH_GROUP_MAX_EVENTS", defaults.group_commit_max_events);
     let serve = |group_commit| IngestSettings {
         pool_size: 16,
         group_commit,
         group_commit_writers: writers,
         group_commit_wait_ms: wait_ms,
+        group_commit_max_events: max_events,
         ..IngestSettings::default()
     };
     let bases = [db.serve(serve(false)).await?, db.serve(serve(true)).await?];
@@ -440,7 +442,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     println!(
-        "fleet benchmark: {n_devices} devices in {n_tenants} tenants, {per_batch}-event batches (+ a heartbeat batch every 6th) over {clients} connections, {small_batches} batches per round; baseline 1000-event batches over 4 connections, {large_batches} per round; medians of {rounds} rounds per arm; group commit: {writers} writers, {wait_ms} ms wait"
+        "fleet benchmark: {n_devices} devices in {n_tenants} tenants, {per_batch}-event batches (+ a heartbeat batch every 6th) over {clients} connections, {small_batches} batches per round; baseline 1000-event batches over 4 connections, {large_batches} per round; medians of {rounds} rounds per arm; group commit: {writers} writers, {wait_ms} ms wait, groups up to {max_events} events"
     );
     for (arm, label) in [(0, "group commit off"), (1, "group commit on")] {
         let (s, l) = (summary(&small[arm]), summary(&large[arm]));

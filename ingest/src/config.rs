@@ -75,7 +75,9 @@ pub struct IngestSettings {
     pub group_commit_writers: usize,
     /// How long a writer waits for more batches after the first of a group (milliseconds).
     pub group_commit_wait_ms: u64,
-    /// A group stops taking batches once it holds this many events and bindings.
+    /// A group stops taking batches once it holds this many events and bindings. A 1000-event batch
+    /// fills a group alone: groups of several large batches ran one after the other on one connection
+    /// and made large batches slower than with group commit off (fleet bench: 0.67–0.87× at 5,000).
     pub group_commit_max_events: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
@@ -142,7 +144,7 @@ impl Default for IngestSettings {
             group_commit_queue: 1_024,
             group_commit_writers: 4,
             group_commit_wait_ms: 2,
-            group_commit_max_events: 5_000,
+            group_commit_max_events: 1_000,
             log_format: LogFormat::Text,
             alerts: AlertSettings::default(),
         }
