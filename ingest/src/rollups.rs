@@ -330,12 +330,30 @@ pub async fn upsert(
     tenant_id: Uuid,
     rows: &BTreeMap<RollupKey, Usage>,
 ) -> Result<(), sqlx::Error> {
-    if rows.is_empty() {
+    upsert_many(tx, &[(tenant_id, rows)]).await
+}
+
+/// [`upsert`] for several tenants' rows (a group's, [`crate::store::batch`]) in one statement per
+/// table: rows in (tenant, key) order, `tenants` sorted by id and distinct.
+pub async fn upsert_many(
+    tx: &mut Transaction<'_, Postgres>,
+    tenants: &[(Uuid, &BTreeMap<RollupKey, Usage>)],
+) -> Result<(), sqlx::Error> {
+    if tenants.iter().all(|(_, rows)| rows.is_empty()) {
         return Ok(());
     }
-    upsert_into(tx, tenant_id, rows, Grain::Quarter).await?;
-    upsert_into(tx, tenant_id, &regroup(rows, hourly_of), Grain::Hour).await?;
-    upsert_into(tx, tenant_id, &regroup(rows, narrow_of), Grain::Narrow).await
+    let hourly: Vec<_> = tenants
+        .iter()
+        .map(|(t, rows)| (*t, regroup(rows, hourly_of)))
+        .collect();
+    let narrow: Vec<_> = tenants
+        .iter()
+        .map(|(t, rows)| (*t, regroup(rows, narrow_of)))
+        .collect();
+    let quarter = tenants.iter().map(|(t, rows)| (*t, *rows));
+    upsert_into(tx, quarter, Grain::Quarter).await?;
+    upsert_into(tx, hourly.iter().map(|(t, r)| (*t, r)), Grain::Hour).await?;
+    upsert_into(tx, narrow.iter().map(|(t, r)| (*t, r)), Grain::Narrow).await
 }
 
 /// The three rollup tables.
@@ -346,33 +364,38 @@ enum Grain {
     Narrow,
 }
 
-async fn upsert_into(
+async fn upsert_into<'r>(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    rows: &BTreeMap<RollupKey, Usage>,
+    tenants: impl Iterator<Item = (Uuid, &'r BTreeMap<RollupKey, Usage>)>,
     grain: Grain,
 ) -> Result<(), sqlx::Error> {
-    let n = rows.len();
-    let mut buckets = Vec::with_capacity(n);
+    let mut ids = Vec::new();
+    let mut buckets = Vec::new();
     let mut dims: [Vec<&str>; 6] = Default::default();
     let mut nums: [Vec<i64>; COLUMNS] = Default::default();
     // `store::headroom` admitted only what fits; a sum that does not is refused here, never wrapped.
     let too_big = || sqlx::Error::Encode("a rollup sum exceeds the bigint range".into());
-    for (k, u) in rows {
-        buckets.push(k.bucket);
-        for (col, v) in dims.iter_mut().zip([
-            &k.user_id,
-            &k.device_id,
-            &k.colony_id,
-            &k.session_id,
-            &k.model,
-            &k.runtime,
-        ]) {
-            col.push(v.as_str());
+    for (tenant_id, rows) in tenants {
+        for (k, u) in rows {
+            ids.push(tenant_id);
+            buckets.push(k.bucket);
+            for (col, v) in dims.iter_mut().zip([
+                &k.user_id,
+                &k.device_id,
+                &k.colony_id,
+                &k.session_id,
+                &k.model,
+                &k.runtime,
+            ]) {
+                col.push(v.as_str());
+            }
+            for (col, v) in nums.iter_mut().zip(u.columns()) {
+                col.push(i64::try_from(v).map_err(|_| too_big())?);
+            }
         }
-        for (col, v) in nums.iter_mut().zip(u.columns()) {
-            col.push(i64::try_from(v).map_err(|_| too_big())?);
-        }
+    }
+    if ids.is_empty() {
+        return Ok(());
     }
     let [users, devices, colonies, sessions, models, runtimes] = dims;
     let sql = match grain {
@@ -380,7 +403,7 @@ async fn upsert_into(
         Grain::Hour => UPSERT_HOURLY_SQL,
         Grain::Narrow => UPSERT_NARROW_SQL,
     };
-    let mut q = sqlx::query(sql).bind(tenant_id).bind(buckets).bind(users);
+    let mut q = sqlx::query(sql).bind(ids).bind(buckets).bind(users);
     if grain != Grain::Narrow {
         q = q.bind(devices).bind(colonies).bind(sessions);
     }
@@ -392,8 +415,8 @@ async fn upsert_into(
     Ok(())
 }
 
-/// The rollup upsert into `$table` with key columns `$keys` (after tenant and bucket; one text array
-/// each, bound in that order): rows come in the (sorted) array order; `unnest` preserves it.
+/// The rollup upsert into `$table` with key columns `$keys` (after tenant and bucket; one array each,
+/// bound in that order): rows come in the (sorted) array order; `unnest` preserves it.
 macro_rules! upsert_sql {
     ($table:literal, $keys:literal, $key_arrays:literal, $sums:literal) => {
         concat!("
@@ -401,7 +424,7 @@ INSERT INTO ", $table, " AS r (tenant_id, bucket, ", $keys, ",
     input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
     tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
     estimated_turns)
-SELECT $1, u.* FROM unnest($2::timestamptz[], ", $key_arrays, ", ", $sums, ") AS u
+SELECT u.* FROM unnest($1::uuid[], $2::timestamptz[], ", $key_arrays, ", ", $sums, ") AS u
 ON CONFLICT (tenant_id, bucket, ", $keys, ") DO UPDATE SET
     input_tokens = r.input_tokens + EXCLUDED.input_tokens,
     output_tokens = r.output_tokens + EXCLUDED.output_tokens,

@@ -146,22 +146,26 @@ impl ToolRows {
             s.hist[slot(ms)] += 1;
         }
     }
+}
 
-    /// Adds the rows to `tool_rollups`, in key order.
-    pub async fn upsert(
-        &self,
-        tx: &mut Transaction<'_, Postgres>,
-        tenant_id: Uuid,
-    ) -> Result<(), sqlx::Error> {
-        if self.0.is_empty() {
-            return Ok(());
-        }
-        let n = self.0.len();
-        let mut buckets = Vec::with_capacity(n);
-        let mut dims: [Vec<&str>; 6] = Default::default();
-        let mut nums: [Vec<i64>; 4] = Default::default();
-        let mut hists = Vec::with_capacity(n * SLOTS);
-        for (k, s) in &self.0 {
+/// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups` in one statement,
+/// in (tenant, key) order: `tenants` sorted by id and distinct.
+pub async fn upsert(
+    tx: &mut Transaction<'_, Postgres>,
+    tenants: &[(Uuid, &ToolRows)],
+) -> Result<(), sqlx::Error> {
+    let n: usize = tenants.iter().map(|(_, r)| r.0.len()).sum();
+    if n == 0 {
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(n);
+    let mut buckets = Vec::with_capacity(n);
+    let mut dims: [Vec<&str>; 6] = Default::default();
+    let mut nums: [Vec<i64>; 4] = Default::default();
+    let mut hists = Vec::with_capacity(n * SLOTS);
+    for (tenant_id, rows) in tenants {
+        for (k, s) in &rows.0 {
+            ids.push(*tenant_id);
             buckets.push(k.bucket);
             for (col, v) in dims.iter_mut().zip([
                 &k.user_id,
@@ -181,22 +185,22 @@ impl ToolRows {
             }
             hists.extend_from_slice(&s.hist);
         }
-        let [users, devices, colonies, sessions, runtimes, tools] = dims;
-        let mut q = sqlx::query(UPSERT_SQL)
-            .bind(tenant_id)
-            .bind(buckets)
-            .bind(users)
-            .bind(devices)
-            .bind(colonies)
-            .bind(sessions)
-            .bind(runtimes)
-            .bind(tools);
-        for col in nums {
-            q = q.bind(col);
-        }
-        q.bind(hists).bind(SLOTS as i32).execute(&mut **tx).await?;
-        Ok(())
     }
+    let [users, devices, colonies, sessions, runtimes, tools] = dims;
+    let mut q = sqlx::query(UPSERT_SQL)
+        .bind(ids)
+        .bind(buckets)
+        .bind(users)
+        .bind(devices)
+        .bind(colonies)
+        .bind(sessions)
+        .bind(runtimes)
+        .bind(tools);
+    for col in nums {
+        q = q.bind(col);
+    }
+    q.bind(hists).bind(SLOTS as i32).execute(&mut **tx).await?;
+    Ok(())
 }
 
 /// Rows come in the (sorted) array order; each row's histogram is its slice of the flattened `$13`. The
@@ -205,11 +209,11 @@ impl ToolRows {
 const UPSERT_SQL: &str = "
 INSERT INTO tool_rollups AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name,
     calls, errors, timed_calls, duration_ms, duration_hist)
-SELECT $1, u.bucket, u.user_id, u.device_id, u.colony_id, u.session_id, u.runtime, u.tool_name, u.calls, u.errors,
-    u.timed, u.ms, ($13::int8[])[(u.o - 1) * $14 + 1 : u.o * $14]
-FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+SELECT u.tenant_id, u.bucket, u.user_id, u.device_id, u.colony_id, u.session_id, u.runtime, u.tool_name, u.calls,
+    u.errors, u.timed, u.ms, ($13::int8[])[(u.o - 1) * $14 + 1 : u.o * $14]
+FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::int8[], $10::int8[], $11::int8[], $12::int8[]) WITH ORDINALITY
-    AS u(bucket, user_id, device_id, colony_id, session_id, runtime, tool_name, calls, errors, timed, ms, o)
+    AS u(tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name, calls, errors, timed, ms, o)
 ORDER BY u.o
 ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name) DO UPDATE SET
     calls = r.calls + EXCLUDED.calls,

@@ -1,7 +1,8 @@
 //! Stores checked batches: one batch, or a group of concurrent batches ([`crate::group_commit`]), in ONE
-//! transaction, in a fixed table order with sorted keys in each step. A group's tenants are written one
-//! after the other in tenant order, and each step below runs ONCE per tenant of the group with the union
-//! of its batches' inputs, keys sorted across the group:
+//! transaction, in a fixed table order with sorted keys in each step. Steps 1–3 (and the tenant's prices
+//! and runtime liveness) run once per tenant of the group, tenants one after the other in tenant order,
+//! each with the union of its batches' inputs, keys sorted; steps 4–6 then run ONCE for the whole group,
+//! its tenants included (rows in (tenant, key) order, [`write_shared`]); step 7 once per tenant again:
 //!
 //! 1. `sessions` (sorted by session_id): every session the batches name is claimed — inserted with its
 //!    owner when new, locked otherwise — and its owner decides which events each sender may write
@@ -15,20 +16,24 @@
 //!    then `status_transitions` (by session id): the transitions they change ([`super::health`]). The
 //!    same upsert writes each session's work (tasks, triggers, tool call in flight; [`super::work`]).
 //!    Then `colony_runs` and `session_forks` (by session id): the colony runs and forks the new
-//!    `colony.created` events name ([`super::colonies`]).
-//! 4. `events`: the new events, with the identity the session row holds and each LLM turn's estimated
-//!    cost (one `COPY`, see [`EventRows`]); the tenant's prices are read first (`tenant_prices`, only
-//!    when a batch holds a turn with a model), and the estimates go into the rollups too
-//!    ([`rollups::estimate_of`], [`Usage::with_estimate`]).
-//! 5. `usage_rollups` (sorted by key; then `usage_rollups_hourly`): the new *runtime* events
-//!    pre-aggregated per rollup key, plus the active time the sessions' new histories add or take away
-//!    ([`super::active`]); then `tool_rollups` (sorted by key): the completed tool calls per tool name
-//!    ([`crate::tool_rollups`]).
-//! 6. `sessions` of each heartbeat's device (runtime liveness, [`super::runtime`], devices in order),
-//!    then `devices` (sorted by device_id, one statement, [`super::devices`]): liveness, the latest
+//!    `colony.created` events name ([`super::colonies`]). The tenant's prices are read (`tenant_prices`,
+//!    only when a batch holds a turn with a model) for each LLM turn's estimated cost
+//!    ([`rollups::estimate_of`], [`Usage::with_estimate`]), and the `sessions` of each heartbeat's
+//!    device take its runtime liveness ([`super::runtime`], devices in order).
+//! 4. `events`: the group's new events, with the identity the session row holds and each LLM turn's
+//!    estimated cost (one `COPY`, see [`EventRows`]).
+//! 5. `usage_rollups` (sorted by tenant and key; then `usage_rollups_hourly`, `usage_rollups_narrow`):
+//!    the new *runtime* events pre-aggregated per rollup key, plus the active time the sessions' new
+//!    histories add or take away ([`super::active`]); then `tool_rollups` (sorted by tenant and key): the
+//!    completed tool calls per tool name ([`crate::tool_rollups`]).
+//! 6. `devices` (sorted by tenant and device_id, one statement, [`super::devices`]): liveness, the latest
 //!    heartbeat and the reported drops.
-//! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the
-//!    devices' liveness, in `stream_sessions` (sorted by session_id) then `stream_devices` order.
+//! 7. the live stream ([`super::stream`]), per tenant: the transitions, the sessions' new usage totals
+//!    and the devices' liveness, in `stream_sessions` (sorted by session_id) then `stream_devices` order.
+//!
+//! Steps 4–6 write tables no per-tenant step touches, so taking their locks in (step, tenant, key) order
+//! after every per-tenant step keeps one global lock order: with 10 tenants in a group of small batches
+//! this is one statement per step instead of one per tenant (fleet bench, `deploy/SCALING.md` section 4).
 //!
 //! A group may only hold batches that are disjoint: no two of one tenant name the same session (as
 //! session, parent or colony), the same device or the same event id ([`crate::group_commit`] holds a
@@ -47,7 +52,8 @@
 //! Rollup rows are bigints: events that would push a row past that are rejected one by one
 //! ([`headroom`]); finding them may take another attempt of the whole transaction (see [`write_group`]).
 //!
-//! Every transaction takes its row locks in that same global order (tenant, step, key), so concurrent
+//! Every transaction takes its row locks in that same global order ((tenant, step, key) for steps 1–3,
+//! then (step, tenant, key) for steps 4–6, then (tenant, key) for the stream's tables), so concurrent
 //! batches and groups (two replicas receiving the same batch at the same moment included) wait for each
 //! other and never deadlock; the loser of a race on an event key sees the winner's commit and counts the
 //! event as a duplicate, and the loser of a race to create a session sees the winner's owner.
@@ -86,8 +92,9 @@ pub struct Item {
 enum Retry {
     /// These events do not fit their rollup rows: reject them, try again.
     Overflow(Vec<Uuid>),
-    /// A row of this tenant overflowed in the database: read these rows' totals, try again.
-    Stale(Uuid, Vec<RollupKey>),
+    /// A row of one of these tenants overflowed in the database (the group's rollup statements serve
+    /// all its tenants): read these rows' totals, try again.
+    Stale(Vec<(Uuid, Vec<RollupKey>)>),
     Failed(ApiError),
 }
 
@@ -165,8 +172,10 @@ async fn write_together(store: &Store, items: &mut [Item]) -> Result<Vec<BatchRe
                         }));
                 }
             }
-            Err(Retry::Stale(tenant, keys)) => {
-                bases.insert(tenant, headroom::fetch(&store.pool, tenant, &keys).await?);
+            Err(Retry::Stale(stale)) => {
+                for (tenant, keys) in stale {
+                    bases.insert(tenant, headroom::fetch(&store.pool, tenant, &keys).await?);
+                }
             }
             Err(Retry::Failed(e)) => return Err(missing_partition(store, e)),
         }
@@ -266,11 +275,17 @@ async fn write_once(
     store.ensure_days(days).await?;
     let mut tx = store.pool.begin().await?;
     let empty = Bases::default();
-    let mut stream = super::stream::TxStream::default();
+    let mut rows = EventRows::new(parts.iter().map(|p| p.events.len()).sum());
+    let mut tails = Vec::new();
     for tenant in parts.chunk_by_mut(|a, b| a.item.sender.tenant_id == b.item.sender.tenant_id) {
         let id = tenant[0].item.sender.tenant_id;
         let bases = bases.get(&id).unwrap_or(&empty);
-        write_tenant(&mut tx, &mut stream, store, id, tenant, bases).await?;
+        tails.push(write_tenant(&mut tx, &mut rows, store, id, tenant, bases).await?);
+    }
+    write_shared(&mut tx, rows, &mut tails).await?;
+    let mut stream = super::stream::TxStream::default();
+    for t in tails {
+        t.stream(&mut tx, &mut stream).await?;
     }
     stream.finish(&mut tx).await?;
     tx.commit().await?;
@@ -360,15 +375,89 @@ async fn insert_keys(
     Ok(())
 }
 
-/// Steps 1–7 for one tenant's batches of the group.
+/// What one tenant's part of a group leaves for the steps the group's tenants share (4–6:
+/// [`write_shared`]) and for its live stream (7: [`Tail::stream`]).
+struct Tail {
+    tenant: Uuid,
+    /// Its 15-minute usage rows (pre-aggregated; the hourly and narrow ones are derived from them).
+    rollup: BTreeMap<RollupKey, Usage>,
+    tools: ToolRows,
+    /// Its sending devices.
+    facts: Vec<DeviceFacts>,
+    /// Session → its user, for the stream rows.
+    owners: BTreeMap<String, String>,
+    transitions: Vec<super::stream::StatusData>,
+    /// Sessions whose usage changed (sorted, distinct).
+    usage: Vec<String>,
+    /// Its live sending devices (sorted, distinct).
+    devices: Vec<String>,
+}
+
+impl Tail {
+    /// Step 7 for the tenant: its live stream rows (after the shared steps: the usage totals it streams
+    /// include this transaction's rollups).
+    async fn stream(
+        self,
+        tx: &mut Transaction<'_, Postgres>,
+        stream: &mut super::stream::TxStream,
+    ) -> Result<(), sqlx::Error> {
+        let live = super::stream::BatchStream {
+            transitions: self.transitions,
+            usage: self.usage.iter().map(String::as_str).collect(),
+            devices: self.devices.iter().map(String::as_str).collect(),
+        };
+        let owners: BTreeMap<&str, &str> = self
+            .owners
+            .iter()
+            .map(|(s, u)| (s.as_str(), u.as_str()))
+            .collect();
+        super::stream::write_batch(tx, stream, self.tenant, &owners, &live).await
+    }
+}
+
+/// Steps 4–6 in one statement each for all the group's tenants (`tails` in tenant order): the new
+/// events (one `COPY`), the three usage rollups, the tool rollups, the devices. Every transaction takes
+/// these rows' locks after all its per-tenant steps, in (step, tenant, key) order, and these tables are
+/// written by no per-tenant step, so the lock order stays one global order.
+async fn write_shared(
+    tx: &mut Transaction<'_, Postgres>,
+    rows: EventRows,
+    tails: &mut [Tail],
+) -> Result<(), Retry> {
+    rows.insert(tx).await?;
+    let rollups: Vec<(Uuid, &BTreeMap<RollupKey, Usage>)> =
+        tails.iter().map(|t| (t.tenant, &t.rollup)).collect();
+    match rollups::upsert_many(tx, &rollups).await {
+        Err(e) if headroom::is_out_of_range(&e) => {
+            return Err(Retry::Stale(
+                tails
+                    .iter()
+                    .map(|t| (t.tenant, t.rollup.keys().cloned().collect()))
+                    .collect(),
+            ))
+        }
+        r => r?,
+    }
+    let tools: Vec<(Uuid, &ToolRows)> = tails.iter().map(|t| (t.tenant, &t.tools)).collect();
+    crate::tool_rollups::upsert(tx, &tools).await?;
+    let mut facts: Vec<DeviceFacts> = tails
+        .iter_mut()
+        .flat_map(|t| std::mem::take(&mut t.facts))
+        .collect();
+    devices::upsert(tx, &mut facts).await?;
+    Ok(())
+}
+
+/// Steps 1–3, the tenant's prices and its heartbeats' runtime liveness for one tenant's batches of the
+/// group; its new events go into `rows`, and what the shared steps and its stream need into the [`Tail`].
 async fn write_tenant(
     tx: &mut Transaction<'_, Postgres>,
-    stream: &mut super::stream::TxStream,
+    rows: &mut EventRows,
     store: &Store,
     tenant: Uuid,
     parts: &mut [Part<'_>],
     bases: &Bases,
-) -> Result<(), Retry> {
+) -> Result<Tail, Retry> {
     let received_at = parts
         .iter()
         .map(|p| p.item.batch.received_at)
@@ -436,11 +525,10 @@ async fn write_tenant(
     } else {
         Vec::new()
     };
-    let mut rows = EventRows::new(tenant, events.len());
     let mut rollup = Fit::new(bases);
     let mut tools = ToolRows::default();
     for p in parts.iter() {
-        rows.batch(p.item.batch.received_at);
+        rows.batch(tenant, p.item.batch.received_at);
         let default_user = p.item.sender.user_id.clone().unwrap_or_default();
         let default_device = p.item.batch.device_id.clone().unwrap_or_default();
         for e in &p.events {
@@ -480,14 +568,6 @@ async fn write_tenant(
     for sid in add_active(&mut rollup, &active) {
         live.usage.push(sid);
     }
-    rows.insert(tx).await?;
-    match rollups::upsert(tx, tenant, &rollup).await {
-        Err(e) if headroom::is_out_of_range(&e) => {
-            return Err(Retry::Stale(tenant, rollup.into_keys().collect()))
-        }
-        r => r?,
-    }
-    tools.upsert(tx, tenant).await?;
 
     let mut facts: Vec<DeviceFacts> = parts
         .iter()
@@ -521,7 +601,6 @@ async fn write_tenant(
             crashed.extend(found);
         }
     }
-    devices::upsert(tx, tenant, &mut facts).await?;
 
     live.usage.sort_unstable();
     live.usage.dedup();
@@ -541,8 +620,19 @@ async fn write_tenant(
     }
     live.transitions
         .extend(crashed.iter().map(|c| c.status.clone()));
-    super::stream::write_batch(tx, stream, tenant, &owners, &live).await?;
-    Ok(())
+    Ok(Tail {
+        tenant,
+        rollup,
+        tools,
+        facts,
+        owners: owners
+            .into_iter()
+            .map(|(s, u)| (s.to_string(), u.to_string()))
+            .collect(),
+        transitions: live.transitions,
+        usage: live.usage.into_iter().map(str::to_string).collect(),
+        devices: live.devices.into_iter().map(str::to_string).collect(),
+    })
 }
 
 /// Adds the active-time changes to the batch's 15-minute rollup rows (removed stretches negative, under

@@ -1,6 +1,7 @@
 //! The `devices` step of a batch (or of a group of batches, [`super::batch`]): each sending device's
 //! liveness, its latest heartbeat (by event time) and the drops it reported, in ONE statement for the
-//! whole group (`unnest`, rows sorted by device id so concurrent groups lock them in the same order).
+//! whole group, its tenants included (`unnest`, rows sorted by tenant and device id so concurrent groups
+//! lock them in the same order).
 //!
 //! A group never holds two batches of one device (see [`crate::group_commit`]), so each device is one
 //! row here and its drop counter adds exactly the new `outbox.dropped` events of its own batch.
@@ -17,6 +18,8 @@ use crate::intake::ReadyEvent;
 /// One device's row of the step: what its batch says about it.
 #[derive(Debug)]
 pub struct DeviceFacts {
+    /// The sender's tenant (a group's devices are written in one statement across its tenants).
+    pub tenant_id: Uuid,
     pub device_id: String,
     /// The token's user (owner of the device row when it is new).
     pub user_id: String,
@@ -52,6 +55,7 @@ impl DeviceFacts {
             .map(|r| i128::from(r.count))
             .sum();
         DeviceFacts {
+            tenant_id: sender.tenant_id,
             device_id,
             user_id: sender.user_id.clone().unwrap_or_default(),
             received_at,
@@ -63,16 +67,15 @@ impl DeviceFacts {
     }
 }
 
-/// Upserts the devices (sorted by id here) in one statement.
+/// Upserts the devices (of any tenants; sorted by tenant and id here) in one statement.
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
     devices: &mut [DeviceFacts],
 ) -> Result<(), sqlx::Error> {
     if devices.is_empty() {
         return Ok(());
     }
-    devices.sort_by(|a, b| a.device_id.cmp(&b.device_id));
+    devices.sort_by(|a, b| (a.tenant_id, &a.device_id).cmp(&(b.tenant_id, &b.device_id)));
     let num = |n: Option<u64>| n.and_then(|n| i64::try_from(n).ok());
     let col =
         |f: &dyn Fn(&DeviceFacts) -> Option<String>| devices.iter().map(f).collect::<Vec<_>>();
@@ -84,7 +87,7 @@ pub async fn upsert(
         d.beat.as_ref().map(|b| &b.1)
     }
     sqlx::query(UPSERT_SQL)
-        .bind(tenant_id)
+        .bind(devices.iter().map(|d| d.tenant_id).collect::<Vec<_>>())
         .bind(col(&|d| Some(d.device_id.clone())))
         .bind(col(&|d| Some(d.user_id.clone())))
         .bind(at(&|d| Some(d.received_at)))
@@ -117,7 +120,7 @@ const UPSERT_SQL: &str = "
 INSERT INTO devices AS d (tenant_id, device_id, user_id, first_seen_at, last_seen_at, last_heartbeat_at,
     heartbeat_event_at, agent_version, backlog_events, backlog_bytes, oldest_pending_age_seconds, sync_state,
     dropped_events)
-SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[],
+SELECT u.* FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[],
     $7::timestamptz[], $8::text[], $9::int8[], $10::int8[], $11::float8[], $12::text[], $13::int8[]) AS u
 ON CONFLICT (tenant_id, device_id) DO UPDATE SET
     dropped_events = LEAST(d.dropped_events::numeric + EXCLUDED.dropped_events, 9223372036854775807)::bigint,

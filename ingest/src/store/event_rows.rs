@@ -9,9 +9,8 @@ use crate::intake::ReadyEvent;
 ///
 /// COPY rather than `INSERT … SELECT FROM unnest(…)`: the events insert was the largest statement of a
 /// batch (median 16.5 ms of ≈ 50 ms of database time for 900 new events, ingest benchmark); COPY skips
-/// building and unnesting twenty arrays. It runs inside the batch's (group's) transaction like the other steps, one `COPY` per group.
+/// building and unnesting twenty arrays. It runs inside the batch's (group's) transaction like the other steps, one `COPY` per group (its tenants included).
 pub struct EventRows {
-    tenant_id: Uuid,
     /// `tenant_id` and `received_at`, the same for every row of one batch ([`EventRows::batch`]).
     prefix: String,
     text: String,
@@ -39,20 +38,19 @@ fn copy_field(out: &mut String, v: Option<&str>, last: bool) {
 }
 
 impl EventRows {
-    pub fn new(tenant_id: Uuid, capacity: usize) -> EventRows {
+    pub fn new(capacity: usize) -> EventRows {
         EventRows {
-            tenant_id,
             prefix: String::new(),
             text: String::with_capacity(capacity * 512),
             count: 0,
         }
     }
 
-    /// The rows pushed next belong to a batch received at `received_at`.
-    pub fn batch(&mut self, received_at: DateTime<Utc>) {
+    /// The rows pushed next belong to a batch of `tenant_id` received at `received_at`.
+    pub fn batch(&mut self, tenant_id: Uuid, received_at: DateTime<Utc>) {
         self.prefix = format!(
             "{}\t{}\t",
-            self.tenant_id,
+            tenant_id,
             received_at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
         );
     }
