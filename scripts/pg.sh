@@ -146,9 +146,15 @@ apiary_pg_bins() {
     return 0
 }
 
-# Is something listening on 127.0.0.1:PORT?
+# Is 127.0.0.1:PORT taken: something listening there, or a connection using it as its local end (an
+# ephemeral port of some client — the kernel hands them out from 32768 up, and a server cannot bind a
+# port a connection holds: seen with a RabbitMQ node's link to epmd sitting on 56432)?
 _apiary_pg_port_busy() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    if command -v ss >/dev/null 2>&1; then
+        [ -n "$(ss -Htan "sport = :$1" 2>/dev/null)" ] && return 0
+    fi
+    return 1
 }
 
 _apiary_pg_free_port() {
