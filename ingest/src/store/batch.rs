@@ -16,8 +16,8 @@
 //!    then `status_transitions` (by session id): the transitions they change ([`super::health`]). The
 //!    same upsert writes each session's work (tasks, triggers, tool call in flight; [`super::work`]).
 //!    Then `colony_runs` and `session_forks` (by session id): the colony runs and forks the new
-//!    `colony.created` events name ([`super::colonies`]). The tenant's prices are read (`tenant_prices`,
-//!    only when a batch holds a turn with a model) for each LLM turn's estimated cost
+//!    `colony.created` events name ([`super::colonies`]). The tenants' prices (`tenant_prices`, read
+//!    once for the group, for the tenants with a turn with a model) give each LLM turn's estimated cost
 //!    ([`rollups::estimate_of`], [`Usage::with_estimate`]), and the `sessions` of each heartbeat's
 //!    device take its runtime liveness ([`super::runtime`], devices in order).
 //! 4. `events`: the group's new events, with the identity the session row holds and each LLM turn's
@@ -60,6 +60,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use apiary_schema::prices::PriceEntry;
 use apiary_schema::{BatchResponse, EventKind, Rejection};
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
@@ -275,18 +276,25 @@ async fn write_once(
     store.ensure_days(days).await?;
     let mut tx = store.pool.begin().await?;
     let empty = Bases::default();
+    let mut priced: Vec<Uuid> = parts
+        .iter()
+        .filter(|p| p.events.iter().any(|e| priced(e)))
+        .map(|p| p.item.sender.tenant_id)
+        .collect();
+    priced.dedup();
+    let prices = super::prices::entries_of(&mut tx, &priced).await?;
     let mut rows = EventRows::new(parts.iter().map(|p| p.events.len()).sum());
     let mut tails = Vec::new();
     for tenant in parts.chunk_by_mut(|a, b| a.item.sender.tenant_id == b.item.sender.tenant_id) {
         let id = tenant[0].item.sender.tenant_id;
         let bases = bases.get(&id).unwrap_or(&empty);
-        tails.push(write_tenant(&mut tx, &mut rows, store, id, tenant, bases).await?);
+        let prices = prices.get(&id).map_or(&[][..], Vec::as_slice);
+        tails.push(write_tenant(&mut tx, &mut rows, store, id, tenant, bases, prices).await?);
     }
     write_shared(&mut tx, rows, &mut tails).await?;
     let mut stream = super::stream::TxStream::default();
-    for t in tails {
-        t.stream(&mut tx, &mut stream).await?;
-    }
+    let live: Vec<super::stream::TenantStream> = tails.iter().map(Tail::stream).collect();
+    super::stream::write_batches(&mut tx, &mut stream, &live).await?;
     stream.finish(&mut tx).await?;
     tx.commit().await?;
     parts.sort_by_key(|p| p.index);
@@ -394,24 +402,22 @@ struct Tail {
 }
 
 impl Tail {
-    /// Step 7 for the tenant: its live stream rows (after the shared steps: the usage totals it streams
-    /// include this transaction's rollups).
-    async fn stream(
-        self,
-        tx: &mut Transaction<'_, Postgres>,
-        stream: &mut super::stream::TxStream,
-    ) -> Result<(), sqlx::Error> {
-        let live = super::stream::BatchStream {
-            transitions: self.transitions,
-            usage: self.usage.iter().map(String::as_str).collect(),
-            devices: self.devices.iter().map(String::as_str).collect(),
-        };
-        let owners: BTreeMap<&str, &str> = self
-            .owners
-            .iter()
-            .map(|(s, u)| (s.as_str(), u.as_str()))
-            .collect();
-        super::stream::write_batch(tx, stream, self.tenant, &owners, &live).await
+    /// What the tenant streams (step 7, after the shared steps: the usage totals it streams include this
+    /// transaction's rollups).
+    fn stream(&self) -> super::stream::TenantStream<'_> {
+        super::stream::TenantStream {
+            tenant_id: self.tenant,
+            owners: self
+                .owners
+                .iter()
+                .map(|(s, u)| (s.as_str(), u.as_str()))
+                .collect(),
+            stream: super::stream::BatchStream {
+                transitions: self.transitions.clone(),
+                usage: self.usage.iter().map(String::as_str).collect(),
+                devices: self.devices.iter().map(String::as_str).collect(),
+            },
+        }
     }
 }
 
@@ -457,6 +463,7 @@ async fn write_tenant(
     tenant: Uuid,
     parts: &mut [Part<'_>],
     bases: &Bases,
+    tenant_prices: &[PriceEntry],
 ) -> Result<Tail, Retry> {
     let received_at = parts
         .iter()
@@ -516,15 +523,6 @@ async fn write_tenant(
     };
     super::health::store_transitions(tx, tenant, health).await?;
 
-    let priced = events.iter().any(|e| {
-        e.event.kind == EventKind::LlmTurn
-            && e.event.data_str("model").is_some_and(|m| !m.is_empty())
-    });
-    let tenant_prices = if priced {
-        super::prices::tenant_entries(tx, tenant).await?
-    } else {
-        Vec::new()
-    };
     let mut rollup = Fit::new(bases);
     let mut tools = ToolRows::default();
     for p in parts.iter() {
@@ -545,7 +543,7 @@ async fn write_tenant(
                 rows.push(e, user, device, model, None);
                 continue;
             }
-            let estimate = rollups::estimate_of(&tenant_prices, &model, e.effective_at, &e.usage);
+            let estimate = rollups::estimate_of(tenant_prices, &model, e.effective_at, &e.usage);
             let usage = e.usage.with_estimate(estimate);
             let key = RollupKey {
                 bucket: bucket_of(e.effective_at),
@@ -633,6 +631,11 @@ async fn write_tenant(
         usage: live.usage.into_iter().map(str::to_string).collect(),
         devices: live.devices.into_iter().map(str::to_string).collect(),
     })
+}
+
+/// Whether the event is an LLM turn with a model: its tenant's prices are read for its estimate.
+fn priced(e: &ReadyEvent) -> bool {
+    e.event.kind == EventKind::LlmTurn && e.event.data_str("model").is_some_and(|m| !m.is_empty())
 }
 
 /// Adds the active-time changes to the batch's 15-minute rollup rows (removed stretches negative, under

@@ -13,7 +13,8 @@
 //! - Devices: a live batch (over HTTP) from a device the stream last announced offline (or never)
 //!   streams `online: true`; [`sweep_devices`] streams `online: false` once nothing was heard for
 //!   `offline_after_secs` (the rule of `GET /v1/devices`), within the sweep interval.
-//! - Lock order: these run last in a batch (after `devices`), sessions sorted by id, then the device. The
+//! - Lock order: these run last in a batch (after `devices`), sessions sorted by (tenant, id), then the
+//!   devices (by tenant and id), for all the tenants of a group at once ([`write_batches`]). The
 //!   upkeep claims its rows with `SKIP LOCKED`, so it never waits for a batch, and a batch waits for it
 //!   only the length of one short statement.
 //! - Every transaction that wrote a row sends `NOTIFY apiary_stream` (delivered at commit).
@@ -47,7 +48,7 @@ pub struct StatusData {
 }
 
 /// What a batch streams.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct BatchStream<'a> {
     /// Transitions written by the batch, in (session, seq) order.
     pub transitions: Vec<StatusData>,
@@ -110,45 +111,64 @@ fn session_totals() -> String {
     )
 }
 
-/// Streams what a tenant's batches changed, in their transaction (several tenants' may share it: `t`
-/// holds what they share; call [`TxStream::finish`] before the commit). `owners` maps each session to
-/// its user.
-pub async fn write_batch(
+/// One tenant's part of what a transaction streams.
+pub struct TenantStream<'a> {
+    pub tenant_id: Uuid,
+    /// Each session's user.
+    pub owners: BTreeMap<&'a str, &'a str>,
+    pub stream: BatchStream<'a>,
+}
+
+/// Streams what the batches of a transaction changed, for all its tenants (`tenants` sorted by id and
+/// distinct) in one statement per kind of row, rows in (tenant, key) order (`t` holds what the
+/// transaction shares; call [`TxStream::finish`] before the commit).
+pub async fn write_batches(
     tx: &mut Transaction<'_, Postgres>,
     t: &mut TxStream,
-    tenant_id: Uuid,
-    owners: &BTreeMap<&str, &str>,
-    s: &BatchStream<'_>,
+    tenants: &[TenantStream<'_>],
 ) -> Result<(), sqlx::Error> {
-    let mut sessions: BTreeMap<&str, bool> = BTreeMap::new();
-    for t in &s.transitions {
-        sessions.entry(t.session_id.as_str()).or_insert(false);
+    // (tenant, session) → whether its usage changed; sorted.
+    let mut sessions: BTreeMap<(Uuid, &str), bool> = BTreeMap::new();
+    let mut devices: Vec<(Uuid, &str)> = Vec::new();
+    for ts in tenants {
+        for x in &ts.stream.transitions {
+            sessions
+                .entry((ts.tenant_id, x.session_id.as_str()))
+                .or_insert(false);
+        }
+        for u in &ts.stream.usage {
+            sessions.insert((ts.tenant_id, u), true);
+        }
+        devices.extend(ts.stream.devices.iter().map(|d| (ts.tenant_id, *d)));
     }
-    for u in &s.usage {
-        sessions.insert(u, true);
-    }
-    let mut wrote = 0;
-    if sessions.is_empty() && s.devices.is_empty() {
+    if sessions.is_empty() && devices.is_empty() {
         return Ok(());
     }
-    let xid = t.xid(tx).await?;
-    if !sessions.is_empty() {
-        let ids: Vec<&str> = sessions.keys().copied().collect();
-        let users: Vec<&str> = ids
+    let owner = |tenant: Uuid, session: &str| -> &str {
+        tenants
             .iter()
-            .map(|s| owners.get(s).copied().unwrap_or(""))
-            .collect();
+            .find(|ts| ts.tenant_id == tenant)
+            .and_then(|ts| ts.owners.get(session).copied())
+            .unwrap_or("")
+    };
+    let xid = t.xid(tx).await?;
+    let mut wrote = 0;
+    if !sessions.is_empty() {
+        let ids: Vec<Uuid> = sessions.keys().map(|k| k.0).collect();
+        let sids: Vec<&str> = sessions.keys().map(|k| k.1).collect();
+        let users: Vec<&str> = sessions.keys().map(|k| owner(k.0, k.1)).collect();
         let has_usage: Vec<bool> = sessions.values().copied().collect();
         // Each session's stream position, and whether its usage goes out now. The conflict branch
         // and RETURNING read "now" as `touched_at`, which the row gets from the SELECT's now(), and
         // add seconds with the immutable `apiary_add_seconds`: Citus refuses functions that are not
         // immutable in DO UPDATE SET (`timestamptz - interval` and now() are only stable).
-        let rows: Vec<(String, i64, bool)> = sqlx::query_as(
+        let rows: Vec<(Uuid, String, i64, bool)> = sqlx::query_as(
             "INSERT INTO stream_sessions AS s (tenant_id, session_id, user_id, last_xid, touched_at,
                  usage_sent_at)
-             SELECT $1, u.id, u.usr, $5, now(),
+             SELECT u.t, u.id, u.usr, $5, now(),
                  CASE WHEN u.usage THEN now() END
-             FROM unnest($2::text[], $3::text[], $4::bool[]) AS u(id, usr, usage) ORDER BY u.id
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[]) AS u(t, id, usr, usage)
+             ORDER BY u.t, u.id
              ON CONFLICT (tenant_id, session_id) DO UPDATE SET
                  last_xid = GREATEST(s.last_xid, EXCLUDED.last_xid),
                  touched_at = EXCLUDED.touched_at,
@@ -162,57 +182,72 @@ pub async fn write_batch(
                          OR s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
                          THEN s.usage_sent_at
                      ELSE EXCLUDED.usage_sent_at END
-             RETURNING session_id, last_xid,
+             RETURNING tenant_id, session_id, last_xid,
                  usage_sent_at IS NOT DISTINCT FROM touched_at AND usage_due_at IS NULL",
         )
-        .bind(tenant_id)
         .bind(&ids)
+        .bind(&sids)
         .bind(&users)
         .bind(&has_usage)
         .bind(xid)
         .fetch_all(&mut **tx)
         .await?;
-        let xid_of: BTreeMap<String, i64> = rows.iter().map(|r| (r.0.clone(), r.1)).collect();
-        wrote += write_status(tx, tenant_id, owners, &xid_of, &s.transitions).await?;
-        let usage_now: Vec<&str> = rows
+        let xid_of: BTreeMap<(Uuid, &str), i64> =
+            rows.iter().map(|r| ((r.0, r.1.as_str()), r.2)).collect();
+        let mut transitions = Vec::new();
+        for ts in tenants {
+            for x in &ts.stream.transitions {
+                let at = xid_of
+                    .get(&(ts.tenant_id, x.session_id.as_str()))
+                    .copied()
+                    .unwrap_or(0);
+                transitions.push((ts.tenant_id, at, owner(ts.tenant_id, &x.session_id), x));
+            }
+        }
+        wrote += write_status(tx, &transitions).await?;
+        let usage_now: Vec<(Uuid, &str)> = rows
             .iter()
-            .filter(|r| r.2 && sessions.get(r.0.as_str()) == Some(&true))
-            .map(|r| r.0.as_str())
+            .filter(|r| r.3 && sessions.get(&(r.0, r.1.as_str())) == Some(&true))
+            .map(|r| (r.0, r.1.as_str()))
             .collect();
-        wrote += write_usage(tx, tenant_id, &usage_now).await?;
+        wrote += write_usage(tx, &usage_now).await?;
     }
-    if !s.devices.is_empty() {
-        wrote += device_online(tx, tenant_id, &s.devices, xid).await?;
+    if !devices.is_empty() {
+        wrote += device_online(tx, &devices, xid).await?;
     }
     t.wrote += wrote;
     Ok(())
 }
 
+/// The transitions (tenant, stream position, user, transition), in order.
 async fn write_status(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    owners: &BTreeMap<&str, &str>,
-    xid_of: &BTreeMap<String, i64>,
-    transitions: &[StatusData],
+    transitions: &[(Uuid, i64, &str, &StatusData)],
 ) -> Result<u64, sqlx::Error> {
     if transitions.is_empty() {
         return Ok(0);
     }
-    let mut xids = Vec::with_capacity(transitions.len());
-    let mut users = Vec::with_capacity(transitions.len());
-    let mut data = Vec::with_capacity(transitions.len());
-    for t in transitions {
-        xids.push(xid_of.get(&t.session_id).copied().unwrap_or(0));
-        users.push(owners.get(t.session_id.as_str()).copied().unwrap_or(""));
+    let n = transitions.len();
+    let (mut ids, mut xids, mut users, mut data) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for (tenant, xid, user, t) in transitions {
+        ids.push(*tenant);
+        xids.push(*xid);
+        users.push(*user);
         data.push(serde_json::to_string(t).expect("a transition serialises"));
     }
     let done = sqlx::query(
         "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
-         SELECT $1, u.xid, 'status', u.usr, u.data::jsonb
-         FROM unnest($2::int8[], $3::text[], $4::text[]) WITH ORDINALITY AS u(xid, usr, data, n)
+         SELECT u.t, u.xid, 'status', u.usr, u.data::jsonb
+         FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[]) WITH ORDINALITY
+             AS u(t, xid, usr, data, n)
          ORDER BY u.n",
     )
-    .bind(tenant_id)
+    .bind(&ids)
     .bind(&xids)
     .bind(&users)
     .bind(&data)
@@ -221,58 +256,91 @@ async fn write_status(
     Ok(done.rows_affected())
 }
 
+/// `tenant_id` filter of a statement that reads distributed tables, with the tenants as parameter `$n`:
+/// `= $n` for one tenant — Citus routes that to the tenant's worker (it does not prune on `= ANY` of a
+/// parameter, and a group on Citus has one tenant) — and `= ANY($n)` for several.
+fn tenant_in(tenants: &[Uuid], n: u8) -> String {
+    if tenants.len() == 1 {
+        format!("= ${n}")
+    } else {
+        format!("= ANY(${n})")
+    }
+}
+
+/// Binds the tenants as [`tenant_in`] names them.
+fn bind_tenants<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    tenants: &'q [Uuid],
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    if tenants.len() == 1 {
+        q.bind(tenants[0])
+    } else {
+        q.bind(tenants)
+    }
+}
+
 /// The sessions' usage totals (this transaction's rollups included), at their stream positions.
 async fn write_usage(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    sessions: &[&str],
+    sessions: &[(Uuid, &str)],
 ) -> Result<u64, sqlx::Error> {
     if sessions.is_empty() {
         return Ok(0);
     }
+    let (ids, sids): (Vec<Uuid>, Vec<&str>) = sessions.iter().copied().unzip();
+    let mut tenants = ids.clone();
+    tenants.dedup();
     let totals = session_totals();
-    let done = sqlx::query(&format!(
+    let tenant = tenant_in(&tenants, 3);
+    let sql = format!(
         "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
-         SELECT $1, s.last_xid, 'usage', s.user_id,
+         SELECT s.tenant_id, s.last_xid, 'usage', s.user_id,
              jsonb_build_object('session_id', s.session_id) || u.totals
-         FROM stream_sessions s CROSS JOIN LATERAL ({totals}) u
-         WHERE s.tenant_id = $1 AND s.session_id = ANY($2)
-         ORDER BY s.session_id"
-    ))
-    .bind(tenant_id)
-    .bind(sessions)
-    .execute(&mut **tx)
-    .await?;
+         FROM unnest($1::uuid[], $2::text[]) AS x(t, id)
+         JOIN stream_sessions s ON s.tenant_id = x.t AND s.session_id = x.id
+         CROSS JOIN LATERAL ({totals}) u
+         WHERE s.tenant_id {tenant}
+         ORDER BY s.tenant_id, s.session_id"
+    );
+    let q = sqlx::query(&sql).bind(&ids).bind(&sids);
+    let done = bind_tenants(q, &tenants).execute(&mut **tx).await?;
     Ok(done.rows_affected())
 }
 
 /// `online: true` for each device the stream last said offline, or never spoke of (one statement, rows
-/// in device order).
+/// in (tenant, device) order).
 async fn device_online(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    devices: &[&str],
+    devices: &[(Uuid, &str)],
     xid: i64,
 ) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(
+    let mut devices = devices.to_vec();
+    devices.sort_unstable();
+    devices.dedup();
+    let (ids, dids): (Vec<Uuid>, Vec<&str>) = devices.into_iter().unzip();
+    let mut tenants = ids.clone();
+    tenants.dedup();
+    let tenant = tenant_in(&tenants, 4);
+    let sql = format!(
         "WITH up AS (
              INSERT INTO stream_devices AS d (tenant_id, device_id, user_id, online, last_xid)
-             SELECT $1, v.device_id, v.user_id, true, $3
-             FROM devices v WHERE v.tenant_id = $1 AND v.device_id = ANY($2) ORDER BY v.device_id
+             SELECT v.tenant_id, v.device_id, v.user_id, true, $3
+             FROM unnest($1::uuid[], $2::text[]) AS x(t, id)
+             JOIN devices v ON v.tenant_id = x.t AND v.device_id = x.id
+             WHERE v.tenant_id {tenant}
+             ORDER BY v.tenant_id, v.device_id
              ON CONFLICT (tenant_id, device_id) DO UPDATE
                  SET online = true, last_xid = GREATEST(d.last_xid, EXCLUDED.last_xid)
                  WHERE NOT d.online
-             RETURNING device_id, user_id, last_xid)
+             RETURNING tenant_id, device_id, user_id, last_xid)
          INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
-         SELECT $1, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id', up.device_id,
-             'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
-         FROM up JOIN devices v ON v.tenant_id = $1 AND v.device_id = up.device_id",
-    )
-    .bind(tenant_id)
-    .bind(devices)
-    .bind(xid)
-    .execute(&mut **tx)
-    .await?;
+         SELECT up.tenant_id, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id',
+             up.device_id, 'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
+         FROM up JOIN devices v ON v.tenant_id = up.tenant_id AND v.device_id = up.device_id
+         WHERE v.tenant_id {tenant}"
+    );
+    let q = sqlx::query(&sql).bind(&ids).bind(&dids).bind(xid);
+    let done = bind_tenants(q, &tenants).execute(&mut **tx).await?;
     Ok(done.rows_affected())
 }
 
@@ -333,8 +401,8 @@ async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Er
     .bind(UPKEEP_LIMIT)
     .fetch_all(&mut *tx)
     .await?;
-    let due: Vec<&str> = due.iter().map(String::as_str).collect();
-    let done = write_usage(&mut tx, tenant, &due).await?;
+    let due: Vec<(Uuid, &str)> = due.iter().map(|s| (tenant, s.as_str())).collect();
+    let done = write_usage(&mut tx, &due).await?;
     if done > 0 {
         notify(&mut *tx).await?;
     }

@@ -341,7 +341,12 @@ async fn write_batch(
     s: &BatchStream<'_>,
 ) -> Result<(), sqlx::Error> {
     let mut t = TxStream::default();
-    apiary_ingest::store::stream::write_batch(tx, &mut t, tenant, owners, s).await?;
+    let one = apiary_ingest::store::stream::TenantStream {
+        tenant_id: tenant,
+        owners: owners.clone(),
+        stream: s.clone(),
+    };
+    apiary_ingest::store::stream::write_batches(tx, &mut t, &[one]).await?;
     t.finish(tx).await
 }
 
