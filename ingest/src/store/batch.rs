@@ -1,8 +1,8 @@
 //! Stores checked batches: one batch, or a group of concurrent batches ([`crate::group_commit`]), in ONE
 //! transaction, in a fixed table order with sorted keys in each step. Steps 1–3 (and the tenant's prices
 //! and runtime liveness) run once per tenant of the group, tenants one after the other in tenant order,
-//! each with the union of its batches' inputs, keys sorted; steps 4–6 then run ONCE for the whole group,
-//! its tenants included (rows in (tenant, key) order, [`write_shared`]); step 7 once per tenant again:
+//! each with the union of its batches' inputs, keys sorted; steps 4–7 then run ONCE for the whole group,
+//! its tenants included (rows in (tenant, key) order, [`write_shared`], [`super::stream::write_batches`]):
 //!
 //! 1. `sessions` (sorted by session_id): every session the batches name is claimed — inserted with its
 //!    owner when new, locked otherwise — and its owner decides which events each sender may write
@@ -28,10 +28,11 @@
 //!    completed tool calls per tool name ([`crate::tool_rollups`]).
 //! 6. `devices` (sorted by tenant and device_id, one statement, [`super::devices`]): liveness, the latest
 //!    heartbeat and the reported drops.
-//! 7. the live stream ([`super::stream`]), per tenant: the transitions, the sessions' new usage totals
-//!    and the devices' liveness, in `stream_sessions` (sorted by session_id) then `stream_devices` order.
+//! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the
+//!    devices' liveness, in `stream_sessions` (sorted by tenant and session_id) then `stream_devices`
+//!    order.
 //!
-//! Steps 4–6 write tables no per-tenant step touches, so taking their locks in (step, tenant, key) order
+//! Steps 4–7 write tables no per-tenant step touches, so taking their locks in (step, tenant, key) order
 //! after every per-tenant step keeps one global lock order: with 10 tenants in a group of small batches
 //! this is one statement per step instead of one per tenant (fleet bench, `deploy/SCALING.md` section 4).
 //!
@@ -53,7 +54,7 @@
 //! ([`headroom`]); finding them may take another attempt of the whole transaction (see [`write_group`]).
 //!
 //! Every transaction takes its row locks in that same global order ((tenant, step, key) for steps 1–3,
-//! then (step, tenant, key) for steps 4–6, then (tenant, key) for the stream's tables), so concurrent
+//! then (step, tenant, key) for steps 4–7), so concurrent
 //! batches and groups (two replicas receiving the same batch at the same moment included) wait for each
 //! other and never deadlock; the loser of a race on an event key sees the winner's commit and counts the
 //! event as a duplicate, and the loser of a race to create a session sees the winner's owner.
@@ -384,7 +385,7 @@ async fn insert_keys(
 }
 
 /// What one tenant's part of a group leaves for the steps the group's tenants share (4–6:
-/// [`write_shared`]) and for its live stream (7: [`Tail::stream`]).
+/// [`write_shared`]; 7: [`Tail::stream`]).
 struct Tail {
     tenant: Uuid,
     /// Its 15-minute usage rows (pre-aggregated; the hourly and narrow ones are derived from them).
