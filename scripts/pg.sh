@@ -146,13 +146,15 @@ apiary_pg_bins() {
     return 0
 }
 
-# Is 127.0.0.1:PORT taken: something listening there, or a connection using it as its local end (an
-# ephemeral port of some client — the kernel hands them out from 32768 up, and a server cannot bind a
-# port a connection holds: seen with a RabbitMQ node's link to epmd sitting on 56432)?
+# Is 127.0.0.1:PORT taken: something listening there, or an open connection using it as its local end
+# (an ephemeral port of some client — the kernel hands them out from 32768 up, and a server cannot bind
+# a port such a connection holds: seen with a RabbitMQ node's link to epmd sitting on 56432)? Sockets a
+# stopped server left closing (TIME_WAIT, FIN_WAIT) do not count: Postgres binds with SO_REUSEADDR, so
+# a server restarted on its port (tests/tests/faults.rs) gets it back.
 _apiary_pg_port_busy() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     if command -v ss >/dev/null 2>&1; then
-        [ -n "$(ss -Htan "sport = :$1" 2>/dev/null)" ] && return 0
+        [ -n "$(ss -Htan state established state syn-sent "sport = :$1" 2>/dev/null)" ] && return 0
     fi
     return 1
 }
