@@ -497,12 +497,14 @@ async fn write_tenant(
                 .fold(&e.event, e.effective_at);
         }
     }
-    let health = super::health::prepare(
+    let work_of = super::work::touched(&events);
+    let mut health = super::health::prepare(
         tx,
         tenant,
         &store.status_rules,
         super::health::inputs(&events),
         &updates,
+        &work_of.keys().copied().collect::<Vec<_>>(),
     )
     .await?;
     let active = health.active.clone();
@@ -511,7 +513,8 @@ async fn write_tenant(
             u.tracker = Some(f.clone());
         }
     }
-    for (sid, w) in super::work::prepare(tx, tenant, &events).await? {
+    let works = std::mem::take(&mut health.works);
+    for (sid, w) in super::work::prepare(tx, tenant, &work_of, works).await? {
         if let Some(u) = updates.get_mut(&sid) {
             u.work = Some(w);
         }

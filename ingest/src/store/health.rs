@@ -79,6 +79,9 @@ pub struct Prepared {
     writes: TransitionRows,
     /// (session, first seq) of the sessions whose stored transitions from that seq on are replaced.
     replaced: Vec<(String, i64)>,
+    /// The stored work of the sessions asked for (`work_of`): (session, `sessions.work`, events), for
+    /// [`super::work::prepare`] — read by the same statement as the trackers.
+    pub works: Vec<(String, Option<String>, i64)>,
 }
 
 /// A session row as [`prepare`] reads it.
@@ -92,32 +95,45 @@ struct Stored {
     colony_id: Option<String>,
     runtime: Option<String>,
     stall_due_at: Option<DateTime<Utc>>,
+    work: Option<String>,
 }
 
 /// Pushes `inputs` into the sessions' stored trackers. `updates` are the batch's session facts (the
-/// colony and runtime a session's rollup key gets when they become known).
+/// colony and runtime a session's rollup key gets when they become known). The same statement reads
+/// the stored work of the sessions `work_of` names ([`Prepared::works`]).
 pub async fn prepare(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
     rules: &Rules,
     mut inputs: BTreeMap<String, Vec<Input>>,
     updates: &BTreeMap<String, SessionUpdate>,
+    work_of: &[&str],
 ) -> Result<Prepared, sqlx::Error> {
     let mut out = Prepared::default();
-    if inputs.is_empty() {
+    let mut ids: Vec<&str> = inputs.keys().map(String::as_str).collect();
+    ids.extend_from_slice(work_of);
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
         return Ok(out);
     }
-    let ids: Vec<&str> = inputs.keys().map(String::as_str).collect();
     let rows: Vec<Stored> = sqlx::query_as(
-        "SELECT session_id, health::text AS health, events, user_id, device_id, colony_id, runtime, stall_due_at
+        "SELECT session_id, health::text AS health, events, user_id, device_id, colony_id, runtime, stall_due_at,
+             work::text AS work
          FROM sessions WHERE tenant_id = $1 AND session_id = ANY($2) ORDER BY session_id",
     )
     .bind(tenant_id)
     .bind(&ids)
     .fetch_all(&mut **tx)
     .await?;
-    for row in rows {
+    for mut row in rows {
         let sid = row.session_id.clone();
+        if work_of.binary_search(&sid.as_str()).is_ok() {
+            out.works.push((sid.clone(), row.work.take(), row.events));
+        }
+        if !inputs.contains_key(&sid) {
+            continue;
+        }
         let mut new = inputs.remove(&sid).unwrap_or_default();
         let parsed = row
             .health

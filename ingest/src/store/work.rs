@@ -8,8 +8,8 @@
 //! - A session stored before `sessions.work` existed (NULL, events stored), or whose work cannot be read,
 //!   is folded from its stored events of those kinds once, the first time a batch touches it.
 //! - Bounded: the shared fold keeps at most 500 tasks, 100 triggers and 32 tool calls per session.
-//! - Cost: one `SELECT` of the touched sessions' work per batch that holds such events, and one more
-//!   array in the session upsert.
+//! - Cost: one more column in the `SELECT` of the sessions' trackers ([`super::health::prepare`]), and
+//!   one more array in the session upsert.
 
 use std::collections::BTreeMap;
 
@@ -21,33 +21,28 @@ use uuid::Uuid;
 
 use crate::intake::ReadyEvent;
 
-/// Folds the batch's new events into their sessions' stored work; returns each touched session's work as
-/// JSON text (`sessions.work`), for the session upsert.
-pub async fn prepare(
-    tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    events: &[&ReadyEvent],
-) -> Result<BTreeMap<String, String>, sqlx::Error> {
+/// The batch's new events of the kinds the work fold reads, per session (sorted by session id).
+pub fn touched<'e>(events: &[&'e ReadyEvent]) -> BTreeMap<&'e str, Vec<&'e ReadyEvent>> {
     let mut by_session: BTreeMap<&str, Vec<&ReadyEvent>> = BTreeMap::new();
     for e in events.iter().filter(|e| work::reads(e.event.kind)) {
         if let Some(s) = &e.event.session_id {
             by_session.entry(s.as_str()).or_default().push(e);
         }
     }
+    by_session
+}
+
+/// Folds the batch's new events ([`touched`]) into their sessions' stored work (`stored`: session,
+/// `sessions.work`, events — read with the trackers, [`super::health::prepare`]); returns each touched
+/// session's work as JSON text (`sessions.work`), for the session upsert.
+pub async fn prepare(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    by_session: &BTreeMap<&str, Vec<&ReadyEvent>>,
+    stored: Vec<(String, Option<String>, i64)>,
+) -> Result<BTreeMap<String, String>, sqlx::Error> {
     let mut out = BTreeMap::new();
-    if by_session.is_empty() {
-        return Ok(out);
-    }
-    let ids: Vec<&str> = by_session.keys().copied().collect();
-    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
-        "SELECT session_id, work::text, events FROM sessions
-         WHERE tenant_id = $1 AND session_id = ANY($2) ORDER BY session_id",
-    )
-    .bind(tenant_id)
-    .bind(&ids)
-    .fetch_all(&mut **tx)
-    .await?;
-    for (sid, stored, stored_events) in rows {
+    for (sid, stored, stored_events) in stored {
         let parsed = stored
             .as_deref()
             .and_then(|t| serde_json::from_str::<Work>(t).ok());
