@@ -668,8 +668,9 @@ async fn raw_scan(
 /// once, every batch twice (concurrent replays) and some overlapping an earlier one; one batch trespasses
 /// into another device's session (those events alone are rejected), one is refused whole (422) and one
 /// carries an invalid event. Every answer is exact for its own request (accepted + duplicates + rejected
-/// = its events; the replays of a batch together accept it exactly once), and the usage equals a raw
-/// scan of the stored events.
+/// = its events; the replays of a batch together accept it exactly once), the usage equals a raw
+/// scan of the stored events, and every device and live-stream row is under its own tenant (the
+/// statements a group's tenants share, `store::batch`).
 #[sqlx::test(migrations = "../migrations")]
 async fn group_commit_answers_each_of_many_small_concurrent_batches_exactly(pool: sqlx::PgPool) {
     use apiary_ingest::auth::Scope;
@@ -838,4 +839,39 @@ async fn group_commit_answers_each_of_many_small_concurrent_batches_exactly(pool
         assert!(!raw.is_empty());
         assert_eq!(rows, raw);
     }
+    // The group's statements shared by its tenants put every row under its own tenant: each device row,
+    // and each stream row of a session or device, names a device or session of that tenant.
+    let mut want: Vec<(uuid::Uuid, String)> =
+        devices.iter().map(|(t, d, _)| (*t, d.clone())).collect();
+    want.sort();
+    let got: Vec<(uuid::Uuid, String)> =
+        sqlx::query_as("SELECT tenant_id, device_id FROM devices ORDER BY 1, 2")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(got, want);
+    let astray: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT x.tenant_id, x.session_id FROM stream_sessions x
+         LEFT JOIN sessions s ON s.tenant_id = x.tenant_id AND s.session_id = x.session_id
+         WHERE s.session_id IS NULL
+         UNION ALL
+         SELECT e.tenant_id, e.data->>'session_id' FROM stream_events e
+         LEFT JOIN sessions s ON s.tenant_id = e.tenant_id AND s.session_id = e.data->>'session_id'
+         WHERE e.kind IN ('usage', 'status') AND s.session_id IS NULL
+         UNION ALL
+         SELECT e.tenant_id, e.data->>'device_id' FROM stream_events e
+         LEFT JOIN devices d ON d.tenant_id = e.tenant_id AND d.device_id = e.data->>'device_id'
+         WHERE e.kind = 'device' AND d.device_id IS NULL",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(astray, vec![], "stream rows under another tenant");
+    let streamed: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT (tenant_id, data->>'session_id')) FROM stream_events WHERE kind = 'usage'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(streamed > 0, "no usage streamed");
 }
