@@ -120,8 +120,10 @@ pub struct TenantStream<'a> {
 }
 
 /// Streams what the batches of a transaction changed, for all its tenants (`tenants` sorted by id and
-/// distinct) in one statement per kind of row, rows in (tenant, key) order (`t` holds what the
-/// transaction shares; call [`TxStream::finish`] before the commit).
+/// distinct): the sessions' stream positions and the transitions in one statement each, rows in
+/// (tenant, key) order; the usage totals and the devices online one statement per tenant
+/// ([`write_usage`]). `t` holds what the transaction shares; call [`TxStream::finish`] before the
+/// commit.
 pub async fn write_batches(
     tx: &mut Transaction<'_, Postgres>,
     t: &mut TxStream,
@@ -162,30 +164,12 @@ pub async fn write_batches(
         // and RETURNING read "now" as `touched_at`, which the row gets from the SELECT's now(), and
         // add seconds with the immutable `apiary_add_seconds`: Citus refuses functions that are not
         // immutable in DO UPDATE SET (`timestamptz - interval` and now() are only stable).
-        let rows: Vec<(Uuid, String, i64, bool)> = sqlx::query_as(
-            "INSERT INTO stream_sessions AS s (tenant_id, session_id, user_id, last_xid, touched_at,
-                 usage_sent_at)
-             SELECT u.t, u.id, u.usr, $5, now(),
-                 CASE WHEN u.usage THEN now() END
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[]) AS u(t, id, usr, usage)
-             ORDER BY u.t, u.id
-             ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-                 last_xid = GREATEST(s.last_xid, EXCLUDED.last_xid),
-                 touched_at = EXCLUDED.touched_at,
-                 usage_due_at = CASE
-                     WHEN EXCLUDED.usage_sent_at IS NULL THEN s.usage_due_at
-                     WHEN s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
-                         THEN COALESCE(s.usage_due_at, apiary_add_seconds(s.usage_sent_at, 1))
-                     ELSE NULL END,
-                 usage_sent_at = CASE
-                     WHEN EXCLUDED.usage_sent_at IS NULL
-                         OR s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
-                         THEN s.usage_sent_at
-                     ELSE EXCLUDED.usage_sent_at END
-             RETURNING tenant_id, session_id, last_xid,
-                 usage_sent_at IS NOT DISTINCT FROM touched_at AND usage_due_at IS NULL",
-        )
-        .bind(&ids)
+        let sql = super::sql_for(STREAM_SESSIONS_SQL, &ids);
+        let q = sqlx::query_as(&sql);
+        let rows: Vec<(Uuid, String, i64, bool)> = match super::distinct_one(&ids) {
+            Some(one) => q.bind(one),
+            None => q.bind(&ids),
+        }
         .bind(&sids)
         .bind(&users)
         .bind(&has_usage)
@@ -205,19 +189,55 @@ pub async fn write_batches(
             }
         }
         wrote += write_status(tx, &transitions).await?;
-        let usage_now: Vec<(Uuid, &str)> = rows
-            .iter()
-            .filter(|r| r.3 && sessions.get(&(r.0, r.1.as_str())) == Some(&true))
-            .map(|r| (r.0, r.1.as_str()))
-            .collect();
-        wrote += write_usage(tx, &usage_now).await?;
+        for ts in tenants {
+            let usage_now: Vec<&str> = rows
+                .iter()
+                .filter(|r| r.0 == ts.tenant_id && r.3)
+                .filter(|r| sessions.get(&(r.0, r.1.as_str())) == Some(&true))
+                .map(|r| r.1.as_str())
+                .collect();
+            wrote += write_usage(tx, ts.tenant_id, &usage_now).await?;
+        }
     }
-    if !devices.is_empty() {
-        wrote += device_online(tx, &devices, xid).await?;
+    for ts in tenants {
+        let mut mine: Vec<&str> = devices
+            .iter()
+            .filter(|d| d.0 == ts.tenant_id)
+            .map(|d| d.1)
+            .collect();
+        mine.sort_unstable();
+        mine.dedup();
+        if !mine.is_empty() {
+            wrote += device_online(tx, ts.tenant_id, &mine, xid).await?;
+        }
     }
     t.wrote += wrote;
     Ok(())
 }
+
+/// The sessions' stream positions (see [`write_batches`]).
+const STREAM_SESSIONS_SQL: &str =
+    "INSERT INTO stream_sessions AS s (tenant_id, session_id, user_id, last_xid, touched_at,
+        usage_sent_at)
+    SELECT u.t, u.id, u.usr, $5, now(),
+        CASE WHEN u.usage THEN now() END
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[]) AS u(t, id, usr, usage)
+    ORDER BY u.t, u.id
+    ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+        last_xid = GREATEST(s.last_xid, EXCLUDED.last_xid),
+        touched_at = EXCLUDED.touched_at,
+        usage_due_at = CASE
+            WHEN EXCLUDED.usage_sent_at IS NULL THEN s.usage_due_at
+            WHEN s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
+                THEN COALESCE(s.usage_due_at, apiary_add_seconds(s.usage_sent_at, 1))
+            ELSE NULL END,
+        usage_sent_at = CASE
+            WHEN EXCLUDED.usage_sent_at IS NULL
+                OR s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
+                THEN s.usage_sent_at
+            ELSE EXCLUDED.usage_sent_at END
+    RETURNING tenant_id, session_id, last_xid,
+        usage_sent_at IS NOT DISTINCT FROM touched_at AND usage_due_at IS NULL";
 
 /// The transitions (tenant, stream position, user, transition), in order.
 async fn write_status(
@@ -240,14 +260,17 @@ async fn write_status(
         users.push(*user);
         data.push(serde_json::to_string(t).expect("a transition serialises"));
     }
-    let done = sqlx::query(
-        "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+    const SQL: &str = "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT u.t, u.xid, 'status', u.usr, u.data::jsonb
          FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[]) WITH ORDINALITY
              AS u(t, xid, usr, data, n)
-         ORDER BY u.n",
-    )
-    .bind(&ids)
+         ORDER BY u.n";
+    let sql = super::sql_for(SQL, &ids);
+    let q = sqlx::query(&sql);
+    let done = match super::distinct_one(&ids) {
+        Some(one) => q.bind(one),
+        None => q.bind(&ids),
+    }
     .bind(&xids)
     .bind(&users)
     .bind(&data)
@@ -256,91 +279,62 @@ async fn write_status(
     Ok(done.rows_affected())
 }
 
-/// `tenant_id` filter of a statement that reads distributed tables, with the tenants as parameter `$n`:
-/// `= $n` for one tenant — Citus routes that to the tenant's worker (it does not prune on `= ANY` of a
-/// parameter, and a group on Citus has one tenant) — and `= ANY($n)` for several.
-fn tenant_in(tenants: &[Uuid], n: u8) -> String {
-    if tenants.len() == 1 {
-        format!("= ${n}")
-    } else {
-        format!("= ANY(${n})")
-    }
-}
-
-/// Binds the tenants as [`tenant_in`] names them.
-fn bind_tenants<'q>(
-    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
-    tenants: &'q [Uuid],
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    if tenants.len() == 1 {
-        q.bind(tenants[0])
-    } else {
-        q.bind(tenants)
-    }
-}
-
-/// The sessions' usage totals (this transaction's rollups included), at their stream positions.
+/// The sessions' usage totals (this transaction's rollups included), at their stream positions: one
+/// tenant per statement, as for [`device_online`]. Both read distributed tables and insert the rows
+/// they find; with the tenant as a parameter Citus runs them on that tenant's worker alone (a form
+/// taking several tenants' rows from arrays let Citus push the insert down to every shard once the
+/// statement's plan went generic: the Citus suite's one-worker-per-transaction test caught it).
 async fn write_usage(
     tx: &mut Transaction<'_, Postgres>,
-    sessions: &[(Uuid, &str)],
+    tenant_id: Uuid,
+    sessions: &[&str],
 ) -> Result<u64, sqlx::Error> {
     if sessions.is_empty() {
         return Ok(0);
     }
-    let (ids, sids): (Vec<Uuid>, Vec<&str>) = sessions.iter().copied().unzip();
-    let mut tenants = ids.clone();
-    tenants.dedup();
     let totals = session_totals();
-    let tenant = tenant_in(&tenants, 3);
-    let sql = format!(
+    let done = sqlx::query(&format!(
         "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
-         SELECT s.tenant_id, s.last_xid, 'usage', s.user_id,
+         SELECT $1, s.last_xid, 'usage', s.user_id,
              jsonb_build_object('session_id', s.session_id) || u.totals
-         FROM unnest($1::uuid[], $2::text[]) AS x(t, id)
-         JOIN stream_sessions s ON s.tenant_id = x.t AND s.session_id = x.id
-         CROSS JOIN LATERAL ({totals}) u
-         WHERE s.tenant_id {tenant}
-         ORDER BY s.tenant_id, s.session_id"
-    );
-    let q = sqlx::query(&sql).bind(&ids).bind(&sids);
-    let done = bind_tenants(q, &tenants).execute(&mut **tx).await?;
+         FROM stream_sessions s CROSS JOIN LATERAL ({totals}) u
+         WHERE s.tenant_id = $1 AND s.session_id = ANY($2)
+         ORDER BY s.session_id"
+    ))
+    .bind(tenant_id)
+    .bind(sessions)
+    .execute(&mut **tx)
+    .await?;
     Ok(done.rows_affected())
 }
 
 /// `online: true` for each device the stream last said offline, or never spoke of (one statement, rows
-/// in (tenant, device) order).
+/// in device order).
 async fn device_online(
     tx: &mut Transaction<'_, Postgres>,
-    devices: &[(Uuid, &str)],
+    tenant_id: Uuid,
+    devices: &[&str],
     xid: i64,
 ) -> Result<u64, sqlx::Error> {
-    let mut devices = devices.to_vec();
-    devices.sort_unstable();
-    devices.dedup();
-    let (ids, dids): (Vec<Uuid>, Vec<&str>) = devices.into_iter().unzip();
-    let mut tenants = ids.clone();
-    tenants.dedup();
-    let tenant = tenant_in(&tenants, 4);
-    let sql = format!(
+    let done = sqlx::query(
         "WITH up AS (
              INSERT INTO stream_devices AS d (tenant_id, device_id, user_id, online, last_xid)
-             SELECT v.tenant_id, v.device_id, v.user_id, true, $3
-             FROM unnest($1::uuid[], $2::text[]) AS x(t, id)
-             JOIN devices v ON v.tenant_id = x.t AND v.device_id = x.id
-             WHERE v.tenant_id {tenant}
-             ORDER BY v.tenant_id, v.device_id
+             SELECT $1, v.device_id, v.user_id, true, $3
+             FROM devices v WHERE v.tenant_id = $1 AND v.device_id = ANY($2) ORDER BY v.device_id
              ON CONFLICT (tenant_id, device_id) DO UPDATE
                  SET online = true, last_xid = GREATEST(d.last_xid, EXCLUDED.last_xid)
                  WHERE NOT d.online
-             RETURNING tenant_id, device_id, user_id, last_xid)
+             RETURNING device_id, user_id, last_xid)
          INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
-         SELECT up.tenant_id, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id',
-             up.device_id, 'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
-         FROM up JOIN devices v ON v.tenant_id = up.tenant_id AND v.device_id = up.device_id
-         WHERE v.tenant_id {tenant}"
-    );
-    let q = sqlx::query(&sql).bind(&ids).bind(&dids).bind(xid);
-    let done = bind_tenants(q, &tenants).execute(&mut **tx).await?;
+         SELECT $1, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id', up.device_id,
+             'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
+         FROM up JOIN devices v ON v.tenant_id = $1 AND v.device_id = up.device_id",
+    )
+    .bind(tenant_id)
+    .bind(devices)
+    .bind(xid)
+    .execute(&mut **tx)
+    .await?;
     Ok(done.rows_affected())
 }
 
@@ -401,8 +395,8 @@ async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Er
     .bind(UPKEEP_LIMIT)
     .fetch_all(&mut *tx)
     .await?;
-    let due: Vec<(Uuid, &str)> = due.iter().map(|s| (tenant, s.as_str())).collect();
-    let done = write_usage(&mut tx, &due).await?;
+    let due: Vec<&str> = due.iter().map(String::as_str).collect();
+    let done = write_usage(&mut tx, tenant, &due).await?;
     if done > 0 {
         notify(&mut *tx).await?;
     }
