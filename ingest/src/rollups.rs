@@ -403,14 +403,7 @@ async fn upsert_into<'r>(
         Grain::Hour => UPSERT_HOURLY_SQL,
         Grain::Narrow => UPSERT_NARROW_SQL,
     };
-    let sql = crate::store::sql_for(sql, &ids);
-    let q = sqlx::query(&sql);
-    let mut q = match crate::store::distinct_one(&ids) {
-        Some(one) => q.bind(one),
-        None => q.bind(ids),
-    }
-    .bind(buckets)
-    .bind(users);
+    let mut q = sqlx::query(sql).bind(ids).bind(buckets).bind(users);
     if grain != Grain::Narrow {
         q = q.bind(devices).bind(colonies).bind(sessions);
     }

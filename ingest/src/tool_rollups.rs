@@ -187,19 +187,15 @@ pub async fn upsert(
         }
     }
     let [users, devices, colonies, sessions, runtimes, tools] = dims;
-    let sql = crate::store::sql_for(UPSERT_SQL, &ids);
-    let q = sqlx::query(&sql);
-    let mut q = match crate::store::distinct_one(&ids) {
-        Some(one) => q.bind(one),
-        None => q.bind(ids),
-    }
-    .bind(buckets)
-    .bind(users)
-    .bind(devices)
-    .bind(colonies)
-    .bind(sessions)
-    .bind(runtimes)
-    .bind(tools);
+    let mut q = sqlx::query(UPSERT_SQL)
+        .bind(ids)
+        .bind(buckets)
+        .bind(users)
+        .bind(devices)
+        .bind(colonies)
+        .bind(sessions)
+        .bind(runtimes)
+        .bind(tools);
     for col in nums {
         q = q.bind(col);
     }

@@ -87,35 +87,31 @@ pub async fn upsert(
         d.beat.as_ref().map(|b| &b.1)
     }
     let ids: Vec<Uuid> = devices.iter().map(|d| d.tenant_id).collect();
-    let sql = super::sql_for(UPSERT_SQL, &ids);
-    let q = sqlx::query(&sql);
-    match super::distinct_one(&ids) {
-        Some(one) => q.bind(one),
-        None => q.bind(ids),
-    }
-    .bind(col(&|d| Some(d.device_id.clone())))
-    .bind(col(&|d| Some(d.user_id.clone())))
-    .bind(at(&|d| Some(d.received_at)))
-    .bind(at(&|d| d.live))
-    .bind(at(&|d| d.beat.as_ref().and(d.live)))
-    .bind(at(&|d| d.beat.as_ref().map(|b| b.0)))
-    .bind(col(&|d| {
-        payload(d)
-            .and_then(|p| p.agent_version.clone())
-            .or_else(|| d.agent_version.clone())
-    }))
-    .bind(int(&|d| num(payload(d).and_then(|p| p.backlog_events))))
-    .bind(int(&|d| num(payload(d).and_then(|p| p.backlog_bytes))))
-    .bind(
-        devices
-            .iter()
-            .map(|d| payload(d).and_then(|p| p.oldest_pending_age_seconds))
-            .collect::<Vec<_>>(),
-    )
-    .bind(col(&|d| payload(d).and_then(|p| p.sync_state.clone())))
-    .bind(devices.iter().map(|d| d.dropped).collect::<Vec<_>>())
-    .execute(&mut **tx)
-    .await?;
+    sqlx::query(UPSERT_SQL)
+        .bind(ids)
+        .bind(col(&|d| Some(d.device_id.clone())))
+        .bind(col(&|d| Some(d.user_id.clone())))
+        .bind(at(&|d| Some(d.received_at)))
+        .bind(at(&|d| d.live))
+        .bind(at(&|d| d.beat.as_ref().and(d.live)))
+        .bind(at(&|d| d.beat.as_ref().map(|b| b.0)))
+        .bind(col(&|d| {
+            payload(d)
+                .and_then(|p| p.agent_version.clone())
+                .or_else(|| d.agent_version.clone())
+        }))
+        .bind(int(&|d| num(payload(d).and_then(|p| p.backlog_events))))
+        .bind(int(&|d| num(payload(d).and_then(|p| p.backlog_bytes))))
+        .bind(
+            devices
+                .iter()
+                .map(|d| payload(d).and_then(|p| p.oldest_pending_age_seconds))
+                .collect::<Vec<_>>(),
+        )
+        .bind(col(&|d| payload(d).and_then(|p| p.sync_state.clone())))
+        .bind(devices.iter().map(|d| d.dropped).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 

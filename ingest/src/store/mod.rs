@@ -316,35 +316,3 @@ pub async fn migrate_with(pool: &PgPool, require_citus: bool) -> Result<(), Stor
     }
     Ok(())
 }
-
-/// A statement that writes several tenants' rows from `unnest` arrays (`$1::uuid[]` the tenants, read
-/// as `u.*`, `u.tenant_id` or `u.t`), rewritten for ONE tenant given as the scalar `$1`, the form every
-/// statement of a group has on Citus (one tenant per group): Citus routes an `INSERT … SELECT` whose
-/// tenant is a parameter to the tenant's worker, while the array form sometimes wrote on every worker
-/// (the Citus suite's one-worker-per-transaction test failed about one run in three).
-pub(crate) fn one_tenant_sql(sql: &str) -> String {
-    let out = sql
-        .replacen("unnest($1::uuid[], ", "unnest(", 1)
-        .replacen("SELECT u.* FROM", "SELECT $1::uuid, u.* FROM", 1)
-        .replacen("SELECT u.tenant_id,", "SELECT $1::uuid,", 1)
-        .replacen("SELECT u.t,", "SELECT $1::uuid,", 1)
-        .replacen("AS u(tenant_id, ", "AS u(", 1)
-        .replacen("AS u(t, ", "AS u(", 1)
-        .replacen("ORDER BY u.t, ", "ORDER BY ", 1);
-    debug_assert!(!out.contains("uuid[]") && !out.contains("u.t,") && !out.contains("u.tenant_id"));
-    out
-}
-
-/// The tenant when `ids` name only one.
-pub(crate) fn distinct_one(ids: &[uuid::Uuid]) -> Option<uuid::Uuid> {
-    let first = *ids.first()?;
-    ids.iter().all(|t| *t == first).then_some(first)
-}
-
-/// The statement text for `ids` (see [`one_tenant_sql`]).
-pub(crate) fn sql_for(sql: &'static str, ids: &[uuid::Uuid]) -> std::borrow::Cow<'static, str> {
-    match distinct_one(ids) {
-        Some(_) => std::borrow::Cow::Owned(one_tenant_sql(sql)),
-        None => std::borrow::Cow::Borrowed(sql),
-    }
-}

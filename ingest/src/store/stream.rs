@@ -102,12 +102,17 @@ impl TxStream {
 /// `tenant_id` and `session_id`); no row when the session has no usage rows. Per session, through the
 /// `(tenant_id, session_id)` index: as a plain join grouped afterwards, a generic plan made while the
 /// tables were small scanned every usage row of the tenant for each batch (seen at 250–580 ms per
-/// statement under the fleet bench). Joined on `s.tenant_id`, not on a parameter: Citus plans a join
-/// of co-located tables only on their distribution column.
-fn session_totals() -> String {
+/// statement under the fleet bench). Joined on `s.tenant_id` (Citus plans a join of co-located tables
+/// only on their distribution column) and bound to `tenant` (the statement's tenant parameter) as well:
+/// without that, Citus does not prune the correlated subquery's shards and runs the statement on every
+/// shard of both tables — every worker joined each batch's transaction, and now and then one of them
+/// was made a two-phase commit participant (the Citus suite's one-worker-per-transaction test failed
+/// about one run in four).
+fn session_totals(tenant: &str) -> String {
     format!(
         "SELECT {USAGE_JSON} AS totals FROM usage_rollups r
-         WHERE r.tenant_id = s.tenant_id AND r.session_id = s.session_id HAVING count(*) > 0"
+         WHERE r.tenant_id = s.tenant_id AND r.tenant_id = {tenant} AND r.session_id = s.session_id
+         HAVING count(*) > 0"
     )
 }
 
@@ -164,18 +169,14 @@ pub async fn write_batches(
         // and RETURNING read "now" as `touched_at`, which the row gets from the SELECT's now(), and
         // add seconds with the immutable `apiary_add_seconds`: Citus refuses functions that are not
         // immutable in DO UPDATE SET (`timestamptz - interval` and now() are only stable).
-        let sql = super::sql_for(STREAM_SESSIONS_SQL, &ids);
-        let q = sqlx::query_as(&sql);
-        let rows: Vec<(Uuid, String, i64, bool)> = match super::distinct_one(&ids) {
-            Some(one) => q.bind(one),
-            None => q.bind(&ids),
-        }
-        .bind(&sids)
-        .bind(&users)
-        .bind(&has_usage)
-        .bind(xid)
-        .fetch_all(&mut **tx)
-        .await?;
+        let rows: Vec<(Uuid, String, i64, bool)> = sqlx::query_as(STREAM_SESSIONS_SQL)
+            .bind(&ids)
+            .bind(&sids)
+            .bind(&users)
+            .bind(&has_usage)
+            .bind(xid)
+            .fetch_all(&mut **tx)
+            .await?;
         let xid_of: BTreeMap<(Uuid, &str), i64> =
             rows.iter().map(|r| ((r.0, r.1.as_str()), r.2)).collect();
         let mut transitions = Vec::new();
@@ -265,17 +266,13 @@ async fn write_status(
          FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[]) WITH ORDINALITY
              AS u(t, xid, usr, data, n)
          ORDER BY u.n";
-    let sql = super::sql_for(SQL, &ids);
-    let q = sqlx::query(&sql);
-    let done = match super::distinct_one(&ids) {
-        Some(one) => q.bind(one),
-        None => q.bind(&ids),
-    }
-    .bind(&xids)
-    .bind(&users)
-    .bind(&data)
-    .execute(&mut **tx)
-    .await?;
+    let done = sqlx::query(SQL)
+        .bind(&ids)
+        .bind(&xids)
+        .bind(&users)
+        .bind(&data)
+        .execute(&mut **tx)
+        .await?;
     Ok(done.rows_affected())
 }
 
@@ -292,7 +289,7 @@ async fn write_usage(
     if sessions.is_empty() {
         return Ok(0);
     }
-    let totals = session_totals();
+    let totals = session_totals("$1");
     let done = sqlx::query(&format!(
         "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT $1, s.last_xid, 'usage', s.user_id,

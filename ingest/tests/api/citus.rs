@@ -223,7 +223,21 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
     // retention, the live stream's upkeep, budgets, alerts), whose statements span every worker on
     // purpose: only the batches' transactions are counted.
     helpers::citus_prepare(&pool).await;
-    let state = apiary_ingest::state::AppState::new(helpers::test_settings(), pool.clone());
+    // The writers' connections count the statements Citus runs on one shard and on several
+    // (`citus_stat_counters`): a batch's statement that is not pruned to its tenant's shard runs on
+    // every worker, and only sometimes does that show as a two-phase commit across workers.
+    let counted = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .after_connect(|c, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(c, "SET citus.enable_stat_counters = on").await?;
+                Ok(())
+            })
+        })
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let state = apiary_ingest::state::AppState::new(helpers::test_settings(), counted.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = apiary_ingest::startup::router(state.clone())
@@ -263,6 +277,16 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(before, 0, "the set-up's transactions were not recovered");
+    let shard_counts = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT query_execution_single_shard, query_execution_multi_shard
+             FROM citus_stat_counters WHERE name = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let (single_before, multi_before) = shard_counts().await;
 
     let now = Utc::now();
     let mut requests = vec![];
@@ -295,6 +319,17 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
             &json!({ "accepted": 5, "duplicates": 0, "rejected": [] })
         );
     }
+    let (single_after, multi_after) = shard_counts().await;
+    assert!(
+        single_after > single_before,
+        "the counters did not count the batches' statements"
+    );
+    assert_eq!(
+        multi_after - multi_before,
+        0,
+        "statements of the batches ran on several shards ({} on one shard)",
+        single_after - single_before
+    );
     let after = multi_worker_transactions(&pool).await;
     let gids: Vec<String> = sqlx::query_scalar("SELECT gid FROM pg_dist_transaction ORDER BY gid")
         .fetch_all(&pool)
