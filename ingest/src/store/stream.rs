@@ -103,7 +103,7 @@ impl TxStream {
 /// `(tenant_id, session_id)` index: as a plain join grouped afterwards, a generic plan made while the
 /// tables were small scanned every usage row of the tenant for each batch (seen at 250–580 ms per
 /// statement under the fleet bench). Joined on `s.tenant_id` (Citus plans a join of co-located tables
-/// only on their distribution column) and bound to `tenant` (the statement's tenant parameter) as well:
+/// only on their distribution column) and bound to `tenant` (the statement's tenant filter) as well:
 /// without that, Citus does not prune the correlated subquery's shards and runs the statement on every
 /// shard of both tables — every worker joined each batch's transaction, and now and then one of them
 /// was made a two-phase commit participant (the Citus suite's one-worker-per-transaction test failed
@@ -111,7 +111,7 @@ impl TxStream {
 fn session_totals(tenant: &str) -> String {
     format!(
         "SELECT {USAGE_JSON} AS totals FROM usage_rollups r
-         WHERE r.tenant_id = s.tenant_id AND r.tenant_id = {tenant} AND r.session_id = s.session_id
+         WHERE r.tenant_id = s.tenant_id AND r.tenant_id {tenant} AND r.session_id = s.session_id
          HAVING count(*) > 0"
     )
 }
@@ -125,10 +125,8 @@ pub struct TenantStream<'a> {
 }
 
 /// Streams what the batches of a transaction changed, for all its tenants (`tenants` sorted by id and
-/// distinct): the sessions' stream positions and the transitions in one statement each, rows in
-/// (tenant, key) order; the usage totals and the devices online one statement per tenant
-/// ([`write_usage`]). `t` holds what the transaction shares; call [`TxStream::finish`] before the
-/// commit.
+/// distinct) in one statement per kind of row, rows in (tenant, key) order (`t` holds what the
+/// transaction shares; call [`TxStream::finish`] before the commit).
 pub async fn write_batches(
     tx: &mut Transaction<'_, Postgres>,
     t: &mut TxStream,
@@ -190,27 +188,15 @@ pub async fn write_batches(
             }
         }
         wrote += write_status(tx, &transitions).await?;
-        for ts in tenants {
-            let usage_now: Vec<&str> = rows
-                .iter()
-                .filter(|r| r.0 == ts.tenant_id && r.3)
-                .filter(|r| sessions.get(&(r.0, r.1.as_str())) == Some(&true))
-                .map(|r| r.1.as_str())
-                .collect();
-            wrote += write_usage(tx, ts.tenant_id, &usage_now).await?;
-        }
-    }
-    for ts in tenants {
-        let mut mine: Vec<&str> = devices
+        let usage_now: Vec<(Uuid, &str)> = rows
             .iter()
-            .filter(|d| d.0 == ts.tenant_id)
-            .map(|d| d.1)
+            .filter(|r| r.3 && sessions.get(&(r.0, r.1.as_str())) == Some(&true))
+            .map(|r| (r.0, r.1.as_str()))
             .collect();
-        mine.sort_unstable();
-        mine.dedup();
-        if !mine.is_empty() {
-            wrote += device_online(tx, ts.tenant_id, &mine, xid).await?;
-        }
+        wrote += write_usage(tx, &usage_now).await?;
+    }
+    if !devices.is_empty() {
+        wrote += device_online(tx, &devices, xid).await?;
     }
     t.wrote += wrote;
     Ok(())
@@ -276,62 +262,92 @@ async fn write_status(
     Ok(done.rows_affected())
 }
 
-/// The sessions' usage totals (this transaction's rollups included), at their stream positions: one
-/// tenant per statement, as for [`device_online`]. Both read distributed tables and insert the rows
-/// they find; with the tenant as a parameter Citus runs them on that tenant's worker alone (a form
-/// taking several tenants' rows from arrays let Citus push the insert down to every shard once the
-/// statement's plan went generic: the Citus suite's one-worker-per-transaction test caught it).
+/// `tenant_id` filter of a statement that reads distributed tables, with the tenants as parameter `$n`:
+/// `= $n` for one tenant — Citus routes that to the tenant's shard (it does not prune on `= ANY` of a
+/// parameter, and a group on Citus has one tenant) — and `= ANY($n)` for several.
+fn tenant_in(tenants: &[Uuid], n: u8) -> String {
+    if tenants.len() == 1 {
+        format!("= ${n}")
+    } else {
+        format!("= ANY(${n})")
+    }
+}
+
+/// Binds the tenants as [`tenant_in`] names them.
+fn bind_tenants<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    tenants: &'q [Uuid],
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    if tenants.len() == 1 {
+        q.bind(tenants[0])
+    } else {
+        q.bind(tenants)
+    }
+}
+
+/// The sessions' usage totals (this transaction's rollups included), at their stream positions; one
+/// statement for all the group's tenants (`sessions` sorted), rows in (tenant, session) order.
 async fn write_usage(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    sessions: &[&str],
+    sessions: &[(Uuid, &str)],
 ) -> Result<u64, sqlx::Error> {
     if sessions.is_empty() {
         return Ok(0);
     }
-    let totals = session_totals("$1");
-    let done = sqlx::query(&format!(
+    let (ids, sids): (Vec<Uuid>, Vec<&str>) = sessions.iter().copied().unzip();
+    let mut tenants = ids.clone();
+    tenants.dedup();
+    let tenant = tenant_in(&tenants, 3);
+    let totals = session_totals(&tenant);
+    let sql = format!(
         "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
-         SELECT $1, s.last_xid, 'usage', s.user_id,
+         SELECT s.tenant_id, s.last_xid, 'usage', s.user_id,
              jsonb_build_object('session_id', s.session_id) || u.totals
-         FROM stream_sessions s CROSS JOIN LATERAL ({totals}) u
-         WHERE s.tenant_id = $1 AND s.session_id = ANY($2)
-         ORDER BY s.session_id"
-    ))
-    .bind(tenant_id)
-    .bind(sessions)
-    .execute(&mut **tx)
-    .await?;
+         FROM unnest($1::uuid[], $2::text[]) AS x(t, id)
+         JOIN stream_sessions s ON s.tenant_id = x.t AND s.session_id = x.id
+         CROSS JOIN LATERAL ({totals}) u
+         WHERE s.tenant_id {tenant}
+         ORDER BY s.tenant_id, s.session_id"
+    );
+    let q = sqlx::query(&sql).bind(&ids).bind(&sids);
+    let done = bind_tenants(q, &tenants).execute(&mut **tx).await?;
     Ok(done.rows_affected())
 }
 
-/// `online: true` for each device the stream last said offline, or never spoke of (one statement, rows
-/// in device order).
+/// `online: true` for each device the stream last said offline, or never spoke of; one statement for
+/// all the group's tenants, rows in (tenant, device) order.
 async fn device_online(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    devices: &[&str],
+    devices: &[(Uuid, &str)],
     xid: i64,
 ) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(
+    let mut devices = devices.to_vec();
+    devices.sort_unstable();
+    devices.dedup();
+    let (ids, dids): (Vec<Uuid>, Vec<&str>) = devices.into_iter().unzip();
+    let mut tenants = ids.clone();
+    tenants.dedup();
+    let tenant = tenant_in(&tenants, 4);
+    let sql = format!(
         "WITH up AS (
              INSERT INTO stream_devices AS d (tenant_id, device_id, user_id, online, last_xid)
-             SELECT $1, v.device_id, v.user_id, true, $3
-             FROM devices v WHERE v.tenant_id = $1 AND v.device_id = ANY($2) ORDER BY v.device_id
+             SELECT v.tenant_id, v.device_id, v.user_id, true, $3
+             FROM unnest($1::uuid[], $2::text[]) AS x(t, id)
+             JOIN devices v ON v.tenant_id = x.t AND v.device_id = x.id
+             WHERE v.tenant_id {tenant}
+             ORDER BY v.tenant_id, v.device_id
              ON CONFLICT (tenant_id, device_id) DO UPDATE
                  SET online = true, last_xid = GREATEST(d.last_xid, EXCLUDED.last_xid)
                  WHERE NOT d.online
-             RETURNING device_id, user_id, last_xid)
+             RETURNING tenant_id, device_id, user_id, last_xid)
          INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
-         SELECT $1, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id', up.device_id,
-             'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
-         FROM up JOIN devices v ON v.tenant_id = $1 AND v.device_id = up.device_id",
-    )
-    .bind(tenant_id)
-    .bind(devices)
-    .bind(xid)
-    .execute(&mut **tx)
-    .await?;
+         SELECT up.tenant_id, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id',
+             up.device_id, 'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
+         FROM up JOIN devices v ON v.tenant_id = up.tenant_id AND v.device_id = up.device_id
+         WHERE v.tenant_id {tenant}"
+    );
+    let q = sqlx::query(&sql).bind(&ids).bind(&dids).bind(xid);
+    let done = bind_tenants(q, &tenants).execute(&mut **tx).await?;
     Ok(done.rows_affected())
 }
 
@@ -392,8 +408,8 @@ async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Er
     .bind(UPKEEP_LIMIT)
     .fetch_all(&mut *tx)
     .await?;
-    let due: Vec<&str> = due.iter().map(String::as_str).collect();
-    let done = write_usage(&mut tx, tenant, &due).await?;
+    let due: Vec<(Uuid, &str)> = due.iter().map(|s| (tenant, s.as_str())).collect();
+    let done = write_usage(&mut tx, &due).await?;
     if done > 0 {
         notify(&mut *tx).await?;
     }
