@@ -14,6 +14,7 @@
 //! The cap is therefore enforced within one submission's size; SQLite reuses the freed space.
 
 use serde::Serialize;
+use uuid::Uuid;
 
 use super::counters::{Counter, DropReason};
 use super::durations;
@@ -137,16 +138,25 @@ fn try_make_room(
 }
 
 /// Deletes the oldest pending events until about `need` bytes are freed. Returns how many.
+///
+/// Events in flight (claimed by a push that has not settled) are passed over: the ingest may already
+/// have stored them, and one evicted then would be counted, and reported upstream, as dropped while the
+/// cloud has it (seen as one event too many in the cloud under load). The outbox may stay over its cap
+/// by what is in flight until the push settles.
 fn try_evict(ctx: &mut Ctx<'_>, need: u64) -> rusqlite::Result<u64> {
     let mut victims = Vec::new();
     let mut freed = 0u64;
     {
-        let mut stmt = ctx
-            .conn
-            .prepare_cached("SELECT seq, bytes FROM events WHERE state = 0 ORDER BY seq")?;
+        let mut stmt = ctx.conn.prepare_cached(
+            "SELECT seq, bytes, event_id FROM events WHERE state = 0 ORDER BY seq",
+        )?;
         let mut rows = stmt.query([])?;
         while let Some(row) = rows.next()? {
             let (seq, bytes): (i64, i64) = (row.get(0)?, row.get(1)?);
+            let id = Uuid::from_slice(&row.get::<_, Vec<u8>>(2)?).unwrap_or_default();
+            if ctx.state.is_in_flight(&id, ctx.delta) {
+                continue;
+            }
             victims.push((seq, bytes));
             freed += bytes as u64 + ROW_OVERHEAD;
             if freed >= need {

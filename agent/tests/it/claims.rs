@@ -109,3 +109,52 @@ async fn after_a_restart_everything_unsettled_is_claimable_again_and_nothing_twi
     );
     outbox.close().await;
 }
+
+/// Under `drop_oldest`, eviction passes over the events a push has in flight: they may already be in
+/// the cloud, and evicting one would count (and report upstream) as dropped an event that was
+/// delivered. The push's acknowledgement then settles every one of them.
+#[tokio::test]
+async fn eviction_passes_over_the_events_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = OutboxSettings {
+        max_bytes: 64 * 1024,
+        overflow: apiary_agent::outbox::Overflow::DropOldest,
+        ..OutboxSettings::default()
+    };
+    let outbox = support::open(dir.path(), settings);
+    outbox.set_sync(enable(false)).await.unwrap();
+    outbox
+        .submit((0..10).map(support::event).collect())
+        .await
+        .unwrap();
+    let in_flight = outbox.claim(TEN).await.unwrap();
+    assert_eq!(in_flight.ids(), ids(0..10));
+    // Far more than the cap: the oldest pending events go, but not the ten in flight.
+    for k in 0..40u128 {
+        let from = 10 + k * 100;
+        outbox
+            .submit((from..from + 100).map(support::event).collect())
+            .await
+            .unwrap();
+    }
+    let st = outbox.status().await.unwrap().stored;
+    assert!(st.counters.evicted > 0, "{:?}", st.counters);
+    let report = outbox
+        .ack(
+            in_flight
+                .ids()
+                .into_iter()
+                .map(|i| (i, apiary_agent::outbox::Delivery::Delivered))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.settled, report.not_pending),
+        (10, 0),
+        "an event in flight was evicted"
+    );
+    let st = outbox.status().await.unwrap().stored;
+    assert!(st.balanced, "{:?}", st.counters);
+    outbox.close().await;
+}
