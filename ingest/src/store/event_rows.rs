@@ -17,6 +17,11 @@ pub struct EventRows {
     count: usize,
 }
 
+/// A time as COPY text, in microseconds cut (not rounded) as a bound `timestamptz` is stored.
+fn micros(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
 /// Appends one COPY text-format field: `\N` for NULL, else the value with backslash, tab, newline and
 /// carriage return escaped; then the separator (tab, or newline after the last field).
 fn copy_field(out: &mut String, v: Option<&str>, last: bool) {
@@ -48,11 +53,7 @@ impl EventRows {
 
     /// The rows pushed next belong to a batch of `tenant_id` received at `received_at`.
     pub fn batch(&mut self, tenant_id: Uuid, received_at: DateTime<Utc>) {
-        self.prefix = format!(
-            "{}\t{}\t",
-            tenant_id,
-            received_at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-        );
+        self.prefix = format!("{}\t{}\t", tenant_id, micros(&received_at));
     }
 
     pub fn push(
@@ -72,15 +73,16 @@ impl EventRows {
         let estimate = estimate.map(|n| n.to_string());
         let out = &mut self.text;
         out.push_str(&self.prefix);
-        // Times and the id are written in formats that need no escaping.
+        // Times and the id are written in formats that need no escaping. Times in microseconds, cut
+        // (`micros`): the server would round finer digits, while a bound timestamp (the event's key in
+        // `event_keys`, every other table) is cut — and a time rounded up across midnight would put the
+        // event in the next day's partition while its key stays in the day retention drops with it.
         let _ = write!(
             out,
             "{}\t{}\t{}\t",
-            e.effective_at
-                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            micros(&e.effective_at),
             ev.event_id,
-            ev.occurred_at
-                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            micros(&ev.occurred_at),
         );
         let fields = [
             Some(ev.kind.as_str()),
@@ -127,7 +129,15 @@ const COPY_EVENTS_SQL: &str = "COPY events (tenant_id, received_at, effective_at
 
 #[cfg(test)]
 mod tests {
-    use super::copy_field;
+    use super::{copy_field, micros};
+
+    #[test]
+    fn times_are_cut_to_microseconds_never_rounded_into_the_next_day() {
+        let t = chrono::DateTime::parse_from_rfc3339("2026-11-26T23:59:59.9999996Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(micros(&t), "2026-11-26T23:59:59.999999Z");
+    }
 
     #[test]
     fn copy_fields_escape_what_the_text_format_would_misread() {

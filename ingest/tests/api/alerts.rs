@@ -264,19 +264,41 @@ async fn budget_alerts_fire_once_per_threshold_through_two_replicas_and_resolve_
     .unwrap();
     assert_eq!((changes.fired, changes.resolved), (0, 2));
     receiver.wait_for(4).await;
-    let (status, alerts) = a.get(&t.read, "/v1/alerts").await;
-    assert_eq!(status, StatusCode::OK, "{alerts}");
-    let alerts = alerts["alerts"].as_array().unwrap();
-    assert_eq!(alerts.len(), 2);
-    for al in alerts {
-        assert_eq!(al["state"], "resolved");
-        let states: Vec<(&str, &str)> = al["notifications"]
-            .as_array()
-            .unwrap()
+    // The receiver has the four requests; each notification is marked delivered when its answer is
+    // back in the ingest, a moment later: read the alerts until they say so (or time out).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, alerts) = a.get(&t.read, "/v1/alerts").await;
+        assert_eq!(status, StatusCode::OK, "{alerts}");
+        let alerts = alerts["alerts"].as_array().unwrap();
+        assert_eq!(alerts.len(), 2);
+        let states: Vec<Vec<(String, String)>> = alerts
             .iter()
-            .map(|n| (n["event"].as_str().unwrap(), n["state"].as_str().unwrap()))
+            .map(|al| {
+                assert_eq!(al["state"], "resolved");
+                al["notifications"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| {
+                        let f = |k: &str| n[k].as_str().unwrap().to_string();
+                        (f("event"), f("state"))
+                    })
+                    .collect()
+            })
             .collect();
-        assert_eq!(states, [("firing", "delivered"), ("resolved", "delivered")]);
+        let want = |e: &str| (e.to_string(), "delivered".to_string());
+        if states
+            .iter()
+            .all(|s| *s == [want("firing"), want("resolved")])
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "notifications not all delivered: {states:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(receiver.delivered().len(), 4);
     assert!(receiver.delivered().values().all(|n| *n == 1));

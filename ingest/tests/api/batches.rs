@@ -207,3 +207,33 @@ async fn scopes_are_enforced(pool: sqlx::PgPool) {
         (StatusCode::UNAUTHORIZED, Some("unauthenticated"))
     );
 }
+
+/// An event a fraction of a microsecond before midnight is stored in that day's partition, with the
+/// same `effective_at` as its key in `event_keys`: the COPY text cuts times to microseconds as a bound
+/// timestamp is cut (the server rounded them, and rounding up crossed into the next day's partition, so
+/// retention would have dropped the key a day before the event — and a replay then counted it twice).
+#[sqlx::test(migrations = "../migrations")]
+async fn an_event_just_before_midnight_stays_in_its_day_with_its_key(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let day = (Utc::now() - Duration::days(1)).date_naive();
+    let at = format!("{day}T23:59:59.9999996Z");
+    let mut e = tool("q1", Utc::now(), false);
+    e["occurred_at"] = json!(at);
+    let b = batch(vec![e], vec![binding("q1", "alice")]);
+    let (s, v) = app.post_batch(&t.ingest, &b).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["accepted"], 1, "{v}");
+    let (stored, partition, key): (chrono::DateTime<Utc>, String, chrono::DateTime<Utc>) =
+        sqlx::query_as(
+            "SELECT e.effective_at, e.tableoid::regclass::text, k.effective_at
+             FROM events e JOIN event_keys k USING (tenant_id, event_id) WHERE e.tenant_id = $1",
+        )
+        .bind(t.id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, key, "the event and its key disagree on its time");
+    assert_eq!(partition, format!("events_{}", day.format("%Y%m%d")));
+    assert_eq!(stored.to_rfc3339(), format!("{day}T23:59:59.999999+00:00"));
+}
