@@ -264,8 +264,12 @@ impl Figures {
                     None => format!("{} (no finished run)", arm.name),
                 })
                 .collect();
-            let ratio = match (arms.len(), self.median(0, f), self.median(1, f)) {
-                (2, Some(base), Some(this)) => format!("   ratio {:.2}", this / base),
+            // Only with a baseline arm (arm 0): without one there is no arm 1 to ask.
+            let ratio = match arms.len() {
+                2 => match (self.median(0, f), self.median(1, f)) {
+                    (Some(base), Some(this)) => format!("   ratio {:.2}", this / base),
+                    _ => String::new(),
+                },
                 _ => String::new(),
             };
             println!("  {name:<32} {}{ratio}", values.join("   "));
