@@ -247,9 +247,9 @@ impl Figures {
         }
     }
 
-    /// None when no run of the arm gave the figure.
+    /// None when no run of the arm gave the figure, or there is no such arm (no baseline).
     fn median(&self, arm: usize, figure: usize) -> Option<f64> {
-        let v = &self.per_arm[arm][figure];
+        let v = self.per_arm.get(arm)?.get(figure)?;
         (!v.is_empty()).then(|| median(v.clone()))
     }
 
@@ -264,12 +264,8 @@ impl Figures {
                     None => format!("{} (no finished run)", arm.name),
                 })
                 .collect();
-            // Only with a baseline arm (arm 0): without one there is no arm 1 to ask.
-            let ratio = match arms.len() {
-                2 => match (self.median(0, f), self.median(1, f)) {
-                    (Some(base), Some(this)) => format!("   ratio {:.2}", this / base),
-                    _ => String::new(),
-                },
+            let ratio = match (arms.len(), self.median(0, f), self.median(1, f)) {
+                (2, Some(base), Some(this)) => format!("   ratio {:.2}", this / base),
                 _ => String::new(),
             };
             println!("  {name:<32} {}{ratio}", values.join("   "));

@@ -139,16 +139,7 @@ async fn eviction_passes_over_the_events_in_flight() {
     }
     let st = outbox.status().await.unwrap().stored;
     assert!(st.counters.evicted > 0, "{:?}", st.counters);
-    let report = outbox
-        .ack(
-            in_flight
-                .ids()
-                .into_iter()
-                .map(|i| (i, apiary_agent::outbox::Delivery::Delivered))
-                .collect(),
-        )
-        .await
-        .unwrap();
+    let report = support::deliver(&outbox, in_flight.ids()).await;
     assert_eq!(
         (report.settled, report.not_pending),
         (10, 0),

@@ -5,7 +5,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use apiary_agent::identity::IdentityDefaults;
-use apiary_agent::outbox::{Delivery, Item, Outbox, OutboxSettings, PreparedEvent, SyncChange};
+use apiary_agent::outbox::{
+    Delivery, Item, Outbox, OutboxSettings, PreparedEvent, SettleReport, SyncChange,
+};
 use apiary_schema::Policy;
 use uuid::Uuid;
 
@@ -43,11 +45,11 @@ pub async fn open_syncing(dir: &Path, n: u128) -> Outbox {
 }
 
 /// Acknowledges `ids` as delivered.
-pub async fn deliver(outbox: &Outbox, ids: Vec<Uuid>) {
+pub async fn deliver(outbox: &Outbox, ids: Vec<Uuid>) -> SettleReport {
     outbox
         .ack(ids.into_iter().map(|i| (i, Delivery::Delivered)).collect())
         .await
-        .unwrap();
+        .unwrap()
 }
 
 /// A synthetic kept event with a predictable id.

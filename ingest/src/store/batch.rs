@@ -30,7 +30,7 @@
 //!    heartbeat and the reported drops.
 //! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the
 //!    devices' liveness, in `stream_sessions` (sorted by tenant and session_id) then `stream_devices`
-//!    order (the usage totals and devices online one statement per tenant, [`super::stream::write_batches`]).
+//!    order.
 //!
 //! Steps 4–7 write tables no per-tenant step touches, so taking their locks in (step, tenant, key) order
 //! after every per-tenant step keeps one global lock order: with 10 tenants in a group of small batches

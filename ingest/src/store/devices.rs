@@ -86,9 +86,8 @@ pub async fn upsert(
     fn payload(d: &DeviceFacts) -> Option<&Heartbeat> {
         d.beat.as_ref().map(|b| &b.1)
     }
-    let ids: Vec<Uuid> = devices.iter().map(|d| d.tenant_id).collect();
     sqlx::query(UPSERT_SQL)
-        .bind(ids)
+        .bind(devices.iter().map(|d| d.tenant_id).collect::<Vec<_>>())
         .bind(col(&|d| Some(d.device_id.clone())))
         .bind(col(&|d| Some(d.user_id.clone())))
         .bind(at(&|d| Some(d.received_at)))

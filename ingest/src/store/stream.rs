@@ -167,14 +167,36 @@ pub async fn write_batches(
         // and RETURNING read "now" as `touched_at`, which the row gets from the SELECT's now(), and
         // add seconds with the immutable `apiary_add_seconds`: Citus refuses functions that are not
         // immutable in DO UPDATE SET (`timestamptz - interval` and now() are only stable).
-        let rows: Vec<(Uuid, String, i64, bool)> = sqlx::query_as(STREAM_SESSIONS_SQL)
-            .bind(&ids)
-            .bind(&sids)
-            .bind(&users)
-            .bind(&has_usage)
-            .bind(xid)
-            .fetch_all(&mut **tx)
-            .await?;
+        let rows: Vec<(Uuid, String, i64, bool)> = sqlx::query_as(
+            "INSERT INTO stream_sessions AS s (tenant_id, session_id, user_id, last_xid, touched_at,
+                 usage_sent_at)
+             SELECT u.t, u.id, u.usr, $5, now(),
+                 CASE WHEN u.usage THEN now() END
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[]) AS u(t, id, usr, usage)
+             ORDER BY u.t, u.id
+             ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+                 last_xid = GREATEST(s.last_xid, EXCLUDED.last_xid),
+                 touched_at = EXCLUDED.touched_at,
+                 usage_due_at = CASE
+                     WHEN EXCLUDED.usage_sent_at IS NULL THEN s.usage_due_at
+                     WHEN s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
+                         THEN COALESCE(s.usage_due_at, apiary_add_seconds(s.usage_sent_at, 1))
+                     ELSE NULL END,
+                 usage_sent_at = CASE
+                     WHEN EXCLUDED.usage_sent_at IS NULL
+                         OR s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
+                         THEN s.usage_sent_at
+                     ELSE EXCLUDED.usage_sent_at END
+             RETURNING tenant_id, session_id, last_xid,
+                 usage_sent_at IS NOT DISTINCT FROM touched_at AND usage_due_at IS NULL",
+        )
+        .bind(&ids)
+        .bind(&sids)
+        .bind(&users)
+        .bind(&has_usage)
+        .bind(xid)
+        .fetch_all(&mut **tx)
+        .await?;
         let xid_of: BTreeMap<(Uuid, &str), i64> =
             rows.iter().map(|r| ((r.0, r.1.as_str()), r.2)).collect();
         let mut transitions = Vec::new();
@@ -202,30 +224,6 @@ pub async fn write_batches(
     Ok(())
 }
 
-/// The sessions' stream positions (see [`write_batches`]).
-const STREAM_SESSIONS_SQL: &str =
-    "INSERT INTO stream_sessions AS s (tenant_id, session_id, user_id, last_xid, touched_at,
-        usage_sent_at)
-    SELECT u.t, u.id, u.usr, $5, now(),
-        CASE WHEN u.usage THEN now() END
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[]) AS u(t, id, usr, usage)
-    ORDER BY u.t, u.id
-    ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-        last_xid = GREATEST(s.last_xid, EXCLUDED.last_xid),
-        touched_at = EXCLUDED.touched_at,
-        usage_due_at = CASE
-            WHEN EXCLUDED.usage_sent_at IS NULL THEN s.usage_due_at
-            WHEN s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
-                THEN COALESCE(s.usage_due_at, apiary_add_seconds(s.usage_sent_at, 1))
-            ELSE NULL END,
-        usage_sent_at = CASE
-            WHEN EXCLUDED.usage_sent_at IS NULL
-                OR s.usage_sent_at > apiary_add_seconds(EXCLUDED.touched_at, -1)
-                THEN s.usage_sent_at
-            ELSE EXCLUDED.usage_sent_at END
-    RETURNING tenant_id, session_id, last_xid,
-        usage_sent_at IS NOT DISTINCT FROM touched_at AND usage_due_at IS NULL";
-
 /// The transitions (tenant, stream position, user, transition), in order.
 async fn write_status(
     tx: &mut Transaction<'_, Postgres>,
@@ -247,18 +245,19 @@ async fn write_status(
         users.push(*user);
         data.push(serde_json::to_string(t).expect("a transition serialises"));
     }
-    const SQL: &str = "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
+    let done = sqlx::query(
+        "INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT u.t, u.xid, 'status', u.usr, u.data::jsonb
          FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[]) WITH ORDINALITY
              AS u(t, xid, usr, data, n)
-         ORDER BY u.n";
-    let done = sqlx::query(SQL)
-        .bind(&ids)
-        .bind(&xids)
-        .bind(&users)
-        .bind(&data)
-        .execute(&mut **tx)
-        .await?;
+         ORDER BY u.n",
+    )
+    .bind(&ids)
+    .bind(&xids)
+    .bind(&users)
+    .bind(&data)
+    .execute(&mut **tx)
+    .await?;
     Ok(done.rows_affected())
 }
 
