@@ -58,6 +58,7 @@ pub mod prices;
 pub mod quota;
 pub mod scrub;
 pub mod status;
+pub mod timefmt;
 pub mod usage;
 pub mod work;
 

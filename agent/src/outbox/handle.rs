@@ -145,6 +145,7 @@ impl Outbox {
             policy_hash: policy.hash().to_string(),
             attach_durations: durations::policy_allows(policy),
             open_tool_starts: durations::count(&conn)?,
+            journal: super::journal::JournalState::load(&conn)?,
             defaults,
             ..WriterState::default()
         };
@@ -165,6 +166,7 @@ impl Outbox {
             wal: wal.clone(),
             live: live.clone(),
             stream_due: true,
+            reaper: super::writer::Reaper::spawn(),
         };
         let thread = std::thread::Builder::new()
             .name("outbox-writer".into())
@@ -608,7 +610,7 @@ impl Outbox {
     /// Finishes the queued work, stops the writer thread and waits for it.
     pub async fn close(&self) {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.send(Box::new(Close(tx))).is_ok() {
+        if self.send(Box::new(Close(Some(tx)))).is_ok() {
             let _ = rx.await;
         }
         self.inner

@@ -2,7 +2,8 @@
 //! outbox, so the desktop sees status, history and time in state with sync off or air-gapped.
 //!
 //! Every group commit pushes its new events (in `occurred_at` order, the same order and inputs the ingest
-//! folds) into each session's [`Tracker`] (`session_health`) and applies the returned [`Update`] to
+//! folds) into each session's [`Tracker`] (`session_health` with the fold journal replayed on top, see
+//! [`super::journal`]: the group journals its inputs instead of writing the tracker back) and applies the returned [`Update`] to
 //! `status_transitions` (drop `seq >= first_seq` when a late event changed them, insert the new ones), in the group's
 //! transaction. Reads let time pass up to now ([`view`]); the device is this machine, so it is never
 //! `offline` here. The agent folds with the default thresholds (`stall_after` 300 s), the ingest's
@@ -36,12 +37,6 @@ pub(crate) fn flush(
             None => load(conn, session)?.unwrap_or_default(),
         };
         let update = tracker.push(new.iter().cloned(), &rules);
-        let json = serde_json::to_string(&tracker).expect("a tracker serialises");
-        conn.prepare_cached(
-            "INSERT INTO session_health (session_id, tracker) VALUES (?1, ?2)
-             ON CONFLICT(session_id) DO UPDATE SET tracker = ?2",
-        )?
-        .execute(params![session, json])?;
         if update.replaces {
             conn.prepare_cached(
                 "DELETE FROM status_transitions WHERE session_id = ?1 AND seq >= ?2",
@@ -68,18 +63,34 @@ pub(crate) fn flush(
     Ok(())
 }
 
-fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Tracker>> {
+/// A session's tracker: its stored row with the fold journal replayed (None: no input of it was ever
+/// committed).
+pub(crate) fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Tracker>> {
     let json: Option<String> = conn
         .prepare_cached("SELECT tracker FROM session_health WHERE session_id = ?1")?
         .query_row([session], |r| r.get(0))
         .optional()?;
-    Ok(json.map(|j| match serde_json::from_str(&j) {
+    let stored = json.map(|j| match serde_json::from_str(&j) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(session, error = %e, "unreadable session_health row; starting it over");
             Tracker::default()
         }
-    }))
+    });
+    let mut tracker = stored.clone().unwrap_or_default();
+    let journaled = super::journal::replay_health(conn, session, &mut tracker)?;
+    Ok((stored.is_some() || journaled).then_some(tracker))
+}
+
+/// Writes a session's tracker back (the fold journal's compaction).
+pub(crate) fn store(conn: &Connection, session: &str, tracker: &Tracker) -> rusqlite::Result<()> {
+    let json = serde_json::to_string(tracker).expect("a tracker serialises");
+    conn.prepare_cached(
+        "INSERT INTO session_health (session_id, tracker) VALUES (?1, ?2)
+         ON CONFLICT(session_id) DO UPDATE SET tracker = ?2",
+    )?
+    .execute(params![session, json])?;
+    Ok(())
 }
 
 /// The `crashed` transition the runtime found gone at `gone_at` gives `session` at `now` (None when it

@@ -95,8 +95,9 @@ pub(crate) struct Row {
     parent_session_id: Option<String>,
     first_seen_ms: i64,
     last_ms: Option<i64>,
-    tracker: Option<String>,
-    work: Option<String>,
+    /// The stored folds with the fold journal replayed ([`with_journal`]).
+    tracker: Tracker,
+    work: Work,
     own: Totals,
 }
 
@@ -121,8 +122,14 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         parent_session_id: r.get(3)?,
         first_seen_ms: r.get(4)?,
         last_ms: r.get(5)?,
-        tracker: r.get(6)?,
-        work: r.get(7)?,
+        tracker: r
+            .get::<_, Option<String>>(6)?
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default(),
+        work: r
+            .get::<_, Option<String>>(7)?
+            .and_then(|w| serde_json::from_str(&w).ok())
+            .unwrap_or_default(),
         own: Totals {
             input_tokens: n(8)?,
             output_tokens: n(9)?,
@@ -139,6 +146,15 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     })
 }
 
+/// The rows with their sessions' journaled pushes replayed onto the stored folds ([`super::journal`]).
+fn with_journal(conn: &Connection, mut rows: Vec<Row>) -> rusqlite::Result<Vec<Row>> {
+    for r in &mut rows {
+        let pushes = super::journal::of_session(conn, &r.session_id)?;
+        super::journal::apply(&pushes, &mut r.tracker, &mut r.work);
+    }
+    Ok(rows)
+}
+
 fn ms(t: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(t).unwrap_or_default()
 }
@@ -147,13 +163,6 @@ impl Row {
     /// The sort key: the last event's time, else the first-seen time (Unix ms).
     fn key_ms(&self) -> i64 {
         self.last_ms.unwrap_or(self.first_seen_ms)
-    }
-
-    fn tracker(&self) -> Tracker {
-        self.tracker
-            .as_deref()
-            .and_then(|t| serde_json::from_str(t).ok())
-            .unwrap_or_default()
     }
 
     /// The status at `now` with the runtime overlay.
@@ -167,7 +176,7 @@ impl Row {
         gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
     ) -> (apiary_schema::status::View, Option<DateTime<Utc>>) {
         let rules = Rules::default();
-        let h = self.tracker().current(&rules);
+        let h = self.tracker.current(&rules);
         let live = Liveness {
             runtime_gone_at: gone(&self.session_id),
             ..Liveness::local(now)
@@ -182,11 +191,7 @@ impl Row {
         gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
     ) -> SessionBody {
         let (v, progress_at) = self.view(now, gone);
-        let work: Work = self
-            .work
-            .as_deref()
-            .and_then(|w| serde_json::from_str(w).ok())
-            .unwrap_or_default();
+        let work = &self.work;
         SessionBody {
             session_id: self.session_id.clone(),
             user_id: self.user_id.clone(),
@@ -279,6 +284,7 @@ pub fn list(
                 row,
             )?
             .collect::<rusqlite::Result<_>>()?;
+        let rows = with_journal(conn, rows)?;
         let exhausted = (rows.len() as i64) < fetch;
         let mut last = None;
         for r in rows {
@@ -349,6 +355,7 @@ pub fn tree(
         .prepare_cached(&sql)?
         .query_map([root], row)?
         .collect::<rusqlite::Result<_>>()?;
+    let rows = with_journal(conn, rows)?;
     let by_id: HashMap<&str, &Row> = rows.iter().map(|r| (r.session_id.as_str(), r)).collect();
     let mut children: HashMap<&str, Vec<&Row>> = HashMap::new();
     for r in &rows {

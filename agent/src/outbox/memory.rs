@@ -123,6 +123,9 @@ pub(crate) struct WriterState {
     pub open_tool_starts: i64,
     /// The last committed trackers and work folds of recently written sessions.
     pub folds: FoldCache,
+    /// The fold journal's size ([`super::journal`]); changed by the group as it writes (reloaded from
+    /// the table when a group fails).
+    pub journal: super::journal::JournalState,
 }
 
 /// Sessions' health trackers and work folds as last committed (the tables are the truth; only the

@@ -57,6 +57,7 @@ mod handle;
 mod health;
 mod intake;
 mod item;
+mod journal;
 mod listing;
 mod live;
 mod memory;

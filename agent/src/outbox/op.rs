@@ -17,8 +17,9 @@ use super::settings::OutboxSettings;
 pub(crate) trait Op: Send {
     /// Applies the op. May run more than once (a failed group is retried op by op).
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()>;
-    /// Delivers the result once the group's fate is known (`Ok` = committed and durable).
-    fn finish(self: Box<Self>, committed: Result<(), OutboxError>);
+    /// Delivers the result once the group's fate is known (`Ok` = committed and durable). The op itself
+    /// is dropped afterwards, off the writer thread (see [`super::writer::Reaper`]).
+    fn finish(&mut self, committed: Result<(), OutboxError>);
     /// Events this op carries, for sizing groups.
     fn weight(&self) -> usize {
         1
@@ -97,7 +98,7 @@ impl<T: Task> Op for Replying<T> {
     }
 
     /// Sends the task's answer if the group committed, else the group's error.
-    fn finish(mut self: Box<Self>, committed: Result<(), OutboxError>) {
+    fn finish(&mut self, committed: Result<(), OutboxError>) {
         let answer =
             committed.and_then(|()| self.answer.take().unwrap_or(Err(OutboxError::Closed)));
         if let Some(tx) = self.tx.take() {

@@ -46,6 +46,9 @@
 //! - `usage_by_time` (version 9): local usage sums per quarter-hour of event time, for "today" and
 //!   "this month" in any zone (see [`super::usage_time`]); `sent_events` (version 9): the last
 //!   [`super::sent::SENT_KEPT`] events the ingest acked, their redacted JSON as sent (see [`super::sent`]).
+//! - `session_health` and `session_work` are rowid tables since version 10 (their rows are too large
+//!   for a WITHOUT ROWID leaf); `fold_journal` (version 11): what each group pushed into those folds,
+//!   replayed on top of them until compacted (see [`super::journal`]).
 
 use rusqlite::{Connection, Transaction};
 
@@ -266,6 +269,38 @@ CREATE TABLE sent_events (
     duplicate   INTEGER NOT NULL, -- 1: the ingest answered that it already had it
     body        TEXT    NOT NULL  -- the redacted canonical event, as sent
 );
+"#),
+    // 10: `session_health` and `session_work` become rowid tables. Their rows (a tracker holds up to
+    // 32 pending inputs: 1-5 KiB of JSON) are larger than a WITHOUT ROWID leaf keeps inline (about
+    // 1 KiB on 4 KiB pages), so every update of one rewrote a chain of overflow pages; in a rowid table
+    // the row stays in its leaf page. Measured on a backfill of interleaved sessions, where each group
+    // commit rewrites one row of each per event (see the README's performance notes).
+    Sql(r#"
+CREATE TABLE session_health_v10 (
+    session_id TEXT PRIMARY KEY,
+    tracker    TEXT NOT NULL
+);
+INSERT INTO session_health_v10 (session_id, tracker) SELECT session_id, tracker FROM session_health;
+DROP TABLE session_health;
+ALTER TABLE session_health_v10 RENAME TO session_health;
+CREATE TABLE session_work_v10 (
+    session_id TEXT PRIMARY KEY,
+    work       TEXT NOT NULL
+);
+INSERT INTO session_work_v10 (session_id, work) SELECT session_id, work FROM session_work;
+DROP TABLE session_work;
+ALTER TABLE session_work_v10 RENAME TO session_work;
+"#),
+    // 11: the fold journal (see `journal`): per group and session, the health inputs and work facts the
+    // group pushed (JSON arrays), replayed on top of `session_health` / `session_work` until compacted.
+    Sql(r#"
+CREATE TABLE fold_journal (
+    seq        INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    health     TEXT,
+    work       TEXT
+);
+CREATE INDEX fold_journal_session ON fold_journal(session_id, seq);
 "#),
 ];
 

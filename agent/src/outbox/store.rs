@@ -90,11 +90,13 @@ pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>
 }
 
 /// Writes the group's counter and usage deltas, and folds its health inputs ([`super::health`]) and
-/// work facts ([`super::work`]), starting from `folds` for the sessions it holds.
+/// work facts ([`super::work`]), starting from `folds` for the sessions it holds, into the fold
+/// journal (compacting it when due, [`super::journal`]).
 pub(crate) fn flush_delta(
     conn: &Connection,
     delta: &mut Delta,
     folds: &super::memory::FoldCache,
+    journal: &mut super::journal::JournalState,
 ) -> rusqlite::Result<()> {
     let mut counters = conn.prepare_cached(
         "INSERT INTO counters (name, value) VALUES (?1, ?2)
@@ -145,6 +147,24 @@ pub(crate) fn flush_delta(
     super::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
     super::health::flush(conn, &delta.status, &folds.trackers, &mut delta.trackers)?;
     super::work::flush(conn, &delta.work, &folds.works, &mut delta.works)?;
+    super::journal::append(conn, &delta.status, &delta.work, journal)?;
+    if journal.due() {
+        // The folds as of this group: its own, else the writer's cache (current: every push goes
+        // through it), else read and replayed.
+        let trackers = &delta.trackers;
+        let works = &delta.works;
+        super::journal::compact(
+            conn,
+            journal,
+            &|s| {
+                trackers
+                    .get(s)
+                    .or(folds.trackers.get(s).map(|(_, t)| t))
+                    .cloned()
+            },
+            &|s| works.get(s).or(folds.works.get(s).map(|(_, w)| w)).cloned(),
+        )?;
+    }
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! tool calls, kept per session in `session_work` so the desktop sees them with sync off or air-gapped.
 //!
 //! Every group commit folds its new events (never duplicates: only events the commit inserted reach the
-//! delta) into each session's stored [`Work`], in the group's transaction. The fold is order-independent
+//! delta) into each session's [`Work`] and journals the facts in the group's transaction (the stored
+//! row is written back at the journal's compaction, see [`super::journal`]). The fold is order-independent
 //! and idempotent, so the agent and the ingest agree whatever order each received the events in.
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,28 +27,37 @@ pub(crate) fn flush(
         for f in new {
             work.fold_parts(&f.fact(), f.at);
         }
-        let json = serde_json::to_string(&work).expect("a session's work serialises");
-        conn.prepare_cached(
-            "INSERT INTO session_work (session_id, work) VALUES (?1, ?2)
-             ON CONFLICT(session_id) DO UPDATE SET work = ?2",
-        )?
-        .execute(params![session, json])?;
         written.insert(session.clone(), work);
     }
     Ok(())
 }
 
-/// A session's stored work, if any of its events was read by the fold.
+/// A session's work (its stored row with the fold journal replayed), if any of its events was read by
+/// the fold.
 pub fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Work>> {
     let json: Option<String> = conn
         .prepare_cached("SELECT work FROM session_work WHERE session_id = ?1")?
         .query_row([session], |r| r.get(0))
         .optional()?;
-    Ok(json.map(|j| match serde_json::from_str(&j) {
+    let stored = json.map(|j| match serde_json::from_str(&j) {
         Ok(w) => w,
         Err(e) => {
             tracing::warn!(session, error = %e, "unreadable session_work row; starting it over");
             Work::default()
         }
-    }))
+    });
+    let mut work = stored.clone().unwrap_or_default();
+    let journaled = super::journal::replay_work(conn, session, &mut work)?;
+    Ok((stored.is_some() || journaled).then_some(work))
+}
+
+/// Writes a session's work back (the fold journal's compaction).
+pub(crate) fn store(conn: &Connection, session: &str, work: &Work) -> rusqlite::Result<()> {
+    let json = serde_json::to_string(work).expect("a session's work serialises");
+    conn.prepare_cached(
+        "INSERT INTO session_work (session_id, work) VALUES (?1, ?2)
+         ON CONFLICT(session_id) DO UPDATE SET work = ?2",
+    )?
+    .execute(params![session, json])?;
+    Ok(())
 }

@@ -23,6 +23,7 @@ pub const ATTENTION_SIGNALS: [&str; 2] = ["escalation_requested", "input_blocked
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Alarm {
     pub cause: String,
+    #[serde(serialize_with = "crate::timefmt::time")]
     pub at: DateTime<Utc>,
 }
 
@@ -33,16 +34,20 @@ pub struct Health {
     /// The derived status; None before the first input.
     pub status: Option<Status>,
     /// When the current status began.
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub since: Option<DateTime<Utc>>,
     /// Why it began (a signal, a rule or the input that made progress).
     pub cause: Option<String>,
     /// Transitions emitted so far: the next one's `seq`.
     pub transitions: u64,
     /// The first input's time: the progress clock starts here.
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub first_at: Option<DateTime<Utc>>,
     /// The key of the last input folded.
+    #[serde(serialize_with = "crate::timefmt::opt_key")]
     pub last_key: Option<(DateTime<Utc>, Uuid)>,
     /// The last time the session made progress (see [`Health::apply`]).
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub progress_at: Option<DateTime<Utc>>,
     /// The latest lifecycle (`Step` is never kept here).
     pub run: Option<Run>,

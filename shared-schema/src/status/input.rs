@@ -16,6 +16,7 @@ use crate::event::{CanonicalEvent, EventKind};
 pub struct Input {
     /// The event's time (the agent: `occurred_at`; the ingest: `effective_at`, the same unless the
     /// device clock was corrected). Inputs are folded in `(at, id)` order.
+    #[serde(serialize_with = "crate::timefmt::time")]
     pub at: DateTime<Utc>,
     /// The event id: breaks ties between inputs of the same instant, the same way on every side.
     pub id: Uuid,

@@ -166,6 +166,7 @@ impl Default for Rules {
 pub struct Transition {
     /// Position in the session's history, from 0.
     pub seq: u64,
+    #[serde(serialize_with = "crate::timefmt::time")]
     pub at: DateTime<Utc>,
     /// None for the session's first status.
     pub from: Option<Status>,

@@ -65,6 +65,7 @@ pub const MAX_CALLS: usize = 32;
 /// Orders two writes of one fact: the event's time, then its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Stamp {
+    #[serde(serialize_with = "crate::timefmt::time")]
     pub at: DateTime<Utc>,
     pub id: Uuid,
 }
@@ -93,7 +94,9 @@ fn max_at(slot: &mut Option<DateTime<Utc>>, at: DateTime<Utc>) {
 /// One task's facts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskEntry {
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub first: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub last: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Lww<String>>,
@@ -109,6 +112,7 @@ pub struct TriggerEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Lww<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub last_fired_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fire_count: Option<u64>,
@@ -122,8 +126,10 @@ pub struct CallEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "crate::timefmt::opt_time")]
     pub completed_at: Option<DateTime<Utc>>,
 }
 
@@ -185,13 +191,15 @@ pub struct Fact<'a> {
 }
 
 /// An owned copy of what the fold reads of one session event, at its effective time (the agent's writer
-/// folds it once the commit knows the event is new).
-#[derive(Debug, Clone, PartialEq)]
+/// folds it once the commit knows the event is new, and journals it until the fold is written back).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OwnedFact {
     pub kind: EventKind,
     pub id: Uuid,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution_id: Option<String>,
     pub data: serde_json::Map<String, serde_json::Value>,
+    #[serde(serialize_with = "crate::timefmt::time")]
     pub at: DateTime<Utc>,
 }
 
