@@ -21,19 +21,20 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 /// Folds a group's new inputs (per session) into the stored trackers and history.
-/// `cache` holds the last committed trackers of recent sessions (read instead of the row); the trackers
-/// this group writes go to `written`, for the cache once the group commits.
+/// `cache` holds the last committed trackers of recent sessions (read instead of the row). A tracker the
+/// group pushes to is taken out of it (no copy) and goes to `written`, back into the cache once the
+/// group commits; if it fails, the cache simply lacks it and the next group reads it from the table.
 pub(crate) fn flush(
     conn: &Connection,
     inputs: &BTreeMap<String, Vec<Input>>,
-    cache: &HashMap<String, (u64, Tracker)>,
+    cache: &mut HashMap<String, (u64, Tracker)>,
     written: &mut HashMap<String, Tracker>,
 ) -> rusqlite::Result<()> {
     let rules = Rules::default();
     let now_ms = Utc::now().timestamp_millis();
     for (session, new) in inputs {
-        let mut tracker = match cache.get(session) {
-            Some((_, t)) => t.clone(),
+        let mut tracker = match cache.remove(session) {
+            Some((_, t)) => t,
             None => load(conn, session)?.unwrap_or_default(),
         };
         let update = tracker.push(new.iter().cloned(), &rules);

@@ -14,27 +14,27 @@
 //! per event, half of all the agent wrote. A journal row is the group's few inputs for one session
 //! (~150 bytes), appended.
 //!
-//! Compaction writes every journaled session's current fold back and empties the journal, in the
-//! group's transaction, once the journal holds [`COMPACT_ROWS`] rows or [`COMPACT_PER_SESSION`] rows
-//! per session on average (which bounds what a read replays). A crash at any point leaves the stored
-//! rows and the journal of one commit: nothing to repair.
+//! Compaction writes folds back and deletes their journal rows, in the group's transaction: a session's
+//! once it has [`SESSION_ROWS`] rows (which bounds what a read of it replays), the whole journal once it
+//! holds [`COMPACT_ROWS`] rows (which bounds its size). A crash at any point leaves the stored rows and
+//! the journal of one commit: nothing to repair.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::status::{Input, Rules, Tracker};
 use apiary_schema::work::{OwnedFact, Work};
 use rusqlite::{params, Connection};
 
-/// The journal is compacted once it holds this many rows.
-pub const COMPACT_ROWS: i64 = 16_384;
-/// Or once it holds this many rows per journaled session on average (a read replays that many pushes).
-pub const COMPACT_PER_SESSION: i64 = 32;
+/// The whole journal is compacted once it holds this many rows (bounds its size).
+pub const COMPACT_ROWS: i64 = 65_536;
+/// A session's rows are compacted once it has this many (bounds what a read of it replays).
+pub const SESSION_ROWS: u32 = 64;
 
-/// What the writer knows of the journal without reading it.
+/// What the writer knows of the journal without reading it: its rows, per session.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct JournalState {
     pub rows: i64,
-    pub sessions: std::collections::HashSet<String>,
+    pub per_session: HashMap<String, u32>,
 }
 
 impl JournalState {
@@ -46,15 +46,25 @@ impl JournalState {
         for row in rows {
             let (session, n) = row?;
             state.rows += n;
-            state.sessions.insert(session);
+            state
+                .per_session
+                .insert(session, n.clamp(0, u32::MAX as i64) as u32);
         }
         Ok(state)
     }
 
-    /// Whether the journal is due for compaction.
+    /// Whether the whole journal is due for compaction.
     pub fn due(&self) -> bool {
         self.rows >= COMPACT_ROWS
-            || self.rows >= COMPACT_PER_SESSION * self.sessions.len().max(1) as i64
+    }
+
+    /// The sessions due for compaction of their own rows.
+    fn sessions_due(&self) -> Vec<String> {
+        self.per_session
+            .iter()
+            .filter(|(_, n)| **n >= SESSION_ROWS)
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 }
 
@@ -81,8 +91,11 @@ pub(crate) fn append(
             .map(|f| serde_json::to_string(f).expect("work facts serialise"));
         insert.execute(params![session, health, facts])?;
         journal.rows += 1;
-        if !journal.sessions.contains(session.as_str()) {
-            journal.sessions.insert(session.clone());
+        match journal.per_session.get_mut(session.as_str()) {
+            Some(n) => *n += 1,
+            None => {
+                journal.per_session.insert(session.clone(), 1);
+            }
         }
     }
     Ok(())
@@ -174,50 +187,87 @@ pub(crate) fn apply(pushes: &Pushes, tracker: &mut Tracker, work: &mut Work) {
     }
 }
 
-/// Writes every journaled session's current folds back and empties the journal. `current` gives a
-/// session's fold as of this group when the writer holds it (else it is read and replayed).
-pub(crate) fn compact(
+/// A session's fold as of this group, when the writer holds it (else it is read and replayed).
+pub(crate) type Current<'a, T> = &'a dyn Fn(&str) -> Option<T>;
+
+/// Compacts what is due: the whole journal past [`COMPACT_ROWS`] rows, else the rows of each session
+/// past [`SESSION_ROWS`]. The folds are written back and their journal rows deleted.
+pub(crate) fn compact_due(
     conn: &Connection,
     journal: &mut JournalState,
-    tracker_of: &dyn Fn(&str) -> Option<Tracker>,
-    work_of: &dyn Fn(&str) -> Option<Work>,
+    tracker_of: Current<'_, Tracker>,
+    work_of: Current<'_, Work>,
 ) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT session_id, max(health IS NOT NULL), max(work IS NOT NULL)
-         FROM fold_journal GROUP BY session_id",
-    )?;
-    let sessions: Vec<(String, bool, bool)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (session, health, work) in &sessions {
-        if *health {
-            let tracker = match tracker_of(session) {
-                Some(t) => Some(t),
-                None => super::health::load(conn, session)?,
-            };
-            if let Some(t) = tracker {
-                super::health::store(conn, session, &t)?;
-            }
+    if journal.due() {
+        let mut stmt = conn.prepare_cached(
+            "SELECT session_id, max(health IS NOT NULL), max(work IS NOT NULL)
+             FROM fold_journal GROUP BY session_id",
+        )?;
+        let sessions: Vec<(String, bool, bool)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (session, health, work) in &sessions {
+            write_back(conn, session, *health, *work, tracker_of, work_of)?;
         }
-        if *work {
-            let w = match work_of(session) {
-                Some(w) => Some(w),
-                None => super::work::load(conn, session)?,
-            };
-            if let Some(w) = w {
-                super::work::store(conn, session, &w)?;
-            }
+        conn.prepare_cached("DELETE FROM fold_journal")?
+            .execute([])?;
+        tracing::debug!(
+            sessions = sessions.len(),
+            rows = journal.rows,
+            "fold journal compacted"
+        );
+        journal.rows = 0;
+        journal.per_session.clear();
+        return Ok(());
+    }
+    for session in journal.sessions_due() {
+        let (health, work): (bool, bool) = conn
+            .prepare_cached(
+                "SELECT max(health IS NOT NULL), max(work IS NOT NULL) FROM fold_journal
+                 WHERE session_id = ?1",
+            )?
+            .query_row([&session], |r| {
+                Ok((
+                    r.get::<_, Option<bool>>(0)?.unwrap_or(false),
+                    r.get::<_, Option<bool>>(1)?.unwrap_or(false),
+                ))
+            })?;
+        write_back(conn, &session, health, work, tracker_of, work_of)?;
+        let n = conn
+            .prepare_cached("DELETE FROM fold_journal WHERE session_id = ?1")?
+            .execute([&session])?;
+        journal.rows -= n as i64;
+        journal.per_session.remove(&session);
+    }
+    Ok(())
+}
+
+fn write_back(
+    conn: &Connection,
+    session: &str,
+    health: bool,
+    work: bool,
+    tracker_of: Current<'_, Tracker>,
+    work_of: Current<'_, Work>,
+) -> rusqlite::Result<()> {
+    if health {
+        let tracker = match tracker_of(session) {
+            Some(t) => Some(t),
+            None => super::health::load(conn, session)?,
+        };
+        if let Some(t) = tracker {
+            super::health::store(conn, session, &t)?;
         }
     }
-    conn.prepare_cached("DELETE FROM fold_journal")?
-        .execute([])?;
-    tracing::debug!(
-        sessions = sessions.len(),
-        rows = journal.rows,
-        "fold journal compacted"
-    );
-    journal.rows = 0;
-    journal.sessions.clear();
+    if work {
+        let w = match work_of(session) {
+            Some(w) => Some(w),
+            None => super::work::load(conn, session)?,
+        };
+        if let Some(w) = w {
+            super::work::store(conn, session, &w)?;
+        }
+    }
     Ok(())
 }
 
@@ -337,17 +387,20 @@ mod tests {
             }
             // The writer's way, with no cache: every fold read back through the journal.
             let (mut trackers, mut works) = (HashMap::new(), HashMap::new());
-            super::super::health::flush(&conn, &status, &HashMap::new(), &mut trackers).unwrap();
-            super::super::work::flush(&conn, &facts, &HashMap::new(), &mut works).unwrap();
+            super::super::health::flush(&conn, &status, &mut HashMap::new(), &mut trackers)
+                .unwrap();
+            super::super::work::flush(&conn, &facts, &mut HashMap::new(), &mut works).unwrap();
             append(&conn, &status, &facts, &mut journal).unwrap();
-            if journal.due() {
-                compact(&conn, &mut journal, &|_| None, &|_| None).unwrap();
+            let before = journal.rows;
+            compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
+            let left: i64 = conn
+                .query_row("SELECT count(*) FROM fold_journal", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(left, journal.rows, "the state counts the table's rows");
+            if journal.rows < before {
                 compactions += 1;
-                let left: i64 = conn
-                    .query_row("SELECT count(*) FROM fold_journal", [], |r| r.get(0))
-                    .unwrap();
-                assert_eq!(left, 0);
             }
+            assert!(journal.per_session.values().all(|n| *n < SESSION_ROWS));
             for (s, (tracker, work)) in &model {
                 let read = super::super::health::load(&conn, s).unwrap();
                 assert_eq!(read.as_ref(), Some(tracker), "tracker of {s}");
@@ -389,23 +442,59 @@ mod tests {
     }
 
     #[test]
-    fn compaction_is_due_by_rows_or_rows_per_session() {
-        let mut j = JournalState::default();
-        assert!(!j.due());
-        j.sessions.insert("a".into());
-        j.rows = COMPACT_PER_SESSION - 1;
-        assert!(!j.due());
-        j.rows = COMPACT_PER_SESSION;
-        assert!(
-            j.due(),
-            "one session, many pushes: reads would replay them all"
-        );
-        for i in 0..10_000 {
-            j.sessions.insert(format!("s{i}"));
+    fn the_whole_journal_is_compacted_past_its_rows_and_a_session_past_its_own() {
+        let conn = conn();
+        let mut journal = JournalState::default();
+        let input = |n: u128| Input {
+            at: t0() + Duration::seconds(n as i64),
+            id: Uuid::from_u128(n),
+            what: What::Llm { ends_turn: true },
+            interactive: false,
+        };
+        // Many sessions, one push each per group: the journal fills before any session reaches its
+        // own bound.
+        const SESSIONS: usize = 2000;
+        assert!(COMPACT_ROWS / (SESSIONS as i64) < SESSION_ROWS as i64);
+        let mut n = 0u128;
+        while journal.rows < COMPACT_ROWS - SESSIONS as i64 {
+            let status: BTreeMap<String, Vec<Input>> = (0..SESSIONS)
+                .map(|s| {
+                    n += 1;
+                    (format!("s{s}"), vec![input(n)])
+                })
+                .collect();
+            append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+            compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
         }
-        j.rows = COMPACT_ROWS - 1;
-        assert!(!j.due());
-        j.rows = COMPACT_ROWS;
-        assert!(j.due());
+        assert!(journal.rows > 0 && journal.per_session.len() == SESSIONS);
+        let status: BTreeMap<String, Vec<Input>> = (0..SESSIONS)
+            .map(|s| (format!("s{s}"), vec![input(n + 1 + s as u128)]))
+            .collect();
+        append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+        compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
+        assert_eq!(
+            journal.rows, 0,
+            "past {COMPACT_ROWS} rows the whole journal goes"
+        );
+        let stored: i64 = conn
+            .query_row("SELECT count(*) FROM session_health", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, SESSIONS as i64);
+        // One session pushed to in every group: its own rows go at SESSION_ROWS, the others' stay.
+        for g in 0..SESSION_ROWS as u128 {
+            let mut status = BTreeMap::from([("hot".to_string(), vec![input(1_000_000 + g)])]);
+            if g == 0 {
+                status.insert("cold".into(), vec![input(2_000_000)]);
+            }
+            append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+            compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
+        }
+        assert_eq!(journal.rows, 1, "only the cold session's row is left");
+        assert!(!journal.per_session.contains_key("hot"));
+        let hot = super::super::health::load(&conn, "hot").unwrap().unwrap();
+        assert_eq!(
+            hot.current(&Rules::default()).last_key.map(|k| k.1),
+            Some(Uuid::from_u128(1_000_000 + SESSION_ROWS as u128 - 1))
+        );
     }
 }

@@ -128,10 +128,11 @@ pub(crate) struct WriterState {
     pub journal: super::journal::JournalState,
 }
 
-/// Sessions' health trackers and work folds as last committed (the tables are the truth; only the
-/// writer changes them, always through this cache): a group folds its new events into the cached value
-/// instead of reading and parsing the row again. Bounded: past [`FoldCache::MAX_SESSIONS`] sessions
-/// the older half is forgotten (read from the table again when next written).
+/// Sessions' health trackers and work folds as last committed (the tables with the fold journal
+/// replayed are the truth, see [`super::journal`]; only the writer changes them, always through this
+/// cache): a group takes the cached value out, folds its new events into it, and it comes back at the
+/// commit (a failed group leaves it out: read from the tables again). Bounded: past
+/// [`FoldCache::MAX_SESSIONS`] sessions the older half is forgotten (read again when next written).
 #[derive(Default)]
 pub(crate) struct FoldCache {
     pub trackers: HashMap<String, (u64, apiary_schema::status::Tracker)>,

@@ -95,7 +95,7 @@ pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>
 pub(crate) fn flush_delta(
     conn: &Connection,
     delta: &mut Delta,
-    folds: &super::memory::FoldCache,
+    folds: &mut super::memory::FoldCache,
     journal: &mut super::journal::JournalState,
 ) -> rusqlite::Result<()> {
     let mut counters = conn.prepare_cached(
@@ -145,26 +145,29 @@ pub(crate) fn flush_delta(
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
     super::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
-    super::health::flush(conn, &delta.status, &folds.trackers, &mut delta.trackers)?;
-    super::work::flush(conn, &delta.work, &folds.works, &mut delta.works)?;
+    super::health::flush(
+        conn,
+        &delta.status,
+        &mut folds.trackers,
+        &mut delta.trackers,
+    )?;
+    super::work::flush(conn, &delta.work, &mut folds.works, &mut delta.works)?;
     super::journal::append(conn, &delta.status, &delta.work, journal)?;
-    if journal.due() {
-        // The folds as of this group: its own, else the writer's cache (current: every push goes
-        // through it), else read and replayed.
-        let trackers = &delta.trackers;
-        let works = &delta.works;
-        super::journal::compact(
-            conn,
-            journal,
-            &|s| {
-                trackers
-                    .get(s)
-                    .or(folds.trackers.get(s).map(|(_, t)| t))
-                    .cloned()
-            },
-            &|s| works.get(s).or(folds.works.get(s).map(|(_, w)| w)).cloned(),
-        )?;
-    }
+    // The folds as of this group: its own, else the writer's cache (current: every push goes through
+    // it), else read and replayed.
+    let folds = &*folds;
+    let (trackers, works) = (&delta.trackers, &delta.works);
+    super::journal::compact_due(
+        conn,
+        journal,
+        &|s| {
+            trackers
+                .get(s)
+                .or(folds.trackers.get(s).map(|(_, t)| t))
+                .cloned()
+        },
+        &|s| works.get(s).or(folds.works.get(s).map(|(_, w)| w)).cloned(),
+    )?;
     Ok(())
 }
 

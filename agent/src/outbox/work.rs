@@ -16,12 +16,12 @@ use rusqlite::{params, Connection, OptionalExtension};
 pub(crate) fn flush(
     conn: &Connection,
     facts: &BTreeMap<String, Vec<OwnedFact>>,
-    cache: &HashMap<String, (u64, Work)>,
+    cache: &mut HashMap<String, (u64, Work)>,
     written: &mut HashMap<String, Work>,
 ) -> rusqlite::Result<()> {
     for (session, new) in facts {
-        let mut work = match cache.get(session) {
-            Some((_, w)) => w.clone(),
+        let mut work = match cache.remove(session) {
+            Some((_, w)) => w,
             None => load(conn, session)?.unwrap_or_default(),
         };
         for f in new {

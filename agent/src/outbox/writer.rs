@@ -214,7 +214,7 @@ impl Writer {
     /// A failed group may have counted journal rows it rolled back: count them again.
     fn reload_journal(&mut self) {
         self.state.journal = super::journal::JournalState::load(&self.conn).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot read the fold journal's size; compacting at the next group");
+            tracing::warn!(error = %e, "cannot read the fold journal's size; compacting it at the next group");
             super::journal::JournalState {
                 rows: super::journal::COMPACT_ROWS,
                 ..Default::default()
@@ -241,7 +241,12 @@ impl Writer {
         for job in jobs.iter_mut() {
             job.apply(&mut ctx)?;
         }
-        store::flush_delta(&tx, &mut delta, &self.state.folds, &mut self.state.journal)?;
+        store::flush_delta(
+            &tx,
+            &mut delta,
+            &mut self.state.folds,
+            &mut self.state.journal,
+        )?;
         let touched: std::collections::BTreeSet<&str> =
             delta.usage.keys().map(|(s, _)| s.as_str()).collect();
         self.stream_due = super::live::flush(&tx, touched, now_ms)?;
