@@ -520,6 +520,37 @@ proptest! {
     }
 
     #[test]
+    fn a_tracker_kept_in_memory_pushes_exactly_as_one_read_back_before_every_push(
+        ins in inputs(), seed in any::<u64>(), batch in 1usize..12, shuffle in any::<bool>(),
+    ) {
+        // In memory, a push of inputs that all come after the window folds only them (the fast path);
+        // read back, a tracker has no current health and replays its window. Same updates, same state.
+        let r = Rules::default();
+        let mut ins = ins;
+        if shuffle {
+            let mut s = seed;
+            for block in ins.chunks_mut(8) {
+                for i in (1..block.len()).rev() {
+                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    block.swap(i, (s >> 33) as usize % (i + 1));
+                }
+            }
+        }
+        let mut kept = Tracker::default();
+        let mut read = Tracker::default();
+        for chunk in ins.chunks(batch) {
+            let a = kept.push(chunk.iter().cloned(), &r);
+            let b = read.push(chunk.iter().cloned(), &r);
+            prop_assert_eq!(&a, &b);
+            prop_assert_eq!(&kept, &read);
+            let json = serde_json::to_string(&read).unwrap();
+            prop_assert_eq!(&serde_json::to_string(&kept).unwrap(), &json);
+            read = serde_json::from_str(&json).unwrap();
+        }
+        prop_assert_eq!(kept.current(&r), read.current(&r));
+    }
+
+    #[test]
     fn history_is_consistent_and_time_in_state_adds_up(ins in inputs(), extra in 0i64..2_000) {
         let r = Rules::default();
         let mut h = Health::default();

@@ -25,7 +25,7 @@ use super::{Rules, Transition};
 pub const REORDER_WINDOW: usize = 32;
 
 /// Settled health plus the re-order window. Serialisable (stored per session).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Tracker {
     pub settled: Health,
     /// Sorted by `(at, id)`, at most [`REORDER_WINDOW`] long, all after the settled horizon.
@@ -35,6 +35,19 @@ pub struct Tracker {
     /// store holds beyond the settled history, so the next push writes only what changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provisional: Vec<Transition>,
+    /// The health after every pending input, as the last push left it: a push whose inputs all come
+    /// after the window folds only them onto it ([`Tracker::push`]). Derived, so neither stored nor
+    /// compared: a tracker read back has none and its first push takes the full path.
+    #[serde(skip)]
+    current: Option<Health>,
+}
+
+impl PartialEq for Tracker {
+    fn eq(&self, other: &Tracker) -> bool {
+        self.settled == other.settled
+            && self.pending == other.pending
+            && self.provisional == other.provisional
+    }
 }
 
 /// What a push changes in the stored history: drop every transition with `seq >= first_seq` (only when
@@ -53,6 +66,71 @@ impl Tracker {
     /// Adds inputs (any order) and returns the history update. Callers pass each event once (both sides
     /// deduplicate by event id before this); a copy still in the window is ignored.
     pub fn push(&mut self, inputs: impl IntoIterator<Item = Input>, rules: &Rules) -> Update {
+        let mut inputs: Vec<Input> = inputs.into_iter().collect();
+        inputs.sort_by_key(Input::key);
+        if self.after_window(&inputs) {
+            return self.push_after(inputs, rules);
+        }
+        let update = self.push_any(inputs, rules);
+        self.current = Some(update.current.clone());
+        update
+    }
+
+    /// True when `sorted` inputs can be folded onto [`Tracker::current`] alone: there is one, they are
+    /// distinct and all come after the window (after the horizon when it is empty), so the full path
+    /// would put them at its end, in this order, and replay the same window before them.
+    fn after_window(&self, sorted: &[Input]) -> bool {
+        let Some(first) = sorted.first() else {
+            return false;
+        };
+        let last = self
+            .pending
+            .last()
+            .map(Input::key)
+            .or(self.settled.last_key);
+        self.current.is_some()
+            && last.is_none_or(|k| first.key() > k)
+            && sorted.windows(2).all(|w| w[0].key() < w[1].key())
+    }
+
+    /// The fast path of [`Tracker::push`] (see [`Tracker::after_window`]): the same tracker and update
+    /// as the full path. The window's transitions are the last push's `provisional` ones (the same inputs
+    /// replayed from the same settled health give the same transitions), so only the new inputs are
+    /// folded; the settled health advances over what leaves the window.
+    fn push_after(&mut self, sorted: Vec<Input>, rules: &Rules) -> Update {
+        let first_seq = self.settled.transitions;
+        let mut h = self.current.take().unwrap_or_else(|| self.current(rules));
+        let old = std::mem::take(&mut self.provisional);
+        let same = old.len();
+        let mut out = old;
+        for i in sorted {
+            h.apply(&i, rules, &mut out);
+            self.pending.push(i);
+        }
+        let overflow = self.pending.len().saturating_sub(REORDER_WINDOW);
+        let mut scratch = Vec::new();
+        for i in &self.pending[..overflow] {
+            self.settled.apply(i, rules, &mut scratch);
+        }
+        self.pending.drain(..overflow);
+        let settled_seq = self.settled.transitions;
+        self.provisional = out
+            .iter()
+            .filter(|t| t.seq >= settled_seq)
+            .cloned()
+            .collect();
+        self.current = Some(h.clone());
+        Update {
+            first_seq: first_seq + same as u64,
+            replaces: false,
+            transitions: out.split_off(same),
+            current: h,
+        }
+    }
+
+    /// The full path of [`Tracker::push`]: inputs put in their place in the window, which is replayed
+    /// from the settled health.
+    fn push_any(&mut self, inputs: Vec<Input>, rules: &Rules) -> Update {
         let first_seq = self.settled.transitions;
         let horizon = self.settled.last_key;
         for mut i in inputs {
