@@ -29,12 +29,18 @@ use rusqlite::{params, Connection};
 pub const COMPACT_ROWS: i64 = 65_536;
 /// A session's rows are compacted once it has this many (bounds what a read of it replays).
 pub const SESSION_ROWS: u32 = 64;
+/// A session to which a group pushes more than this many inputs and facts is written back at once
+/// instead of journaled: its row would be a large copy of the group's events (a 16 MiB body of one
+/// session's turns made a 5 MiB row), while its fold stays a few KiB.
+pub const LARGE_PUSH: usize = 256;
 
 /// What the writer knows of the journal without reading it: its rows, per session.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct JournalState {
     pub rows: i64,
     pub per_session: HashMap<String, u32>,
+    /// Sessions of this group's large pushes ([`LARGE_PUSH`]), to write back at once.
+    pub write_now: Vec<String>,
 }
 
 impl JournalState {
@@ -83,6 +89,12 @@ pub(crate) fn append(
     sessions.sort_unstable();
     sessions.dedup();
     for session in sessions {
+        let pushed =
+            status.get(session).map_or(0, Vec::len) + work.get(session).map_or(0, Vec::len);
+        if pushed > LARGE_PUSH {
+            journal.write_now.push(session.clone());
+            continue;
+        }
         let health = status
             .get(session)
             .map(|i| serde_json::to_string(i).expect("health inputs serialise"));
@@ -190,14 +202,24 @@ pub(crate) fn apply(pushes: &Pushes, tracker: &mut Tracker, work: &mut Work) {
 /// A session's fold as of this group, when the writer holds it (else it is read and replayed).
 pub(crate) type Current<'a, T> = &'a dyn Fn(&str) -> Option<T>;
 
-/// Compacts what is due: the whole journal past [`COMPACT_ROWS`] rows, else the rows of each session
-/// past [`SESSION_ROWS`]. The folds are written back and their journal rows deleted.
+/// Compacts what is due: the whole journal past [`COMPACT_ROWS`] rows, else the sessions of large
+/// pushes and the rows of each session past [`SESSION_ROWS`]. The folds are written back and their
+/// journal rows deleted.
 pub(crate) fn compact_due(
     conn: &Connection,
     journal: &mut JournalState,
     tracker_of: Current<'_, Tracker>,
     work_of: Current<'_, Work>,
 ) -> rusqlite::Result<()> {
+    for session in std::mem::take(&mut journal.write_now) {
+        // Its journal rows, if any, are in the fold written back.
+        write_back(conn, &session, true, true, tracker_of, work_of)?;
+        let n = conn
+            .prepare_cached("DELETE FROM fold_journal WHERE session_id = ?1")?
+            .execute([&session])?;
+        journal.rows -= n as i64;
+        journal.per_session.remove(&session);
+    }
     if journal.due() {
         let mut stmt = conn.prepare_cached(
             "SELECT session_id, max(health IS NOT NULL), max(work IS NOT NULL)
@@ -439,6 +461,63 @@ mod tests {
             assert_eq!(&t, tracker);
             assert_eq!(&w, work);
         }
+    }
+
+    #[test]
+    fn a_large_push_is_written_back_at_once_with_the_rows_before_it() {
+        let conn = conn();
+        let rules = Rules::default();
+        let mut journal = JournalState::default();
+        let input = |n: u128| Input {
+            at: t0() + Duration::seconds(n as i64),
+            id: Uuid::from_u128(n),
+            what: What::Llm {
+                ends_turn: n.is_multiple_of(3),
+            },
+            interactive: false,
+        };
+        let mut model = Tracker::default();
+        let mut push = |inputs: Vec<Input>, journal: &mut JournalState| {
+            model.push(inputs.iter().cloned(), &rules);
+            let status = BTreeMap::from([("s".to_string(), inputs)]);
+            let mut trackers = HashMap::new();
+            super::super::health::flush(&conn, &status, &mut HashMap::new(), &mut trackers)
+                .unwrap();
+            append(&conn, &status, &BTreeMap::new(), journal).unwrap();
+            compact_due(&conn, journal, &|s| trackers.get(s).cloned(), &|_| None).unwrap();
+            model.clone()
+        };
+        push(vec![input(1)], &mut journal);
+        push(vec![input(2)], &mut journal);
+        assert_eq!(journal.rows, 2);
+        let want = push(
+            (3..=3 + LARGE_PUSH as u128).map(input).collect(),
+            &mut journal,
+        );
+        assert_eq!(journal.rows, 0, "written back, the rows before it with it");
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM fold_journal", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 0);
+        assert_eq!(super::super::health::load(&conn, "s").unwrap(), Some(want));
+        // A first push that is large has no rows before it, and is written back all the same.
+        let status = BTreeMap::from([(
+            "new".to_string(),
+            (1000..1001 + LARGE_PUSH as u128)
+                .map(input)
+                .collect::<Vec<_>>(),
+        )]);
+        let mut trackers = HashMap::new();
+        super::super::health::flush(&conn, &status, &mut HashMap::new(), &mut trackers).unwrap();
+        append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+        compact_due(&conn, &mut journal, &|s| trackers.get(s).cloned(), &|_| {
+            None
+        })
+        .unwrap();
+        assert_eq!(
+            super::super::health::load(&conn, "new").unwrap().as_ref(),
+            trackers.get("new")
+        );
     }
 
     #[test]

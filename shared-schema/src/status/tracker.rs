@@ -103,16 +103,17 @@ impl Tracker {
         let old = std::mem::take(&mut self.provisional);
         let same = old.len();
         let mut out = old;
+        let mut scratch = Vec::new();
         for i in sorted {
             h.apply(&i, rules, &mut out);
             self.pending.push(i);
+            // What leaves the window settles as it goes (a large push never holds all its inputs twice).
+            if self.pending.len() > REORDER_WINDOW {
+                let oldest = self.pending.remove(0);
+                self.settled.apply(&oldest, rules, &mut scratch);
+                scratch.clear();
+            }
         }
-        let overflow = self.pending.len().saturating_sub(REORDER_WINDOW);
-        let mut scratch = Vec::new();
-        for i in &self.pending[..overflow] {
-            self.settled.apply(i, rules, &mut scratch);
-        }
-        self.pending.drain(..overflow);
         let settled_seq = self.settled.transitions;
         self.provisional = out
             .iter()
