@@ -58,7 +58,7 @@ impl OutboxReader {
         session: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<SessionStatus>, OutboxError> {
-        Ok(health::session_status(&self.conn, session, now, None)?)
+        self.session_status_live(session, now, None)
     }
 
     /// [`Self::session_status`] with the session's runtime found gone at `runtime_gone_at` (the
@@ -69,12 +69,10 @@ impl OutboxReader {
         now: DateTime<Utc>,
         runtime_gone_at: Option<DateTime<Utc>>,
     ) -> Result<Option<SessionStatus>, OutboxError> {
-        Ok(health::session_status(
-            &self.conn,
-            session,
-            now,
-            runtime_gone_at,
-        )?)
+        // One snapshot: the stored folds and the fold journal replayed on them must be of one commit
+        // (a compaction between the two reads would drop the pushes it wrote back).
+        let tx = self.conn.unchecked_transaction()?;
+        Ok(health::session_status(&tx, session, now, runtime_gone_at)?)
     }
 
     /// A page of the local session listing at `now` (`gone`: sessions whose runtime was found gone, and
@@ -85,9 +83,8 @@ impl OutboxReader {
         now: DateTime<Utc>,
         gone: &HashMap<String, DateTime<Utc>>,
     ) -> Result<(Vec<SessionBody>, Option<Cursor>), OutboxError> {
-        Ok(listing::list(&self.conn, f, now, &|s| {
-            gone.get(s).copied()
-        })?)
+        let tx = self.conn.unchecked_transaction()?;
+        Ok(listing::list(&tx, f, now, &|s| gone.get(s).copied())?)
     }
 
     /// The local tree under `root`; `None` if never seen.
@@ -97,9 +94,8 @@ impl OutboxReader {
         now: DateTime<Utc>,
         gone: &HashMap<String, DateTime<Utc>>,
     ) -> Result<Option<TreeNode>, OutboxError> {
-        Ok(listing::tree(&self.conn, root, now, &|s| {
-            gone.get(s).copied()
-        })?)
+        let tx = self.conn.unchecked_transaction()?;
+        Ok(listing::tree(&tx, root, now, &|s| gone.get(s).copied())?)
     }
 
     /// Where a live stream resuming after `asked` starts.
