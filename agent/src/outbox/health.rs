@@ -78,9 +78,10 @@ pub(crate) fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<
             Tracker::default()
         }
     });
-    let mut tracker = stored.clone().unwrap_or_default();
+    let had_row = stored.is_some();
+    let mut tracker = stored.unwrap_or_default();
     let journaled = super::journal::replay_health(conn, session, &mut tracker)?;
-    Ok((stored.is_some() || journaled).then_some(tracker))
+    Ok((had_row || journaled).then_some(tracker))
 }
 
 /// Writes a session's tracker back (the fold journal's compaction).

@@ -46,9 +46,10 @@ pub fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Work>> 
             Work::default()
         }
     });
-    let mut work = stored.clone().unwrap_or_default();
+    let had_row = stored.is_some();
+    let mut work = stored.unwrap_or_default();
     let journaled = super::journal::replay_work(conn, session, &mut work)?;
-    Ok((stored.is_some() || journaled).then_some(work))
+    Ok((had_row || journaled).then_some(work))
 }
 
 /// Writes a session's work back (the fold journal's compaction).
