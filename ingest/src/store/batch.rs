@@ -284,13 +284,46 @@ async fn write_once(
         .collect();
     priced.dedup();
     let prices = super::prices::entries_of(&mut tx, &priced).await?;
+    let tenants = tenant_ranges(&parts);
+    let owners = claim_owners(&mut tx, &tenants, &mut parts).await?;
+    insert_keys(&mut tx, &mut parts).await?;
+    let mut folds: Vec<Fold> = tenants
+        .iter()
+        .zip(owners)
+        .map(|((id, r), owner_of)| Fold::new(*id, &parts[r.clone()], owner_of))
+        .collect();
+    let mut stored = {
+        let wanted: Vec<(Uuid, Vec<&str>)> = folds
+            .iter()
+            .map(|f| (f.tenant, super::health::wanted(&f.inputs, &f.work_keys())))
+            .collect();
+        super::health::read(&mut tx, &wanted).await?
+    };
+    let mut healths = Vec::with_capacity(folds.len());
+    for f in &mut folds {
+        let rows = stored.remove(&f.tenant).unwrap_or_default();
+        healths.push(f.prepare(&mut tx, store, rows).await?);
+    }
+    let mut identities = {
+        let all: Vec<sessions::TenantUpdates> = folds
+            .iter()
+            .map(|f| (f.tenant, f.received_at, &f.updates))
+            .collect();
+        sessions::upsert(&mut tx, &all).await?
+    };
     let mut rows = EventRows::new(parts.iter().map(|p| p.events.len()).sum());
     let mut tails = Vec::new();
-    for tenant in parts.chunk_by_mut(|a, b| a.item.sender.tenant_id == b.item.sender.tenant_id) {
-        let id = tenant[0].item.sender.tenant_id;
-        let bases = bases.get(&id).unwrap_or(&empty);
-        let prices = prices.get(&id).map_or(&[][..], Vec::as_slice);
-        tails.push(write_tenant(&mut tx, &mut rows, store, id, tenant, bases, prices).await?);
+    for ((f, health), (id, r)) in folds.iter().zip(healths).zip(&tenants) {
+        let identity = identities.remove(id).unwrap_or_default();
+        let bases = bases.get(id).unwrap_or(&empty);
+        let prices = prices.get(id).map_or(&[][..], Vec::as_slice);
+        let parts = &parts[r.clone()];
+        tails.push(
+            write_tenant(
+                &mut tx, &mut rows, store, f, parts, health, identity, bases, prices,
+            )
+            .await?,
+        );
     }
     write_shared(&mut tx, rows, &mut tails).await?;
     let mut stream = super::stream::TxStream::default();
@@ -302,76 +335,119 @@ async fn write_once(
     Ok(parts.into_iter().map(Part::answer).collect())
 }
 
-/// Step 1 for a tenant's batches: each batch's claims (disjoint in a group), one claim statement for
-/// all, then each batch judged against the owners of its own claims; the sessions inserted for nothing
-/// allowed are removed again.
-async fn claim_owners(
-    tx: &mut Transaction<'_, Postgres>,
-    tenant: Uuid,
-    received_at: DateTime<Utc>,
-    parts: &mut [Part<'_>],
-) -> Result<HashMap<String, Owner>, Retry> {
-    let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
-    for p in parts.iter_mut() {
-        let device = p.item.batch.device_id.clone().unwrap_or_default();
-        let mut mine = owners::wanted(&p.item.sender, &device, &p.item.batch.bindings, &p.events);
-        if !p.item.sender.is_bound() {
-            owners::inherit(tx, tenant, &mut mine).await?;
-        }
-        p.claimed = mine.keys().cloned().collect();
-        claims.extend(mine);
+/// Each tenant's batches as a range of `parts` (sorted by tenant), in tenant order.
+fn tenant_ranges(parts: &[Part<'_>]) -> Vec<(Uuid, std::ops::Range<usize>)> {
+    let mut out = vec![];
+    let mut start = 0;
+    for chunk in parts.chunk_by(|a, b| a.item.sender.tenant_id == b.item.sender.tenant_id) {
+        out.push((chunk[0].item.sender.tenant_id, start..start + chunk.len()));
+        start += chunk.len();
     }
-    let owner_of = owners::claim(tx, tenant, received_at, &claims).await?;
-    let mut unused = vec![];
-    for p in parts.iter_mut() {
-        let mine: HashMap<String, Owner> = p
-            .claimed
-            .iter()
-            .filter_map(|s| Some((s.clone(), owner_of.get(s)?.clone())))
-            .collect();
-        let sender = &p.item.sender;
-        let mut verdict = Verdict::new(sender, &mine, &p.item.batch.bindings);
-        let rejected = &mut p.rejected;
-        p.events.retain(|e| match verdict.event(sender, &mine, e) {
-            None => true,
-            Some(reason) => {
-                rejected.push(Rejection {
-                    event_id: e.event.event_id,
-                    reason,
-                });
-                false
-            }
-        });
-        unused.extend(verdict.unused_inserted(&mine));
-        p.allowed = p.events.len();
-        p.verdict = verdict;
-    }
-    unused.sort_unstable();
-    owners::drop_unused(tx, tenant, &unused).await?;
-    Ok(owner_of)
+    out
 }
 
-/// Step 2: the allowed events' keys in one insert (sorted by id); narrows each batch to its new events.
+/// Step 1 for the group: each batch's claims (disjoint in a group), one claim statement for all its
+/// tenants, then each batch judged against the owners of its own claims; the sessions inserted for
+/// nothing allowed are removed again (per tenant, when there are any). Returns each tenant's owners, in
+/// `tenants` order.
+async fn claim_owners(
+    tx: &mut Transaction<'_, Postgres>,
+    tenants: &[(Uuid, std::ops::Range<usize>)],
+    parts: &mut [Part<'_>],
+) -> Result<Vec<HashMap<String, Owner>>, Retry> {
+    let mut all: Vec<(Uuid, DateTime<Utc>, BTreeMap<String, Claim>)> = vec![];
+    for (tenant, r) in tenants {
+        let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
+        for p in parts[r.clone()].iter_mut() {
+            let device = p.item.batch.device_id.clone().unwrap_or_default();
+            let mut mine =
+                owners::wanted(&p.item.sender, &device, &p.item.batch.bindings, &p.events);
+            if !p.item.sender.is_bound() {
+                owners::inherit(tx, *tenant, &mut mine).await?;
+            }
+            p.claimed = mine.keys().cloned().collect();
+            claims.extend(mine);
+        }
+        all.push((*tenant, received_at(&parts[r.clone()]), claims));
+    }
+    let claims: Vec<owners::TenantClaims> = all.iter().map(|(t, at, c)| (*t, *at, c)).collect();
+    let mut owner_of = owners::claim(tx, &claims).await?;
+    let mut out = Vec::with_capacity(tenants.len());
+    for (tenant, r) in tenants {
+        let owner_of = owner_of.remove(tenant).unwrap_or_default();
+        let mut unused = vec![];
+        for p in parts[r.clone()].iter_mut() {
+            let mine: HashMap<String, Owner> = p
+                .claimed
+                .iter()
+                .filter_map(|s| Some((s.clone(), owner_of.get(s)?.clone())))
+                .collect();
+            let sender = &p.item.sender;
+            let mut verdict = Verdict::new(sender, &mine, &p.item.batch.bindings);
+            let rejected = &mut p.rejected;
+            p.events.retain(|e| match verdict.event(sender, &mine, e) {
+                None => true,
+                Some(reason) => {
+                    rejected.push(Rejection {
+                        event_id: e.event.event_id,
+                        reason,
+                    });
+                    false
+                }
+            });
+            unused.extend(verdict.unused_inserted(&mine));
+            p.allowed = p.events.len();
+            p.verdict = verdict;
+        }
+        unused.sort_unstable();
+        owners::drop_unused(tx, *tenant, &unused).await?;
+        out.push(owner_of);
+    }
+    Ok(out)
+}
+
+/// The latest arrival of a tenant's batches in the group (its sessions' `last_received_at`).
+fn received_at(parts: &[Part<'_>]) -> DateTime<Utc> {
+    parts
+        .iter()
+        .map(|p| p.item.batch.received_at)
+        .max()
+        .expect("a tenant has a batch")
+}
+
+/// Step 2 for the group: the allowed events' keys in one insert (sorted by tenant and id); narrows each
+/// batch to its new events.
 async fn insert_keys(
     tx: &mut Transaction<'_, Postgres>,
-    tenant: Uuid,
     parts: &mut [Part<'_>],
 ) -> Result<(), sqlx::Error> {
-    let mut keys: Vec<(Uuid, DateTime<Utc>)> = parts
+    let mut keys: Vec<(Uuid, Uuid, DateTime<Utc>)> = parts
         .iter()
-        .flat_map(|p| p.events.iter().map(|e| (e.event.event_id, e.effective_at)))
+        .flat_map(|p| {
+            let t = p.item.sender.tenant_id;
+            p.events
+                .iter()
+                .map(move |e| (t, e.event.event_id, e.effective_at))
+        })
         .collect();
     if keys.is_empty() {
         return Ok(());
     }
-    keys.sort_unstable_by_key(|k| k.0);
-    let (ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) = keys.into_iter().unzip();
-    let new_ids: HashSet<Uuid> = sqlx::query_scalar(
+    keys.sort_unstable_by_key(|k| (k.0, k.1));
+    let mut tenants = Vec::with_capacity(keys.len());
+    let mut ids = Vec::with_capacity(keys.len());
+    let mut times = Vec::with_capacity(keys.len());
+    for (t, id, at) in keys {
+        tenants.push(t);
+        ids.push(id);
+        times.push(at);
+    }
+    let new_ids: HashSet<(Uuid, Uuid)> = sqlx::query_as(
         "INSERT INTO event_keys (tenant_id, event_id, effective_at) \
-         SELECT $1, u.id, u.t FROM unnest($2::uuid[], $3::timestamptz[]) AS u(id, t) \
-         ON CONFLICT DO NOTHING RETURNING event_id",
+         SELECT u.* FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[]) AS u \
+         ON CONFLICT DO NOTHING RETURNING tenant_id, event_id",
     )
-    .bind(tenant)
+    .bind(&tenants)
     .bind(&ids)
     .bind(&times)
     .fetch_all(&mut **tx)
@@ -379,9 +455,94 @@ async fn insert_keys(
     .into_iter()
     .collect();
     for p in parts.iter_mut() {
-        p.events.retain(|e| new_ids.contains(&e.event.event_id));
+        let t = p.item.sender.tenant_id;
+        p.events
+            .retain(|e| new_ids.contains(&(t, e.event.event_id)));
     }
     Ok(())
+}
+
+/// Step 3 for one tenant: its sessions' facts from the allowed bindings and the new events, folded
+/// before the group's one session upsert.
+struct Fold<'a> {
+    tenant: Uuid,
+    received_at: DateTime<Utc>,
+    /// Its batches' new events, sorted by id.
+    events: Vec<&'a ReadyEvent>,
+    updates: BTreeMap<String, SessionUpdate>,
+    inputs: BTreeMap<String, Vec<apiary_schema::status::Input>>,
+    work_of: BTreeMap<&'a str, Vec<&'a ReadyEvent>>,
+}
+
+impl<'a> Fold<'a> {
+    fn new(tenant: Uuid, parts: &[Part<'a>], owner_of: HashMap<String, Owner>) -> Fold<'a> {
+        let mut events: Vec<&'a ReadyEvent> = parts
+            .iter()
+            .flat_map(|p| p.events.iter().copied())
+            .collect();
+        events.sort_by_key(|e| e.event.event_id);
+        let mut updates: BTreeMap<String, SessionUpdate> = BTreeMap::new();
+        for p in parts {
+            let item: &'a Item = p.item;
+            for b in item
+                .batch
+                .bindings
+                .iter()
+                .filter(|b| p.verdict.allows_binding(b))
+            {
+                session_update(&mut updates, &owner_of, &b.session_id, b.first_seen_at).bind(b);
+            }
+        }
+        for e in &events {
+            if let Some(sid) = &e.event.session_id {
+                session_update(&mut updates, &owner_of, sid, e.effective_at)
+                    .fold(&e.event, e.effective_at);
+            }
+        }
+        Fold {
+            tenant,
+            received_at: received_at(parts),
+            inputs: super::health::inputs(&events),
+            work_of: super::work::touched(&events),
+            events,
+            updates,
+        }
+    }
+
+    fn work_keys(&self) -> Vec<&'a str> {
+        self.work_of.keys().copied().collect()
+    }
+
+    /// The trackers and work after the new events, from the stored `rows`, into [`Fold::updates`].
+    async fn prepare(
+        &mut self,
+        tx: &mut Transaction<'_, Postgres>,
+        store: &Store,
+        rows: Vec<super::health::Stored>,
+    ) -> Result<super::health::Prepared, Retry> {
+        let mut health = super::health::prepare(
+            tx,
+            self.tenant,
+            &store.status_rules,
+            std::mem::take(&mut self.inputs),
+            &self.updates,
+            &self.work_keys(),
+            rows,
+        )
+        .await?;
+        for (sid, f) in &health.sessions {
+            if let Some(u) = self.updates.get_mut(sid) {
+                u.tracker = Some(f.clone());
+            }
+        }
+        let works = std::mem::take(&mut health.works);
+        for (sid, w) in super::work::prepare(tx, self.tenant, &self.work_of, works).await? {
+            if let Some(u) = self.updates.get_mut(&sid) {
+                u.work = Some(w);
+            }
+        }
+        Ok(health)
+    }
 }
 
 /// What one tenant's part of a group leaves for the steps the group's tenants share (4–6:
@@ -455,72 +616,25 @@ async fn write_shared(
     Ok(())
 }
 
-/// Steps 1–3, the tenant's prices and its heartbeats' runtime liveness for one tenant's batches of the
-/// group; its new events go into `rows`, and what the shared steps and its stream need into the [`Tail`].
+/// The rest of step 3 for one tenant of the group (after the group's session upsert returned its
+/// sessions' `identity`): its colony runs and forks, its status transitions, its events' rows and
+/// rollup rows (with its prices), and its heartbeats' runtime liveness; its new events go into `rows`,
+/// and what the shared steps and its stream need into the [`Tail`].
+#[allow(clippy::too_many_arguments)]
 async fn write_tenant(
     tx: &mut Transaction<'_, Postgres>,
     rows: &mut EventRows,
     store: &Store,
-    tenant: Uuid,
-    parts: &mut [Part<'_>],
+    fold: &Fold<'_>,
+    parts: &[Part<'_>],
+    health: super::health::Prepared,
+    identity: sessions::Identity,
     bases: &Bases,
     tenant_prices: &[PriceEntry],
 ) -> Result<Tail, Retry> {
-    let received_at = parts
-        .iter()
-        .map(|p| p.item.batch.received_at)
-        .max()
-        .expect("a tenant has a batch");
-    let owner_of = claim_owners(tx, tenant, received_at, parts).await?;
-    insert_keys(tx, tenant, parts).await?;
-    let mut events: Vec<&ReadyEvent> = parts
-        .iter()
-        .flat_map(|p| p.events.iter().copied())
-        .collect();
-    events.sort_by_key(|e| e.event.event_id);
-
-    let mut updates: BTreeMap<String, SessionUpdate> = BTreeMap::new();
-    for p in parts.iter() {
-        for b in p
-            .item
-            .batch
-            .bindings
-            .iter()
-            .filter(|b| p.verdict.allows_binding(b))
-        {
-            session_update(&mut updates, &owner_of, &b.session_id, b.first_seen_at).bind(b);
-        }
-    }
-    for e in &events {
-        if let Some(sid) = &e.event.session_id {
-            session_update(&mut updates, &owner_of, sid, e.effective_at)
-                .fold(&e.event, e.effective_at);
-        }
-    }
-    let work_of = super::work::touched(&events);
-    let mut health = super::health::prepare(
-        tx,
-        tenant,
-        &store.status_rules,
-        super::health::inputs(&events),
-        &updates,
-        &work_of.keys().copied().collect::<Vec<_>>(),
-    )
-    .await?;
+    let tenant = fold.tenant;
     let active = health.active.clone();
-    for (sid, f) in &health.sessions {
-        if let Some(u) = updates.get_mut(sid) {
-            u.tracker = Some(f.clone());
-        }
-    }
-    let works = std::mem::take(&mut health.works);
-    for (sid, w) in super::work::prepare(tx, tenant, &work_of, works).await? {
-        if let Some(u) = updates.get_mut(&sid) {
-            u.work = Some(w);
-        }
-    }
-    let identity = sessions::upsert(tx, tenant, received_at, &updates).await?;
-    super::colonies::record(tx, tenant, &events, &identity).await?;
+    super::colonies::record(tx, tenant, &fold.events, &identity).await?;
     let mut live = super::stream::BatchStream {
         transitions: health.streamed(),
         ..Default::default()

@@ -21,7 +21,7 @@
 //! separate read, update, delete and insert per batch took 49 ms of a batch's ≈ 250 ms and cut throughput
 //! by about 30%; riding the session upsert and writing only changed transitions, about 18%.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::status::input::is_interactive;
 use apiary_schema::status::{Input, Rules, Transition, What};
@@ -84,9 +84,10 @@ pub struct Prepared {
     pub works: Vec<(String, Option<String>, i64)>,
 }
 
-/// A session row as [`prepare`] reads it.
+/// A session row as [`read`] reads it.
 #[derive(sqlx::FromRow)]
-struct Stored {
+pub struct Stored {
+    tenant_id: Uuid,
     session_id: String,
     health: Option<String>,
     events: i64,
@@ -98,9 +99,57 @@ struct Stored {
     work: Option<String>,
 }
 
-/// Pushes `inputs` into the sessions' stored trackers. `updates` are the batch's session facts (the
-/// colony and runtime a session's rollup key gets when they become known). The same statement reads
-/// the stored work of the sessions `work_of` names ([`Prepared::works`]).
+/// The sessions a tenant's batches push inputs into or fold work of (the keys of [`prepare`]'s `inputs`
+/// and its `work_of`), sorted and distinct.
+pub fn wanted<'a>(inputs: &'a BTreeMap<String, Vec<Input>>, work_of: &[&'a str]) -> Vec<&'a str> {
+    let mut ids: Vec<&str> = inputs.keys().map(String::as_str).collect();
+    ids.extend_from_slice(work_of);
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Reads the stored rows [`prepare`] folds into, for all `tenants` (tenant, its [`wanted`] sessions) in
+/// one statement; returns them per tenant, in session order.
+pub async fn read(
+    tx: &mut Transaction<'_, Postgres>,
+    tenants: &[(Uuid, Vec<&str>)],
+) -> Result<HashMap<Uuid, Vec<Stored>>, sqlx::Error> {
+    let (mut ids, mut sessions) = (vec![], vec![]);
+    for (tenant, wanted) in tenants {
+        ids.extend(std::iter::repeat_n(*tenant, wanted.len()));
+        sessions.extend(wanted.iter().copied());
+    }
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut distinct: Vec<Uuid> = tenants.iter().map(|t| t.0).collect();
+    distinct.dedup();
+    // `tenant_id = ANY($3)` as well as the join: Citus routes the statement to the tenants' shards by it.
+    let rows: Vec<Stored> = sqlx::query_as(
+        "SELECT s.tenant_id, s.session_id, s.health::text AS health, s.events, s.user_id, s.device_id,
+             s.colony_id, s.runtime, s.stall_due_at, s.work::text AS work
+         FROM unnest($1::uuid[], $2::text[]) AS u(tenant, id)
+         JOIN sessions s ON s.tenant_id = u.tenant AND s.session_id = u.id
+         WHERE s.tenant_id = ANY($3)
+         ORDER BY s.tenant_id, s.session_id",
+    )
+    .bind(&ids)
+    .bind(&sessions)
+    .bind(&distinct)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut out: HashMap<Uuid, Vec<Stored>> = HashMap::new();
+    for row in rows {
+        out.entry(row.tenant_id).or_default().push(row);
+    }
+    Ok(out)
+}
+
+/// Pushes `inputs` into the sessions' stored trackers (`rows`, as [`read`] returned them for this
+/// tenant). `updates` are the batch's session facts (the colony and runtime a session's rollup key gets
+/// when they become known). Also hands on the stored work of the sessions `work_of` names
+/// ([`Prepared::works`]).
 pub async fn prepare(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
@@ -108,24 +157,9 @@ pub async fn prepare(
     mut inputs: BTreeMap<String, Vec<Input>>,
     updates: &BTreeMap<String, SessionUpdate>,
     work_of: &[&str],
+    rows: Vec<Stored>,
 ) -> Result<Prepared, sqlx::Error> {
     let mut out = Prepared::default();
-    let mut ids: Vec<&str> = inputs.keys().map(String::as_str).collect();
-    ids.extend_from_slice(work_of);
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.is_empty() {
-        return Ok(out);
-    }
-    let rows: Vec<Stored> = sqlx::query_as(
-        "SELECT session_id, health::text AS health, events, user_id, device_id, colony_id, runtime, stall_due_at,
-             work::text AS work
-         FROM sessions WHERE tenant_id = $1 AND session_id = ANY($2) ORDER BY session_id",
-    )
-    .bind(tenant_id)
-    .bind(&ids)
-    .fetch_all(&mut **tx)
-    .await?;
     for mut row in rows {
         let sid = row.session_id.clone();
         if work_of.binary_search(&sid.as_str()).is_ok() {

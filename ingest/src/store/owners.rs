@@ -16,8 +16,8 @@
 //! user and device ([`inherit`]).
 //!
 //! ## Concurrency
-//! [`claim`] decides ownership in the batch's transaction, in one statement over the sorted session
-//! ids: new sessions are inserted with their owner, existing ones are locked and their owner returned
+//! [`claim`] decides ownership in the batch's transaction, in one statement over the sorted (tenant,
+//! session id) pairs of a group's tenants: new sessions are inserted with their owner, existing ones are locked and their owner returned
 //! (`ON CONFLICT DO UPDATE` with a no-op set). Of two batches racing to be first with the same new id,
 //! the second waits on the first's uncommitted row and then sees its owner. The locks are taken in key
 //! order before any other lock of the batch, and a batch touches no session it did not claim, so
@@ -195,44 +195,67 @@ pub async fn inherit(
     Ok(())
 }
 
-/// Inserts the new sessions with their owner and locks the existing ones (sorted by id); returns every
-/// claimed session's stored owner.
+/// One tenant's claims for [`claim`]: its id, its batches' latest arrival, the sessions (sorted by id).
+pub type TenantClaims<'c> = (Uuid, DateTime<Utc>, &'c BTreeMap<String, Claim>);
+
+/// Inserts the new sessions with their owner and locks the existing ones, for all `tenants` (in tenant
+/// order) in one statement, rows in (tenant, session id) order; returns every claimed session's stored
+/// owner, per tenant.
 pub async fn claim(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    received_at: DateTime<Utc>,
-    claims: &BTreeMap<String, Claim>,
-) -> Result<HashMap<String, Owner>, sqlx::Error> {
-    if claims.is_empty() {
+    tenants: &[TenantClaims<'_>],
+) -> Result<HashMap<Uuid, HashMap<String, Owner>>, sqlx::Error> {
+    let n: usize = tenants.iter().map(|t| t.2.len()).sum();
+    if n == 0 {
         return Ok(HashMap::new());
     }
-    let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
+    let (mut ids, mut received, mut sessions) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut users, mut devices, mut firsts) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for (tenant, received_at, claims) in tenants {
+        for (s, c) in claims.iter() {
+            ids.push(*tenant);
+            received.push(*received_at);
+            sessions.push(s.as_str());
+            users.push(c.user_id.as_str());
+            devices.push(c.device_id.as_str());
+            firsts.push(c.first_seen_at);
+        }
+    }
+    let rows: Vec<(Uuid, String, String, String, bool)> = sqlx::query_as(
         "INSERT INTO sessions AS s (tenant_id, last_received_at, session_id, user_id, device_id, first_seen_at)
-         SELECT $1, $2, u.* FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[]) AS u
+         SELECT u.* FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[],
+             $6::timestamptz[]) AS u
          ON CONFLICT (tenant_id, session_id) DO UPDATE SET user_id = s.user_id
-         RETURNING session_id, user_id, device_id, xmax = 0",
+         RETURNING tenant_id, session_id, user_id, device_id, xmax = 0",
     )
-    .bind(tenant_id)
-    .bind(received_at)
-    .bind(claims.keys().collect::<Vec<_>>())
-    .bind(claims.values().map(|c| &c.user_id).collect::<Vec<_>>())
-    .bind(claims.values().map(|c| &c.device_id).collect::<Vec<_>>())
-    .bind(claims.values().map(|c| c.first_seen_at).collect::<Vec<_>>())
+    .bind(&ids)
+    .bind(&received)
+    .bind(&sessions)
+    .bind(&users)
+    .bind(&devices)
+    .bind(&firsts)
     .fetch_all(&mut **tx)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(s, user_id, device_id, inserted)| {
-            (
-                s,
-                Owner {
-                    user_id,
-                    device_id,
-                    inserted,
-                },
-            )
-        })
-        .collect())
+    let mut out: HashMap<Uuid, HashMap<String, Owner>> = HashMap::new();
+    for (tenant, s, user_id, device_id, inserted) in rows {
+        out.entry(tenant).or_default().insert(
+            s,
+            Owner {
+                user_id,
+                device_id,
+                inserted,
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// What the sender may write, given the owners [`claim`] returned.

@@ -158,39 +158,48 @@ pub fn lifecycle_of(e: &CanonicalEvent) -> Option<String> {
     Some(s.to_string())
 }
 
-/// Upserts the sessions (sorted by id) and returns each one's stored identity (user, device).
+/// One tenant's session updates for [`upsert`]: its id, its batches' latest arrival, the updates
+/// (sorted by session id).
+pub type TenantUpdates<'u> = (Uuid, DateTime<Utc>, &'u BTreeMap<String, SessionUpdate>);
+
+/// A session's stored identity: (user, device).
+pub type Identity = HashMap<String, (String, String)>;
+
+/// Upserts the sessions of all `tenants` (in tenant order) in one statement, rows in (tenant, session id)
+/// order; returns each one's stored identity (user, device), per tenant.
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
-    tenant_id: Uuid,
-    received_at: DateTime<Utc>,
-    updates: &BTreeMap<String, SessionUpdate>,
-) -> Result<HashMap<String, (String, String)>, sqlx::Error> {
-    if updates.is_empty() {
+    tenants: &[TenantUpdates<'_>],
+) -> Result<HashMap<Uuid, Identity>, sqlx::Error> {
+    let all = || tenants.iter().flat_map(|(_, _, u)| u.values());
+    if all().next().is_none() {
         return Ok(HashMap::new());
     }
-    let col = |f: fn(&SessionUpdate) -> Option<String>| updates.values().map(f).collect::<Vec<_>>();
-    let at = |f: fn(&SessionUpdate) -> Option<DateTime<Utc>>| {
-        updates.values().map(f).collect::<Vec<_>>()
-    };
+    let col = |f: fn(&SessionUpdate) -> Option<String>| all().map(f).collect::<Vec<_>>();
+    let at = |f: fn(&SessionUpdate) -> Option<DateTime<Utc>>| all().map(f).collect::<Vec<_>>();
     let fact = |f: fn(&SessionUpdate) -> &Fact| {
-        let v: Vec<Option<String>> = updates
-            .values()
-            .map(|u| f(u).as_ref().map(|x| x.0.clone()))
-            .collect();
-        let t: Vec<Option<DateTime<Utc>>> = updates
-            .values()
-            .map(|u| f(u).as_ref().map(|x| x.1))
-            .collect();
+        let v: Vec<Option<String>> = all().map(|u| f(u).as_ref().map(|x| x.0.clone())).collect();
+        let t: Vec<Option<DateTime<Utc>>> = all().map(|u| f(u).as_ref().map(|x| x.1)).collect();
         (v, t)
     };
+    let (mut ids, mut received) = (vec![], vec![]);
+    for (tenant, received_at, u) in tenants {
+        ids.extend(std::iter::repeat_n(*tenant, u.len()));
+        received.extend(std::iter::repeat_n(*received_at, u.len()));
+    }
     let (phase, phase_at) = fact(|u| &u.phase);
     let (input, input_at) = fact(|u| &u.input_state);
     let (status, status_at) = fact(|u| &u.status);
     let (health, health_at) = fact(|u| &u.health);
-    let rows: Vec<(String, String, String)> = sqlx::query_as(UPSERT_SQL)
-        .bind(tenant_id)
-        .bind(received_at)
-        .bind(updates.keys().map(String::as_str).collect::<Vec<_>>())
+    let rows: Vec<(Uuid, String, String, String)> = sqlx::query_as(UPSERT_SQL)
+        .bind(&ids)
+        .bind(&received)
+        .bind(
+            tenants
+                .iter()
+                .flat_map(|(_, _, u)| u.keys().map(String::as_str))
+                .collect::<Vec<_>>(),
+        )
         .bind(col(|u| Some(u.user_id.clone())))
         .bind(col(|u| Some(u.device_id.clone())))
         .bind(col(|u| u.parent_session_id.clone()))
@@ -209,13 +218,17 @@ pub async fn upsert(
         .bind(status_at)
         .bind(health)
         .bind(health_at)
-        .bind(updates.values().map(|u| u.events).collect::<Vec<_>>())
+        .bind(all().map(|u| u.events).collect::<Vec<_>>())
         .bind(col(|u| u.tracker.as_ref().map(|t| t.health.clone())))
         .bind(at(|u| u.tracker.as_ref().and_then(|t| t.stall_due_at)))
         .bind(col(|u| u.work.clone()))
         .fetch_all(&mut **tx)
         .await?;
-    Ok(rows.into_iter().map(|(s, u, d)| (s, (u, d))).collect())
+    let mut out: HashMap<Uuid, Identity> = HashMap::new();
+    for (t, s, u, d) in rows {
+        out.entry(t).or_default().insert(s, (u, d));
+    }
+    Ok(out)
 }
 
 /// Newer fact wins (`GREATEST` ignores NULLs); identity is kept from the first insert; the health
@@ -226,15 +239,15 @@ const UPSERT_SQL: &str = "
 INSERT INTO sessions AS s (tenant_id, last_received_at, session_id, user_id, device_id, parent_session_id,
     colony_id, agent_role, worker_id, runtime, first_seen_at, last_event_at, last_progress_at, phase, phase_at,
     input_state, input_at, status, status_at, health_signal, health_at, events, health, stall_due_at, work)
-SELECT $1, $2, u.id, u.user_id, u.device_id, u.parent, u.colony, u.role, u.worker, u.runtime, u.first_seen,
+SELECT u.tenant, u.received, u.id, u.user_id, u.device_id, u.parent, u.colony, u.role, u.worker, u.runtime, u.first_seen,
     u.last_event, u.last_progress, u.phase, u.phase_at, u.input, u.input_at, u.status, u.status_at, u.signal,
     u.signal_at, u.events, u.health::jsonb, u.due, u.work::jsonb
-FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::text[],
     $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[], $19::timestamptz[], $20::text[],
-    $21::timestamptz[], $22::int8[], $23::text[], $24::timestamptz[], $25::text[]) AS u(id, user_id, device_id,
-    parent, colony, role, worker, runtime, first_seen, last_event, last_progress, phase, phase_at, input,
-    input_at, status, status_at, signal, signal_at, events, health, due, work)
+    $21::timestamptz[], $22::int8[], $23::text[], $24::timestamptz[], $25::text[]) AS u(tenant, received, id,
+    user_id, device_id, parent, colony, role, worker, runtime, first_seen, last_event, last_progress, phase,
+    phase_at, input, input_at, status, status_at, signal, signal_at, events, health, due, work)
 ON CONFLICT (tenant_id, session_id) DO UPDATE SET
     parent_session_id = COALESCE(s.parent_session_id, EXCLUDED.parent_session_id),
     colony_id = COALESCE(s.colony_id, EXCLUDED.colony_id),
@@ -261,4 +274,4 @@ ON CONFLICT (tenant_id, session_id) DO UPDATE SET
     health = COALESCE(EXCLUDED.health, s.health),
     stall_due_at = CASE WHEN EXCLUDED.health IS NULL THEN s.stall_due_at ELSE EXCLUDED.stall_due_at END,
     work = COALESCE(EXCLUDED.work, s.work, CASE WHEN s.events = 0 THEN '{}'::jsonb END)
-RETURNING session_id, user_id, device_id";
+RETURNING tenant_id, session_id, user_id, device_id";
