@@ -56,6 +56,9 @@ pub async fn apply(
         Option<DateTime<Utc>>,
         Option<DateTime<Utc>>,
     );
+    // Rows the report leaves as they are are locked but not rewritten (the usual heartbeat: alive, same
+    // evidence). The tracker is read only for the sessions this report makes gone (the only ones judged
+    // below).
     let rows: Vec<Row> = sqlx::query_as(
         "WITH old AS (
              SELECT s.session_id, s.runtime_gone_at FROM sessions s
@@ -66,7 +69,11 @@ pub async fn apply(
              runtime_evidence = u.evidence
          FROM old, unnest($3::text[], $4::timestamptz[], $5::text[]) AS u(id, gone, evidence)
          WHERE s.tenant_id = $1 AND s.session_id = old.session_id AND u.id = old.session_id
-         RETURNING s.session_id, s.user_id, s.health::text, old.runtime_gone_at, s.runtime_gone_at",
+             AND (s.runtime_evidence IS DISTINCT FROM u.evidence
+                  OR (u.gone IS NULL) <> (s.runtime_gone_at IS NULL))
+         RETURNING s.session_id, s.user_id,
+             CASE WHEN old.runtime_gone_at IS NULL AND s.runtime_gone_at IS NOT NULL THEN s.health::text END,
+             old.runtime_gone_at, s.runtime_gone_at",
     )
     .bind(tenant_id)
     .bind(device)
