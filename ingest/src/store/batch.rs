@@ -1,8 +1,10 @@
 //! Stores checked batches: one batch, or a group of concurrent batches ([`crate::group_commit`]), in ONE
-//! transaction, in a fixed table order with sorted keys in each step. Steps 1–3 (and the tenant's prices
-//! and runtime liveness) run once per tenant of the group, tenants one after the other in tenant order,
-//! each with the union of its batches' inputs, keys sorted; steps 4–7 then run ONCE for the whole group,
-//! its tenants included (rows in (tenant, key) order, [`write_shared`], [`super::stream::write_batches`]):
+//! transaction, in a fixed table order with sorted keys in each step. Each step's statement serves all
+//! the group's tenants at once (rows in (tenant, key) order; on Citus a group holds one tenant): the
+//! session claims, the event keys, the trackers' read and the session upsert of step 1–3 as well as the
+//! shared steps 4–7 ([`write_shared`], [`super::stream::write_batches`]). Only what few batches need —
+//! an unbound sender's inheritance, the removal of unused sessions, colony runs, status transitions, a
+//! heartbeat's runtime liveness — still runs per tenant, in tenant order, and only when there is some:
 //!
 //! 1. `sessions` (sorted by session_id): every session the batches name is claimed — inserted with its
 //!    owner when new, locked otherwise — and its owner decides which events each sender may write
@@ -32,9 +34,9 @@
 //!    devices' liveness, in `stream_sessions` (sorted by tenant and session_id) then `stream_devices`
 //!    order.
 //!
-//! Steps 4–7 write tables no per-tenant step touches, so taking their locks in (step, tenant, key) order
-//! after every per-tenant step keeps one global lock order: with 10 tenants in a group of small batches
-//! this is one statement per step instead of one per tenant (fleet bench, `deploy/SCALING.md` section 4).
+//! Every step takes its locks in (tenant, key) order after the previous step's, so the locks of a
+//! transaction come in (step, tenant, key) order: with 10 tenants in a group of small batches this is one
+//! statement per step instead of one per tenant (fleet bench, `deploy/SCALING.md` section 4).
 //!
 //! A group may only hold batches that are disjoint: no two of one tenant name the same session (as
 //! session, parent or colony), the same device or the same event id ([`crate::group_commit`] holds a
@@ -53,8 +55,7 @@
 //! Rollup rows are bigints: events that would push a row past that are rejected one by one
 //! ([`headroom`]); finding them may take another attempt of the whole transaction (see [`write_group`]).
 //!
-//! Every transaction takes its row locks in that same global order ((tenant, step, key) for steps 1–3,
-//! then (step, tenant, key) for steps 4–7), so concurrent
+//! Every transaction takes its row locks in that same global order ((step, tenant, key)), so concurrent
 //! batches and groups (two replicas receiving the same batch at the same moment included) wait for each
 //! other and never deadlock; the loser of a race on an event key sees the winner's commit and counts the
 //! event as a duplicate, and the loser of a race to create a session sees the winner's owner.
