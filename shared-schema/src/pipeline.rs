@@ -170,7 +170,9 @@ pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
     }
     // serde_json skims ignored values without its recursion limit: a line nested deeper than the value
     // parser allows is left to the full path (which refuses it).
-    if nesting(line) > MAX_SNIFF_DEPTH {
+    // Nesting is bounded by the count of opening brackets (strings included), which a vectorised count
+    // finds far faster than the byte-by-byte walk: most lines hold a few dozen.
+    if openers(line) > MAX_SNIFF_DEPTH && nesting(line) > MAX_SNIFF_DEPTH {
         return None;
     }
     let sniff: Sniff<'_> = serde_json::from_slice(line).ok()?;
@@ -188,6 +190,13 @@ pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
 
 /// Deeper lines than this go the full path (serde_json's value parser refuses past 128).
 const MAX_SNIFF_DEPTH: usize = 100;
+
+/// Opening brackets in `line`, inside strings too: an upper bound of [`nesting`].
+fn openers(line: &[u8]) -> usize {
+    line.iter()
+        .map(|&b| usize::from(b == b'{' || b == b'['))
+        .sum()
+}
 
 /// The deepest nesting of arrays and objects in `line`, brackets inside strings not counted.
 fn nesting(line: &[u8]) -> usize {

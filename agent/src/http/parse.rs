@@ -21,7 +21,7 @@ use apiary_schema::{process_value, Outcome, ProcessOptions};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::split::{split, Piece, Split, TooManyEvents};
+use super::split::{lines, split, Piece, Split, TooManyEvents};
 use crate::config::IntakeSettings;
 use crate::outbox::sanitize_reason;
 use crate::outbox::Item;
@@ -148,6 +148,18 @@ pub fn parse_body(
     opts: &ProcessOptions<'_>,
     limits: Limits,
 ) -> Result<Parsed, TooManyEvents> {
+    match parse_ndjson(body, opts, limits) {
+        Some(out) => Ok(out),
+        None => parse_split(body, opts, limits),
+    }
+}
+
+/// [`parse_body`] of any body: split first ([`split`]), then each event parsed.
+fn parse_split(
+    body: &[u8],
+    opts: &ProcessOptions<'_>,
+    limits: Limits,
+) -> Result<Parsed, TooManyEvents> {
     let mut out = Parsed::default();
     match split(body, limits.max_line, limits.max_events)? {
         Split::Values(pieces) => {
@@ -167,7 +179,36 @@ pub fn parse_body(
     Ok(out)
 }
 
+/// The usual body, NDJSON of one event per line, without [`split`]'s skim of the whole body before the
+/// events' own parses (7.5% of the agent's CPU on Hive's mixed stream): each line is parsed as it
+/// comes. `None` when the body is not that — its first non-empty line is not an object on one line, it
+/// has more lines than a body may have events, or a line is not one JSON value (a pretty-printed
+/// object, two values on a line, a bad line) — and the caller splits it as before and starts over.
+/// Whenever this gives an answer, it is the one the split would give: every line being one value, the
+/// split finds the same events at the same lines, and an event over `max_line` makes it read the body
+/// line by line, with the same error.
+fn parse_ndjson(body: &[u8], opts: &ProcessOptions<'_>, limits: Limits) -> Option<Parsed> {
+    let first = body
+        .split(|b| *b == b'\n')
+        .map(<[u8]>::trim_ascii)
+        .find(|l| !l.is_empty())?;
+    if !(first.starts_with(b"{") && first.ends_with(b"}")) {
+        return None;
+    }
+    let pieces = lines(body, limits.max_events).ok()?;
+    let mut out = Parsed::default();
+    for piece in &pieces {
+        let bytes = &body[piece.range.clone()];
+        if !parse_piece(&mut out, bytes, piece, opts, limits, "line") {
+            return None;
+        }
+    }
+    out.finish();
+    Some(out)
+}
+
 /// One event (`what`: an "event" of an array or stream, or a "line"): checked, parsed, processed.
+/// False when it is not one JSON value (it is rejected as such).
 fn parse_piece(
     out: &mut Parsed,
     bytes: &[u8],
@@ -175,27 +216,34 @@ fn parse_piece(
     opts: &ProcessOptions<'_>,
     limits: Limits,
     what: &str,
-) {
+) -> bool {
     if bytes.len() > limits.max_line {
         let msg = format!(
             "{what} is {} bytes, over the limit of {} (intake.max_line_bytes)",
             bytes.len(),
             limits.max_line
         );
-        return out.reject(piece.line, piece.index, msg);
+        out.reject(piece.line, piece.index, msg);
+        return true;
     }
     if let Err(e) = std::str::from_utf8(bytes) {
         let msg = format!("invalid UTF-8 at byte {}", e.valid_up_to());
-        return out.reject(piece.line, piece.index, msg);
+        out.reject(piece.line, piece.index, msg);
+        return true;
     }
     // Deltas and chatty types (most of a Hive debug stream) are counted without building their value.
     if let Some((reason, _)) = sniff_filtered(bytes) {
-        return out.count_filtered(reason);
+        out.count_filtered(reason);
+        return true;
     }
     match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => out.push_value(&v, opts, piece),
-        Err(e) => out.reject(piece.line, piece.index, format!("invalid JSON: {e}")),
+        Err(e) => {
+            out.reject(piece.line, piece.index, format!("invalid JSON: {e}"));
+            return false;
+        }
     }
+    true
 }
 
 #[cfg(test)]
@@ -249,6 +297,69 @@ mod tests {
         let p = parse(arr.as_bytes());
         assert_eq!(kept(&p), 2);
         assert_eq!(p.errors[0].index, Some(2));
+    }
+
+    /// The NDJSON path answers exactly as the split would, and leaves to it every body it cannot read
+    /// line by line.
+    #[test]
+    fn the_ndjson_path_answers_as_the_split_does() {
+        let policy = Policy::default_policy();
+        let opts = ProcessOptions {
+            policy: &policy,
+            zone: Zone::Utc,
+            source_identity: None,
+            session_hint: None,
+            colony: None,
+        };
+        let limits = Limits {
+            max_line: 4096,
+            max_events: 5,
+        };
+        let delta = r#"{"type": "llm_text_delta", "stream_id": "queen", "data": {"content": "x"}, "seq": 9}"#;
+        let pretty =
+            serde_json::to_string_pretty(&serde_json::from_str::<Value>(&turn(3)).unwrap())
+                .unwrap();
+        let bodies = [
+            format!("{}\n{delta}\r\n\n  {}  \n", turn(1), turn(2)),
+            format!("{}\n7\n\"s\"\n{}\n", turn(1), "x".repeat(5000)),
+            format!("{}\n{{oops\n{}\n", turn(1), turn(2)),
+            format!("{} {}\n{}\n", turn(1), turn(2), turn(3)),
+            format!("{}\n{pretty}\n", turn(1)),
+            format!(
+                "{}\n{{\"type\": \"x\", \"a\": {}{}}}",
+                turn(1),
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+            format!(
+                "{}\n{}\n{}\n{}\n{}\n{}\n",
+                turn(1),
+                turn(2),
+                turn(3),
+                turn(4),
+                turn(5),
+                turn(6)
+            ),
+        ];
+        let mut fast = 0;
+        for body in &bodies {
+            let via_split = format!("{:?}", parse_split(body.as_bytes(), &opts, limits));
+            let answered = format!("{:?}", parse_body(body.as_bytes(), &opts, limits));
+            assert_eq!(answered, via_split, "{body}");
+            fast += usize::from(parse_ndjson(body.as_bytes(), &opts, limits).is_some());
+        }
+        // The first two are read line by line; the others fall back to the split.
+        assert_eq!(fast, 2, "bodies the NDJSON path answered");
+        // A pretty-printed object of more lines than a body may have events is one event.
+        let p = parse_body(pretty.as_bytes(), &opts, limits).unwrap();
+        assert_eq!((kept(&p), p.errors.len()), (1, 0));
+        let mut with_bad_utf8 = format!("{}\n", turn(1)).into_bytes();
+        with_bad_utf8.extend_from_slice(b"{\"type\": \"\xff\"}\n");
+        assert_eq!(
+            format!("{:?}", parse_body(&with_bad_utf8, &opts, limits)),
+            format!("{:?}", parse_split(&with_bad_utf8, &opts, limits))
+        );
+        assert!(parse_ndjson(&with_bad_utf8, &opts, limits).is_some());
     }
 
     #[test]

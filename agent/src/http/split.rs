@@ -182,7 +182,7 @@ fn values(
 }
 
 /// Every non-empty line (trimmed), numbered from 1.
-fn lines(body: &[u8], max_events: usize) -> Result<Vec<Piece>, TooManyEvents> {
+pub fn lines(body: &[u8], max_events: usize) -> Result<Vec<Piece>, TooManyEvents> {
     let mut pieces = Vec::new();
     let mut start = 0usize;
     for (i, raw) in body.split(|b| *b == b'\n').enumerate() {
