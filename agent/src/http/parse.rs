@@ -258,7 +258,8 @@ mod tests {
         TURN.replace("SEQ", &seq.to_string())
     }
 
-    fn parse_with(body: &[u8], max_events: usize) -> Result<Parsed, TooManyEvents> {
+    /// Runs `f` with the default policy in UTC and lines of at most 4096 bytes.
+    fn with_opts<R>(max_events: usize, f: impl FnOnce(&ProcessOptions<'_>, Limits) -> R) -> R {
         let policy = Policy::default_policy();
         let opts = ProcessOptions {
             policy: &policy,
@@ -271,7 +272,11 @@ mod tests {
             max_line: 4096,
             max_events,
         };
-        parse_body(body, &opts, limits)
+        f(&opts, limits)
+    }
+
+    fn parse_with(body: &[u8], max_events: usize) -> Result<Parsed, TooManyEvents> {
+        with_opts(max_events, |opts, limits| parse_body(body, opts, limits))
     }
 
     fn parse(body: &[u8]) -> Parsed {
@@ -303,18 +308,10 @@ mod tests {
     /// line by line.
     #[test]
     fn the_ndjson_path_answers_as_the_split_does() {
-        let policy = Policy::default_policy();
-        let opts = ProcessOptions {
-            policy: &policy,
-            zone: Zone::Utc,
-            source_identity: None,
-            session_hint: None,
-            colony: None,
-        };
-        let limits = Limits {
-            max_line: 4096,
-            max_events: 5,
-        };
+        with_opts(5, ndjson_path_answers_as_the_split_does);
+    }
+
+    fn ndjson_path_answers_as_the_split_does(opts: &ProcessOptions<'_>, limits: Limits) {
         let delta = r#"{"type": "llm_text_delta", "stream_id": "queen", "data": {"content": "x"}, "seq": 9}"#;
         let pretty =
             serde_json::to_string_pretty(&serde_json::from_str::<Value>(&turn(3)).unwrap())
@@ -343,23 +340,23 @@ mod tests {
         ];
         let mut fast = 0;
         for body in &bodies {
-            let via_split = format!("{:?}", parse_split(body.as_bytes(), &opts, limits));
-            let answered = format!("{:?}", parse_body(body.as_bytes(), &opts, limits));
+            let via_split = format!("{:?}", parse_split(body.as_bytes(), opts, limits));
+            let answered = format!("{:?}", parse_body(body.as_bytes(), opts, limits));
             assert_eq!(answered, via_split, "{body}");
-            fast += usize::from(parse_ndjson(body.as_bytes(), &opts, limits).is_some());
+            fast += usize::from(parse_ndjson(body.as_bytes(), opts, limits).is_some());
         }
         // The first two are read line by line; the others fall back to the split.
         assert_eq!(fast, 2, "bodies the NDJSON path answered");
         // A pretty-printed object of more lines than a body may have events is one event.
-        let p = parse_body(pretty.as_bytes(), &opts, limits).unwrap();
+        let p = parse_body(pretty.as_bytes(), opts, limits).unwrap();
         assert_eq!((kept(&p), p.errors.len()), (1, 0));
         let mut with_bad_utf8 = format!("{}\n", turn(1)).into_bytes();
         with_bad_utf8.extend_from_slice(b"{\"type\": \"\xff\"}\n");
         assert_eq!(
-            format!("{:?}", parse_body(&with_bad_utf8, &opts, limits)),
-            format!("{:?}", parse_split(&with_bad_utf8, &opts, limits))
+            format!("{:?}", parse_body(&with_bad_utf8, opts, limits)),
+            format!("{:?}", parse_split(&with_bad_utf8, opts, limits))
         );
-        assert!(parse_ndjson(&with_bad_utf8, &opts, limits).is_some());
+        assert!(parse_ndjson(&with_bad_utf8, opts, limits).is_some());
     }
 
     #[test]

@@ -114,12 +114,7 @@ impl Tracker {
                 scratch.clear();
             }
         }
-        let settled_seq = self.settled.transitions;
-        self.provisional = out
-            .iter()
-            .filter(|t| t.seq >= settled_seq)
-            .cloned()
-            .collect();
+        self.keep_provisional(&out);
         self.current = Some(h.clone());
         Update {
             first_seq: first_seq + same as u64,
@@ -127,6 +122,16 @@ impl Tracker {
             transitions: out.split_off(same),
             current: h,
         }
+    }
+
+    /// Keeps the transitions of `out` that are not settled yet (those the window may still rewrite).
+    fn keep_provisional(&mut self, out: &[Transition]) {
+        let settled_seq = self.settled.transitions;
+        self.provisional = out
+            .iter()
+            .filter(|t| t.seq >= settled_seq)
+            .cloned()
+            .collect();
     }
 
     /// The full path of [`Tracker::push`]: inputs put in their place in the window, which is replayed
@@ -164,12 +169,7 @@ impl Tracker {
         // Unchanged leading transitions are already stored: write from the first difference on.
         let old = std::mem::take(&mut self.provisional);
         let same = old.iter().zip(&out).take_while(|(a, b)| a == b).count();
-        let settled_seq = self.settled.transitions;
-        self.provisional = out
-            .iter()
-            .filter(|t| t.seq >= settled_seq)
-            .cloned()
-            .collect();
+        self.keep_provisional(&out);
         Update {
             first_seq: first_seq + same as u64,
             replaces: same < old.len(),
