@@ -23,8 +23,12 @@
 #                           by add-worker) and kept: the coordinator's metadata names the workers by port
 #     coordinator/ worker1/ worker2/ [worker3/ ...]
 #                           each: data/ (PGDATA), run/ (unix socket), postgres.log, initdb.log
-# Ports: the first three consecutive free ports from $APIARY_CITUS_PORT_BASE (default 56432), on 127.0.0.1;
-# an added worker takes the first free port above the highest one.
+# Ports: the first three consecutive free ports from $APIARY_CITUS_PORT_BASE (default 26432, below Linux's
+# ephemeral range 32768-60999: a port in that range can be taken by any outgoing connection between the
+# probe and the bind, which failed a CI run), on 127.0.0.1; an added worker takes the first free port above
+# the highest one. If a node of a new cluster still finds its port taken when it starts, the ports are
+# chosen again above it (up to 5 times); a cluster started before (ports recorded, workers registered by
+# port) retries the same port every 2 s, 5 times, then `start` fails.
 #
 # Every node: trust authentication on 127.0.0.1 (initdb -A trust), `shared_preload_libraries = 'citus'`,
 # `max_prepared_transactions` (Citus commits a transaction that wrote to several workers with two-phase
@@ -121,7 +125,7 @@ _citus_ports() {
         cat "$dir/ports"
         return 0
     fi
-    base=${APIARY_CITUS_PORT_BASE:-56432}
+    base=${APIARY_CITUS_PORT_BASE:-26432}
     port=$base
     while [ "$tries" -lt 100 ]; do
         if ! _apiary_pg_port_busy "$port" && ! _apiary_pg_port_busy $((port + 1)) \
@@ -208,14 +212,42 @@ _citus_start_node() {
         return 1
     fi
     if _apiary_pg_port_busy "$port"; then
-        _citus_log "error: port $port is taken by another server; stop it, or delete $(dirname "$base") to pick new ports"
-        return 1
+        _citus_log "port $port is taken (a server, or a connection's local end)"
+        return 2
     fi
+    local seen=0 newlog
+    [ ! -f "$log" ] || seen=$(wc -l <"$log") || seen=0
     if ! _apiary_pg_as "$user" pg_ctl -D "$data" -l "$log" -w -t 60 -o "-p $port" start >/dev/null 2>&1; then
+        # only what this attempt wrote to the (reused) log
+        newlog=$(tail -n "+$((seen + 1))" "$log" 2>/dev/null) || newlog=""
+        if grep -q -e 'Address already in use' -e 'could not create any TCP/IP sockets' <<<"$newlog"; then
+            _citus_log "port $port was taken between the probe and the bind"
+            return 2
+        fi
         _citus_log "error: pg_ctl start failed; last lines of $log:"
         tail -n 20 "$log" >&2
         return 1
     fi
+}
+
+# Start every node of PORTS ("COORDINATOR WORKER1 ..."); returns 2 when a port was taken (see above).
+_citus_start_nodes() {
+    local user=$1 dir=$2 ports=$3 i rc
+    read -r -a list <<<"$ports"
+    for i in "${!list[@]}"; do
+        _citus_start_node "$user" "$dir/$(_citus_node "$i")" "${list[$i]}"
+        rc=$?
+        [ "$rc" -eq 0 ] || return "$rc"
+    done
+}
+
+# Stop the nodes of DIR that run (a failed first start's leftovers).
+_citus_stop_nodes() {
+    local user=$1 dir=$2 base
+    for base in "$dir"/coordinator "$dir"/worker*; do
+        [ -f "$base/data/postmaster.pid" ] || continue
+        _apiary_pg_as "$user" pg_ctl -D "$base/data" -m fast -w -t 60 stop >/dev/null 2>&1 || true
+    done
 }
 
 # The Citus extension in database DB of every node, the coordinator and the workers registered in the
@@ -297,14 +329,36 @@ apiary_citus_start() {
     dir=$(_citus_dir) || return 1
     user=$(_apiary_pg_user) || return 1
     [ "$(id -u)" -ne 0 ] || chown "$user" "$dir" || return 1
+    # New when no ports are recorded yet: nothing names the workers by port, so they may be chosen again.
+    local fresh=0 attempt=0 rc base_port
+    [ -f "$dir/ports" ] || fresh=1
     ports=$(_citus_ports "$dir") || return 1
     read -r -a port_list <<<"$ports"
     for i in "${!port_list[@]}"; do
         _citus_init_node "$user" "$dir/$(_citus_node "$i")" "$(_citus_node "$i")" || return 1
     done
-    for i in "${!port_list[@]}"; do
-        _citus_start_node "$user" "$dir/$(_citus_node "$i")" "${port_list[$i]}" || return 1
-        _citus_allow_output_plugin "${port_list[$i]}" || return 1
+    while :; do
+        attempt=$((attempt + 1))
+        _citus_start_nodes "$user" "$dir" "$ports"
+        rc=$?
+        [ "$rc" -eq 0 ] && break
+        if [ "$rc" -ne 2 ] || [ "$attempt" -ge 5 ]; then
+            [ "$rc" -ne 2 ] || _citus_log "error: a port stayed taken after $attempt attempts (ports: $ports); stop what holds it, or delete $dir to pick new ports"
+            return 1
+        fi
+        if [ "$fresh" = 1 ]; then
+            _citus_stop_nodes "$user" "$dir"
+            base_port=${ports##* }
+            rm -f "$dir/ports"
+            ports=$(APIARY_CITUS_PORT_BASE=$((base_port + 1)) _citus_ports "$dir") || return 1
+            read -r -a port_list <<<"$ports"
+            _citus_log "new cluster: ports chosen again: $ports"
+        else
+            sleep 2
+        fi
+    done
+    for port in "${port_list[@]}"; do
+        _citus_allow_output_plugin "$port" || return 1
     done
     apiary_citus_prepare_db postgres "${port_list[@]}" || return 1
     # workers first: a coordinator database's drop would otherwise propagate to them

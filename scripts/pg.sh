@@ -21,7 +21,8 @@
 #   (b) postgres://postgres@127.0.0.1:5432/postgres, if it answers;
 #   (c) a private cluster: initdb (trust auth, user postgres) into $APIARY_PG_DIR if set (kept and
 #       reused across runs), else into a fresh temp dir (fsync=off, removed by apiary_pg_stop);
-#       listens on 127.0.0.1 on the first free port from 55432; unix socket inside the cluster dir.
+#       listens on 127.0.0.1 on the first free port from 25432 (below Linux's
+#       ephemeral range, where an outgoing connection can take a probed port before the bind); unix socket inside the cluster dir.
 #       Layout of the cluster dir: data/ (PGDATA), run/ (socket), postgres.log, initdb.log.
 #       As root, initdb/pg_ctl run as user `postgres` (or a created system user `apiary-pg`).
 #
@@ -29,7 +30,7 @@
 #   DATABASE_URL             tried first (a)
 #   APIARY_PG_DIR            cluster directory for (c); relative paths are resolved against $PWD
 #   APIARY_PG_FORCE_PRIVATE  =1: skip (a) and (b), always use a private cluster
-#   APIARY_PG_PORT_BASE      first port probed for (c) (default 55432)
+#   APIARY_PG_PORT_BASE      first port probed for (c) (default 25432)
 # Outputs (exported):
 #   DATABASE_URL             URL of an existing database whose role may CREATE DATABASE
 #   APIARY_PG_SOURCE         env | local | private
@@ -285,7 +286,7 @@ _apiary_pg_private() {
     fi
 
     attempt=0
-    port=${APIARY_PG_PORT_BASE:-55432}
+    port=${APIARY_PG_PORT_BASE:-25432}
     while :; do
         attempt=$((attempt + 1))
         port=$(_apiary_pg_free_port "$port") || return 1
