@@ -24,6 +24,11 @@
 //! tracing subscriber that counts those events and nothing else. With BENCH_STATEMENT_TOP=N it also
 //! prints, for the first group-commit-on small round, the N statements sent most often (their first 90
 //! characters) with their count per batch and the time sqlx saw each take (summed, per batch).
+//!
+//! At the end it prints the row writes of the tables every batch updates (inserts, updates, HOT updates,
+//! deletes; the sessions' TOAST table too) and the sessions' average stored tracker and work sizes.
+//! BENCH_SETUP_SQL: SQL run once after the migrations, to try a storage setting without a migration
+//! (e.g. `ALTER TABLE sessions ALTER COLUMN health SET STORAGE MAIN`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -355,6 +360,10 @@ async fn main() -> anyhow::Result<()> {
     let large_batches = env_usize("BENCH_LARGE_BATCHES", 48);
     let rounds = env_usize("BENCH_ROUNDS", 3);
     let db = BenchDb::create("fleet", 40).await?;
+    if let Ok(sql) = std::env::var("BENCH_SETUP_SQL") {
+        sqlx::raw_sql(&sql).execute(&db.pool).await?;
+        println!("setup after migrations: {sql}");
+    }
     let mut tenants = vec![];
     for t in 0..n_tenants {
         tenants.push(db.tenant(&format!("fleet-{t}")).await?);
@@ -461,6 +470,39 @@ async fn main() -> anyhow::Result<()> {
         s1.events_per_sec / s0.events_per_sec,
         l1.events_per_sec / l0.events_per_sec
     );
+    print_row_writes(&db.pool).await?;
     db.drop().await?;
+    Ok(())
+}
+
+/// The write statistics of the tables every batch updates, and of the sessions' TOAST table (a tracker
+/// stored out of line adds a TOAST insert, index insert and dead chunk per rewrite), over the whole run.
+async fn print_row_writes(pool: &PgPool) -> anyhow::Result<()> {
+    // the counters reach the view when the backends report them (at most once a second while busy)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT CASE WHEN t.relid = s.reltoastrelid THEN 'sessions (TOAST)' ELSE t.relname::text END,
+                t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, t.n_tup_del
+         FROM pg_stat_all_tables t, pg_class s
+         WHERE s.oid = 'sessions'::regclass
+           AND (t.relid = s.reltoastrelid OR t.relname IN ('sessions', 'usage_rollups',
+                'usage_rollups_hourly', 'usage_rollups_narrow', 'tool_rollups', 'devices', 'stream_sessions'))
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await?;
+    println!("row writes over the run (inserts / updates / HOT updates / deletes):");
+    for (table, ins, upd, hot, del) in rows {
+        println!("  {table:<22} {ins:>9} {upd:>9} {hot:>9} {del:>9}");
+    }
+    let sizes: (Option<f64>, Option<f64>, Option<f64>) = sqlx::query_as(
+        "SELECT avg(pg_column_size(health))::float8, avg(pg_column_size(work))::float8,
+                avg(length(health::text))::float8 FROM sessions WHERE health IS NOT NULL",
+    )
+    .fetch_one(pool)
+    .await?;
+    if let (Some(h), Some(w), Some(text)) = sizes {
+        println!("sessions: tracker {h:.0} bytes stored ({text:.0} as text), work {w:.0} bytes stored (averages)");
+    }
     Ok(())
 }
