@@ -27,7 +27,8 @@ use rusqlite::Connection;
 
 use super::store;
 
-/// Past this many WAL pages (16 MiB at 4 KiB pages), the writer is asked to restart the WAL.
+/// Past this many WAL pages (32 MiB at the 8 KiB pages of a new outbox, 16 MiB at the 4 KiB pages of one
+/// created before [`store::PAGE_SIZE`]), the writer is asked to restart the WAL.
 const RESTART_PAGES: i64 = 4096;
 const TICK: Duration = Duration::from_millis(100);
 
