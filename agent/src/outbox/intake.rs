@@ -234,10 +234,27 @@ fn try_insert_item(
 
 /// Inserts one event; false when its id is already in the outbox (a duplicate).
 pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite::Result<bool> {
+    // Dedup (schema version 12): the key is in the big table, or goes into the small one.
+    let key = rusqlite::params![e.occurred_at_ms, e.event_id.as_bytes().as_slice()];
+    let known = ctx
+        .conn
+        .prepare_cached("SELECT 1 FROM dedup_keys WHERE occurred_at = ?1 AND event_id = ?2")?
+        .exists(key)?;
+    if known
+        || ctx
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO dedup_recent (occurred_at, event_id) VALUES (?1, ?2)",
+            )?
+            .execute(key)?
+            == 0
+    {
+        return Ok(false);
+    }
     let inserted = ctx
         .conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO events
+            "INSERT INTO events
                 (event_id, state, held, kind, session_id, occurred_at, received_at, policy_id, bytes, body)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?

@@ -11,7 +11,8 @@
 //!   `held` = 1 marks an event captured while sync was off (never uploaded unless the backlog is
 //!   included).
 //!
-//!   Dedup is the unique index `(occurred_at, event_id)`, not `event_id` alone: event ids are UUID v5
+//!   Dedup is on `(occurred_at, event_id)` (the unique index `events_dedup` until version 12, then the
+//!   tables `dedup_keys`/`dedup_recent`, see below), not `event_id` alone: event ids are UUID v5
 //!   (random order), and a B-tree keyed by them alone gets its pages touched all over at every commit —
 //!   measured, 3.6× slower inserts and ~1.7 KiB of WAL per event at 1M rows. Keyed by time first, inserts
 //!   land at the end. A native event always maps to the same `occurred_at` (its raw timestamp under the
@@ -49,6 +50,15 @@
 //! - `session_health` and `session_work` are rowid tables since version 10 (their rows are too large
 //!   for a WITHOUT ROWID leaf); `fold_journal` (version 11): what each group pushed into those folds,
 //!   replayed on top of them until compacted (see [`super::journal`]).
+//! - `dedup_keys`, `dedup_recent` (version 12) replace the unique index `events_dedup`: the events' dedup
+//!   keys `(occurred_at, event_id)`, one row per `events` row, in exactly one of the two tables. A new
+//!   event's key goes into the small `dedup_recent` (after a lookup in `dedup_keys`); at the end of a
+//!   group in which `dedup_recent` holds [`super::store::DEDUP_MERGE_AT`] keys or more, they move into
+//!   `dedup_keys` in key order ([`super::store::merge_dedup_keys`]). Why: a backfill's times jump back
+//!   and forth, and with one index every event dirtied a leaf of its own in every commit (the WAL wrote
+//!   ≈ 10 KB per event); now a group dirties the small table's leaves, and the big index's leaves are
+//!   written once per merge. The trigger `events_forget` removes a key with its row (eviction, tombstone
+//!   pruning), so dedup forgets exactly what it forgot with the index.
 
 use rusqlite::{Connection, Transaction};
 
@@ -302,6 +312,24 @@ CREATE TABLE fold_journal (
 );
 CREATE INDEX fold_journal_session ON fold_journal(session_id, seq);
 "#),
+    Sql(r#"
+CREATE TABLE dedup_keys (
+    occurred_at INTEGER NOT NULL,
+    event_id    BLOB    NOT NULL,
+    PRIMARY KEY (occurred_at, event_id)
+) WITHOUT ROWID;
+CREATE TABLE dedup_recent (
+    occurred_at INTEGER NOT NULL,
+    event_id    BLOB    NOT NULL,
+    PRIMARY KEY (occurred_at, event_id)
+) WITHOUT ROWID;
+INSERT INTO dedup_keys SELECT occurred_at, event_id FROM events ORDER BY occurred_at, event_id;
+DROP INDEX events_dedup;
+CREATE TRIGGER events_forget AFTER DELETE ON events BEGIN
+    DELETE FROM dedup_recent WHERE occurred_at = OLD.occurred_at AND event_id = OLD.event_id;
+    DELETE FROM dedup_keys WHERE occurred_at = OLD.occurred_at AND event_id = OLD.event_id;
+END;
+"#),
 ];
 
 /// Migration 4 (see [`MIGRATIONS`]). A stored sum too large for an i64 (not reachable by real usage)
@@ -421,6 +449,52 @@ mod tests {
         assert_eq!(row, (1_000_000_000, 420_000, 10));
         let old = conn.prepare("SELECT cost_usd FROM usage");
         assert!(old.is_err(), "the REAL column is gone");
+    }
+
+    #[test]
+    fn version_12_moves_the_dedup_keys_out_of_the_index_and_forgets_them_with_their_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for (i, m) in MIGRATIONS.iter().enumerate().take(11) {
+            let tx = conn.transaction().unwrap();
+            try_apply(&tx, m, i as i64 + 1).unwrap();
+            tx.commit().unwrap();
+        }
+        for (id, at) in [(1u8, 30i64), (2, 10), (3, 20)] {
+            conn.execute(
+                "INSERT INTO events (event_id, kind, occurred_at, received_at, policy_id, bytes)
+                 VALUES (?1, 'k', ?2, 0, 1, 0)",
+                rusqlite::params![vec![id; 16], at],
+            )
+            .unwrap();
+        }
+        assert_eq!(migrate(&mut conn).unwrap(), 11);
+        let keys = |conn: &Connection, table: &str| -> Vec<i64> {
+            conn.prepare(&format!("SELECT occurred_at FROM {table}"))
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        assert_eq!(keys(&conn, "dedup_keys"), vec![10, 20, 30]);
+        let index_left = conn
+            .prepare("SELECT 1 FROM sqlite_master WHERE name = 'events_dedup'")
+            .unwrap()
+            .exists([])
+            .unwrap();
+        assert!(!index_left, "the unique index is gone");
+        conn.execute("INSERT INTO dedup_recent VALUES (40, ?1)", [vec![4u8; 16]])
+            .unwrap();
+        conn.execute(
+            "INSERT INTO events (event_id, kind, occurred_at, received_at, policy_id, bytes)
+             VALUES (?1, 'k', 40, 0, 1, 0)",
+            [vec![4u8; 16]],
+        )
+        .unwrap();
+        conn.execute("DELETE FROM events WHERE occurred_at IN (20, 40)", [])
+            .unwrap();
+        assert_eq!(keys(&conn, "dedup_keys"), vec![10, 30]);
+        assert!(keys(&conn, "dedup_recent").is_empty());
     }
 
     #[test]

@@ -100,6 +100,28 @@ pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>
         .optional()
 }
 
+/// `dedup_recent` is merged into `dedup_keys` at the end of a group once it holds this many keys (see
+/// the schema notes, version 12): ≈ 0.5 MiB of keys, whose leaves a group of random keys dirties nearly
+/// all of, against the big index's leaves written once per merge.
+pub const DEDUP_MERGE_AT: i64 = 16_384;
+
+/// Moves the recent dedup keys into `dedup_keys` (in key order) once there are [`DEDUP_MERGE_AT`].
+pub(crate) fn merge_dedup_keys(conn: &Connection) -> rusqlite::Result<()> {
+    let recent: i64 = conn
+        .prepare_cached("SELECT count(*) FROM dedup_recent")?
+        .query_row([], |r| r.get(0))?;
+    if recent >= DEDUP_MERGE_AT {
+        conn.prepare_cached(
+            "INSERT OR IGNORE INTO dedup_keys (occurred_at, event_id)
+             SELECT occurred_at, event_id FROM dedup_recent ORDER BY occurred_at, event_id",
+        )?
+        .execute([])?;
+        conn.prepare_cached("DELETE FROM dedup_recent")?
+            .execute([])?;
+    }
+    Ok(())
+}
+
 /// Writes the group's counter and usage deltas, and folds its health inputs ([`super::health`]) and
 /// work facts ([`super::work`]), starting from `folds` for the sessions it holds, into the fold
 /// journal (compacting it when due, [`super::journal`]).
@@ -109,6 +131,7 @@ pub(crate) fn flush_delta(
     folds: &mut super::memory::FoldCache,
     journal: &mut super::journal::JournalState,
 ) -> rusqlite::Result<()> {
+    merge_dedup_keys(conn)?;
     let mut counters = conn.prepare_cached(
         "INSERT INTO counters (name, value) VALUES (?1, ?2)
          ON CONFLICT(name) DO UPDATE SET value = value + ?2",
