@@ -412,6 +412,17 @@ pub enum MigrateError {
 mod tests {
     use super::*;
 
+    /// An in-memory database with the first `version` migrations applied.
+    fn at_version(version: usize) -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for (i, m) in MIGRATIONS.iter().enumerate().take(version) {
+            let tx = conn.transaction().unwrap();
+            try_apply(&tx, m, i as i64 + 1).unwrap();
+            tx.commit().unwrap();
+        }
+        conn
+    }
+
     #[test]
     fn migrations_apply_once_and_record_the_version() {
         let mut conn = Connection::open_in_memory().unwrap();
@@ -425,12 +436,7 @@ mod tests {
 
     #[test]
     fn version_4_converts_stored_usage_sums_to_exact_integers() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for (i, m) in MIGRATIONS.iter().enumerate().take(3) {
-            let tx = conn.transaction().unwrap();
-            try_apply(&tx, m, i as i64 + 1).unwrap();
-            tx.commit().unwrap();
-        }
+        let mut conn = at_version(3);
         // Ten turns of 0.1 USD summed as f64 by an agent before version 4.
         let drifted: f64 = (0..10).map(|_| 0.1).sum();
         conn.execute(
@@ -453,12 +459,7 @@ mod tests {
 
     #[test]
     fn version_12_moves_the_dedup_keys_out_of_the_index_and_forgets_them_with_their_rows() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for (i, m) in MIGRATIONS.iter().enumerate().take(11) {
-            let tx = conn.transaction().unwrap();
-            try_apply(&tx, m, i as i64 + 1).unwrap();
-            tx.commit().unwrap();
-        }
+        let mut conn = at_version(11);
         for (id, at) in [(1u8, 30i64), (2, 10), (3, 20)] {
             conn.execute(
                 "INSERT INTO events (event_id, kind, occurred_at, received_at, policy_id, bytes)
