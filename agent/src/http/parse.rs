@@ -3,9 +3,7 @@
 //! [`super::split`] finds the events of a body (one JSON event, an array, or NDJSON; Hive-native or
 //! canonical) without building values, and refuses a body of more than `intake.max_events` outright.
 //! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_value`]:
-//! classify, adapt, redact) and dropped, so at most one event's value is alive at a time (two for an
-//! NDJSON body of [`PARALLEL_MIN_LINES`] lines or more on a machine of several cores: its two halves are
-//! parsed at once and joined as one pass would have left them). An event longer
+//! classify, adapt, redact) and dropped, so at most one event's value is alive at a time. An event longer
 //! than `intake.max_line_bytes` is an error without being parsed; invalid UTF-8, bad JSON and nesting
 //! deeper than 128 levels are errors too. A line the pipeline filters by its type alone (deltas, chatty
 //! types) is only skimmed ([`sniff_filtered`]): no value is built for it.
@@ -126,32 +124,6 @@ impl Parsed {
         self.errors.push(EventError { line, index, error });
     }
 
-    /// Appends the parse of the events after this one's (neither finished): the result is what one pass
-    /// over both would give — the dead-letter cap counts across both, so the later part's listed errors
-    /// past what is left of the cap become unlisted, and their items go.
-    fn append(&mut self, mut later: Parsed) {
-        let room = MAX_DEAD_LETTERS - self.errors.len();
-        if later.errors.len() > room {
-            let mut listed = 0;
-            later.items.retain(|item| {
-                if !matches!(item, Item::Malformed { .. }) {
-                    return true;
-                }
-                listed += 1;
-                listed <= room
-            });
-            let over = later.errors.len() - room;
-            later.errors.truncate(room);
-            later.unlisted += over as u64;
-        }
-        self.items.append(&mut later.items);
-        self.errors.append(&mut later.errors);
-        self.unlisted += later.unlisted;
-        for (reason, n) in later.filtered {
-            *self.filtered.entry(reason).or_default() += n;
-        }
-    }
-
     pub(crate) fn finish(&mut self) {
         for (reason, count) in std::mem::take(&mut self.filtered) {
             self.items.push(Item::Filtered { reason, count });
@@ -224,61 +196,14 @@ fn parse_ndjson(body: &[u8], opts: &ProcessOptions<'_>, limits: Limits) -> Optio
         return None;
     }
     let pieces = lines(body, limits.max_events).ok()?;
-    let halves = pieces.len() >= PARALLEL_MIN_LINES && cores() > 1;
-    parse_pieces(body, &pieces, opts, limits, halves)
-}
-
-/// [`parse_ndjson`]'s pass over the lines, in one pass or (`halves`) two at once.
-fn parse_pieces(
-    body: &[u8],
-    pieces: &[Piece],
-    opts: &ProcessOptions<'_>,
-    limits: Limits,
-    halves: bool,
-) -> Option<Parsed> {
-    let mut out = if halves {
-        // Two halves at once (the second on a scoped thread), joined as one pass would have left them:
-        // a request is answered after its whole parse, so on an idle core this halves its wait.
-        let (first, second) = pieces.split_at(pieces.len() / 2);
-        let (a, b) = std::thread::scope(|scope| {
-            let b = scope.spawn(|| parse_lines(body, second, opts, limits));
-            let a = parse_lines(body, first, opts, limits);
-            (a, b.join())
-        });
-        let mut a = a?;
-        // A panic in the second half is the first's to raise, as in one pass.
-        a.append(b.unwrap_or_else(|p| std::panic::resume_unwind(p))?);
-        a
-    } else {
-        parse_lines(body, pieces, opts, limits)?
-    };
-    out.finish();
-    Some(out)
-}
-
-/// NDJSON bodies of at least this many lines are parsed in two halves at once ([`parse_ndjson`]).
-const PARALLEL_MIN_LINES: usize = 256;
-
-/// The machine's cores (1 when unknown), read once.
-fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
-}
-
-/// The lines `pieces` of `body`, each parsed as one JSON value; `None` at the first that is not.
-fn parse_lines(
-    body: &[u8],
-    pieces: &[Piece],
-    opts: &ProcessOptions<'_>,
-    limits: Limits,
-) -> Option<Parsed> {
     let mut out = Parsed::default();
-    for piece in pieces {
+    for piece in &pieces {
         let bytes = &body[piece.range.clone()];
         if !parse_piece(&mut out, bytes, piece, opts, limits, "line") {
             return None;
         }
     }
+    out.finish();
     Some(out)
 }
 
@@ -432,62 +357,6 @@ mod tests {
             format!("{:?}", parse_split(&with_bad_utf8, opts, limits))
         );
         assert!(parse_ndjson(&with_bad_utf8, opts, limits).is_some());
-    }
-
-    /// Two halves parsed at once give exactly one pass's answer, with the dead-letter cap counted across
-    /// both halves (unreadable lines on either side of the middle, under and over the cap) and the
-    /// filtered counts summed; a line that is not JSON sends both to the split.
-    #[test]
-    fn halves_parsed_at_once_answer_as_one_pass() {
-        with_opts(5000, |opts, limits| {
-            let delta = r#"{"type": "llm_text_delta", "stream_id": "queen", "data": {"content": "x"}, "seq": 9}"#;
-            let chatty = r#"{"type": "node_loop_iteration", "stream_id": "queen", "seq": 9}"#;
-            // (lines, the unreadable ones: over the line limit, or not UTF-8 every third)
-            let cases: [(usize, Vec<usize>); 5] = [
-                (600, vec![]),
-                (600, vec![3, 310, 599]),
-                (601, (0..150).map(|i| i * 4).collect()),
-                (1000, (0..80).chain(700..760).collect()),
-                (1000, (520..700).collect()),
-            ];
-            for (n, bad) in cases {
-                let mut body = Vec::new();
-                for i in 0..n {
-                    if bad.contains(&i) && i % 3 == 0 {
-                        body.extend_from_slice(b"{\"type\": \"\xff\"}");
-                    } else if bad.contains(&i) {
-                        body.extend_from_slice("x".repeat(5000).as_bytes());
-                    } else if i % 5 == 1 {
-                        body.extend_from_slice(delta.as_bytes());
-                    } else if i % 5 == 2 {
-                        body.extend_from_slice(chatty.as_bytes());
-                    } else {
-                        body.extend_from_slice(turn(i as u32).as_bytes());
-                    }
-                    body.push(b'\n');
-                }
-                let pieces = lines(&body, limits.max_events).unwrap();
-                let one = parse_pieces(&body, &pieces, opts, limits, false).unwrap();
-                let two = parse_pieces(&body, &pieces, opts, limits, true).unwrap();
-                assert_eq!(
-                    format!("{two:?}"),
-                    format!("{one:?}"),
-                    "{n} lines, {} bad",
-                    bad.len()
-                );
-                assert_eq!(one.errors.len(), bad.len().min(MAX_DEAD_LETTERS));
-                assert_eq!(
-                    one.unlisted as usize,
-                    bad.len().saturating_sub(MAX_DEAD_LETTERS)
-                );
-                assert_eq!(one.events(), n as u64);
-                // A line that is not JSON at all: neither pass answers, the split does.
-                body.extend_from_slice(b"{oops\n");
-                let pieces = lines(&body, limits.max_events).unwrap();
-                assert!(parse_pieces(&body, &pieces, opts, limits, true).is_none());
-                assert!(parse_pieces(&body, &pieces, opts, limits, false).is_none());
-            }
-        });
     }
 
     #[test]
