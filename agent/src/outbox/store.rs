@@ -59,8 +59,15 @@ pub fn open_writer(path: &Path, settings: &OutboxSettings) -> rusqlite::Result<C
     if let Some(pages) = settings.sqlite_max_page_count {
         conn.pragma_update(None, "max_page_count", pages)?;
     }
+    conn.set_prepared_statement_cache_capacity(WRITER_STATEMENTS);
     Ok(conn)
 }
+
+/// Prepared statements the writer's connection keeps. A group runs more distinct statements than
+/// rusqlite's default of 16 (intake, durations, sessions, the delta's flush, the journal, the live
+/// stream, health), so with the default the least recently used were evicted and prepared again in
+/// every group: `sqlite3Prepare` was 7% of the writer thread's samples on the mixed Hive stream.
+const WRITER_STATEMENTS: usize = 256;
 
 /// Opens a read-only connection (status, usage, follow, export reads in other processes).
 pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
@@ -81,9 +88,12 @@ pub fn sync_enabled(conn: &Connection) -> rusqlite::Result<bool> {
 
 /// Bytes in use: (page_count - freelist_count) * page_size.
 pub fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
-    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-    let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    let read = |sql: &str| -> rusqlite::Result<i64> {
+        conn.prepare_cached(sql)?.query_row([], |r| r.get(0))
+    };
+    let pages = read("PRAGMA page_count")?;
+    let free = read("PRAGMA freelist_count")?;
+    let size = read("PRAGMA page_size")?;
     Ok(((pages - free).max(0) * size) as u64)
 }
 
