@@ -111,6 +111,9 @@ impl Application {
             policy,
             zone,
             intake: settings.intake.clone(),
+            body_budget: Arc::new(crate::http::budget::BodyBudget::new(
+                settings.intake.max_bytes_in_flight,
+            )),
             mode: settings.mode,
             started_at: std::time::Instant::now(),
             stats: Arc::default(),

@@ -23,6 +23,7 @@
 //! | `intake.max_body_bytes` | 16777216 | larger request bodies get 413 |
 //! | `intake.max_line_bytes` | 1048576 | larger events (NDJSON lines, array elements) get a per-event error |
 //! | `intake.max_events` | 100000 | more events in one request get 413 (checked before any is parsed) |
+//! | `intake.max_bytes_in_flight` | 33554432 | request bodies admitted at once, summed; past it a request waits, then gets 503 |
 //! | `push.batch_max_events`, `push.batch_max_bytes` | 1000, 4194304 | push batch bounds (uncompressed JSON) |
 //! | `push.concurrency` | 4 | batches in flight at once |
 //! | `push.connect_timeout_ms`, `push.request_timeout_ms` | 5000, 30000 | HTTP timeouts |
@@ -121,6 +122,9 @@ pub struct IntakeSettings {
     /// More events in one request get 413 before any is parsed: with the body limit, this bounds
     /// what a request can cost (a body of tiny values is millions of events).
     pub max_events: usize,
+    /// Bytes of request bodies admitted at once, summed over requests (`POST /v1/events` and OTLP);
+    /// a request that does not fit waits up to 5 s, then gets 503 ([`crate::http::budget`]).
+    pub max_bytes_in_flight: usize,
 }
 
 impl Default for IntakeSettings {
@@ -129,6 +133,7 @@ impl Default for IntakeSettings {
             max_body_bytes: 16 * 1024 * 1024,
             max_line_bytes: 1024 * 1024,
             max_events: 100_000,
+            max_bytes_in_flight: 32 * 1024 * 1024,
         }
     }
 }
@@ -230,6 +235,13 @@ impl Settings {
         if self.intake.max_line_bytes > self.intake.max_body_bytes {
             return bad("intake.max_line_bytes cannot exceed intake.max_body_bytes".into());
         }
+        if self.intake.max_bytes_in_flight < self.intake.max_body_bytes {
+            return bad(format!(
+                "intake.max_bytes_in_flight ({}) cannot be less than intake.max_body_bytes ({}): \
+                 one body of the largest size must fit",
+                self.intake.max_bytes_in_flight, self.intake.max_body_bytes
+            ));
+        }
         if self.push.batch_max_events == 0 || self.push.batch_max_bytes < 1024 {
             return bad("push.batch_max_events must be ≥ 1 and push.batch_max_bytes ≥ 1024".into());
         }
@@ -305,6 +317,24 @@ mod tests {
         assert_eq!(s.outbox.max_bytes, 3_000_000);
         assert_eq!(s.listen.port(), 7000);
         assert_eq!(s.outbox.overflow, crate::outbox::Overflow::Reject);
+    }
+
+    #[test]
+    fn the_bodies_in_flight_must_hold_one_body_of_the_largest_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = env(&[("APIARY_INTAKE_MAX_BYTES_IN_FLIGHT", "1048576")]);
+        let err = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("intake.max_bytes_in_flight (1048576) cannot be less than"),
+            "{err}"
+        );
+        let e = env(&[
+            ("APIARY_INTAKE_MAX_BYTES_IN_FLIGHT", "1048576"),
+            ("APIARY_INTAKE_MAX_BODY_BYTES", "1048576"),
+        ]);
+        let s = Settings::load(dir.path(), None, e, &Overrides::default()).unwrap();
+        assert_eq!(s.intake.max_bytes_in_flight, 1_048_576);
     }
 
     #[test]

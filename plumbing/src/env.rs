@@ -34,6 +34,7 @@ pub const AGENT_KEYS: &[Key] = &[
     Key::new("intake.max_body_bytes", Kind::Int),
     Key::new("intake.max_line_bytes", Kind::Int),
     Key::new("intake.max_events", Kind::Int),
+    Key::new("intake.max_bytes_in_flight", Kind::Int),
     Key::new("push.batch_max_events", Kind::Int),
     Key::new("push.batch_max_bytes", Kind::Int),
     Key::new("push.concurrency", Kind::Int),

@@ -424,3 +424,56 @@ async fn kill_9_during_otlp_intake_loses_no_acknowledged_record() {
     c.assert_balanced();
     cloud.assert_exactly(session, sent as i64).await.unwrap();
 }
+
+/// The receiver shares the intake's bound on bodies in flight (`intake.max_bytes_in_flight`): while a
+/// slow exporter's body holds all of it, another export waits, then gets 503 UNAVAILABLE with
+/// Retry-After (what an OTLP exporter retries) and nothing of it is committed; once the slow one is
+/// gone, the same export is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_that_finds_no_room_for_its_body_gets_503_unavailable_and_is_taken_later() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("APIARY_INTAKE_MAX_BODY_BYTES", "200000"),
+        ("APIARY_INTAKE_MAX_LINE_BYTES", "200000"),
+        ("APIARY_INTAKE_MAX_BYTES_IN_FLIGHT", "200000"),
+    ];
+    let agent = Agent::start_with(dir.path(), None, &env).await.unwrap();
+    let addr = agent.otlp_addr.unwrap();
+    let t = agent.token.clone();
+    // A slow exporter: it announces 200,000 bytes and sends ten.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/logs HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {t}\r\n\
+         content-type: {JSON}\r\ncontent-length: 200000\r\n\r\n{{\"resource"
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let a = otlp::post(addr, &t, "/v1/logs", JSON, otlp::CLAUDE_JSON, false)
+        .await
+        .unwrap();
+    let status: Value = serde_json::from_slice(&a.body).expect("a google.rpc.Status in JSON");
+    assert_eq!(
+        (a.status, &status["code"]),
+        (503, &Value::from(14)),
+        "{status}"
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_bytes_in_flight")),
+        "{status}"
+    );
+    assert!(a.retry_after.is_some());
+    assert!(started.elapsed() >= Duration::from_secs(4));
+    assert_eq!(agent.counters().await.unwrap().received, 0);
+    drop(slow);
+    let a = otlp::post(addr, &t, "/v1/logs", JSON, otlp::CLAUDE_JSON, false)
+        .await
+        .unwrap();
+    assert_eq!(a.status, 200);
+    let c = agent.counters().await.unwrap();
+    assert!(c.received > 0, "{c:?}");
+    c.assert_balanced();
+}

@@ -26,6 +26,13 @@ pub enum ApiError {
     Conflict(String),
     #[error("{limit} live streams are open already (the most the agent serves); close one or retry later")]
     TooManyStreams { limit: usize },
+    #[error(
+        "the agent is already reading {limit} bytes of request bodies (intake.max_bytes_in_flight); \
+         nothing of this request was committed, retry shortly"
+    )]
+    Busy { limit: usize },
+    #[error("the body did not arrive within {secs} s; nothing of this request was committed")]
+    BodyTimeout { secs: u64 },
     #[error(transparent)]
     Outbox(#[from] OutboxError),
     /// Encoding `/metrics` failed (writing into a string: not expected to happen).
@@ -46,6 +53,8 @@ impl ApiError {
             ApiError::TooManyStreams { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams")
             }
+            ApiError::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            ApiError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::Metrics(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Outbox(e) => match e {
                 OutboxError::Full { .. } => (StatusCode::SERVICE_UNAVAILABLE, "outbox_full"),
@@ -95,6 +104,12 @@ impl IntoResponse for ApiError {
         if let ApiError::TooManyStreams { .. } = &self {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        if let ApiError::Busy { .. } = &self {
+            let secs = super::budget::RETRY_AFTER_SECS.to_string();
+            if let Ok(v) = HeaderValue::from_str(&secs) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
         }
         if let ApiError::Outbox(e) = &self {
             if let Some(after) = e.retry_after().filter(|_| status.is_server_error()) {

@@ -1,7 +1,9 @@
 //! `POST /v1/events`: one JSON event, a JSON array of events, or NDJSON; Hive-native or canonical.
 //!
-//! 1. The body is read up to `intake.max_body_bytes` (413 beyond, checked against Content-Length first),
-//!    into one buffer.
+//! 1. The request reserves its size in the intake's budget of bodies in flight
+//!    (`intake.max_bytes_in_flight`, [`super::budget`]: it waits up to 5 s for room, then gets 503 +
+//!    Retry-After), then the body is read up to `intake.max_body_bytes` (413 beyond, checked against
+//!    Content-Length first), into one buffer, within 30 s (408 after).
 //! 2. It is split into events and each is processed on this side of the outbox ([`super::parse`]: at
 //!    most `intake.max_events` per body, else 413 before anything is parsed; one value alive at a time;
 //!    classify, adapt, redact), so only redacted events reach the writer. `?session=ID` is passed as the
@@ -16,8 +18,8 @@
 //! event was readable; 400 with the same counts, `"committed": true`, `"errors": [{"line"|"index",
 //! "error"}]` (the first 100) and `"errors_not_listed"` (how many more) when some were not — the good ones
 //! **were** committed; 413 when the body is too large or holds too many events (nothing committed); 503 +
-//! Retry-After when the outbox refuses (cap reached under `reject`, disk full): nothing of the request
-//! was committed.
+//! Retry-After when the outbox refuses (cap reached under `reject`, disk full) or the intake is busy
+//! (`busy`, above): nothing of the request was committed.
 
 use apiary_schema::ProcessOptions;
 use axum::body::{Body, Bytes};
@@ -59,6 +61,7 @@ pub async fn post_events(
             IntakeStats::bump(&stats.requests_too_large)
         }
         Err(ApiError::Outbox(e)) if e.is_retryable() => IntakeStats::bump(&stats.requests_refused),
+        Err(ApiError::Busy { .. }) => IntakeStats::bump(&stats.requests_busy),
         Err(_) => IntakeStats::bump(&stats.requests_failed),
     }
     result
@@ -85,6 +88,8 @@ async fn try_intake(
         };
         probe.validate().map_err(ApiError::BadRequest)?;
     }
+    // Held until the answer: the body, then what is parsed from it, live until the commit.
+    let _room = admit(state, declared.map_or(limit, |n| n as usize)).await?;
     let bytes = read_body(body, limit, declared).await?;
     let limits = Limits::from(&state.intake);
     let parsed = if bytes.len() < INLINE_LIMIT {
@@ -157,12 +162,34 @@ fn options<'a>(
     }
 }
 
-/// Reads the body into one buffer (sized from Content-Length when given), refusing it past `limit`.
+/// Reserves `bytes` in the intake's budget of bodies in flight ([`super::budget`]).
+pub(crate) async fn admit(
+    state: &AppState,
+    bytes: usize,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    state
+        .body_budget
+        .admit(bytes, super::budget::ADMIT_WAIT)
+        .await
+        .map_err(|busy| ApiError::Busy { limit: busy.limit })
+}
+
+/// Reads the body into one buffer (sized from Content-Length when given), refusing it past `limit`,
+/// or when it has not all arrived within [`super::budget::BODY_READ_TIMEOUT`].
 pub(crate) async fn read_body(
-    mut body: Body,
+    body: Body,
     limit: usize,
     declared: Option<u64>,
 ) -> Result<Bytes, ApiError> {
+    let deadline = super::budget::BODY_READ_TIMEOUT;
+    tokio::time::timeout(deadline, read_all(body, limit, declared))
+        .await
+        .unwrap_or(Err(ApiError::BodyTimeout {
+            secs: deadline.as_secs(),
+        }))
+}
+
+async fn read_all(mut body: Body, limit: usize, declared: Option<u64>) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::TooLarge {
         got: limit as u64 + 1,
         limit,
@@ -179,4 +206,28 @@ pub(crate) async fn read_body(
         }
     }
     Ok(Bytes::from(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_arriving_is_given_up_after_the_read_timeout() {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, std::io::Error>>();
+        tx.unbounded_send(Ok(Bytes::from_static(b"{\"type\": ")))
+            .unwrap();
+        let body = Body::from_stream(rx);
+        let started = tokio::time::Instant::now();
+        let err = read_body(body, 1024, None).await.unwrap_err();
+        assert!(matches!(err, ApiError::BodyTimeout { secs: 30 }), "{err:?}");
+        assert_eq!(started.elapsed(), super::super::budget::BODY_READ_TIMEOUT);
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_is_read() {
+        let body = Body::from("abc");
+        assert_eq!(&read_body(body, 1024, Some(3)).await.unwrap()[..], b"abc");
+    }
 }

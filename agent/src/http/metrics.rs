@@ -35,6 +35,12 @@ pub async fn get_metrics(State(state): State<AppState>) -> Result<impl IntoRespo
         &state.stats,
         state.started_at.elapsed().as_secs_f64(),
     );
+    gauge(
+        &mut registry,
+        "apiary_intake_body_bytes_in_flight",
+        "Bytes of request bodies admitted and not yet answered (bounded by intake.max_bytes_in_flight)",
+        state.body_budget.in_use_bytes(),
+    );
     let mut out = String::with_capacity(4096);
     encode(&mut out, &registry).map_err(ApiError::Metrics)?;
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], out))
@@ -206,6 +212,7 @@ fn register_intake(registry: &mut Registry, r: &IntakeStats, uptime_seconds: f64
         ("ok", load(&r.requests_ok)),
         ("partial", load(&r.requests_partial)),
         ("refused", load(&r.requests_refused)),
+        ("busy", load(&r.requests_busy)),
         ("too_large", load(&r.requests_too_large)),
         ("unauthorized", load(&r.requests_unauthorized)),
         ("failed", load(&r.requests_failed)),

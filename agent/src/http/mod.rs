@@ -34,6 +34,7 @@
 //! 405, 413 from a body limit, extractor rejections such as a bad query string or path). Retryable outbox
 //! conditions (cap reached, disk full) are 503 with `Retry-After`.
 
+pub mod budget;
 mod error;
 pub mod events;
 mod local;
@@ -74,6 +75,8 @@ pub struct AppState {
     pub policy: Arc<Policy>,
     pub zone: Zone,
     pub intake: IntakeSettings,
+    /// Request bodies admitted at once (`intake.max_bytes_in_flight`).
+    pub body_budget: Arc<budget::BodyBudget>,
     pub mode: Mode,
     pub started_at: std::time::Instant,
     pub stats: Arc<IntakeStats>,
@@ -105,6 +108,8 @@ pub struct IntakeStats {
     pub requests_ok: AtomicU64,
     pub requests_partial: AtomicU64,
     pub requests_refused: AtomicU64,
+    /// Not admitted: the bodies in flight were at `intake.max_bytes_in_flight` for too long.
+    pub requests_busy: AtomicU64,
     pub requests_too_large: AtomicU64,
     pub requests_unauthorized: AtomicU64,
     pub requests_failed: AtomicU64,

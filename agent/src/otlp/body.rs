@@ -24,6 +24,13 @@ pub enum OtlpError {
     BadRequest(String),
     #[error("no such OTLP path; use /v1/traces, /v1/logs or /v1/metrics")]
     NotFound,
+    #[error(
+        "the agent is already reading {limit} bytes of request bodies (intake.max_bytes_in_flight); \
+         nothing of this export was committed, retry shortly"
+    )]
+    Busy { limit: usize },
+    #[error("the body did not arrive within {secs} s; nothing of this export was committed")]
+    BodyTimeout { secs: u64 },
     #[error(transparent)]
     Outbox(OutboxError),
 }
@@ -40,6 +47,9 @@ impl OtlpError {
             }
             OtlpError::BadRequest(_) => (StatusCode::BAD_REQUEST, 3),
             OtlpError::NotFound => (StatusCode::NOT_FOUND, 5),
+            // UNAVAILABLE and DEADLINE_EXCEEDED: both retryable for an OTLP exporter.
+            OtlpError::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, 14),
+            OtlpError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, 4),
             OtlpError::Outbox(e) if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, 14),
             OtlpError::Outbox(_) => (StatusCode::INTERNAL_SERVER_ERROR, 13),
         }
@@ -57,6 +67,12 @@ impl OtlpError {
         let mut resp = reply(status, encoding, encode_status(encoding, code, &message));
         if let OtlpError::Outbox(e) = &self {
             if let Some(v) = super::retry_after(e).filter(|_| status.is_server_error()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        if let OtlpError::Busy { .. } = &self {
+            let secs = crate::http::budget::RETRY_AFTER_SECS.to_string();
+            if let Ok(v) = HeaderValue::from_str(&secs) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
         }

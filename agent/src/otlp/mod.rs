@@ -31,7 +31,7 @@ use axum::routing::post;
 use axum::Router;
 
 use crate::http::parse::Parsed;
-use crate::http::{AppState, IntakeStats};
+use crate::http::{ApiError, AppState, IntakeStats};
 use crate::outbox::OutboxError;
 
 pub use body::OtlpError;
@@ -80,6 +80,7 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
             IntakeStats::bump(&stats.requests_too_large)
         }
         Err(OtlpError::Outbox(e)) if e.is_retryable() => IntakeStats::bump(&stats.requests_refused),
+        Err(OtlpError::Busy { .. }) => IntakeStats::bump(&stats.requests_busy),
         Err(_) => IntakeStats::bump(&stats.requests_failed),
     }
     match result {
@@ -116,10 +117,22 @@ async fn try_export(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(OtlpError::TooLarge { limit });
     }
+    let gzip = body::is_gzip(headers)?;
+    // The body as sent, and its inflated copy (up to the limit) while both are alive; held until the
+    // answer ([`crate::http::budget`]).
+    let size = declared.map_or(limit, |n| n as usize) + if gzip { limit } else { 0 };
+    let _room = crate::http::events::admit(state, size)
+        .await
+        .map_err(|_| OtlpError::Busy {
+            limit: state.intake.max_bytes_in_flight,
+        })?;
     let raw = crate::http::events::read_body(body, limit, declared)
         .await
-        .map_err(|_| OtlpError::TooLarge { limit })?;
-    let gzip = body::is_gzip(headers)?;
+        .map_err(|e| match e {
+            ApiError::BodyTimeout { secs } => OtlpError::BodyTimeout { secs },
+            ApiError::TooLarge { .. } => OtlpError::TooLarge { limit },
+            other => OtlpError::BadRequest(other.to_string()),
+        })?;
     let bounds = Bounds {
         max_records: state.intake.max_events,
         max_nested: state

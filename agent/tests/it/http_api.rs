@@ -355,6 +355,117 @@ async fn bodies_over_the_limit_get_413() {
     app.stop().await;
 }
 
+/// A body that arrives in two parts: `first` now, the rest when the returned sender is dropped or sent
+/// to (no `Content-Length`, so the agent reserves the whole body limit for it).
+fn held_body(first: &[u8], rest: Vec<u8>) -> (reqwest::Body, tokio::sync::oneshot::Sender<()>) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let head = futures::stream::iter([Ok::<_, std::io::Error>(first.to_vec())]);
+    let tail = futures::stream::once(async move {
+        let _ = rx.await;
+        Ok::<_, std::io::Error>(rest)
+    });
+    use futures::StreamExt;
+    (reqwest::Body::wrap_stream(head.chain(tail)), tx)
+}
+
+#[tokio::test]
+async fn bodies_in_flight_are_bounded_a_request_waits_for_room_then_gets_503() {
+    // One body of the largest size fills the budget.
+    let app = App::spawn(|s| {
+        s.intake.max_body_bytes = 64 * 1024;
+        s.intake.max_line_bytes = 16 * 1024;
+        s.intake.max_bytes_in_flight = 64 * 1024;
+    })
+    .await;
+    let turn = |session: &str, seq| support::hive_turn(session, seq).into_bytes();
+    let post = |body: reqwest::Body| {
+        let req = app
+            .client
+            .post(format!("{}/v1/events", app.base))
+            .bearer_auth(&app.token)
+            .body(body);
+        async move {
+            let r = req.send().await.unwrap();
+            let retry = r.headers().get("retry-after").cloned();
+            (
+                r.status(),
+                retry,
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+
+    // 1. A waiting request is admitted once the holder is answered.
+    let (held, release) = held_body(b"\n", turn("session_held", 1));
+    let holder = tokio::spawn(post(held));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let waiter = tokio::spawn(post(turn("session_waiter", 1).into()));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "admitted while the budget was full");
+    release.send(()).unwrap();
+    let (s, _, b) = holder.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, _, b) = waiter.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{b}");
+
+    // 2. A request that finds no room for 5 s is refused with 503 + Retry-After; nothing of it is kept.
+    let (held, release) = held_body(b"\n", turn("session_held", 2));
+    let holder = tokio::spawn(post(held));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("apiary_intake_body_bytes_in_flight 65536"),
+        "{metrics}"
+    );
+    let started = std::time::Instant::now();
+    let (s, retry, b) = post(turn("session_refused", 1).into()).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+    assert_eq!(b["error"]["code"], "busy", "{b}");
+    assert!(retry.is_some(), "no Retry-After");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    release.send(()).unwrap();
+    let (s, _, b) = holder.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let st = app.outbox.status().await.unwrap().stored;
+    assert_eq!(
+        st.pending_events, 3,
+        "the refused request left nothing: {st:?}"
+    );
+    assert!(st.balanced, "{:?}", st.counters);
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("apiary_intake_requests_total{result=\"busy\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("apiary_intake_body_bytes_in_flight 0"),
+        "{metrics}"
+    );
+    app.stop().await;
+}
+
 async fn fill(app: &App, session: &str, rounds: u64) -> (u64, Option<reqwest::Response>) {
     let mut ok = 0;
     for r in 0..rounds {

@@ -94,6 +94,7 @@ async fn metrics_parse_as_openmetrics_with_the_outbox_and_intake_values() {
         "apiary_outbox_disk_full",
         "apiary_sync_enabled",
         "apiary_agent_uptime_seconds",
+        "apiary_intake_body_bytes_in_flight",
     ] {
         assert_eq!(kinds.get(gauge), Some(&"gauge"), "{gauge}");
     }
@@ -138,11 +139,19 @@ async fn metrics_parse_as_openmetrics_with_the_outbox_and_intake_values() {
     );
     assert_eq!(value("apiary_sync_enabled", "apiary_sync_enabled"), 0.0);
     let requests = &m["apiary_intake_requests"].samples;
-    assert_eq!(requests.len(), 6, "one sample per result");
+    assert_eq!(requests.len(), 7, "one sample per result (busy included)");
     assert_eq!(requests.values().sum::<f64>(), 1.0, "{requests:?}");
     assert_eq!(
         value("apiary_outbox_refused", "apiary_outbox_refused_total"),
         0.0
+    );
+    assert_eq!(
+        value(
+            "apiary_intake_body_bytes_in_flight",
+            "apiary_intake_body_bytes_in_flight"
+        ),
+        0.0,
+        "no request is being read"
     );
     app.stop().await;
 }
