@@ -16,14 +16,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long a request waits for room before it is refused with 503.
 pub const ADMIT_WAIT: Duration = Duration::from_secs(5);
 /// How long an admitted body may take to arrive.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// `Retry-After` on a refusal.
-pub const RETRY_AFTER_SECS: u64 = 1;
 /// The reservation's unit: permits are KiB, so a 64-bit total never overflows tokio's permit count.
 const UNIT: usize = 1024;
 
@@ -35,11 +34,29 @@ pub struct BodyBudget {
     total_bytes: usize,
 }
 
-/// Why a request was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Busy {
-    /// `intake.max_bytes_in_flight`.
-    pub limit: usize,
+/// Why a request's body was not taken; nothing of the request is committed. The local API and the
+/// OTLP receiver each word it in their own error format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// No room within [`ADMIT_WAIT`]; `limit` is `intake.max_bytes_in_flight`.
+    #[error(
+        "the agent is already reading {limit} bytes of request bodies (intake.max_bytes_in_flight); \
+         nothing of this request was committed, retry shortly"
+    )]
+    Busy { limit: usize },
+    /// The body did not all arrive within [`BODY_READ_TIMEOUT`].
+    #[error("the body did not arrive within {secs} s; nothing of this request was committed")]
+    Late { secs: u64 },
+}
+
+impl Refused {
+    /// `Retry-After` for the answer: a refusal for room is worth retrying soon.
+    pub fn retry_after(&self) -> Option<HeaderValue> {
+        match self {
+            Refused::Busy { .. } => Some(HeaderValue::from_static("1")),
+            Refused::Late { .. } => None,
+        }
+    }
 }
 
 impl BodyBudget {
@@ -57,14 +74,18 @@ impl BodyBudget {
 
     /// Reserves `bytes` (capped at the whole budget, so any body the limits allow can be admitted),
     /// waiting up to `wait`; the reservation is released when the permit is dropped.
-    pub async fn admit(&self, bytes: usize, wait: Duration) -> Result<OwnedSemaphorePermit, Busy> {
+    pub async fn admit(
+        &self,
+        bytes: usize,
+        wait: Duration,
+    ) -> Result<OwnedSemaphorePermit, Refused> {
         let units = u32::try_from(bytes.div_ceil(UNIT).max(1))
             .unwrap_or(u32::MAX)
             .min(self.units);
         match tokio::time::timeout(wait, self.permits.clone().acquire_many_owned(units)).await {
             Ok(Ok(permit)) => Ok(permit),
             // Timed out, or the semaphore was closed (never done).
-            _ => Err(Busy {
+            _ => Err(Refused::Busy {
                 limit: self.total_bytes,
             }),
         }
@@ -87,7 +108,7 @@ mod tests {
         let a = budget.admit(6 * UNIT, Duration::ZERO).await.unwrap();
         assert_eq!(budget.in_use_bytes(), 6 * UNIT as u64);
         let refused = budget.admit(5 * UNIT, Duration::from_millis(20)).await;
-        assert_eq!(refused.unwrap_err(), Busy { limit: 10 * UNIT });
+        assert_eq!(refused.unwrap_err(), Refused::Busy { limit: 10 * UNIT });
         let b = budget.admit(4 * UNIT, Duration::ZERO).await.unwrap();
         drop(a);
         assert_eq!(budget.in_use_bytes(), 4 * UNIT as u64);

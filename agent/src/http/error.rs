@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use super::budget::Refused;
 use crate::outbox::OutboxError;
 
 /// Everything a local API call can fail with; each maps to one status.
@@ -26,13 +27,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{limit} live streams are open already (the most the agent serves); close one or retry later")]
     TooManyStreams { limit: usize },
-    #[error(
-        "the agent is already reading {limit} bytes of request bodies (intake.max_bytes_in_flight); \
-         nothing of this request was committed, retry shortly"
-    )]
-    Busy { limit: usize },
-    #[error("the body did not arrive within {secs} s; nothing of this request was committed")]
-    BodyTimeout { secs: u64 },
+    /// The intake's bound on bodies in flight, or a body too slow to arrive ([`super::budget`]).
+    #[error(transparent)]
+    Intake(#[from] super::budget::Refused),
     #[error(transparent)]
     Outbox(#[from] OutboxError),
     /// Encoding `/metrics` failed (writing into a string: not expected to happen).
@@ -53,8 +50,8 @@ impl ApiError {
             ApiError::TooManyStreams { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams")
             }
-            ApiError::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
-            ApiError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
+            ApiError::Intake(Refused::Busy { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            ApiError::Intake(Refused::Late { .. }) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::Metrics(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Outbox(e) => match e {
                 OutboxError::Full { .. } => (StatusCode::SERVICE_UNAVAILABLE, "outbox_full"),
@@ -105,11 +102,11 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }
-        if let ApiError::Busy { .. } = &self {
-            let secs = super::budget::RETRY_AFTER_SECS.to_string();
-            if let Ok(v) = HeaderValue::from_str(&secs) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(v) = match &self {
+            ApiError::Intake(r) => r.retry_after(),
+            _ => None,
+        } {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         if let ApiError::Outbox(e) = &self {
             if let Some(after) = e.retry_after().filter(|_| status.is_server_error()) {

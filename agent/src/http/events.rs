@@ -30,6 +30,7 @@ use axum::Json;
 use http_body_util::BodyExt;
 use serde_json::json;
 
+use super::budget::{Refused, ADMIT_WAIT, BODY_READ_TIMEOUT};
 use super::parse::{parse_body, Limits, Parsed};
 use super::split::TooManyEvents;
 use super::{ApiError, AppState, IntakeStats};
@@ -61,7 +62,7 @@ pub async fn post_events(
             IntakeStats::bump(&stats.requests_too_large)
         }
         Err(ApiError::Outbox(e)) if e.is_retryable() => IntakeStats::bump(&stats.requests_refused),
-        Err(ApiError::Busy { .. }) => IntakeStats::bump(&stats.requests_busy),
+        Err(ApiError::Intake(Refused::Busy { .. })) => IntakeStats::bump(&stats.requests_busy),
         Err(_) => IntakeStats::bump(&stats.requests_failed),
     }
     result
@@ -89,7 +90,9 @@ async fn try_intake(
         probe.validate().map_err(ApiError::BadRequest)?;
     }
     // Held until the answer: the body, then what is parsed from it, live until the commit.
-    let _room = admit(state, declared.map_or(limit, |n| n as usize)).await?;
+    let _room = (state.body_budget)
+        .admit(declared.map_or(limit, |n| n as usize), ADMIT_WAIT)
+        .await?;
     let bytes = read_body(body, limit, declared).await?;
     let limits = Limits::from(&state.intake);
     let parsed = if bytes.len() < INLINE_LIMIT {
@@ -162,31 +165,18 @@ fn options<'a>(
     }
 }
 
-/// Reserves `bytes` in the intake's budget of bodies in flight ([`super::budget`]).
-pub(crate) async fn admit(
-    state: &AppState,
-    bytes: usize,
-) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-    state
-        .body_budget
-        .admit(bytes, super::budget::ADMIT_WAIT)
-        .await
-        .map_err(|busy| ApiError::Busy { limit: busy.limit })
-}
-
 /// Reads the body into one buffer (sized from Content-Length when given), refusing it past `limit`,
-/// or when it has not all arrived within [`super::budget::BODY_READ_TIMEOUT`].
+/// or when it has not all arrived within [`BODY_READ_TIMEOUT`].
 pub(crate) async fn read_body(
     body: Body,
     limit: usize,
     declared: Option<u64>,
 ) -> Result<Bytes, ApiError> {
-    let deadline = super::budget::BODY_READ_TIMEOUT;
-    tokio::time::timeout(deadline, read_all(body, limit, declared))
+    tokio::time::timeout(BODY_READ_TIMEOUT, read_all(body, limit, declared))
         .await
-        .unwrap_or(Err(ApiError::BodyTimeout {
-            secs: deadline.as_secs(),
-        }))
+        .unwrap_or(Err(ApiError::Intake(Refused::Late {
+            secs: BODY_READ_TIMEOUT.as_secs(),
+        })))
 }
 
 async fn read_all(mut body: Body, limit: usize, declared: Option<u64>) -> Result<Bytes, ApiError> {
@@ -220,8 +210,11 @@ mod tests {
         let body = Body::from_stream(rx);
         let started = tokio::time::Instant::now();
         let err = read_body(body, 1024, None).await.unwrap_err();
-        assert!(matches!(err, ApiError::BodyTimeout { secs: 30 }), "{err:?}");
-        assert_eq!(started.elapsed(), super::super::budget::BODY_READ_TIMEOUT);
+        assert!(
+            matches!(err, ApiError::Intake(Refused::Late { secs: 30 })),
+            "{err:?}"
+        );
+        assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
         drop(tx);
     }
 

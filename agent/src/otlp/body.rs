@@ -7,6 +7,7 @@ use apiary_schema::otel::Encoding;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 
+use crate::http::budget::Refused;
 use crate::outbox::OutboxError;
 
 /// Everything an export can fail with; each maps to one HTTP status and one gRPC code.
@@ -24,13 +25,9 @@ pub enum OtlpError {
     BadRequest(String),
     #[error("no such OTLP path; use /v1/traces, /v1/logs or /v1/metrics")]
     NotFound,
-    #[error(
-        "the agent is already reading {limit} bytes of request bodies (intake.max_bytes_in_flight); \
-         nothing of this export was committed, retry shortly"
-    )]
-    Busy { limit: usize },
-    #[error("the body did not arrive within {secs} s; nothing of this export was committed")]
-    BodyTimeout { secs: u64 },
+    /// The intake's bound on bodies in flight, or a body too slow to arrive.
+    #[error(transparent)]
+    Intake(Refused),
     #[error(transparent)]
     Outbox(OutboxError),
 }
@@ -48,8 +45,8 @@ impl OtlpError {
             OtlpError::BadRequest(_) => (StatusCode::BAD_REQUEST, 3),
             OtlpError::NotFound => (StatusCode::NOT_FOUND, 5),
             // UNAVAILABLE and DEADLINE_EXCEEDED: both retryable for an OTLP exporter.
-            OtlpError::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, 14),
-            OtlpError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, 4),
+            OtlpError::Intake(Refused::Busy { .. }) => (StatusCode::SERVICE_UNAVAILABLE, 14),
+            OtlpError::Intake(Refused::Late { .. }) => (StatusCode::REQUEST_TIMEOUT, 4),
             OtlpError::Outbox(e) if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, 14),
             OtlpError::Outbox(_) => (StatusCode::INTERNAL_SERVER_ERROR, 13),
         }
@@ -70,11 +67,11 @@ impl OtlpError {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
         }
-        if let OtlpError::Busy { .. } = &self {
-            let secs = crate::http::budget::RETRY_AFTER_SECS.to_string();
-            if let Ok(v) = HeaderValue::from_str(&secs) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(v) = match &self {
+            OtlpError::Intake(r) => r.retry_after(),
+            _ => None,
+        } {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
     }

@@ -30,6 +30,7 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 
+use crate::http::budget::{Refused, ADMIT_WAIT};
 use crate::http::parse::Parsed;
 use crate::http::{ApiError, AppState, IntakeStats};
 use crate::outbox::OutboxError;
@@ -80,7 +81,7 @@ async fn export(state: &AppState, signal: Signal, headers: &HeaderMap, body: Bod
             IntakeStats::bump(&stats.requests_too_large)
         }
         Err(OtlpError::Outbox(e)) if e.is_retryable() => IntakeStats::bump(&stats.requests_refused),
-        Err(OtlpError::Busy { .. }) => IntakeStats::bump(&stats.requests_busy),
+        Err(OtlpError::Intake(Refused::Busy { .. })) => IntakeStats::bump(&stats.requests_busy),
         Err(_) => IntakeStats::bump(&stats.requests_failed),
     }
     match result {
@@ -121,15 +122,15 @@ async fn try_export(
     // The body as sent, and its inflated copy (up to the limit) while both are alive; held until the
     // answer ([`crate::http::budget`]).
     let size = declared.map_or(limit, |n| n as usize) + if gzip { limit } else { 0 };
-    let _room = crate::http::events::admit(state, size)
+    let _room = state
+        .body_budget
+        .admit(size, ADMIT_WAIT)
         .await
-        .map_err(|_| OtlpError::Busy {
-            limit: state.intake.max_bytes_in_flight,
-        })?;
+        .map_err(OtlpError::Intake)?;
     let raw = crate::http::events::read_body(body, limit, declared)
         .await
         .map_err(|e| match e {
-            ApiError::BodyTimeout { secs } => OtlpError::BodyTimeout { secs },
+            ApiError::Intake(r) => OtlpError::Intake(r),
             ApiError::TooLarge { .. } => OtlpError::TooLarge { limit },
             other => OtlpError::BadRequest(other.to_string()),
         })?;

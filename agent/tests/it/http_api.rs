@@ -88,6 +88,18 @@ impl App {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// `GET /metrics` as text.
+    pub(crate) async fn metrics_text(&self) -> String {
+        let r = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        r.text().await.unwrap()
+    }
+
     pub(crate) async fn stop(self) {
         self.stop.cancel();
         self.task.await.unwrap().unwrap();
@@ -412,16 +424,7 @@ async fn bodies_in_flight_are_bounded_a_request_waits_for_room_then_gets_503() {
     let (held, release) = held_body(b"\n", turn("session_held", 2));
     let holder = tokio::spawn(post(held));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .bearer_auth(&app.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("apiary_intake_body_bytes_in_flight 65536"),
         "{metrics}"
@@ -445,16 +448,7 @@ async fn bodies_in_flight_are_bounded_a_request_waits_for_room_then_gets_503() {
         "the refused request left nothing: {st:?}"
     );
     assert!(st.balanced, "{:?}", st.counters);
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .bearer_auth(&app.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("apiary_intake_requests_total{result=\"busy\"} 1"),
         "{metrics}"
