@@ -2,7 +2,9 @@
 //! same run, alternating, so the ratio is the figure (`cargo bench -p apiary-agent --bench realistic`).
 //!
 //! 1. **mixed**: Hive's debug stream as it comes — ≈55% streaming deltas, ≈20% chatty, ≈25% durable
-//!    lines, event times moving forward — NDJSON bodies of 1000 lines over 2 connections (closed loop).
+//!    lines, event times moving forward — NDJSON bodies of 1000 lines over 2 connections (closed loop;
+//!    `BENCH_CONNECTIONS` sets another count, to find where the machine's cores, not the loop's
+//!    latency, cap the rate).
 //!    Input lines/s, and the ack latency of each body (p50/p99).
 //! 2. **backfill**: durable events only, from `BENCH_SESSIONS` sessions interleaved (each session's
 //!    start somewhere in the last 14 days, so consecutive events' times jump back and forth), as the
@@ -18,7 +20,7 @@
 //!
 //! Environment: `BENCH_RUNS` (per arm, default 3), `BENCH_MIXED` (lines, default 300000),
 //! `BENCH_BACKFILL` (events, default 200000), `BENCH_SESSIONS` (default 3000), `BENCH_DIR`,
-//! `BENCH_PARTS` (subset of `mixed,backfill,tail`).
+//! `BENCH_PARTS` (subset of `mixed,backfill,tail`), `BENCH_CONNECTIONS` (default 2).
 
 mod common;
 
@@ -283,6 +285,7 @@ fn main() {
     let sessions = env_usize("BENCH_SESSIONS", 3000);
     let base: PathBuf =
         std::env::var("BENCH_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
+    let connections = env_usize("BENCH_CONNECTIONS", CONNECTIONS);
     let parts = std::env::var("BENCH_PARTS").unwrap_or_else(|_| "mixed,backfill,tail".into());
     let part = |name: &str| parts.split(',').any(|p| p.trim() == name);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -296,7 +299,7 @@ fn main() {
     }
     let t = templates();
     println!(
-        "realistic intake: {runs} runs per arm, alternating; {CONNECTIONS} connections, {BODY_LINES} lines per body; templates: {} durable, {} delta, {} chatty",
+        "realistic intake: {runs} runs per arm, alternating; {connections} connections, {BODY_LINES} lines per body; templates: {} durable, {} delta, {} chatty",
         t[0].len(),
         t[1].len(),
         t[2].len()
@@ -317,7 +320,7 @@ fn main() {
                     &agent.token,
                     &set,
                     lines.len(),
-                    CONNECTIONS,
+                    connections,
                 ));
                 agent.stop();
                 let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
@@ -351,7 +354,7 @@ fn main() {
                         &agent.token,
                         set,
                         lines.len(),
-                        CONNECTIONS,
+                        connections,
                     ))
                 };
                 let (new, lat) = post(&set);
