@@ -122,8 +122,10 @@ impl Application {
             addr,
             page_sessions: Arc::default(),
             exports: Arc::default(),
+            identity: Arc::new(settings.identity.clone()),
+            hive_home: settings.hive_home.clone(),
         };
-        tracing::info!(%addr, mode = ?settings.mode, device_id = outbox.device_id(),
+        tracing::info!(%addr, mode = ?settings.mode, device_id = %outbox.device_id(),
             policy_hash = outbox.policy_hash(), "apiary-agent started");
         Ok(Application {
             settings,
@@ -200,6 +202,7 @@ impl Application {
                 tracing::info!("online: pushes run while sync is enabled");
                 let pusher = crate::push::Pusher::new(outbox.clone(), settings.push.clone())
                     .context("starting the push loop")?
+                    .with_identity(settings.identity.clone())
                     .with_runtimes(state.runtimes.clone());
                 Some(tokio::spawn(
                     Arc::new(pusher).run_until_stopped(shutdown.clone()),

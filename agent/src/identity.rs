@@ -96,7 +96,7 @@ impl std::fmt::Display for Contradiction {
         write!(
             f,
             "{} is {:?} but the token is bound to {what} {:?}: set {} = \"{}\" (or leave it out) in \
-             the agent's config, or use a token for this {what}",
+             the agent's config and restart the agent, or use a token for this {what}",
             self.setting, self.configured, self.token, self.setting, self.token
         )
     }
@@ -151,6 +151,9 @@ pub enum WhoamiError {
         status: u16,
         hint: &'static str,
     },
+    /// The token file cannot be used (missing, empty, readable by others).
+    #[error("{0}")]
+    TokenFile(String),
     #[error("{0}")]
     Other(String),
 }
@@ -162,7 +165,7 @@ pub async fn whoami(
 ) -> Result<TokenIdentity, WhoamiError> {
     use secrecy::ExposeSecret;
     let token = crate::push::target::read_token(token_file)
-        .map_err(|e| WhoamiError::Other(e.to_string()))?;
+        .map_err(|e| WhoamiError::TokenFile(e.to_string()))?;
     let client = crate::push::http_client(Duration::from_secs(2), Duration::from_secs(3))
         .map_err(|e| WhoamiError::Other(e.to_string()))?;
     let url = format!("{}/v1/whoami", endpoint.trim_end_matches('/'));
@@ -188,6 +191,101 @@ pub async fn whoami(
     resp.json()
         .await
         .map_err(|e| WhoamiError::Other(format!("{url}: not a whoami answer ({e})")))
+}
+
+/// What the token's answer means for this device (see the module notes): the identity to use from now
+/// on, the token's user to remember, and the tenant's colony secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoption {
+    /// The configured settings, with the token's binding where a setting is left out.
+    pub identity: IdentityDefaults,
+    /// The token's user, adopted because `identity.user_id` is unset (remembered for starts that cannot
+    /// reach the ingest); `None` forgets an earlier token's.
+    pub token_user: Option<String>,
+    /// The tenant and its colony secret (see `crate::outbox::ColonyKeys`).
+    pub colony_secret: Option<(String, String)>,
+}
+
+/// Reconciles `configured` with the token's answer: the [`Adoption`], or every contradiction.
+pub fn adoption(
+    configured: &IdentityDefaults,
+    token: &TokenIdentity,
+) -> Result<Adoption, Vec<Contradiction>> {
+    let identity = reconcile(configured, token)?;
+    Ok(Adoption {
+        identity,
+        token_user: token
+            .user_id
+            .clone()
+            .filter(|_| configured.user_id.is_none()),
+        colony_secret: token
+            .colony_secret
+            .clone()
+            .map(|s| (token.tenant_id.clone(), s)),
+    })
+}
+
+/// Why the identity of a sync target could not be settled ([`ask`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    /// The ingest could not be reached: nothing is known yet (the agent asks again later).
+    #[error("{0}")]
+    Unreachable(WhoamiError),
+    /// The ingest answered, and the endpoint or the token cannot work (401, 403, 404, …).
+    #[error("{0}")]
+    Refused(WhoamiError),
+    /// The token file cannot be used (missing, empty, readable by others).
+    #[error("{0}")]
+    TokenFile(String),
+    /// The configured identity contradicts the token's binding.
+    #[error("{}", join(.0))]
+    Contradicts(Vec<Contradiction>),
+}
+
+impl AskError {
+    /// The pause reason the push loop records for this problem (`None`: not a reason to pause).
+    pub fn pause_reason(&self) -> Option<String> {
+        match self {
+            AskError::Unreachable(_) => None,
+            AskError::Refused(WhoamiError::Refused {
+                status: 401 | 403, ..
+            })
+            | AskError::TokenFile(_) => Some(crate::push::REAUTHENTICATE.to_string()),
+            AskError::Refused(_) => None,
+            AskError::Contradicts(_) => Some(format!("{IDENTITY_MISMATCH}: {self}")),
+        }
+    }
+}
+
+fn join(problems: &[Contradiction]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Asks the ingest at `endpoint` who the token in `token_file` is and reconciles the answer with
+/// `configured`: what sync enable (any of its three paths) and the push loop adopt.
+pub async fn ask(
+    configured: &IdentityDefaults,
+    endpoint: &str,
+    token_file: &std::path::Path,
+) -> Result<Adoption, AskError> {
+    let token = match whoami(endpoint, token_file).await {
+        Ok(t) => t,
+        Err(e @ WhoamiError::Unreachable(..)) => return Err(AskError::Unreachable(e)),
+        // A busy or failing ingest (408, 429, 5xx) says nothing about the token: ask again later.
+        Err(e @ WhoamiError::Refused { status, .. })
+            if status == 408 || status == 429 || status >= 500 =>
+        {
+            return Err(AskError::Unreachable(e))
+        }
+        Err(e @ WhoamiError::Refused { .. }) => return Err(AskError::Refused(e)),
+        Err(WhoamiError::TokenFile(e)) => return Err(AskError::TokenFile(e)),
+        Err(e @ WhoamiError::Other(_)) => return Err(AskError::Refused(e)),
+    };
+    adoption(configured, &token).map_err(AskError::Contradicts)
 }
 
 /// The prefix of the pause reason set at start when the configured identity contradicts the token.

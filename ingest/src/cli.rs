@@ -572,6 +572,15 @@ async fn preflight(command: &Command, pool: &sqlx::PgPool, url: &str) -> anyhow:
 /// Runs the command.
 pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
     let url = settings.database_url()?;
+    if matches!(cli.command, Command::Migrate { .. }) {
+        let timeout = std::time::Duration::from_secs(5);
+        if store::create_database_if_missing(url, timeout)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?
+        {
+            eprintln!("created the database named in DATABASE_URL");
+        }
+    }
     let pool = Store::connect_lazy(url, settings.pool_size)?;
     preflight(&cli.command, &pool, url).await?;
     match cli.command {

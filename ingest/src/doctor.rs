@@ -50,9 +50,24 @@ async fn check_database(r: &mut Report, settings: &IngestSettings) {
             return;
         }
     };
-    if let Err(problem) = store::diagnose_connection(url, Duration::from_secs(5)).await {
-        r.wrong(problem, "start Postgres or correct DATABASE_URL");
-        return;
+    match store::diagnose(url, Duration::from_secs(5)).await {
+        Ok(()) => {}
+        Err(store::ConnectProblem::MissingDatabase { place, createdb }) => {
+            r.wrong(
+                format!("{place}: the database does not exist"),
+                format!(
+                    "{createdb}   (or: apiary-ingest migrate, which creates it when the role may)"
+                ),
+            );
+            return;
+        }
+        Err(problem) => {
+            r.wrong(
+                problem.to_string(),
+                "start Postgres or correct DATABASE_URL",
+            );
+            return;
+        }
     }
     r.ok("the database answers");
     let Ok(pool) = store::Store::connect_lazy(url, 1) else {

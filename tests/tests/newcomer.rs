@@ -10,9 +10,11 @@ use tests::stack::Cloud;
 
 use tests::bins::run as run_bin;
 
-/// `sync enable --endpoint http://host:port/v1/batches` (the path appended): the ingest answers 404 for
-/// `/v1/batches/v1/batches`. That is a wrong endpoint, not a verdict on the event: it stays pending, the
-/// status says which URL to give, and after the fix it is delivered.
+/// `sync enable --endpoint http://host:port/v1/batches` (the path appended): refused at once, naming the
+/// base URL (the ingest answers 404 for `/v1/batches/v1/whoami`). Stored anyway (`--force`, or an ingest
+/// that moved later), the ingest answers 404 for `/v1/batches/v1/batches`: a wrong endpoint, not a
+/// verdict on the event: it stays pending, the status says which URL to give, and after the fix it is
+/// delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_with_the_batch_path_appended_keeps_events_and_says_why() {
     let cloud = Cloud::start().await.unwrap();
@@ -30,7 +32,26 @@ async fn an_endpoint_with_the_batch_path_appended_keeps_events_and_says_why() {
     .unwrap();
     let token = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
     let wrong = format!("{}/v1/batches", cloud.ingest.url());
-    agent.sync_enable(&wrong, &token, false).unwrap();
+    let refused = agent
+        .sync_enable(&wrong, &token, false)
+        .expect_err("an endpoint that is not an ingest's base URL is refused");
+    let refused = format!("{refused:#}");
+    assert!(
+        refused.contains("base URL") && refused.contains("--force"),
+        "{refused}"
+    );
+    let tf = token.display().to_string();
+    agent
+        .cli(&[
+            "sync",
+            "enable",
+            "--endpoint",
+            &wrong,
+            "--token-file",
+            &tf,
+            "--force",
+        ])
+        .unwrap();
     let (code, v) = agent
         .post_events(fixture::synthetic_turns("session_newcomer_404", 1, 3))
         .await

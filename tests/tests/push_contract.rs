@@ -37,7 +37,20 @@ async fn a_refused_token_pauses_sync_until_reauthentication() {
         .unwrap();
     let bad = cloud.dir.path().join("bad.token");
     write_private(&bad, "apiary_not_a_real_token\n").unwrap();
-    agent.sync_enable(&proxy.url(), &bad, false).unwrap();
+    // Stored anyway, as a token revoked after sharing was turned on would be.
+    let bad_file = bad.display().to_string();
+    let url = proxy.url();
+    agent
+        .cli(&[
+            "sync",
+            "enable",
+            "--endpoint",
+            &url,
+            "--token-file",
+            &bad_file,
+            "--force",
+        ])
+        .unwrap();
     post(&agent, "session_reauth", 1, 100).await;
     let paused = tests::procs::wait_for(Duration::from_secs(20), || async {
         let s = agent.status().await.ok()?;

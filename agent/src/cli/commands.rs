@@ -150,12 +150,13 @@ pub fn render_status(v: &serde_json::Value) -> String {
 
 pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     telemetry::init(LogFormat::Text, "warn");
-    let (common, change) = match action {
+    let (common, change, force) = match action {
         SyncAction::Enable {
             common,
             endpoint,
             token_file,
             include_backlog,
+            force,
         } => {
             let token_file = crate::push::target::check(&endpoint, &token_file)
                 .context("sync not enabled")?
@@ -166,9 +167,9 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
                 token_file,
                 include_backlog,
             };
-            (common, change)
+            (common, change, force)
         }
-        SyncAction::Disable { common, purge } => (common, SyncChange::Disable { purge }),
+        SyncAction::Disable { common, purge } => (common, SyncChange::Disable { purge }, false),
     };
     let settings = settings(&common, &Overrides::default())?;
     if matches!(change, SyncChange::Enable { .. }) && settings.mode == Mode::Airgapped {
@@ -179,28 +180,26 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
             endpoint,
             token_file,
             ..
-        } => token_identity(&settings, endpoint, Path::new(token_file)).await?,
+        } => token_identity(&settings, endpoint, Path::new(token_file), force).await?,
         _ => None,
     };
     let outbox = match &adopted {
-        Some((identity, _, _)) => {
+        Some(adoption) => {
             let policy = app::load_policy(&settings)?;
-            app::open_outbox_as(&common.data_dir, &settings, &policy, identity.clone())?
+            app::open_outbox_as(
+                &common.data_dir,
+                &settings,
+                &policy,
+                adoption.identity.clone(),
+            )?
         }
         None => open(&common, &settings)?,
     };
-    let remembered = match adopted.as_ref().and_then(|(_, user, _)| user.clone()) {
-        Some(user) => outbox.remember_token_user(user).await,
+    let adopt = match &adopted {
+        Some(adoption) => outbox.adopt(adoption).await,
         None => Ok(()),
     };
-    let remembered = match (remembered, adopted.as_ref().and_then(|(_, _, c)| c.clone())) {
-        (Ok(()), Some((tenant, secret))) => outbox
-            .adopt_colony_secret(&tenant, &secret)
-            .await
-            .map(|_| ()),
-        (r, _) => r,
-    };
-    let report = match remembered {
+    let report = match adopt {
         Ok(()) => outbox.set_sync(change).await,
         Err(e) => Err(e),
     };
@@ -212,12 +211,19 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
             outbox.policy_hash(),
             report.released
         );
-        if let Some((identity, _, _)) = &adopted {
+        if let Some(adoption) = &adopted {
             println!(
                 "identity: user {}, device {} (agrees with the token)",
-                identity.user_id.as_deref().unwrap_or("(the token's)"),
+                adoption
+                    .identity
+                    .user_id
+                    .as_deref()
+                    .unwrap_or("(the token's)"),
                 outbox.device_id()
             );
+        }
+        if running_agent(&common.data_dir) {
+            println!("the running agent takes the change within a second, no restart needed");
         }
     } else {
         println!("sync disabled; {} pending events purged", report.purged);
@@ -225,45 +231,43 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `sync enable` takes from the token's answer: the identity to use, the token's user to remember
-/// (when `identity.user_id` is unset), and the tenant with its colony secret.
-type TokenAnswer = (
-    crate::identity::IdentityDefaults,
-    Option<String>,
-    Option<(String, String)>,
-);
+/// Whether an agent runs on `data_dir` (its `agent.addr` answers).
+fn running_agent(data_dir: &Path) -> bool {
+    std::fs::read_to_string(data_dir.join("agent.addr"))
+        .ok()
+        .and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok())
+        .is_some_and(|a| {
+            std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok()
+        })
+}
 
-/// Asks the ingest who the token is (`crate::identity`): the identity to use and the token's user to
-/// remember (when `identity.user_id` is unset), and the tenant's colony secret. Err when the configured identity contradicts the token;
-/// `None` (with a note) when the ingest cannot say.
+/// Asks the ingest who the token is ([`crate::identity::ask`]): the identity to adopt. Err when the
+/// configured identity contradicts the token, or (unless `force`) when the ingest refused the token or
+/// the endpoint is not an ingest's; `None` (with a note) when the ingest cannot be reached now.
 async fn token_identity(
     settings: &Settings,
     endpoint: &str,
     token_file: &Path,
-) -> anyhow::Result<Option<TokenAnswer>> {
-    use crate::identity::{reconcile, whoami};
-    let token = match whoami(endpoint, token_file).await {
-        Ok(t) => t,
-        Err(e) => {
+    force: bool,
+) -> anyhow::Result<Option<crate::identity::Adoption>> {
+    use crate::identity::AskError;
+    match crate::identity::ask(&settings.identity, endpoint, token_file).await {
+        Ok(adoption) => Ok(Some(adoption)),
+        Err(e @ AskError::Contradicts(_)) => anyhow::bail!("sync not enabled: {e}"),
+        Err(e @ AskError::Unreachable(_)) => {
             println!(
-                "note: {e}; the token's identity is checked (and adopted) when the agent starts and \
-                 reaches the ingest — events are kept meanwhile"
+                "note: {e}; sharing is on, and the agent adopts the token's identity and sends once \
+                 the ingest answers — events are kept meanwhile"
             );
-            return Ok(None);
+            Ok(None)
         }
-    };
-    match reconcile(&settings.identity, &token) {
-        Ok(identity) => {
-            let user = token
-                .user_id
-                .filter(|_| settings.identity.user_id.is_none());
-            let colony = token.colony_secret.map(|s| (token.tenant_id, s));
-            Ok(Some((identity, user, colony)))
+        Err(e) if force => {
+            println!("note: {e}; stored anyway (--force): nothing is sent until the ingest accepts the token");
+            Ok(None)
         }
-        Err(problems) => {
-            let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-            anyhow::bail!("sync not enabled: {}", text.join("; "))
-        }
+        Err(e) => anyhow::bail!(
+            "sync not enabled: {e}\n(fix the endpoint or the token, or add --force to store them anyway)"
+        ),
     }
 }
 

@@ -57,7 +57,12 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(settings) = &settings {
-        check_hive_home(&mut r, settings);
+        // The running agent's (`--hive-home` wins over the configuration), else the configured one.
+        let running = status
+            .as_ref()
+            .and_then(|s| s["hive_home"].as_str())
+            .map(std::path::PathBuf::from);
+        check_hive_home(&mut r, running.as_ref().or(settings.hive_home.as_ref()));
     }
     print!("{}", r.render());
     Ok(if r.failed() {
@@ -148,11 +153,9 @@ async fn check_sync(r: &mut Report, settings: &Settings, status: &Value, dir: &s
         r.note("sync is off: events stay on this device", enable);
         return;
     }
-    if let Some(why) = sync["paused_reason"].as_str() {
-        r.wrong(
-            format!("sync is paused: {why}"),
-            format!("fix the token or identity, then run again: {enable}"),
-        );
+    let paused = sync["paused_reason"].as_str();
+    if let Some(why) = paused {
+        r.wrong(format!("sync is paused: {why}"), pause_fix(why, &enable));
     } else {
         r.ok("sync is on");
     }
@@ -172,10 +175,29 @@ async fn check_sync(r: &mut Report, settings: &Settings, status: &Value, dir: &s
         check_identity(r, settings, status, &whoami);
     }
     if let Some(problem) = status.pointer("/last_push/error").and_then(Value::as_str) {
-        r.wrong(
-            format!("the last push failed: {problem}"),
-            "events are kept and retried; fix what the message names",
-        );
+        let kept = if paused.is_some() {
+            "events are kept; nothing is sent while sync is paused (see above)"
+        } else {
+            "events are kept and retried with backoff; fix what the message names"
+        };
+        r.wrong(format!("the last push failed: {problem}"), kept);
+    }
+}
+
+/// The fix for a pause reason: exactly what lifts it (see `crate::push::settle`).
+fn pause_fix(reason: &str, enable: &str) -> String {
+    if reason.starts_with(crate::push::REAUTHENTICATE) {
+        "put a valid ingest token in the token file (mode 0600, e.g. `chmod 600 FILE`): sharing resumes \
+         by itself within seconds"
+            .into()
+    } else if reason.starts_with(crate::identity::IDENTITY_MISMATCH) {
+        "put a token for this user and device in the token file (sharing resumes by itself), or change \
+         the [identity] setting named above and restart the agent"
+            .into()
+    } else if reason.starts_with(crate::push::INVALID_ENDPOINT) {
+        format!("give a correct endpoint: {enable}")
+    } else {
+        format!("fix what the reason names, then: {enable}")
     }
 }
 
@@ -391,11 +413,11 @@ fn check_disk(r: &mut Report, data_dir: &Path) {
     }
 }
 
-fn check_hive_home(r: &mut Report, settings: &Settings) {
-    let Some(home) = &settings.hive_home else {
+fn check_hive_home(r: &mut Report, home: Option<&std::path::PathBuf>) {
+    let Some(home) = home else {
         r.note(
-            "no hive_home in the configuration: unless the agent runs with --hive-home, only events \
-             posted to the local API are taken",
+            "no Hive home is followed (no hive_home in the configuration, and the agent does not run \
+             with --hive-home): only events posted to the local API are taken",
             "to follow Hive's logs (and have doctor check them): hive_home = \"/home/USER/.hive\" in \
              agent.toml",
         );

@@ -118,6 +118,10 @@ pub enum SyncAction {
         /// Also upload the events captured while sync was off.
         #[arg(long)]
         include_backlog: bool,
+        /// Store the endpoint and token file even though the ingest refused them (401, 403, 404):
+        /// sharing stays paused until the ingest accepts the token.
+        #[arg(long)]
+        force: bool,
     },
     /// Disable uploads at once.
     Disable {

@@ -39,6 +39,7 @@ pub async fn status_json(state: &AppState) -> Result<Value, ApiError> {
     v["mode"] = json!(state.mode);
     v["agent_version"] = json!(env!("CARGO_PKG_VERSION"));
     v["uptime_seconds"] = json!(state.started_at.elapsed().as_secs());
+    v["hive_home"] = json!(state.hive_home);
     Ok(v)
 }
 
@@ -69,6 +70,10 @@ pub(crate) struct SyncToggle {
     pub(crate) include_backlog: bool,
     #[serde(default)]
     pub(crate) purge: bool,
+    /// Store the target even though the ingest refused the token or the endpoint
+    /// ([`crate::identity::ask`]).
+    #[serde(default)]
+    pub(crate) force: bool,
 }
 
 pub async fn put_sync(
@@ -103,6 +108,7 @@ pub(crate) async fn apply_sync(
         // Checked at every enable, also when remembered: a refused target is never stored.
         let token_file = crate::push::target::check(&endpoint, std::path::Path::new(&token_file))
             .map_err(|e| ApiError::BadRequest(format!("sync not enabled: {e}")))?;
+        adopt_at_enable(state, &endpoint, &token_file, toggle.force).await?;
         SyncChange::Enable {
             endpoint,
             token_file: token_file.display().to_string(),
@@ -114,6 +120,36 @@ pub(crate) async fn apply_sync(
         }
     };
     Ok(state.outbox.set_sync(change).await?)
+}
+
+/// Asks the ingest who the token is and adopts the answer before sync is switched on, so the running
+/// agent sends as the token's user and device at once ([`crate::identity::ask`]). A contradiction with
+/// `[identity]` is refused (409), as is a token or endpoint the ingest refused (400) unless `force`; an
+/// unreachable ingest is no reason to refuse (the push loop asks again until it answers).
+async fn adopt_at_enable(
+    state: &AppState,
+    endpoint: &str,
+    token_file: &std::path::Path,
+    force: bool,
+) -> Result<(), ApiError> {
+    use crate::identity::AskError;
+    match crate::identity::ask(&state.identity, endpoint, token_file).await {
+        Ok(adoption) => Ok(state.outbox.adopt(&adoption).await?),
+        Err(e @ AskError::Contradicts(_)) => {
+            Err(ApiError::Conflict(format!("sync not enabled: {e}")))
+        }
+        Err(AskError::Unreachable(e)) => {
+            tracing::warn!(error = %e, "sharing turned on; the token's identity is adopted once the ingest answers");
+            Ok(())
+        }
+        Err(e) if force => {
+            tracing::warn!(error = %e, "sharing turned on with a target the ingest refused (force)");
+            Ok(())
+        }
+        Err(e) => Err(ApiError::BadRequest(format!(
+            "sync not enabled: {e} (send \"force\": true to store it anyway)"
+        ))),
+    }
 }
 
 /// `GET /v1/sessions/{id}`: the session's status derived locally by the shared health model (the same

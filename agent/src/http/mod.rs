@@ -91,6 +91,10 @@ pub struct AppState {
     pub page_sessions: Arc<settings_page::PageSessions>,
     /// Held while the settings page writes an export bundle: one at a time.
     pub exports: Arc<tokio::sync::Mutex<()>>,
+    /// The configured identity (`[identity]`): turning sharing on reconciles the token's with it.
+    pub identity: Arc<crate::identity::IdentityDefaults>,
+    /// The Hive home the running agent follows (`hive_home` or `--hive-home`), shown by `status`.
+    pub hive_home: Option<std::path::PathBuf>,
 }
 
 /// Which token a request presented (set by the auth layer as a request extension).

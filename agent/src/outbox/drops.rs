@@ -26,7 +26,7 @@ impl Task for DropReport {
 
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<Vec<Uuid>, OutboxError>> {
         let counters = store::read_counter_map(ctx.conn)?;
-        let device = ctx.state.defaults.device_id.clone().unwrap_or_default();
+        let device = ctx.defaults().device_id.clone().unwrap_or_default();
         let mut made = Vec::new();
         for (name, n) in counters {
             let Some(reason) = DropReason::from_counter_name(&name) else {

@@ -58,11 +58,12 @@ struct Inner {
     settings: OutboxSettings,
     /// The hash of the policy events are redacted under now.
     policy_hash: String,
-    /// This device's id (configured, or generated at first open).
-    device_id: String,
+    /// This device's id (configured, or generated at first open, or adopted from the sync token while
+    /// running: [`Outbox::adopt`]).
+    device_id: std::sync::RwLock<String>,
     /// The user events without a session binding of their own are recorded for (configured, or the
     /// push token's), shown on the settings page.
-    user_id: Option<String>,
+    user_id: std::sync::RwLock<Option<String>>,
     /// The writer thread, joined by [`Outbox::close`].
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The WAL checkpointer thread, joined by [`Outbox::close`].
@@ -185,8 +186,8 @@ impl Outbox {
                 path: path.to_path_buf(),
                 settings,
                 policy_hash: policy.hash().to_string(),
-                device_id,
-                user_id,
+                device_id: std::sync::RwLock::new(device_id),
+                user_id: std::sync::RwLock::new(user_id),
                 thread: Mutex::new(Some(thread)),
                 checkpointer: Mutex::new(Some(checkpointer)),
                 wal,
@@ -233,14 +234,68 @@ impl Outbox {
         &self.inner.path
     }
 
-    /// This device's id (configured, or generated at first open).
-    pub fn device_id(&self) -> &str {
-        &self.inner.device_id
+    /// This device's id (configured, or generated at first open, or the sync token's).
+    pub fn device_id(&self) -> String {
+        self.inner
+            .device_id
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The default user of this device's sessions (configured, or the push token's), if known.
-    pub fn user_id(&self) -> Option<&str> {
-        self.inner.user_id.as_deref()
+    pub fn user_id(&self) -> Option<String> {
+        self.inner
+            .user_id
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Puts the identity the sync token's answer calls for in force while the agent runs
+    /// ([`crate::identity::Adoption`]): the device id and the token's user are stored, sessions first
+    /// seen from now on are bound to them, and sessions the ingest never accepted are rebound (as at
+    /// open), in one transaction; then the tenant's colony secret. A setting left out keeps this
+    /// device's id.
+    pub async fn adopt(&self, adoption: &crate::identity::Adoption) -> Result<(), OutboxError> {
+        let identity = &adoption.identity;
+        let defaults = IdentityDefaults {
+            device_id: Some(
+                identity
+                    .device_id
+                    .clone()
+                    .unwrap_or_else(|| self.device_id()),
+            ),
+            user_id: identity.user_id.clone(),
+            tenant_id: identity.tenant_id.clone(),
+        };
+        let remember = adoption.token_user.clone();
+        self.run(AdoptIdentity {
+            defaults: defaults.clone(),
+            token_user: remember,
+        })
+        .await?;
+        if let Some(device) = defaults.device_id.clone() {
+            *self
+                .inner
+                .device_id
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = device;
+        }
+        *self
+            .inner
+            .user_id
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = defaults.user_id.clone();
+        if let Some((tenant, secret)) = &adoption.colony_secret {
+            self.adopt_colony_secret(tenant, secret).await?;
+        }
+        tracing::info!(
+            user_id = defaults.user_id.as_deref(),
+            device_id = defaults.device_id.as_deref(),
+            "identity adopted from the sync token"
+        );
+        Ok(())
     }
 
     /// The hash of the policy events are redacted under now.
@@ -444,7 +499,7 @@ impl Outbox {
         between: impl std::future::Future<Output = ()>,
     ) -> Result<ExportReport, OutboxError> {
         let (path, out) = (self.inner.path.clone(), out.to_path_buf());
-        let (device, policy) = (self.inner.device_id.clone(), self.inner.policy_hash.clone());
+        let (device, policy) = (self.device_id(), self.inner.policy_hash.clone());
         let snapshot = tokio::task::spawn_blocking(move || {
             let conn = store::open_reader(&path).map_err(ExportError::read)?;
             export::write_snapshot(&conn, &out, &device, &policy)
@@ -707,6 +762,40 @@ impl Task for SetQuota {
 
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<(), OutboxError>> {
         super::quota::store(ctx.conn, &self.kept).map(Ok)
+    }
+}
+
+/// [`Outbox::adopt`] in the writer: stores the device id and the token's user, binds sessions first seen
+/// from now on (later ops of this group included) to `defaults`, and rebinds undelivered sessions.
+struct AdoptIdentity {
+    defaults: IdentityDefaults,
+    /// The token's user to remember; `None` forgets an earlier token's.
+    token_user: Option<String>,
+}
+
+impl Task for AdoptIdentity {
+    type Output = ();
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<(), OutboxError>> {
+        if let Some(device) = &self.defaults.device_id {
+            store::set_meta(ctx.conn, "device_id", device)?;
+        }
+        match &self.token_user {
+            Some(user) => store::set_meta(ctx.conn, TOKEN_USER_KEY, user)?,
+            None => {
+                ctx.conn
+                    .execute("DELETE FROM meta WHERE key = ?1", [TOKEN_USER_KEY])?;
+            }
+        }
+        let r = super::sessions::rebind_undelivered(ctx.conn, &self.defaults)?;
+        if r.rebound > 0 {
+            tracing::info!(
+                sessions = r.rebound,
+                "sessions never delivered were rebound to the adopted identity"
+            );
+        }
+        ctx.delta.defaults = Some(self.defaults.clone());
+        Ok(Ok(()))
     }
 }
 

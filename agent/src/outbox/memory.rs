@@ -50,6 +50,9 @@ pub(crate) struct Delta {
     /// Rows behind the cursor become claimable at this time (Unix ms) at the latest: a retry falls due, a
     /// claim is released or its lease runs out, held rows are let go.
     pub rescan_at: Option<i64>,
+    /// Identity defaults adopted in this group ([`super::Outbox::adopt`]): in force for the group's
+    /// later ops, and the writer's after commit.
+    pub defaults: Option<IdentityDefaults>,
 }
 
 impl Delta {
@@ -192,7 +195,10 @@ impl WriterState {
     }
 
     /// Takes in a committed group's changes.
-    pub fn merge(&mut self, delta: Delta) {
+    pub fn merge(&mut self, mut delta: Delta) {
+        if let Some(defaults) = delta.defaults.take() {
+            self.defaults = defaults;
+        }
         self.claims = self.claims.with(&delta);
         self.known_sessions.extend(delta.new_sessions);
         self.folds.merge(delta.trackers, delta.works);

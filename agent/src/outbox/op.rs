@@ -51,6 +51,11 @@ impl Ctx<'_> {
     pub fn count(&mut self, counter: Counter, n: i64) {
         self.delta.count(counter, n);
     }
+
+    /// The identity defaults in force: adopted earlier in this group, else the writer's.
+    pub fn defaults(&self) -> &crate::identity::IdentityDefaults {
+        self.delta.defaults.as_ref().unwrap_or(&self.state.defaults)
+    }
 }
 
 /// An op that answers its caller with `Output`.

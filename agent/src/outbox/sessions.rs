@@ -26,7 +26,8 @@ pub(crate) fn try_bind_on_first_sight(
     if ctx.state.known_sessions.contains(session) || ctx.delta.new_sessions.contains(session) {
         return Ok(());
     }
-    let d = &ctx.state.defaults;
+    let d = ctx.defaults().clone();
+    let d = &d;
     let inherited = match parent {
         Some(p) => load(ctx.conn, p)?,
         None => None,
@@ -133,7 +134,8 @@ impl Task for Register {
                 return Ok(Err(OutboxError::SessionConflict(r.session_id.clone())));
             }
         }
-        let d = &ctx.state.defaults;
+        let d = ctx.defaults().clone();
+        let d = &d;
         let pick =
             |new: &Option<String>, old: Option<&Option<String>>, default: &Option<String>| {
                 new.clone()

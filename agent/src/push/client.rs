@@ -52,7 +52,7 @@ pub fn unauthorized(status: u16, message: &str) -> String {
         401 => format!(
             "the ingest refused the token (401: {message}): check the token in the --token-file given to \
              `apiary-agent sync enable`, or create one with `apiary-ingest token create --tenant T --scope \
-             ingest`; then run `apiary-agent sync enable` again"
+             ingest` and write it to that file: sharing resumes by itself once the ingest accepts it"
         ),
         _ => format!("the ingest answered {status}: {message}"),
     }

@@ -45,7 +45,7 @@ impl Pusher {
             schema_version: apiary_schema::SCHEMA_VERSION,
             batch_id: Uuid::new_v4(),
             sent_at: chrono::Utc::now(),
-            agent: self.agent.clone(),
+            agent: self.agent(),
             policy_hash: self.outbox.policy_hash().to_string(),
             sessions: Vec::new(),
             events: vec![self.heartbeat_event().await?],

@@ -40,6 +40,7 @@ mod cadence;
 mod client;
 mod heartbeat;
 mod run;
+mod settle;
 pub mod target;
 
 use std::future::Future;
@@ -183,7 +184,11 @@ pub struct Pusher {
     outbox: Outbox,
     settings: PushSettings,
     client: reqwest::Client,
-    agent: apiary_schema::batch::AgentInfo,
+    /// The configured identity (`[identity]`), reconciled with the sync token's answer whenever the
+    /// sync target changes ([`Pusher::settle`]).
+    identity: crate::identity::IdentityDefaults,
+    /// The sync target whose token identity was last settled, and when to ask again after a failure.
+    settled: tokio::sync::Mutex<settle::Settled>,
     started: std::time::Instant,
     /// Runtime liveness of the sessions the tailer's scan found (empty when no Hive home is tailed):
     /// the heartbeat carries it.
@@ -204,19 +209,30 @@ impl Pusher {
             Duration::from_millis(settings.connect_timeout_ms),
             Duration::from_millis(settings.request_timeout_ms),
         )?;
-        let agent = apiary_schema::batch::AgentInfo {
-            device_id: Some(outbox.device_id().to_string()),
-            agent_version: env!("CARGO_PKG_VERSION").into(),
-        };
         Ok(Pusher {
             outbox,
             settings,
             client,
-            agent,
+            identity: Default::default(),
+            settled: Default::default(),
             started: std::time::Instant::now(),
             runtimes: Default::default(),
             beat: Default::default(),
         })
+    }
+
+    /// Reconciles the sync token's identity with `identity` (the configured `[identity]`).
+    pub fn with_identity(mut self, identity: crate::identity::IdentityDefaults) -> Pusher {
+        self.identity = identity;
+        self
+    }
+
+    /// Who this agent is in batches and heartbeats: the device id in force now.
+    fn agent(&self) -> apiary_schema::batch::AgentInfo {
+        apiary_schema::batch::AgentInfo {
+            device_id: Some(self.outbox.device_id()),
+            agent_version: env!("CARGO_PKG_VERSION").into(),
+        }
     }
 
     /// Reports this table's runtime liveness in every heartbeat.
@@ -236,6 +252,9 @@ impl Pusher {
 
     /// Where to send and with which token, as the user's last `sync enable` said.
     async fn target(&self) -> Result<Option<(reqwest::Url, std::path::PathBuf)>, PushError> {
+        if !self.settle().await {
+            return Ok(None);
+        }
         let sync = self.outbox.sync_status().await?;
         if !sync.enabled || sync.paused_reason.is_some() {
             return Ok(None);
@@ -288,7 +307,7 @@ impl Pusher {
                 }
             };
             let extra = beat.map(|b| serde_json::to_string(b).expect("an event serialises"));
-            let body = claimed.batch_json_with(Uuid::new_v4(), &self.agent, extra.as_deref());
+            let body = claimed.batch_json_with(Uuid::new_v4(), &self.agent(), extra.as_deref());
             let outcome = match client::send(&self.client, &url, &token, body.as_bytes()).await {
                 SendResult::Verdicts(mut v) => {
                     if let Some(beat) = beat {

@@ -75,6 +75,13 @@ impl Pusher {
         closing: bool,
     ) -> Duration {
         let poll = Duration::from_millis(self.settings.poll_interval_ms.max(10));
+        if !closing && !self.settle().await {
+            // Off, paused, or the token's identity not settled yet: nothing is claimed.
+            if let Some(batch) = gather.take() {
+                self.start_delivery(inflight, batch);
+            }
+            return poll.max(Duration::from_millis(500));
+        }
         while inflight.len() < self.settings.concurrency.max(1) {
             if gather.ready(rule, Instant::now()) || (closing && !gather.is_empty()) {
                 let batch = gather.take().expect("a ready gather holds events");

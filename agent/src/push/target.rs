@@ -22,6 +22,11 @@ use crate::private::{self, SecretFileError};
 /// `<endpoint>/v1/batches`, if `endpoint` meets the endpoint rule (see the module notes).
 pub fn batches_url(endpoint: &str) -> Result<reqwest::Url, PushError> {
     let refuse = |why: &str| PushError::Endpoint(endpoint.into(), why.into());
+    if !endpoint.contains("://") {
+        return Err(refuse(&format!(
+            "it has no scheme: add https:// (or http:// for a loopback address), e.g. https://{endpoint}"
+        )));
+    }
     let base = reqwest::Url::parse(endpoint).map_err(|e| refuse(&e.to_string()))?;
     match base.scheme() {
         "https" => {}

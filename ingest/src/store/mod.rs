@@ -255,10 +255,44 @@ pub async fn schema_state(pool: &PgPool) -> Result<SchemaState, sqlx::Error> {
 /// Opens one connection to `url` (bounded by `timeout`) to find out why the database cannot be used, in
 /// words that name the server and the next step: a pool only says "timed out".
 pub async fn diagnose_connection(url: &str, timeout: Duration) -> Result<(), String> {
+    diagnose(url, timeout).await.map_err(|p| p.to_string())
+}
+
+/// Why the database cannot be used ([`diagnose`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectProblem {
+    /// The server answers, but the database named in the URL does not exist: `createdb` is the fix.
+    MissingDatabase {
+        /// Where, in words.
+        place: String,
+        /// The `createdb` command line that creates it.
+        createdb: String,
+    },
+    /// Anything else, in words with the next step.
+    Other(String),
+}
+
+impl std::fmt::Display for ConnectProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectProblem::MissingDatabase { place, createdb } => write!(
+                f,
+                "{place}: the database does not exist; create it with `{createdb}` (or run \
+                 `apiary-ingest migrate`, which creates it when the role may create databases)"
+            ),
+            ConnectProblem::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Connects once to the database `url` names: `Ok`, or what is wrong in words with the next step.
+pub async fn diagnose(url: &str, timeout: Duration) -> Result<(), ConnectProblem> {
     use sqlx::postgres::PgConnectOptions;
     use sqlx::{ConnectOptions, Connection};
     let opts: PgConnectOptions = url.parse().map_err(|e| {
-        format!("the database URL is not valid ({e}); expected postgres://USER@HOST:PORT/DATABASE")
+        ConnectProblem::Other(format!(
+            "the database URL is not valid ({e}); expected postgres://USER@HOST:PORT/DATABASE"
+        ))
     })?;
     let place = format!(
         "Postgres at {}:{} (database {:?}, user {:?})",
@@ -269,15 +303,21 @@ pub async fn diagnose_connection(url: &str, timeout: Duration) -> Result<(), Str
     );
     let attempt = tokio::time::timeout(timeout, opts.connect()).await;
     match attempt {
-        Err(_) => Err(format!(
+        Err(_) => Err(ConnectProblem::Other(format!(
             "{place} did not answer within {} s: is the host right and the port open?",
             timeout.as_secs()
-        )),
+        ))),
         Ok(Ok(conn)) => {
             let _ = conn.close().await;
             Ok(())
         }
-        Ok(Err(e)) => Err(match &e {
+        Ok(Err(sqlx::Error::Database(db))) if db.code().as_deref() == Some("3D000") => {
+            Err(ConnectProblem::MissingDatabase {
+                place,
+                createdb: createdb_command(&opts),
+            })
+        }
+        Ok(Err(e)) => Err(ConnectProblem::Other(match &e {
             sqlx::Error::Io(io) => {
                 format!("cannot reach {place}: {io}: is the server running and DATABASE_URL right?")
             }
@@ -285,7 +325,56 @@ pub async fn diagnose_connection(url: &str, timeout: Duration) -> Result<(), Str
                 format!("{place} refused the connection: {}", db.message())
             }
             other => format!("cannot connect to {place}: {other}"),
-        }),
+        })),
+    }
+}
+
+/// `createdb -h HOST -p PORT -U USER NAME` for the database of `opts`.
+fn createdb_command(opts: &sqlx::postgres::PgConnectOptions) -> String {
+    format!(
+        "createdb -h {} -p {} -U {} {}",
+        opts.get_host(),
+        opts.get_port(),
+        opts.get_username(),
+        opts.get_database().unwrap_or("apiary")
+    )
+}
+
+/// Creates the database `url` names when it does not exist, connected to the server's `postgres`
+/// database as the same role. `Ok(true)` when it was created; Err (with the `createdb` command to run)
+/// when the role may not create databases.
+pub async fn create_database_if_missing(url: &str, timeout: Duration) -> Result<bool, String> {
+    use sqlx::postgres::PgConnectOptions;
+    use sqlx::{ConnectOptions, Connection, Executor};
+    let createdb = match diagnose(url, timeout).await {
+        Ok(()) => return Ok(false),
+        Err(ConnectProblem::MissingDatabase { createdb, .. }) => createdb,
+        Err(other) => return Err(other.to_string()),
+    };
+    let opts: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| e.to_string())?;
+    let name = opts.get_database().unwrap_or("apiary").to_string();
+    let maintenance = opts.clone().database("postgres");
+    let refused = |e: &dyn std::fmt::Display| {
+        format!(
+            "the database {name:?} does not exist and could not be created as user {:?} ({e}); \
+             create it with `{createdb}` as a role that may, then run `apiary-ingest migrate` again",
+            opts.get_username()
+        )
+    };
+    let mut conn = tokio::time::timeout(timeout, maintenance.connect())
+        .await
+        .map_err(|_| refused(&"the server did not answer"))?
+        .map_err(|e| refused(&e))?;
+    let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+    let created = conn
+        .execute(format!("CREATE DATABASE {quoted}").as_str())
+        .await;
+    let _ = conn.close().await;
+    match created {
+        Ok(_) => Ok(true),
+        // Created meanwhile by someone else: fine.
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P04") => Ok(false),
+        Err(e) => Err(refused(&e)),
     }
 }
 

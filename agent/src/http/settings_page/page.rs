@@ -120,6 +120,7 @@ pub async fn toggle(
         token_file: filled(form.token_file),
         include_backlog: form.include_backlog.is_some(),
         purge: form.purge.is_some(),
+        force: false,
     };
     let (endpoint, token_file) = (toggle.endpoint.clone(), toggle.token_file.clone());
     match apply_sync(&state, toggle).await {

@@ -81,8 +81,9 @@ fn endpoint_host(endpoint: &str) -> Option<String> {
 /// A pause reason (a code the push loop sets) in plain words.
 fn paused_words(reason: &str) -> String {
     if reason == crate::push::REAUTHENTICATE {
-        "the server refused this device's token. Put a valid token in the token file, then turn \
-         sharing on again."
+        "the server refused this device's token, or the token file is readable by others. Put a valid \
+         token in the token file, readable by you only (chmod 600): sharing resumes by itself within \
+         seconds."
             .into()
     } else if reason == crate::push::INVALID_ENDPOINT {
         "the stored server address is not allowed (it must be https://). Enter a correct one and turn \
@@ -285,8 +286,8 @@ pub(super) fn identity_section(state: &AppState, s: &Status) -> Markup {
     let device = s
         .stored
         .device_id
-        .as_deref()
-        .unwrap_or(state.outbox.device_id());
+        .clone()
+        .unwrap_or_else(|| state.outbox.device_id());
     html! {
         section aria-labelledby="identity-title" {
             h2 #identity-title { "This device" }
