@@ -234,8 +234,19 @@ async fn doctor_confirms_a_good_setup_and_names_each_mistake_with_its_fix() {
         "{out}"
     );
     std::fs::write(&token, format!("{}\n", cloud.tenant.ingest_token)).unwrap();
+    // Stored anyway (`sync enable` refuses it without --force), as an ingest that moved would leave it.
+    let wrong = format!("{}/v1/batches", cloud.ingest.url());
+    let tf = token.display().to_string();
     agent
-        .sync_enable(&format!("{}/v1/batches", cloud.ingest.url()), &token, false)
+        .cli(&[
+            "sync",
+            "enable",
+            "--endpoint",
+            &wrong,
+            "--token-file",
+            &tf,
+            "--force",
+        ])
         .unwrap();
     let (code, out) = doctor(&[]);
     assert_eq!(code, 1, "{out}");
@@ -277,4 +288,50 @@ async fn ingest_doctor_names_the_database_and_listen_problems() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("✓ the schema is current"), "{out}");
     assert!(out.contains("! no tenant yet"), "{out}");
+}
+
+/// `apiary-ingest migrate` on a server without the database named in `DATABASE_URL`: `doctor` names the
+/// `createdb` command (not "start Postgres"), `migrate` creates the database (the test role may) and
+/// migrates it, and `doctor` is then content with the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_creates_a_missing_database_and_doctor_names_createdb() {
+    let admin = std::env::var("DATABASE_URL").expect("DATABASE_URL (run ./scripts/test.sh)");
+    let name = format!("apiary_fresh_{}", uuid::Uuid::new_v4().simple());
+    let url = tests::db::with_database(&admin, &name);
+    let doctor = |url: &str| {
+        let out = std::process::Command::new(tests::bins::path("apiary-ingest"))
+            .arg("doctor")
+            .env("DATABASE_URL", url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let before = doctor(&url);
+    assert!(before.contains("does not exist"), "{before}");
+    assert!(before.contains(&format!("createdb -h")), "{before}");
+    assert!(before.contains(&name), "{before}");
+    assert!(!before.contains("start Postgres"), "{before}");
+    let migrated = tests::stack::migrate(&url);
+    let dropped = async {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+            .await
+            .unwrap();
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    };
+    if let Err(e) = &migrated {
+        dropped.await;
+        panic!("migrate on a missing database failed: {e:#}");
+    }
+    let after = doctor(&url);
+    dropped.await;
+    assert!(!after.contains("does not exist"), "{after}");
+    assert!(after.contains("the database answers"), "{after}");
 }
