@@ -22,6 +22,11 @@ pub const FORBIDDEN: &[&str] = &[
     "sk-ant",
     "sk-proj-",
     "ghp_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "sk_live_",
+    "-----BEGIN ",
     "eyJ",
 ];
 

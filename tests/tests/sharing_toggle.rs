@@ -347,6 +347,8 @@ async fn a_refused_token_pauses_sync_and_a_valid_token_in_the_token_file_alone_r
         doctor.contains("put a valid ingest token in the token file"),
         "{doctor}"
     );
+    // Paused, nothing is retried: doctor must not say it is.
+    assert!(!doctor.contains("retried"), "{doctor}");
     // The fix the advice names, and nothing else.
     write_private(&token_file, &format!("{}\n", cloud.tenant.ingest_token)).unwrap();
     let c = agent
@@ -407,4 +409,61 @@ fn doctor_output(agent: &Agent) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_for_another_device_pauses_sync_and_a_token_for_this_device_alone_resumes_it() {
+    let cloud = Cloud::start().await.unwrap();
+    let agent = Agent::start_with(
+        &cloud.dir.path().join("agent"),
+        None,
+        &[FAST, &[("APIARY_IDENTITY_DEVICE_ID", "old-laptop")]].concat(),
+    )
+    .await
+    .unwrap();
+    // A user-bound token (no device): agrees with the configured device.
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent
+        .sync_enable(&cloud.ingest.url(), &token_file, false)
+        .unwrap();
+    post_turns(&agent, "session_swap", 5).await;
+    agent
+        .wait_counters(Duration::from_secs(30), "first events delivered", |c| {
+            c.delivered == 5
+        })
+        .await
+        .unwrap();
+    // The token file now holds a token bound to another device.
+    let other = device_token(&cloud, "alice", "bob-desk");
+    write_private(&token_file, &format!("{other}\n")).unwrap();
+    post_turns(&agent, "session_swap_2", 5).await;
+    let reason = wait_for(Duration::from_secs(20), || async {
+        let s = agent.status().await.ok()?;
+        s["sync"]["paused_reason"].as_str().map(str::to_string)
+    })
+    .await
+    .expect("sync paused over a token for another device");
+    assert!(
+        reason.contains("identity.device_id is \"old-laptop\""),
+        "{reason}"
+    );
+    let doctor = doctor_output(&agent);
+    assert!(
+        doctor.contains("put a token for this user and device in the token file"),
+        "{doctor}"
+    );
+    // The fix the advice names: a token for this device, in the token file.
+    let mine = device_token(&cloud, "alice", "old-laptop");
+    write_private(&token_file, &format!("{mine}\n")).unwrap();
+    let c = agent
+        .wait_counters(Duration::from_secs(30), "delivery resumed", |c| {
+            c.delivered == 10
+        })
+        .await
+        .unwrap();
+    c.assert_balanced();
+    assert_eq!(
+        stored_identity(&cloud, "session_swap_2").await,
+        vec![("old-laptop".to_string(), "alice".to_string())]
+    );
 }

@@ -286,7 +286,7 @@ async fn a_riding_heartbeat_is_neither_settled_nor_counted() {
             rejected: 0
         }
     );
-    let sent = batch_of(&ingest.received_requests().await.unwrap()[0]);
+    let sent = batch_of(&super::tests::posts(&ingest).await[0]);
     assert_eq!(sent.events.len(), 4);
     assert_eq!(
         sent.events[3].event_id, beat.event_id,
@@ -332,7 +332,7 @@ async fn a_refused_batch_carrying_the_heartbeat_goes_again_whole_without_it() {
         },
         "the one event is not dead-lettered for the heartbeat's refusal"
     );
-    let requests = ingest.received_requests().await.unwrap();
+    let requests = super::tests::posts(&ingest).await;
     let sizes: Vec<usize> = requests.iter().map(|r| batch_of(r).events.len()).collect();
     assert_eq!(
         sizes,

@@ -87,7 +87,7 @@ async fn push_asks_for_the_quota_and_keeps_it_in_memory_and_on_disk() {
     let kept = f.outbox.quota().expect("the answer's quota is kept");
     assert_eq!(kept.quota, q);
     assert!(kept.received_at >= before && kept.received_at <= chrono::Utc::now());
-    let requests = ingest.received_requests().await.unwrap();
+    let requests = super::tests::posts(&ingest).await;
     assert!(requests
         .iter()
         .all(|r| r.headers.get(QUOTA_HEADER).is_some_and(|v| v == "1")));

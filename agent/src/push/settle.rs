@@ -6,13 +6,11 @@
 //! the file's mode changed — the loop asks `GET /v1/whoami` and adopts the answer
 //! ([`crate::outbox::Outbox::adopt`]) before it claims or sends anything, with no restart:
 //!
-//! | whoami                                  | what the loop does                                          |
-//! |-----------------------------------------|-------------------------------------------------------------|
-//! | an identity that agrees with `[identity]` | adopts it; sends                                          |
-//! | an identity that contradicts it         | pauses sync with `identity-mismatch: …` (the setting to change) |
-//! | 401/403, or the token file is refused   | pauses sync with `re-authenticate`                          |
-//! | unreachable                             | sends nothing; asks again after a backoff (1 s doubling to 30 s) |
-//! | another answer (404, not an identity)   | sends (the pushes then report the problem: an older ingest or a wrong endpoint) |
+//! | whoami                                    | what the loop does                                          |
+//! |-------------------------------------------|-------------------------------------------------------------|
+//! | an identity that agrees with `[identity]` | adopts it; sends                                            |
+//! | an identity that contradicts it           | pauses sync with `identity-mismatch: …` (the setting to change) |
+//! | anything else (unreachable, 401/403, a token file that cannot be used, an older ingest without whoami) | sends: the push meets the same problem and handles it (backoff, or a pause with the reason); asks again after a backoff (1 s doubling to 30 s) |
 //!
 //! A pause for a problem the user fixes in place (`re-authenticate`, `identity-mismatch`) is lifted by
 //! the loop itself: when the token file changes (contents, size or mode) it asks again at once, otherwise
@@ -22,6 +20,7 @@
 use std::time::{Duration, Instant};
 
 use crate::identity::{AskError, IDENTITY_MISMATCH};
+
 use crate::outbox::{SyncChange, SyncStatus};
 
 use super::{Pusher, REAUTHENTICATE};
@@ -30,7 +29,7 @@ use super::{Pusher, REAUTHENTICATE};
 pub const PAUSED_RETRY: Duration = Duration::from_secs(30);
 /// How long a settled target is trusted before the stored sync state is read again.
 const RECHECK: Duration = Duration::from_millis(200);
-/// The longest wait between two attempts to reach an unreachable ingest.
+/// The longest wait between two attempts to ask an ingest that gave no identity.
 const UNREACHABLE_CAP: Duration = Duration::from_secs(30);
 
 /// What the loop knows about the sync target (kept behind a lock: one whoami at a time).
@@ -42,7 +41,7 @@ pub(super) struct Settled {
     checked_at: Option<Instant>,
     /// The target of the last failed attempt, and when to try again.
     failed: Option<(Target, Instant)>,
-    /// Consecutive unreachable attempts (the backoff's exponent).
+    /// Consecutive attempts without an identity (the backoff's exponent).
     unreachable: u32,
 }
 
@@ -82,8 +81,8 @@ fn lifts_by_itself(reason: &str) -> bool {
 }
 
 impl Pusher {
-    /// True when the current sync target's identity is settled and sending may go on (see the module
-    /// notes); false while sync is off, paused or the ingest cannot be asked yet.
+    /// True when sending may go on (see the module notes): false while sync is off or paused, or when
+    /// the token's identity contradicts `[identity]`.
     pub(super) async fn settle(&self) -> bool {
         let mut st = self.settled.lock().await;
         if st.target.is_some() && st.checked_at.is_some_and(|t| t.elapsed() < RECHECK) {
@@ -111,7 +110,7 @@ impl Pusher {
         }
         if let Some((failed, at)) = &st.failed {
             if failed == &target && Instant::now() < *at {
-                return false;
+                return paused.is_none();
             }
         }
         let asked = crate::identity::ask(
@@ -125,7 +124,7 @@ impl Pusher {
                 if let Err(e) = self.outbox.adopt(&adoption).await {
                     tracing::warn!(error = %e, "could not adopt the sync token's identity");
                     st.failed = Some((target, Instant::now() + Duration::from_secs(1)));
-                    return false;
+                    return paused.is_none();
                 }
                 if paused.is_some() {
                     if let Err(e) = self
@@ -145,43 +144,31 @@ impl Pusher {
                 }
                 self.settled_on(&mut st, target)
             }
-            Err(AskError::Unreachable(e)) => {
-                st.unreachable = st.unreachable.saturating_add(1);
-                let wait = Duration::from_secs(1 << st.unreachable.min(5).saturating_sub(1))
-                    .min(UNREACHABLE_CAP);
-                tracing::warn!(error = %e, retry_in = ?wait, "cannot ask the ingest who the sync token is yet; nothing is sent until it answers");
-                st.failed = Some((target, Instant::now() + wait));
+            Err(e @ AskError::Contradicts(_)) => {
+                st.failed = Some((target, Instant::now() + PAUSED_RETRY));
+                if paused.is_none() {
+                    let reason = e.pause_reason().unwrap_or_default();
+                    if let Err(e) = self.pause(Vec::new(), &reason, reason.clone()).await {
+                        tracing::warn!(error = %e, "could not pause sync");
+                    }
+                }
                 false
             }
-            Err(e) => match e.pause_reason() {
-                Some(reason) => {
-                    st.failed = Some((target, Instant::now() + PAUSED_RETRY));
-                    if paused.is_none() {
-                        let shown = if reason == REAUTHENTICATE {
-                            format!("{REAUTHENTICATE}: {e}")
-                        } else {
-                            reason.clone()
-                        };
-                        let code = if reason == REAUTHENTICATE {
-                            REAUTHENTICATE
-                        } else {
-                            &reason
-                        };
-                        if let Err(e) = self.pause(Vec::new(), code, shown).await {
-                            tracing::warn!(error = %e, "could not pause sync");
-                        }
-                    }
-                    false
-                }
-                None => {
-                    // An older ingest without whoami, or not an ingest at all: the pushes say which.
-                    tracing::warn!(error = %e, "the ingest did not say who the sync token is; sending with this device's identity");
-                    if paused.is_some() {
-                        return false;
-                    }
-                    self.settled_on(&mut st, target)
-                }
-            },
+            Err(e) => {
+                // Unreachable, refused, a token file that cannot be used, an older ingest without whoami:
+                // the push itself meets the same problem and handles it (backoff, or a pause with the
+                // reason), so it goes on, asking again after a backoff until the answer is an identity.
+                st.unreachable = st.unreachable.saturating_add(1);
+                let wait = if paused.is_some() {
+                    PAUSED_RETRY
+                } else {
+                    Duration::from_secs(1 << st.unreachable.min(5).saturating_sub(1))
+                        .min(UNREACHABLE_CAP)
+                };
+                tracing::warn!(error = %e, retry_in = ?wait, "the ingest did not say who the sync token is");
+                st.failed = Some((target, Instant::now() + wait));
+                paused.is_none()
+            }
         }
     }
 

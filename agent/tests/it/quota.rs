@@ -62,6 +62,7 @@ fn team_monthly() -> Quota {
 /// request (a batch without the header included) gets wiremock's 404.
 async fn ingest(quota: Quota) -> MockServer {
     let ingest = MockServer::start().await;
+    support::answer_whoami(&ingest).await;
     Mock::given(method("POST"))
         .and(path("/v1/batches"))
         .and(header(QUOTA_HEADER, "1"))

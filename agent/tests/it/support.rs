@@ -175,3 +175,18 @@ pub fn client() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// Makes a fake ingest answer `GET /v1/whoami` as a real one does for an unbound `ingest` token (the
+/// agent asks it when sharing is turned on, and adopts the answer).
+pub async fn answer_whoami(ingest: &wiremock::MockServer) {
+    use wiremock::matchers::{method, path};
+    wiremock::Mock::given(method("GET"))
+        .and(path("/v1/whoami"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "tenant_id": "acme", "scopes": ["ingest"], "user_id": null, "device_id": null
+            })),
+        )
+        .mount(ingest)
+        .await;
+}
