@@ -395,7 +395,7 @@ pub enum DestinationAction {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Print the tenant's destinations as JSON (without secrets).
+    /// Print the tenant's destinations as JSON: host and URL fingerprint, never the URL nor the secret.
     List {
         #[arg(long)]
         tenant: String,
@@ -473,7 +473,7 @@ async fn alert(
             .await
             .map_err(fail)?;
             eprintln!("{}", serde_json::to_string_pretty(&d)?);
-            println!("{}", d.destination_id);
+            println!("{}", d.destination.destination_id);
         }
         AlertAction::Destination {
             action: DestinationAction::List { tenant },

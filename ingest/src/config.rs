@@ -86,12 +86,17 @@ pub struct IngestSettings {
 }
 
 /// Alert rules and notification delivery (see `crate::alerts`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertSettings {
     /// Allow `http://` destinations and ones at loopback, private or link-local addresses: for local use
     /// and tests only (server-side request forgery otherwise).
     pub allow_private_destinations: bool,
+    /// The one proxy notifications may go through (`http://` or `https://`, credentials allowed, hence
+    /// secret). Unset: deliveries go straight to the checked addresses, and the environment's
+    /// `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY` are ignored (such a proxy resolves names itself, which
+    /// would undo the address check). Set: the proxy resolves names and must refuse non-public ones.
+    pub egress_proxy: Option<SecretString>,
     /// How often each replica evaluates the alert rules (one replica per tenant at a time).
     pub evaluate_secs: u64,
     /// Delivery attempts before a notification is dead.
@@ -107,6 +112,7 @@ impl Default for AlertSettings {
     fn default() -> Self {
         AlertSettings {
             allow_private_destinations: false,
+            egress_proxy: None,
             evaluate_secs: 15,
             max_attempts: 10,
             retry_base_ms: 2_000,
@@ -241,6 +247,9 @@ impl IngestSettings {
         if a.retry_cap_secs * 1000 < a.retry_base_ms {
             return bad("alerts.retry_cap_secs must be at least alerts.retry_base_ms");
         }
+        if let Some(proxy) = &a.egress_proxy {
+            check_egress_proxy(proxy.expose_secret()).map_err(ConfigError::Invalid)?;
+        }
         Ok(())
     }
 
@@ -255,6 +264,28 @@ impl IngestSettings {
                 )
             })
     }
+}
+
+/// `alerts.egress_proxy` is an `http://` or `https://` URL of a proxy: a host, no path. The messages
+/// never repeat the value (it may hold a password).
+fn check_egress_proxy(raw: &str) -> Result<(), String> {
+    let fix = "set it to the proxy's URL, e.g. http://egress.internal:3128 (or leave it unset to deliver directly)";
+    let url = reqwest::Url::parse(raw)
+        .map_err(|e| format!("alerts.egress_proxy is not a URL ({e}): {fix}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "alerts.egress_proxy: scheme {:?} is not http or https: {fix}",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) || !matches!(url.path(), "" | "/") {
+        return Err(format!(
+            "alerts.egress_proxy must name a proxy host and no path: {fix}"
+        ));
+    }
+    reqwest::Proxy::all(raw)
+        .map(|_| ())
+        .map_err(|e| format!("alerts.egress_proxy: {}: {fix}", e.without_url()))
 }
 
 #[cfg(test)]
@@ -320,6 +351,31 @@ mod tests {
                 "{} is not in the sample",
                 key.path
             );
+        }
+    }
+
+    #[test]
+    fn an_egress_proxy_is_a_proxy_url_and_never_echoed() {
+        let with = |v: &str| {
+            IngestSettings::load_from(None, &env(&[("APIARY_ALERTS_EGRESS_PROXY", v)])).unwrap()
+        };
+        let s = with("http://apiary:hunter2@egress.internal:3128");
+        s.validate().unwrap();
+        assert!(
+            !format!("{s:?}").contains("hunter2"),
+            "the proxy's password stays out of logs"
+        );
+        with("https://egress.internal").validate().unwrap();
+        for bad in [
+            "egress.internal:3128",
+            "socks5://egress.internal:1080",
+            "ftp://egress.internal",
+            "http://egress.internal:3128/some/path",
+            "http://:hunter2@/",
+        ] {
+            let err = with(bad).validate().unwrap_err().to_string();
+            assert!(err.contains("alerts.egress_proxy"), "{bad}: {err}");
+            assert!(!err.contains("hunter2"), "{bad}: {err}");
         }
     }
 

@@ -82,6 +82,7 @@ pub const INGEST_KEYS: &[Key] = &[
     Key::new("group_commit_max_events", Kind::Int),
     Key::new("log_format", Kind::Str),
     Key::new("alerts.allow_private_destinations", Kind::Bool),
+    Key::new("alerts.egress_proxy", Kind::Str),
     Key::new("alerts.evaluate_secs", Kind::Int),
     Key::new("alerts.max_attempts", Kind::Int),
     Key::new("alerts.retry_base_ms", Kind::Int),

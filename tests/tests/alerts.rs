@@ -3,6 +3,10 @@
 //! through both replicas crossing 50% and 80%, a receiver that fails while one replica is SIGKILLed and
 //! restarted, then recovers: each crossing is delivered exactly once (one 2xx per idempotency key), every
 //! attempt of a notification carries the same key, and nothing more arrives afterwards.
+//!
+//! And an ingest whose environment names a proxy (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, a loopback
+//! listener here) delivers straight to the destination: the listener receives nothing, until the
+//! operator names it in Apiary's own settings (`alerts.egress_proxy`).
 
 use std::time::Duration;
 
@@ -179,5 +183,143 @@ async fn each_budget_crossing_is_delivered_once_through_failures_two_replicas_an
     }
     let budgets = admin.get_ok("/v1/budgets").await.unwrap();
     assert_eq!(budgets["budgets"][0]["spent"], 8_000_000, "{budgets}");
+    drop(b);
+}
+
+/// Every proxy variable reqwest and curl read, in both spellings, naming `proxy`; none exempted.
+fn environment_proxy(proxy: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k.to_string(), proxy.to_string()))
+    .collect();
+    env.extend(["NO_PROXY", "no_proxy"].map(|k| (k.to_string(), String::new())));
+    env
+}
+
+/// `alert_env()` plus `extra`, as `Ingest::start_with` takes it.
+fn with_env(extra: &[(String, String)]) -> Vec<(&str, &str)> {
+    let mut env = alert_env();
+    env.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    env
+}
+
+/// One session's turns through `api`, as its agent would push them.
+async fn session(api: &Api, id: &str) {
+    let body = fixture::batch_body(&fixture::synthetic_canonical(id, 0, 1), DEVICE);
+    let (code, v) = api.post_batch(&body).await.unwrap();
+    assert_eq!(code, 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_never_go_through_the_environments_proxy_only_through_the_configured_one() {
+    let db = tests::db::TestDb::create().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(Mode::Accept).await.unwrap();
+    // A loopback listener posing as the corporate proxy: it records what it is sent and answers 200,
+    // as a proxy that forwarded the request would.
+    let proxy = Receiver::start(Mode::Accept).await.unwrap();
+    let proxy_url = proxy.url.trim_end_matches("/hook").to_string();
+    // The listener does receive what a client that uses the proxy sends.
+    let honouring = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(&proxy_url).unwrap())
+        .build()
+        .unwrap();
+    let sent = honouring
+        .post(&receiver.url)
+        .json(&serde_json::json!({"idempotency_key": "calibration"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200);
+    assert_eq!((proxy.received().len(), receiver.received().len()), (1, 0));
+
+    let (url, hook) = (db.url.clone(), receiver.url.clone());
+    let tenant = tokio::task::spawn_blocking(move || -> anyhow::Result<Tenant> {
+        migrate(&url)?;
+        let t = Tenant::create(&url, "acme")?;
+        let mut cmd = std::process::Command::new(tests::bins::path("apiary-ingest"));
+        cmd.args(["alert", "destination", "create", "--tenant", &t.id])
+            .args(["--kind", "webhook", "--url", &hook])
+            .env("DATABASE_URL", &url)
+            .env("APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS", "true")
+            .env("RUST_LOG", "warn");
+        let dest = last_line(&tests::procs::run(&mut cmd)?);
+        anyhow::ensure!(dest.starts_with("ad_"), "destination create: {dest}");
+        let rule = last_line(&ingest_cli(
+            &url,
+            &[
+                "alert",
+                "rule",
+                "create",
+                "--tenant",
+                &t.id,
+                "--kind",
+                "session_status",
+                "--destination",
+                &dest,
+                "--statuses",
+                "active,waiting,idle,degraded,stalled,needs_attention,failed,completed",
+            ],
+        )?);
+        anyhow::ensure!(rule.starts_with("ar_"), "rule create: {rule}");
+        Ok(t)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+
+    // An ingest on a host whose environment names a proxy: the notification goes straight to the
+    // receiver, and the proxy gets nothing.
+    let env = environment_proxy(&proxy_url);
+    let mut a = Ingest::start_with(&db.url, dir.path(), &with_env(&env))
+        .await
+        .unwrap();
+    session(&Api::new(&a.url(), &tenant.ingest_token), "s-env").await;
+    wait("the first notification sent somewhere", || {
+        receiver.delivered().len() + proxy.received().len() > 1
+    })
+    .await;
+    assert_eq!(
+        proxy.received().len(),
+        1,
+        "the environment's proxy was used: {:?}",
+        proxy.received().last().map(|r| &r.body)
+    );
+    assert_eq!(receiver.delivered().len(), 1);
+    a.kill();
+
+    // The operator's own setting: then, and only then, notifications go through the proxy.
+    let mut configured = env.clone();
+    configured.push(("APIARY_ALERTS_EGRESS_PROXY".into(), proxy_url.clone()));
+    let b = Ingest::start_with(&db.url, dir.path(), &with_env(&configured))
+        .await
+        .unwrap();
+    session(&Api::new(&b.url(), &tenant.ingest_token), "s-configured").await;
+    wait(
+        "the second notification through the configured proxy",
+        || proxy.received().len() > 1,
+    )
+    .await;
+    let through = proxy.received()[1].clone();
+    assert!(
+        through.body["idempotency_key"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("al_")),
+        "{:?}",
+        through.body
+    );
+    assert!(through.header("x-apiary-signature").is_some());
+    assert_eq!(
+        receiver.delivered().len(),
+        1,
+        "the configured proxy, not both"
+    );
     drop(b);
 }

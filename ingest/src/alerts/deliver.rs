@@ -1,19 +1,27 @@
 //! The notification outbox's sender: claims due notifications (`FOR UPDATE SKIP LOCKED`, with a lease),
 //! checks and resolves the destination, sends, and records the outcome only while it still holds the
 //! claim (the attempt number fences a replica whose lease lapsed).
+//!
+//! Routes: direct, pinned to the addresses checked at send time, whatever proxy the process
+//! environment names; or, when the operator sets `alerts.egress_proxy`, through that proxy only (it
+//! then resolves the names, and it is the proxy that must refuse non-public addresses: see
+//! `deploy/config/ingest.toml`). Errors recorded for a notification never carry its URL.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use apiary_plumbing::backoff::{parse_retry_after, BackoffPolicy};
 use chrono::Utc;
 use hmac::{Hmac, Mac};
+use reqwest::Url;
+use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use sha2::Sha256;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::destination::{self, Kind};
+use super::destination::{self, Kind, ResolveError};
 use crate::config::AlertSettings;
 
 /// Notifications claimed per round.
@@ -70,8 +78,18 @@ pub fn slack_message(payload: &Value) -> Value {
     })
 }
 
-/// Sends one notification: resolve and check the host now, pin the request to the checked addresses,
-/// never follow a redirect.
+/// How a delivery reaches its destination.
+enum Route {
+    /// Straight to these checked addresses (the request is pinned to them).
+    Pinned(Vec<SocketAddr>),
+    /// Through the operator's egress proxy (`alerts.egress_proxy`), which resolves and checks.
+    Proxy(reqwest::Proxy),
+}
+
+/// Sends one notification: check the URL again, resolve and check the host now and pin the request
+/// to the checked addresses — or hand it to the configured egress proxy — and never follow a redirect.
+/// Never through a proxy of the environment (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`): such a
+/// proxy resolves the name itself, which undoes the check, and reaches whatever it can reach.
 pub async fn send(c: &Claimed, settings: &AlertSettings) -> Outcome {
     let Some(kind) = Kind::parse(&c.kind) else {
         return Outcome::Permanent(format!("unknown destination kind {:?}", c.kind));
@@ -80,22 +98,15 @@ pub async fn send(c: &Claimed, settings: &AlertSettings) -> Outcome {
         Ok(u) => u,
         Err(e) => return Outcome::Permanent(e),
     };
-    let addrs = match destination::resolve(&url, settings.allow_private_destinations).await {
-        Ok(a) => a,
-        Err(e) if e.contains("not a public address") => return Outcome::Permanent(e),
-        Err(e) => return Outcome::Retry(None, e),
+    let route = match route(&url, settings).await {
+        Ok(r) => r,
+        Err(outcome) => return outcome,
     };
-    let host = url.host_str().unwrap_or_default().to_string();
-    let client = match reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(settings.delivery_timeout_secs))
-        .connect_timeout(Duration::from_secs(settings.delivery_timeout_secs))
-        .resolve_to_addrs(&host, &addrs)
-        .user_agent(concat!("apiary-ingest/", env!("CARGO_PKG_VERSION")))
-        .build()
-    {
+    let client = match client(url.host_str().unwrap_or_default(), route, settings) {
         Ok(c) => c,
-        Err(e) => return Outcome::Retry(None, format!("client: {e}")),
+        Err(e) => {
+            return Outcome::Retry(None, format!("client: {}", error_chain(&e.without_url())))
+        }
     };
     let body = match kind {
         Kind::Webhook => serde_json::to_vec(&c.payload),
@@ -116,24 +127,68 @@ pub async fn send(c: &Claimed, settings: &AlertSettings) -> Outcome {
         );
     }
     match req.body(body).send().await {
-        Ok(resp) => {
-            let status = resp.status();
-            if status.is_success() {
-                return Outcome::Delivered;
-            }
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after);
-            let what = format!("the destination answered {status}");
-            match status.as_u16() {
-                408 | 425 | 429 | 500..=599 => Outcome::Retry(retry_after, what),
-                _ => Outcome::Permanent(what),
-            }
-        }
+        Ok(resp) => answered(&resp),
         Err(e) if e.is_timeout() => Outcome::Retry(None, "timed out".into()),
-        Err(e) => Outcome::Retry(None, format!("request failed: {}", error_chain(&e))),
+        // Without the URL: a Slack webhook's URL is its secret, and this error is shown in
+        // `GET /v1/alerts`, on the dashboard and in the logs.
+        Err(e) => Outcome::Retry(
+            None,
+            format!("request failed: {}", error_chain(&e.without_url())),
+        ),
+    }
+}
+
+/// The route to `url`: the configured egress proxy, or the host's addresses resolved and checked now.
+async fn route(url: &Url, settings: &AlertSettings) -> Result<Route, Outcome> {
+    if let Some(proxy) = &settings.egress_proxy {
+        return reqwest::Proxy::all(proxy.expose_secret())
+            .map(Route::Proxy)
+            .map_err(|e| {
+                Outcome::Retry(
+                    None,
+                    format!("alerts.egress_proxy: {}", error_chain(&e.without_url())),
+                )
+            });
+    }
+    match destination::resolve(url, settings.allow_private_destinations).await {
+        Ok(addrs) => Ok(Route::Pinned(addrs)),
+        Err(e @ ResolveError::NotPublic { .. }) => Err(Outcome::Permanent(e.to_string())),
+        Err(e) => Err(Outcome::Retry(None, e.to_string())),
+    }
+}
+
+/// A client for one delivery: no redirects, the delivery timeout, and only the route given — the
+/// environment's proxy settings are never read.
+fn client(host: &str, route: Route, settings: &AlertSettings) -> reqwest::Result<reqwest::Client> {
+    let timeout = Duration::from_secs(settings.delivery_timeout_secs);
+    let builder = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .user_agent(concat!("apiary-ingest/", env!("CARGO_PKG_VERSION")));
+    match route {
+        Route::Pinned(addrs) => builder.resolve_to_addrs(host, &addrs),
+        Route::Proxy(proxy) => builder.proxy(proxy),
+    }
+    .build()
+}
+
+/// What the destination's answer comes to.
+fn answered(resp: &reqwest::Response) -> Outcome {
+    let status = resp.status();
+    if status.is_success() {
+        return Outcome::Delivered;
+    }
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after);
+    let what = format!("the destination answered {status}");
+    match status.as_u16() {
+        408 | 425 | 429 | 500..=599 => Outcome::Retry(retry_after, what),
+        _ => Outcome::Permanent(what),
     }
 }
 

@@ -1,12 +1,22 @@
-//! Where notifications may go: a destination's URL is checked when it is created and its host's
-//! addresses again at every delivery, after DNS resolution, and the request is pinned to the addresses
-//! checked (a name that resolves to a public address at creation and to `127.0.0.1` later — DNS
-//! rebinding — is refused at delivery). Only `https://` to public addresses, unless the operator's config
-//! says `alerts.allow_private_destinations = true` (local use and tests). Redirects are never followed.
+//! Where notifications may go: a destination's URL is checked when it is created and again before each
+//! delivery, its host's addresses after DNS resolution at every delivery, and the request is pinned to
+//! the addresses checked (a name that resolves to a public address at creation and to `127.0.0.1`
+//! later — DNS rebinding — is refused at delivery). Public means outside every special-purpose block
+//! of IANA's registries, IPv4-embedding IPv6 forms included ([`super::address`]). Only `https://`; a
+//! Slack destination only `https://hooks.slack.com/…`. The operator's
+//! `alerts.allow_private_destinations = true` lifts the address and host rules (local use and tests).
+//! Redirects are never followed.
+//!
+//! A destination's URL is a secret (a Slack webhook's is its only one): answered once, at creation;
+//! listed as its host and a [`fingerprint`].
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use reqwest::Url;
+use sha2::{Digest, Sha256};
+
+use super::address;
+pub use super::address::is_public;
 
 /// A destination's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -35,54 +45,32 @@ impl Kind {
     }
 }
 
-/// Whether `ip` is an address on the public internet: not loopback, private, link-local, shared (CGNAT),
-/// unspecified, broadcast, multicast, documentation, benchmarking or reserved; an IPv4-mapped or NAT64
-/// IPv6 address is judged by its IPv4 address.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public_v4(v4);
-            }
-            let s = v6.segments();
-            // 64:ff9b::/96 (NAT64) carries an IPv4 address in its last 32 bits.
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let v4 =
-                    Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-                return is_public_v4(v4);
-            }
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
-                || (s[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
-                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated) fec0::/10
-                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-                || v6 == Ipv6Addr::from([0u16, 0, 0, 0, 0, 0, 0, 1]))
-        }
-    }
+/// Slack's incoming-webhook host: the only one a Slack destination may name.
+pub const SLACK_HOST: &str = "hooks.slack.com";
+
+/// Why a delivery's destination could not be resolved to addresses it may be sent to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The name did not resolve (now): worth retrying.
+    #[error("cannot resolve {host}: {cause}")]
+    Lookup { host: String, cause: String },
+    /// It resolved to nothing.
+    #[error("{host} resolves to no address")]
+    NoAddress { host: String },
+    /// One of its addresses is not public: refused for good.
+    #[error("{host} resolves to {ip}, which is not a public address ({block}; refused: server-side request forgery)")]
+    NotPublic {
+        host: String,
+        ip: IpAddr,
+        block: &'static str,
+    },
 }
 
-fn is_public_v4(ip: Ipv4Addr) -> bool {
-    let o = ip.octets();
-    !(ip.is_private()
-        || ip.is_loopback()
-        || ip.is_link_local()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || ip.is_unspecified()
-        || ip.is_multicast()
-        || o[0] == 0 // "this network"
-        || (o[0] == 100 && (o[1] & 0xc0) == 64) // shared address space 100.64.0.0/10
-        || (o[0] == 192 && o[1] == 0 && o[2] == 0) // IETF protocol assignments
-        || (o[0] == 198 && (o[1] & 0xfe) == 18) // benchmarking 198.18.0.0/15
-        || o[0] >= 240) // reserved
-}
-
-/// Checks a destination URL as given (at creation): parses, `https` (or `http` when private ones are
-/// allowed), no credentials in it, a host that is not a non-public address literal or `localhost`; a
-/// Slack destination must be Slack's webhook host unless private ones are allowed (tests).
+/// Checks a destination URL as given (at creation, and again before each delivery): parses, `https`
+/// (or `http` when private ones are allowed), no credentials in it, a host that is not a non-public
+/// address literal, `localhost` or a single label; a Slack destination must be
+/// `https://hooks.slack.com/…` (whatever the kind, the operator's `allow_private_destinations` lifts
+/// the host rules, for local use and tests).
 pub fn check_url(kind: Kind, raw: &str, allow_private: bool) -> Result<Url, String> {
     if raw.len() > 2000 {
         return Err("url: at most 2000 characters".into());
@@ -99,90 +87,91 @@ pub fn check_url(kind: Kind, raw: &str, allow_private: bool) -> Result<Url, Stri
     if !url.username().is_empty() || url.password().is_some() {
         return Err("url: credentials in the URL are not accepted (use the secret)".into());
     }
-    let Some(host) = url.host_str() else {
+    let Some(host) = url.host_str().map(bare) else {
         return Err("url: no host".into());
     };
-    if !allow_private {
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        if let Ok(ip) = bare.parse::<IpAddr>() {
-            if !is_public(ip) {
-                return Err(format!("url: {ip} is not a public address"));
-            }
-        } else {
-            let d = bare.trim_end_matches('.').to_ascii_lowercase();
-            if d == "localhost" || d.ends_with(".localhost") || !d.contains('.') {
-                return Err(format!("url: {d:?} is not a public host name"));
-            }
-            if kind == Kind::Slack && d != "hooks.slack.com" {
-                return Err(
-                    "url: a Slack destination is https://hooks.slack.com/services/…".into(),
-                );
-            }
+    if allow_private {
+        return Ok(url);
+    }
+    if kind == Kind::Slack
+        && !(url.host_str() == Some(SLACK_HOST) && url.port_or_known_default() == Some(443))
+    {
+        return Err(format!(
+            "url: a Slack destination is https://{SLACK_HOST}/services/… (no other host, address or port)"
+        ));
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        if let Some(block) = address::refusal(ip) {
+            return Err(format!("url: {ip} is not a public address ({block})"));
+        }
+    } else {
+        let d = host.trim_end_matches('.');
+        if d == "localhost" || d.ends_with(".localhost") || !d.contains('.') {
+            return Err(format!("url: {d:?} is not a public host name"));
         }
     }
     Ok(url)
 }
 
+/// A URL's host as a name or an address literal (an IPv6 one without its brackets; the URL parser
+/// has already turned every IPv4 spelling — `0x7f.1`, `2130706433` — into dotted decimal).
+fn bare(host: &str) -> &str {
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 /// Resolves the URL's host now and checks every address it resolves to (any non-public one refuses the
 /// delivery, unless allowed): the addresses to pin the request to.
-pub async fn resolve(url: &Url, allow_private: bool) -> Result<Vec<SocketAddr>, String> {
-    let host = url.host_str().ok_or("no host")?;
-    let port = url.port_or_known_default().ok_or("no port")?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+pub async fn resolve(url: &Url, allow_private: bool) -> Result<Vec<SocketAddr>, ResolveError> {
+    let host = url.host_str().map(bare).unwrap_or_default().to_string();
+    let port = url.port_or_known_default().unwrap_or(443);
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
         .await
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .map_err(|e| ResolveError::Lookup {
+            host: host.clone(),
+            cause: e.to_string(),
+        })?
         .collect();
     if addrs.is_empty() {
-        return Err(format!("{host} resolves to no address"));
+        return Err(ResolveError::NoAddress { host });
     }
     if !allow_private {
-        if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-            return Err(format!(
-                "{host} resolves to {}, which is not a public address (refused: server-side request forgery)",
-                bad.ip()
-            ));
+        for a in &addrs {
+            if let Some(block) = address::refusal(a.ip()) {
+                return Err(ResolveError::NotPublic {
+                    host,
+                    ip: a.ip(),
+                    block,
+                });
+            }
         }
     }
     Ok(addrs)
 }
 
+/// A listed destination's URL fingerprint: the first 12 hex digits of the SHA-256 of the URL as
+/// answered when it was created (`printf %s "$URL" | sha256sum | cut -c1-12`) — says which URL it is
+/// to whoever has it, and nothing to whoever has not.
+pub fn fingerprint(url: &str) -> String {
+    let mut hex = hex::encode(Sha256::digest(url.as_bytes()));
+    hex.truncate(12);
+    hex
+}
+
+/// A listed destination's host: the URL's host, with its port when that is not the scheme's default.
+pub fn listed_host(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(u) => match (u.host_str(), u.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => String::new(),
+        },
+        Err(_) => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_public_addresses_pass() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "255.255.255.255",
-            "224.0.0.1",
-            "198.18.0.1",
-            "::1",
-            "::",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-            "64:ff9b::a00:1",
-            "2001:db8::1",
-        ] {
-            assert!(!is_public(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in [
-            "1.1.1.1",
-            "8.8.8.8",
-            "2606:4700:4700::1111",
-            "::ffff:8.8.8.8",
-        ] {
-            assert!(is_public(ip.parse().unwrap()), "{ip}");
-        }
-    }
 
     #[test]
     fn urls_are_checked_before_anything_is_stored() {
@@ -198,18 +187,47 @@ mod tests {
             (Kind::Webhook, "https://intranet/x"),
             (Kind::Webhook, "https://user:pw@hooks.example.com/x"),
             (Kind::Webhook, "ftp://hooks.example.com/x"),
+            (Kind::Webhook, "https://[::127.0.0.1]/x"),
+            (Kind::Webhook, "https://[::ffff:0:127.0.0.1]/x"),
+            (Kind::Webhook, "https://[100::1]/x"),
+            (Kind::Webhook, "https://0x7f.1/x"),
+            (Kind::Webhook, "https://2130706433/x"),
             (Kind::Slack, "https://hooks.example.com/x"),
+            (Kind::Slack, "https://1.1.1.1/services/T/B/X"),
+            (Kind::Slack, "https://[2606:4700:4700::1111]/services/T/B/X"),
+            (
+                Kind::Slack,
+                "https://hooks.slack.com.example.com/services/T/B/X",
+            ),
+            (Kind::Slack, "https://hooks.slack.com:8443/services/T/B/X"),
+            (Kind::Slack, "https://hooks.slack.com./services/T/B/X"),
         ] {
             assert!(ok(k, u).is_err(), "{u}");
         }
         assert!(check_url(Kind::Webhook, "http://127.0.0.1:9/x", true).is_ok());
+        let err = ok(Kind::Webhook, "https://[::169.254.169.254]/x").unwrap_err();
+        assert!(err.contains("not a public address"), "{err}");
+    }
+
+    #[test]
+    fn a_listed_destination_shows_its_host_and_fingerprint_only() {
+        let url = "https://hooks.slack.com/services/T0/B0/x";
+        // printf %s 'https://hooks.slack.com/services/T0/B0/x' | sha256sum | cut -c1-12
+        assert_eq!(fingerprint(url), "46e1e49dd424");
+        assert_eq!(listed_host(url), "hooks.slack.com");
+        assert_eq!(
+            listed_host("https://hooks.example.com:8443/x?token=t"),
+            "hooks.example.com:8443"
+        );
+        assert_eq!(listed_host("https://[2606:4700::1]/x"), "[2606:4700::1]");
     }
 
     #[tokio::test]
     async fn delivery_time_resolution_refuses_private_addresses() {
         let url = Url::parse("https://localhost:1/x").unwrap();
         let err = resolve(&url, false).await.unwrap_err();
-        assert!(err.contains("not a public address"), "{err}");
+        assert!(matches!(err, ResolveError::NotPublic { .. }), "{err}");
+        assert!(err.to_string().contains("not a public address"), "{err}");
         assert!(!resolve(&url, true).await.unwrap().is_empty());
     }
 }

@@ -16,11 +16,14 @@
 //!   A replica that dies mid-send lets its lease lapse and another sends it again: the receiver sees
 //!   the same idempotency key, which is how "exactly once" survives a crash between the receiver's
 //!   answer and our record of it.
-//! - **Destinations** ([`destination`]) are `https://` and public, checked at creation and again after
-//!   DNS resolution at each delivery, the request pinned to the checked addresses; redirects are not
-//!   followed. Webhook bodies are signed: `X-Apiary-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret,
-//!   "<t>.<body>")>`.
+//! - **Destinations** ([`destination`]) are `https://` and public ([`address`]: IANA's special-purpose
+//!   registries), checked at creation and again after DNS resolution at each delivery, the request
+//!   pinned to the checked addresses and never sent through the environment's proxy (only through
+//!   `alerts.egress_proxy` when the operator sets one); redirects are not followed. A destination's URL
+//!   is answered once, at creation, then listed as host and fingerprint. Webhook bodies are signed:
+//!   `X-Apiary-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
 
+pub mod address;
 pub mod deliver;
 pub mod destination;
 pub mod evaluate;

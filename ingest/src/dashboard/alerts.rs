@@ -6,8 +6,9 @@
 //! The answers of `list_alerts` (`GET /v1/alerts?state=firing`, then `?state=resolved`),
 //! `list_rules` and `list_destinations`, with the token's own principal: alerts are tenant-wide, so a
 //! `read` token bound to a user gets the API's 403 and its message, on a page that keeps the navigation.
-//! A destination shows its kind, name, host and whether it signs — never its secret, nor the rest of
-//! its URL (a Slack webhook's path is its secret).
+//! A destination shows its kind, name, host, URL fingerprint and whether it signs — the API's listing,
+//! which has neither the secret nor the URL (a Slack webhook's URL is its secret). A notification's last
+//! error never carries the URL either (see `alerts::deliver`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -231,14 +232,6 @@ fn rule_table(rules: &[RuleBody], destinations: Option<&[DestinationBody]>) -> M
     }
 }
 
-/// A URL's scheme and host only (the path may be the secret).
-fn host_of(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(u) => format!("{}://{}/…", u.scheme(), u.host_str().unwrap_or("?")),
-        Err(_) => "(unreadable URL)".into(),
-    }
-}
-
 fn destination_table(ds: &[DestinationBody]) -> Markup {
     html! {
         section aria-labelledby="destinations-title" {
@@ -247,15 +240,16 @@ fn destination_table(ds: &[DestinationBody]) -> Markup {
                 p.empty { "No destinations." }
             } @else {
                 div.scroll { table {
-                    caption.visually-hidden { "Destinations (hosts only; secrets are never shown)" }
+                    caption.visually-hidden { "Destinations (hosts and URL fingerprints; URLs and secrets are never shown)" }
                     thead { tr {
                         th scope="col" { "Destination" } th scope="col" { "Kind" } th scope="col" { "Host" }
-                        th scope="col" { "Signed" } th scope="col" { "Created" }
+                        th scope="col" { "URL fingerprint" } th scope="col" { "Signed" } th scope="col" { "Created" }
                     } }
                     tbody { @for d in ds { tr data-destination=(d.destination_id) {
                         th scope="row" { @if let Some(n) = &d.name { (n) br; } code { (d.destination_id) } }
                         td { (d.kind.as_str()) }
-                        td { code { (host_of(&d.url)) } }
+                        td { code { (d.host) } }
+                        td { code title="first 12 hex digits of the URL's SHA-256" { (d.url_fingerprint) } }
                         td { @if d.has_secret { "yes (HMAC)" } @else { "no" } }
                         td { (d.created_at.get(..10).unwrap_or(&d.created_at)) }
                     } } }

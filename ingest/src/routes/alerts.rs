@@ -67,18 +67,53 @@ pub struct NewDestination {
     pub name: Option<String>,
 }
 
-/// A destination as stored (its secret is never answered, except once when the server made it).
+/// A destination as listed: where it sends and which URL, never the URL itself nor the secret (a Slack
+/// webhook's URL is its only secret, and a webhook's URL often carries a token too).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct DestinationBody {
     pub destination_id: String,
     pub kind: Kind,
-    pub url: String,
+    /// The URL's host, with its port when that is not the default.
+    pub host: String,
+    /// The first 12 hex digits of the SHA-256 of the URL as answered at creation
+    /// (`printf %s "$URL" | sha256sum | cut -c1-12`): tells which URL it is without showing it.
+    pub url_fingerprint: String,
     pub name: Option<String>,
     pub has_secret: bool,
-    /// Only in the answer that created it, when the server made the secret: keep it now.
+    pub created_at: String,
+}
+
+impl DestinationBody {
+    fn new(
+        destination_id: String,
+        kind: Kind,
+        url: &str,
+        name: Option<String>,
+        has_secret: bool,
+        created_at: DateTime<Utc>,
+    ) -> DestinationBody {
+        DestinationBody {
+            destination_id,
+            kind,
+            host: destination::listed_host(url),
+            url_fingerprint: destination::fingerprint(url),
+            name,
+            has_secret,
+            created_at: rfc3339(created_at),
+        }
+    }
+}
+
+/// The answer that created a destination: as listed, plus what is shown this once and never again.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CreatedDestination {
+    #[serde(flatten)]
+    pub destination: DestinationBody,
+    /// The URL as stored (normalised; its fingerprint is the listing's `url_fingerprint`).
+    pub url: String,
+    /// Only when the server made the secret: keep it now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
-    pub created_at: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -92,13 +127,13 @@ pub struct DestinationList {
     path = "/v1/alerts/destinations",
     request_body(content = NewDestination, content_type = "application/json"),
     security(("bearer" = [])),
-    responses((status = 201, description = "The destination.", body = DestinationBody), ReadErrors)
+    responses((status = 201, description = "The destination, with its URL and (when the server made it) its secret: shown this once.", body = CreatedDestination), ReadErrors)
 )]
 pub async fn post_destination(
     State(state): State<AppState>,
     principal: Principal,
     body: Bytes,
-) -> Result<(StatusCode, Json<DestinationBody>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedDestination>), ApiError> {
     principal.require(Scope::Admin)?;
     let asked: NewDestination = serde_json::from_slice(&body)
         .map_err(|e| invalid(format!("the body is not a destination: {e}")))?;
@@ -118,7 +153,7 @@ pub async fn create_destination(
     tenant_id: Uuid,
     asked: NewDestination,
     allow_private: bool,
-) -> Result<DestinationBody, ApiError> {
+) -> Result<CreatedDestination, ApiError> {
     let kind = Kind::parse(&asked.kind)
         .ok_or_else(|| invalid(format!("kind: {:?} is not webhook or slack", asked.kind)))?;
     let url = destination::check_url(kind, asked.url.trim(), allow_private).map_err(invalid)?;
@@ -163,18 +198,21 @@ pub async fn create_destination(
             "the tenant already has {MAX_PER_TENANT} destinations"
         )));
     };
-    Ok(DestinationBody {
-        destination_id: id,
-        kind,
+    Ok(CreatedDestination {
+        destination: DestinationBody::new(
+            id,
+            kind,
+            url.as_str(),
+            asked.name,
+            secret.is_some(),
+            created_at,
+        ),
         url: url.to_string(),
-        name: asked.name,
-        has_secret: secret.is_some(),
         secret: if made { secret } else { None },
-        created_at: rfc3339(created_at),
     })
 }
 
-/// The tenant's destinations (scope admin; without their secrets).
+/// The tenant's destinations (scope admin): host and URL fingerprint, never the URL nor the secret.
 #[utoipa::path(
     get,
     path = "/v1/alerts/destinations",
@@ -205,15 +243,14 @@ pub async fn destinations(
         destinations: rows
             .into_iter()
             .filter_map(|(id, kind, url, name, has_secret, at)| {
-                Some(DestinationBody {
-                    destination_id: id,
-                    kind: Kind::parse(&kind)?,
-                    url,
+                Some(DestinationBody::new(
+                    id,
+                    Kind::parse(&kind)?,
+                    &url,
                     name,
                     has_secret,
-                    secret: None,
-                    created_at: rfc3339(at),
-                })
+                    at,
+                ))
             })
             .collect(),
     })

@@ -135,6 +135,7 @@ impl Receiver {
 fn alert_settings() -> AlertSettings {
     AlertSettings {
         allow_private_destinations: true,
+        egress_proxy: None,
         evaluate_secs: 1,
         max_attempts: 5,
         retry_base_ms: 50,

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod alert_destinations;
 mod alerts;
 mod bad_input;
 mod batches;
