@@ -485,7 +485,7 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
     )
     .await;
     let did = dest["destination_id"].as_str().unwrap().to_string();
-    exchange(
+    let listed = exchange(
         Method::GET,
         "/v1/alerts/destinations",
         "/v1/alerts/destinations".into(),
@@ -494,6 +494,16 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         200,
     )
     .await;
+    // The URL is answered once, at creation; the document says so too.
+    assert!(dest["url"].is_string() && listed["destinations"][0].get("url").is_none());
+    let schemas = &doc["components"]["schemas"];
+    assert!(schemas["DestinationBody"]["properties"]
+        .get("url")
+        .is_none());
+    assert!(schemas["DestinationBody"]["properties"]["url_fingerprint"].is_object());
+    assert!(schemas["CreatedDestination"]
+        .to_string()
+        .contains("\"url\""));
     let rule = exchange(Method::POST, "/v1/alerts/rules", "/v1/alerts/rules".into(), admin.clone(),
         Some(json!({"kind": "session_status", "destination_id": did, "statuses": ["active", "waiting", "idle", "degraded", "stalled", "needs_attention", "failed", "completed"]})), 201).await;
     let rid = rule["rule_id"].as_str().unwrap().to_string();
