@@ -83,7 +83,7 @@ enum Route {
     /// Straight to these checked addresses (the request is pinned to them).
     Pinned(Vec<SocketAddr>),
     /// Through the operator's egress proxy (`alerts.egress_proxy`), which resolves and checks.
-    Proxy(reqwest::Proxy),
+    Proxy(Box<reqwest::Proxy>),
 }
 
 /// Sends one notification: check the URL again, resolve and check the host now and pin the request
@@ -142,7 +142,7 @@ pub async fn send(c: &Claimed, settings: &AlertSettings) -> Outcome {
 async fn route(url: &Url, settings: &AlertSettings) -> Result<Route, Outcome> {
     if let Some(proxy) = &settings.egress_proxy {
         return reqwest::Proxy::all(proxy.expose_secret())
-            .map(Route::Proxy)
+            .map(|p| Route::Proxy(Box::new(p)))
             .map_err(|e| {
                 Outcome::Retry(
                     None,
@@ -169,7 +169,7 @@ fn client(host: &str, route: Route, settings: &AlertSettings) -> reqwest::Result
         .user_agent(concat!("apiary-ingest/", env!("CARGO_PKG_VERSION")));
     match route {
         Route::Pinned(addrs) => builder.resolve_to_addrs(host, &addrs),
-        Route::Proxy(proxy) => builder.proxy(proxy),
+        Route::Proxy(proxy) => builder.proxy(*proxy),
     }
     .build()
 }
