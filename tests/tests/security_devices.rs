@@ -105,9 +105,9 @@ async fn a_squatter_who_names_a_device_first_never_sees_its_owners_heartbeats() 
             .contains("bound to another user"),
         "{v}"
     );
-    // A tenant-wide token is no more allowed to report as alice's device.
-    let (s, v) = cloud
-        .ingest_api()
+    // A tenant-wide token (bound to no user) is no more allowed to report as alice's device.
+    let wide = Api::new(&url, &token(&cloud, "ingest", None, None).await);
+    let (s, v) = wide
         .post_batch(&heartbeat("alice-desk", 1001, "6.6.6-wide"))
         .await
         .unwrap();
