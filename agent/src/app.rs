@@ -2,7 +2,8 @@
 //! push loop) together and runs them until the shutdown token is cancelled.
 //!
 //! Start-up order: policy → the token's identity, when sync is on (`GET /v1/whoami`, 3 s budget, see
-//! [`crate::identity`]) → outbox (migrated; the data directory made private) → token files → bind the listener (so `DIR/agent.addr`, which
+//! [`crate::identity`]) → outbox (migrated; the data directory made private) → token files and the
+//! device key ([`crate::device_key`], created at first start) → bind the listener (so `DIR/agent.addr`, which
 //! tells the CLI where the running agent listens, is written only once the port is known). Shutdown
 //! order: stop accepting requests and let the ones in flight finish (bounded by [`SHUTDOWN_GRACE`]), let
 //! the push loop finish the batches in flight (bounded by `push.shutdown_grace_ms`), stop the tailer
@@ -37,6 +38,8 @@ pub struct Application {
     /// The OTLP receiver's listener; `None` when `otlp.enabled = false` or its address was taken.
     otlp: Option<tokio::net::TcpListener>,
     state: AppState,
+    /// The device signing key, registered with the ingest while online ([`crate::device_key`]).
+    device_key: apiary_schema::device_key::SigningKey,
 }
 
 /// The redaction policy in force: the shipped default, narrowed by `policy_file` if set.
@@ -94,6 +97,8 @@ impl Application {
             .with_context(|| format!("creating {}", data_dir.join("agent.token").display()))?;
         let settings_token = http::load_or_create_settings_token(data_dir)
             .with_context(|| format!("creating {}", data_dir.join("settings.token").display()))?;
+        let device_key = crate::device_key::load_or_create(data_dir)
+            .context("loading the device signing key")?;
         // Before agent.addr: that file says the agent is up, and tests read otlp.addr once it exists.
         let otlp = bind_otlp(data_dir, &settings).await?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -134,6 +139,7 @@ impl Application {
             listener,
             otlp,
             state,
+            device_key,
         })
     }
 
@@ -162,6 +168,7 @@ impl Application {
             listener,
             otlp,
             state,
+            device_key,
         } = self;
         let liveness = settings.hive_home.clone().map(|home| {
             let o = outbox.clone();
@@ -200,6 +207,11 @@ impl Application {
             }
             Mode::Online => {
                 tracing::info!("online: pushes run while sync is enabled");
+                tokio::spawn(crate::device_key::register::run_until_stopped(
+                    outbox.clone(),
+                    device_key,
+                    shutdown.clone(),
+                ));
                 let pusher = crate::push::Pusher::new(outbox.clone(), settings.push.clone())
                     .context("starting the push loop")?
                     .with_identity(settings.identity.clone())

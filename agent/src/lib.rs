@@ -26,6 +26,8 @@
 //! - [`private`]: private data directory and files, atomic writes, checks of token files handed in.
 //! - [`tail`]: following Hive's own JSONL logs; the outbox implements its [`tail::TailSink`].
 //! - [`identity`]: identity defaults and explicit session registration.
+//! - [`device_key`]: the device signing key (Ed25519) that seals export bundles, and its online
+//!   registration with the ingest.
 //! - [`app`]: `run` — wiring, start-up and ordered shutdown on a cancellation token.
 //! - [`quota`]: the budget state the ingest reports in its batch answers, kept by the outbox and shown
 //!   by `GET /v1/quota`, `status` and the settings page; advisory (the agent never stops on its own).
@@ -33,8 +35,9 @@
 //!
 //! ## Data directory
 //! `DIR` (0700): `DIR/outbox.db` (+ `-wal`, `-shm`), `DIR/agent.token` (producers' bearer token),
-//! `DIR/settings.token` (the settings API's bearer token), `DIR/agent.addr` and `DIR/otlp.addr` (while running), all 0600
-//! whatever the umask ([`private`]); `DIR/agent.toml` (optional config).
+//! `DIR/settings.token` (the settings API's bearer token), `DIR/device.key` (the device signing key),
+//! `DIR/agent.addr` and `DIR/otlp.addr` (while running), all 0600 whatever the umask ([`private`]);
+//! `DIR/agent.toml` (optional config).
 //!
 //! ## Modes
 //! `online`: pushes run only while sync is enabled (consent). `airgapped`: no socket to the ingest is ever
@@ -43,6 +46,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod device_key;
 pub mod http;
 pub mod identity;
 pub mod otlp;

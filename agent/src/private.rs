@@ -12,6 +12,10 @@
 //!   target. A symlink or file planted at any fixed name is therefore never followed or clobbered, and
 //!   the temporary file is removed when anything fails (it is deleted when dropped unless persisted).
 //!
+//! The device signing key, `DIR/device.key`, is created by [`create_new_private`]: written the same way,
+//! but linked into place only if nothing is there yet (never replacing a file), so two processes that
+//! create it at once end with one key, the first one's, and a key is never overwritten.
+//!
 //! ## Secret files the user hands in
 //! The ingest token file of `sync enable --token-file F` and `PUT /v1/sync` must be a regular file owned
 //! by the user the agent runs as, with no permission bits for group or others (`0600` or stricter); it
@@ -136,6 +140,32 @@ impl AtomicFile {
         }
         Ok(file)
     }
+}
+
+impl AtomicFile {
+    /// [`AtomicFile::commit`], but only if the target does not exist: `Ok(false)` (and the temporary
+    /// file removed) when it does. Nothing is ever replaced.
+    pub fn commit_new(self) -> std::io::Result<bool> {
+        self.temp.as_file().sync_all()?;
+        match self.temp.persist_noclobber(&self.target) {
+            Ok(_) => {}
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(e.error),
+        }
+        if let Some(dir) = self.target.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Creates `path` privately with `bytes` unless it exists (see the module notes); false when it did.
+pub fn create_new_private(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    let mut f = AtomicFile::create(path)?;
+    f.file().write_all(bytes)?;
+    f.commit_new()
 }
 
 /// Writes `bytes` to `path` atomically and privately (see [`AtomicFile`]).

@@ -86,6 +86,19 @@ impl Principal {
         }
     }
 
+    /// A device's trusted import (`import` of a bundle sealed by its registered key, or vouched for
+    /// with `--trust-unsigned --as-user U --device D`): ingest scope, bound to the device and its user,
+    /// so its events are judged exactly as that device's token's would be.
+    pub fn device_import(tenant_id: Uuid, user_id: Option<String>, device_id: String) -> Principal {
+        Principal {
+            tenant_id,
+            scopes: vec![Scope::Ingest],
+            user_id,
+            device_id: Some(device_id),
+            token_hash: [0; 32],
+        }
+    }
+
     /// Has the scope (admin implies read).
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)

@@ -1,6 +1,6 @@
 //! The command line: `migrate`, `serve`, `tenant create`, `token create`, `operator-token create`,
-//! `token revoke`, `import`, `retention`, `price add|list|reprice`, `budget create|list`,
-//! `alert destination create|list`, `alert rule create|list`.
+//! `token revoke`, `import`, `device register|revoke|keys`, `retention`, `price add|list|reprice`,
+//! `budget create|list`, `alert destination create|list`, `alert rule create|list`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
 //! and `operator-token create` print the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
@@ -62,12 +62,29 @@ pub enum Command {
         #[command(subcommand)]
         action: OperatorTokenAction,
     },
-    /// Load an agent export bundle (gzip NDJSON with a manifest line).
+    /// Load an agent export bundle (gzip NDJSON with a manifest line). A bundle sealed by a registered
+    /// device key is imported as that device and its user; any other is refused unless vouched for
+    /// with --trust-unsigned --as-user U --device D.
     Import {
         file: PathBuf,
         /// Tenant id (or unique name) the bundle belongs to.
         #[arg(long)]
         tenant: String,
+        /// Import a bundle that is not sealed by an active registered key (unsigned, unknown or revoked
+        /// key) on your word, as --as-user and --device. A seal that does not verify is still refused.
+        #[arg(long, requires_all = ["as_user", "device"])]
+        trust_unsigned: bool,
+        /// With --trust-unsigned: the user the bundle's events belong to.
+        #[arg(long, requires = "trust_unsigned")]
+        as_user: Option<String>,
+        /// With --trust-unsigned: the device the bundle comes from (its own device id, if it names one).
+        #[arg(long, requires = "trust_unsigned")]
+        device: Option<String>,
+    },
+    /// Manage device signing keys (air-gapped devices' bundles are imported by their key).
+    Device {
+        #[command(subcommand)]
+        action: crate::device_admin::DeviceAction,
     },
     /// Manage a tenant's own model prices (they win over the shipped catalog).
     Price {
@@ -649,13 +666,32 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
                 None => anyhow::bail!("no such token"),
             }
         }
-        Command::Import { file, tenant } => {
+        Command::Import {
+            file,
+            tenant,
+            trust_unsigned: _,
+            as_user,
+            device,
+        } => {
             let tenant_id = admin::resolve_tenant(&pool, &tenant).await?;
             let store = Store::new(pool.clone()).with_status_rules(crate::status::rules(&settings));
             let rules = IntakeRules::from_settings(&settings);
-            let summary = crate::import::run(&store, &rules, tenant_id, &file).await?;
+            let trust = match (as_user, device) {
+                (Some(user_id), Some(device_id)) => {
+                    for (what, id) in [("--as-user", &user_id), ("--device", &device_id)] {
+                        anyhow::ensure!(
+                            apiary_schema::policy::is_id(id),
+                            "{what} {id:?} is not a valid id"
+                        );
+                    }
+                    crate::import::Trust::Unsigned { user_id, device_id }
+                }
+                _ => crate::import::Trust::Sealed,
+            };
+            let summary = crate::import::run(&store, &rules, tenant_id, &file, &trust).await?;
             println!("{}", serde_json::to_string(&summary)?);
         }
+        Command::Device { action } => crate::device_admin::run(&pool, action).await?,
         Command::Price { action } => price(&pool, action).await?,
         Command::Budget { action } => budget(&pool, &settings, action).await?,
         Command::Alert { action } => alert(&pool, &settings, action).await?,

@@ -65,6 +65,9 @@ pub enum ApiError {
     /// 404: no such thing for this tenant.
     #[error("{0} not found")]
     NotFound(&'static str),
+    /// 409: the request contradicts what is stored (a device key already registered otherwise).
+    #[error("{0}")]
+    Conflict(String),
     /// 413: body or batch too large.
     #[error("{0}")]
     TooLarge(String),
@@ -101,6 +104,7 @@ impl ApiError {
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             ApiError::UnsupportedMedia(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")

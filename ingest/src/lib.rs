@@ -51,6 +51,7 @@ pub mod budgets;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
+pub mod device_admin;
 pub mod doctor;
 pub mod error;
 pub mod group_commit;

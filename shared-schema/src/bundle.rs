@@ -12,13 +12,18 @@
 //!      was off)
 //!    - `checksum`: `{"algorithm": "sha256", "over": "event_lines", "value": hex}` — SHA-256 over the
 //!      bytes of lines 2..n exactly as written, each including its trailing `\n` ([`EventLinesHash`])
+//!    A sealed bundle's line 1 also carries `"signature"`, the device key's seal over the manifest
+//!    ([`seal`]): `{"manifest": {...}, "signature": {...}}`.
 //! 2. lines 2..n: one redacted canonical event each (the same JSON the push loop would send).
 //!
 //! ## Writing and reading
 //! The writer needs the checksum before the lines, so it makes two passes over the same events: hash them
 //! with [`EventLinesHash`] into the [`Manifest`], then [`write_manifest`] and [`write_event_line`] each.
-//! The reader, [`verify`], checks the checksum and the count before anything is loaded; [`event_lines`]
-//! then yields the events. Reading is tolerant of the older spellings some writers used (`device` as a
+//! The reader, [`verify`] (or [`verify_chunked`], which also keeps line 1's exact manifest bytes, the
+//! seal and a digest of every chunk of event lines), checks the checksum and the count before anything
+//! is loaded; [`event_lines`] (or [`raw_event_lines`]) then yields the events. An importer that reads
+//! the file twice compares each chunk's digest on the second pass ([`ChunkDigest`]), so a file changed
+//! between the passes cannot slip in events the first pass did not verify. Reading is tolerant of the older spellings some writers used (`device` as a
 //! string or `{device_id}`, `session_bindings`, `event_count`/`events`, a plain hex checksum under
 //! `checksum` or `sha256`, with or without `sha256:`), and of a last line without its newline.
 //!
@@ -33,6 +38,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::batch::SessionBinding;
+
+pub mod seal;
+
+pub use seal::Seal;
 
 /// `format` of a bundle.
 pub const FORMAT: &str = "apiary-export";
@@ -116,6 +125,9 @@ pub enum BundleError {
     Checksum { expected: String, actual: String },
     #[error("the manifest counts {expected} events, the bundle holds {actual}")]
     Count { expected: u64, actual: u64 },
+    /// A seal that does not verify (see [`seal`]).
+    #[error("signature refused: {0}")]
+    Seal(String),
 }
 
 /// What an importer needs from a manifest, read tolerantly (see the module notes).
@@ -133,11 +145,12 @@ pub struct ManifestHead {
 impl ManifestHead {
     /// Parses line 1.
     pub fn parse(line: &str) -> Result<ManifestHead, BundleError> {
+        Ok(FirstLine::parse(line)?.head)
+    }
+
+    /// Reads the `manifest` object.
+    fn from_manifest(m: &Value) -> Result<ManifestHead, BundleError> {
         let format = |m: String| BundleError::Format(m);
-        let v: Value = serde_json::from_str(line).map_err(|e| format(format!("line 1: {e}")))?;
-        let m = v
-            .get("manifest")
-            .ok_or_else(|| format("line 1 is not {\"manifest\": ...}".into()))?;
         let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
         let device_id = s("device_id").or_else(|| {
             let d = m.get("device")?;
@@ -184,13 +197,96 @@ impl ManifestHead {
     }
 }
 
+/// Line 1 as read: the manifest (tolerantly, see the module notes), its exact bytes, and the seal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstLine {
+    pub head: ManifestHead,
+    /// The `manifest` value's bytes as they stand in the file (what a seal signs).
+    pub manifest_json: String,
+    pub seal: Option<Seal>,
+}
+
+/// Line 1's shape: the manifest's raw bytes and the optional seal; nothing else.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFirstLine<'a> {
+    #[serde(borrow)]
+    manifest: &'a serde_json::value::RawValue,
+    #[serde(default)]
+    signature: Option<Seal>,
+}
+
+impl FirstLine {
+    /// Parses line 1 (without its line end).
+    pub fn parse(line: &str) -> Result<FirstLine, BundleError> {
+        let format = |m: String| BundleError::Format(m);
+        let v: Value = serde_json::from_str(line).map_err(|e| format(format!("line 1: {e}")))?;
+        let m = v
+            .get("manifest")
+            .ok_or_else(|| format("line 1 is not {\"manifest\": ...}".into()))?;
+        let head = ManifestHead::from_manifest(m)?;
+        let raw: RawFirstLine =
+            serde_json::from_str(line).map_err(|e| format(format!("line 1: {e}")))?;
+        Ok(FirstLine {
+            head,
+            manifest_json: raw.manifest.get().to_string(),
+            seal: raw.signature,
+        })
+    }
+}
+
+/// The digest of one chunk of event lines: SHA-256 over the raw bytes of up to `n` non-blank lines
+/// (each with its `\n`, when it has one).
+#[derive(Default)]
+pub struct ChunkDigest {
+    hash: Sha256,
+    lines: usize,
+}
+
+impl ChunkDigest {
+    pub fn add(&mut self, raw_line: &[u8]) {
+        self.hash.update(raw_line);
+        self.lines += 1;
+    }
+
+    /// Lines added since the last [`ChunkDigest::take`].
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+
+    /// The digest so far; starts the next chunk.
+    pub fn take(&mut self) -> [u8; 32] {
+        self.lines = 0;
+        std::mem::take(&mut self.hash).finalize().into()
+    }
+}
+
+/// What [`verify_chunked`] read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified {
+    pub first: FirstLine,
+    /// The [`ChunkDigest`] of each run of `chunk_lines` event lines, in order (the last may be shorter).
+    pub chunks: Vec<[u8; 32]>,
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
 /// Reads the whole bundle once: the manifest, then the checksum and count of the event lines, checked.
-pub fn verify<R: BufRead>(mut r: R) -> Result<ManifestHead, BundleError> {
+pub fn verify<R: BufRead>(r: R) -> Result<ManifestHead, BundleError> {
+    Ok(verify_chunked(r, usize::MAX)?.first.head)
+}
+
+/// [`verify`], keeping line 1 whole and the digest of every `chunk_lines` event lines.
+pub fn verify_chunked<R: BufRead>(mut r: R, chunk_lines: usize) -> Result<Verified, BundleError> {
     let mut first = String::new();
     r.read_line(&mut first)?;
-    let manifest = ManifestHead::parse(first.trim_end())?;
+    let first = FirstLine::parse(first.trim_end())?;
+    let manifest = &first.head;
     let mut hash = Sha256::new();
     let (mut count, mut last) = (0u64, Vec::new());
+    let (mut chunk, mut chunks) = (ChunkDigest::default(), Vec::new());
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -198,10 +294,17 @@ pub fn verify<R: BufRead>(mut r: R) -> Result<ManifestHead, BundleError> {
             break;
         }
         hash.update(&line);
-        if line.iter().any(|b| !b.is_ascii_whitespace()) {
+        if !is_blank(&line) {
             count += 1;
+            chunk.add(&line);
+            if chunk.lines() >= chunk_lines {
+                chunks.push(chunk.take());
+            }
         }
         last.clone_from(&line);
+    }
+    if chunk.lines() > 0 {
+        chunks.push(chunk.take());
     }
     let actual = hex::encode(hash.clone().finalize());
     // Also accept a checksum computed as if the last line ended with a newline.
@@ -221,7 +324,29 @@ pub fn verify<R: BufRead>(mut r: R) -> Result<ManifestHead, BundleError> {
             actual: count,
         });
     }
-    Ok(manifest)
+    Ok(Verified { first, chunks })
+}
+
+/// The event lines of a bundle raw (each with its `\n` when it has one), blank lines skipped, each
+/// with its line number; for an importer that checks [`ChunkDigest`]s on its second pass.
+pub fn raw_event_lines<R: BufRead>(
+    mut r: R,
+) -> Result<impl Iterator<Item = Result<(usize, Vec<u8>), BundleError>>, BundleError> {
+    let mut skip = Vec::new();
+    r.read_until(b'\n', &mut skip)?;
+    let mut line_no = 1;
+    Ok(std::iter::from_fn(move || loop {
+        let mut line = Vec::new();
+        match r.read_until(b'\n', &mut line) {
+            Err(e) => return Some(Err(BundleError::Read(e))),
+            Ok(0) => return None,
+            Ok(_) => {}
+        }
+        line_no += 1;
+        if !is_blank(&line) {
+            return Some(Ok((line_no, line)));
+        }
+    }))
 }
 
 /// The event lines of a bundle (after [`verify`]): skips the manifest line and blank lines; each item

@@ -35,6 +35,13 @@ pub fn token_identity_schema() -> String {
         .expect("schema serialises")
 }
 
+/// The schema of `POST /v1/devices/key`'s body ([`crate::device_key::KeyRegistration`]), generated from
+/// the type (carried by the ingest's OpenAPI document; not a published file).
+pub fn key_registration_schema() -> String {
+    serde_json::to_string(&schemars::schema_for!(crate::device_key::KeyRegistration))
+        .expect("schema serialises")
+}
+
 /// The checked-in schema files, embedded at build time.
 pub const CANONICAL_EVENT_SCHEMA: &str = include_str!("../schema/v1/canonical-event.schema.json");
 pub const BATCH_SCHEMA: &str = include_str!("../schema/v1/batch.schema.json");

@@ -12,7 +12,9 @@
 //!   known, a per-device) secret, so a named colony can be followed across sessions and days while its
 //!   name never leaves the device.
 //! - [`device`]: the payloads of the agent's own device-level events, the heartbeat and the drop report.
-//! - [`bundle`]: the air-gapped export bundle (manifest, checksum, writer and reader over `Read`/`Write`).
+//! - [`bundle`]: the air-gapped export bundle (manifest, checksum, the device key's seal, writer and
+//!   reader over `Read`/`Write`).
+//! - [`device_key`]: device signing keys (Ed25519): text forms, fingerprints, and what they sign.
 //! - [`json_schema`]: the JSON Schema files under `shared-schema/schema/` are generated from these Rust
 //!   types (`cargo run -p apiary-schema --bin gen-schema`); a test fails when the checked-in files drift.
 //!   [`json_schema::Validator`] compiles them once and is reused for every batch.
@@ -46,6 +48,7 @@ pub mod batch;
 pub mod bundle;
 pub mod colony;
 pub mod device;
+pub mod device_key;
 pub mod event;
 pub mod explain;
 pub mod hive;

@@ -2,8 +2,9 @@
 //! the endpoint (our proxy, which counts HTTP requests, not connections: the agent keeps connections
 //! alive) and has used it, then consent is withdrawn and the agent restarted; an air-gapped agent with
 //! consent still stored opens no connection at all; the backlog captured before consent stays local
-//! unless `sync enable --include-backlog`; an air-gapped agent's `export` bundle loaded with
-//! `apiary-ingest import` gives the fixture's totals, and importing it twice changes nothing.
+//! unless `sync enable --include-backlog`; an air-gapped agent's `export` bundle, sealed by its device key
+//! and loaded with `apiary-ingest import` once an admin registered that key, gives the fixture's totals,
+//! and importing it twice changes nothing.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -292,9 +293,30 @@ async fn airgapped_export_then_import_gives_the_fixture_totals_once() {
         .as_str()
         .unwrap()
         .to_string();
+    // The bundle is sealed by the device's key: an admin registers it for the device's user.
+    let shown: Value =
+        serde_json::from_str(&agent.cli(&["identity", "show", "--json"]).unwrap()).unwrap();
     let (url, tenant) = (cloud.db.url.clone(), cloud.tenant.id.clone());
     let b = bundle.clone();
+    let key = shown["public_key"].as_str().unwrap().to_string();
+    let dev = device.clone();
     let summaries: Vec<Value> = tokio::task::spawn_blocking(move || {
+        ingest_cli(
+            &url,
+            &[
+                "device",
+                "register",
+                "--tenant",
+                &tenant,
+                "--user",
+                "alice",
+                "--device",
+                &dev,
+                "--public-key",
+                &key,
+            ],
+        )
+        .unwrap();
         (0..2)
             .map(|_| {
                 let out = ingest_cli(&url, &["import", &b.to_string_lossy(), "--tenant", &tenant])

@@ -8,6 +8,7 @@
 mod commands;
 mod doctor;
 mod explain;
+mod identity;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -82,6 +83,11 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
+    /// This device's identity: its id, and its signing key's public key and fingerprint.
+    Identity {
+        #[command(subcommand)]
+        action: IdentityAction,
+    },
     /// Stream committed events as they arrive, like `tail -f`.
     Follow {
         #[command(flatten)]
@@ -130,6 +136,19 @@ pub enum SyncAction {
         /// Also delete every pending event.
         #[arg(long)]
         purge: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IdentityAction {
+    /// Print the device id, and the public key and fingerprint of the key that seals its exports (what
+    /// an admin registers with `apiary-ingest device register --public-key`).
+    Show {
+        #[command(flatten)]
+        common: Common,
+        /// Print JSON instead of a listing.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -194,6 +213,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor { common } => doctor::doctor(&common).await,
         Command::Sync { action } => commands::sync(action).await,
         Command::Export { common, out } => commands::export(&common, &out).await,
+        Command::Identity {
+            action: IdentityAction::Show { common, json },
+        } => identity::show(&common, json).await,
         Command::Follow {
             common,
             session,

@@ -5,6 +5,12 @@
 //! session bindings, policy hashes, counts, SHA-256 of the event lines) then one redacted canonical event
 //! per line, in commit order. This module gathers the rows; the shared writer lays out the bytes.
 //!
+//! ## Seal
+//! Every bundle is sealed with the device key (`DIR/device.key` beside the outbox, created if missing;
+//! [`crate::device_key`]): line 1 carries the key's signature over the manifest — which holds the
+//! checksum of every event line — and gzip's fixed header ([`apiary_schema::bundle::seal`]). So the
+//! importer knows which device wrote the bundle and that no byte of it changed since.
+//!
 //! ## Outcome, and what an export does to everyone else
 //! The bundle is written from a read snapshot on a connection of its own (two passes over the same
 //! snapshot: the manifest with its checksum, then the lines), to a private temporary file created
@@ -22,7 +28,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use apiary_schema::bundle::{self, EventLinesHash};
+use apiary_schema::bundle::{self, EventLinesHash, Seal};
+use apiary_schema::device_key::SigningKey;
 use chrono::Utc;
 use flate2::write::GzEncoder;
 use rusqlite::params;
@@ -66,9 +73,10 @@ pub(crate) fn write_snapshot(
     policy_hash: &str,
 ) -> Result<Snapshot, OutboxError> {
     let sql = ExportError::read;
+    let key = device_key_of(conn).map_err(|e| ExportError::write(out, std::io::Error::other(e)))?;
     let tx = conn.unchecked_transaction().map_err(sql)?;
     let (manifest, last_seq) = try_build_manifest(&tx, device_id, policy_hash).map_err(sql)?;
-    let report = write_bundle(&tx, out, &manifest, last_seq)?;
+    let report = write_bundle(&tx, out, &manifest, last_seq, &key)?;
     tx.finish().map_err(sql)?;
     Ok(Snapshot { report, last_seq })
 }
@@ -180,6 +188,30 @@ fn try_build_manifest(
     Ok((manifest, last_seq))
 }
 
+/// The device key of the outbox's data directory (the database's directory).
+fn device_key_of(
+    conn: &rusqlite::Connection,
+) -> Result<SigningKey, crate::device_key::DeviceKeyError> {
+    let db = Path::new(conn.path().unwrap_or_default());
+    let dir = db
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::device_key::load_or_create(dir)
+}
+
+/// The compression bundles are written with.
+const LEVEL: flate2::Compression = flate2::Compression::new(6);
+
+/// The 10 bytes of gzip's fixed header that [`GzEncoder`] writes at `LEVEL` (no name, no time): what
+/// the seal covers besides the manifest.
+fn gzip_header() -> Vec<u8> {
+    let empty = GzEncoder::new(Vec::new(), LEVEL)
+        .finish()
+        .expect("writing to a Vec cannot fail");
+    empty[..10].to_vec()
+}
+
 /// Pass 2: writes an exclusive, private temporary file beside `FILE`, fsyncs, renames it to `FILE`
 /// ([`crate::private::AtomicFile`]: nothing planted is followed; on failure it is removed).
 fn write_bundle(
@@ -187,14 +219,14 @@ fn write_bundle(
     out: &Path,
     manifest: &Manifest,
     last_seq: i64,
+    key: &SigningKey,
 ) -> Result<ExportReport, OutboxError> {
     let io = |e: std::io::Error| ExportError::write(out, e);
     let mut tmp = crate::private::AtomicFile::create(out).map_err(io)?;
-    let mut gz = GzEncoder::new(
-        std::io::BufWriter::new(tmp.file()),
-        flate2::Compression::default(),
-    );
-    bundle::write_manifest(&mut gz, manifest).map_err(io)?;
+    let mut gz = GzEncoder::new(std::io::BufWriter::new(tmp.file()), LEVEL);
+    let manifest_json = serde_json::to_string(manifest).map_err(|e| io(e.into()))?;
+    let seal = Seal::sign(key, &gzip_header(), &manifest_json);
+    bundle::seal::write_sealed_manifest(&mut gz, &manifest_json, &seal).map_err(io)?;
     let sql = ExportError::read;
     let mut stmt = conn
         .prepare("SELECT body FROM events WHERE state = 0 AND seq <= ?1 ORDER BY seq")

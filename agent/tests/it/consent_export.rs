@@ -130,6 +130,18 @@ async fn export_writes_every_pending_event_with_a_manifest_first_and_marks_them_
     assert_eq!(events.len(), 6);
     let first: serde_json::Value = serde_json::from_str(&events[0]).unwrap();
     assert_eq!(first["event_id"], support::id(0).to_string());
+    // Sealed by the device key beside the outbox, over gzip's header and the manifest as written.
+    let raw = std::fs::read(&out).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&raw[..]), &mut text).unwrap();
+    let line1 = apiary_schema::bundle::FirstLine::parse(text.lines().next().unwrap()).unwrap();
+    let sealer = line1
+        .seal
+        .expect("the bundle is sealed")
+        .check(&raw[..10], &line1.manifest_json)
+        .unwrap();
+    let device_key = apiary_agent::device_key::load(dir.path()).unwrap();
+    assert_eq!(sealer, device_key.public());
     let st = outbox.status().await.unwrap().stored;
     assert_eq!((st.counters.exported, st.pending_events), (6, 0));
     assert!(st.balanced);

@@ -23,7 +23,8 @@ use crate::store::batch::{self, Sender};
 /// like an e-mail address, a path or a key — or whose first_seen_at (clock-corrected) lies outside the
 /// accepted window refuses the whole batch (422, one detail per problem). A token bound to a user or
 /// device may write only that user's (device's) sessions: an event whose session, parent or colony
-/// belongs to another is rejected per event with the reason.
+/// belongs to another is rejected per event with the reason. A token not bound to the batch's device
+/// may not report as a device that another user's token or registered key is bound to (403).
 ///
 /// With the header `X-Apiary-Quota: 1` the answer also carries `quota`: the budgets that apply to the
 /// token's user (the tenant's budgets without a user, and that user's), each in its current period,
@@ -86,6 +87,14 @@ async fn handle(
     })
     .await
     .map_err(|e| ApiError::Internal(e.into()))??;
+    crate::store::device_owners::check_sender(
+        &state.pool,
+        principal.tenant_id,
+        principal.user_id.as_deref(),
+        principal.device_id.as_deref(),
+        checked.device_id.as_deref(),
+    )
+    .await?;
     let sender = Sender {
         tenant_id: principal.tenant_id,
         user_id: principal.user_id.clone(),

@@ -106,3 +106,19 @@ impl ToSchema for TokenIdentityBody {
         Cow::Borrowed("TokenIdentity")
     }
 }
+
+/// The body of `POST /v1/devices/key` (`apiary_schema::device_key::KeyRegistration`), by its generated
+/// schema.
+pub struct KeyRegistrationBody;
+
+impl PartialSchema for KeyRegistrationBody {
+    fn schema() -> RefOr<Schema> {
+        published("KeyRegistration")
+    }
+}
+
+impl ToSchema for KeyRegistrationBody {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("KeyRegistration")
+    }
+}

@@ -11,6 +11,7 @@ pub mod alerts;
 mod batches;
 pub mod budgets;
 pub(crate) mod colonies;
+mod device_keys;
 pub(crate) mod devices;
 mod docs;
 pub mod extract;
@@ -46,6 +47,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/colonies/{key}/label", put(colonies::put_colony_label))
         .route("/v1/colonies/{id}/usage", get(sessions::get_colony_usage))
         .route("/v1/devices", get(devices::get_devices))
+        .route("/v1/devices/key", post(device_keys::post_device_key))
         .route(
             "/v1/prices",
             get(prices::get_prices).post(prices::post_price),

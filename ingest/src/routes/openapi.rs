@@ -37,6 +37,7 @@ use crate::error::ErrorBody;
         super::colonies::list_colonies,
         super::colonies::put_colony_label,
         super::devices::get_devices,
+        super::device_keys::post_device_key,
         super::prices::get_prices,
         super::prices::post_price,
         super::prices::post_reprice,
@@ -124,6 +125,11 @@ pub fn document() -> Value {
         schemas,
         "TokenIdentity",
         &apiary_schema::json_schema::token_identity_schema(),
+    );
+    insert_published(
+        schemas,
+        "KeyRegistration",
+        &apiary_schema::json_schema::key_registration_schema(),
     );
     doc
 }

@@ -44,7 +44,8 @@ pub struct TokenSpec {
     pub device_id: Option<String>,
 }
 
-/// Creates a token; returns (token id, the token). The token itself is not stored.
+/// Creates a token; returns (token id, the token). The token itself is not stored. A token bound to a
+/// device claims the device for its user ([`super::device_owners::claim`]).
 pub async fn create_token(pool: &PgPool, spec: &TokenSpec) -> Result<(Uuid, String), AdminError> {
     if spec.scopes.is_empty() {
         return Err(AdminError::Invalid(
@@ -72,6 +73,9 @@ pub async fn create_token(pool: &PgPool, spec: &TokenSpec) -> Result<(Uuid, Stri
     .bind(&spec.device_id)
     .execute(pool)
     .await?;
+    if let Some(device) = &spec.device_id {
+        super::device_owners::claim(pool, tenant_id, device, spec.user_id.as_deref()).await?;
+    }
     Ok((token_id, token))
 }
 

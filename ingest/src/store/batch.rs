@@ -560,8 +560,8 @@ struct Tail {
     transitions: Vec<super::stream::StatusData>,
     /// Sessions whose usage changed (sorted, distinct).
     usage: Vec<String>,
-    /// Its live sending devices (sorted, distinct).
-    devices: Vec<String>,
+    /// Its live sending devices and their senders' users (the rows written; sorted, distinct).
+    devices: Vec<(String, String)>,
 }
 
 impl Tail {
@@ -578,7 +578,11 @@ impl Tail {
             stream: super::stream::BatchStream {
                 transitions: self.transitions.clone(),
                 usage: self.usage.iter().map(String::as_str).collect(),
-                devices: self.devices.iter().map(String::as_str).collect(),
+                devices: self
+                    .devices
+                    .iter()
+                    .map(|(d, u)| (d.as_str(), u.as_str()))
+                    .collect(),
             },
         }
     }
@@ -701,7 +705,7 @@ async fn write_tenant(
             ))
         })
         .collect();
-    facts.sort_by(|a, b| a.device_id.cmp(&b.device_id));
+    facts.sort_by(|a, b| (&a.device_id, &a.user_id).cmp(&(&b.device_id, &b.user_id)));
     let mut crashed = Vec::new();
     for f in &facts {
         if let Some((_, beat)) = &f.beat {
@@ -710,6 +714,7 @@ async fn write_tenant(
                 tx,
                 tenant,
                 &f.device_id,
+                p_user(&f.user_id),
                 &beat.runtimes,
                 rules,
                 f.received_at,
@@ -724,7 +729,10 @@ async fn write_tenant(
     live.devices = parts
         .iter()
         .filter(|p| p.item.sender.live)
-        .filter_map(|p| p.item.batch.device_id.as_deref())
+        .filter_map(|p| {
+            let user = p.item.sender.user_id.as_deref().unwrap_or_default();
+            Some((p.item.batch.device_id.as_deref()?, user))
+        })
         .collect();
     live.devices.sort_unstable();
     live.devices.dedup();
@@ -748,8 +756,17 @@ async fn write_tenant(
             .collect(),
         transitions: live.transitions,
         usage: live.usage.into_iter().map(str::to_string).collect(),
-        devices: live.devices.into_iter().map(str::to_string).collect(),
+        devices: live
+            .devices
+            .into_iter()
+            .map(|(d, u)| (d.to_string(), u.to_string()))
+            .collect(),
     })
+}
+
+/// A device row's user as the runtime-liveness filter takes it (`''`: a sender bound to no user).
+fn p_user(user: &str) -> Option<&str> {
+    Some(user).filter(|u| !u.is_empty())
 }
 
 /// Whether the event is an LLM turn with a model: its tenant's prices are read for its estimate.

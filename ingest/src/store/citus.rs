@@ -52,6 +52,7 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "events",
     "sessions",
     "devices",
+    "device_keys",
     "usage_rollups",
     "usage_rollups_hourly",
     "usage_rollups_narrow",

@@ -1,7 +1,8 @@
 //! The `devices` step of a batch (or of a group of batches, [`super::batch`]): each sending device's
 //! liveness, its latest heartbeat (by event time) and the drops it reported, in ONE statement for the
-//! whole group, its tenants included (`unnest`, rows sorted by tenant and device id so concurrent groups
-//! lock them in the same order).
+//! whole group, its tenants included (`unnest`, rows sorted by tenant, device id and user so concurrent
+//! groups lock them in the same order). A row is the device *of the sender's user* (`''` for a sender
+//! bound to no user): see [`super::device_owners`] for who may write which device.
 //!
 //! A group never holds two batches of one device (see [`crate::group_commit`]), so each device is one
 //! row here and its drop counter adds exactly the new `outbox.dropped` events of its own batch.
@@ -21,7 +22,7 @@ pub struct DeviceFacts {
     /// The sender's tenant (a group's devices are written in one statement across its tenants).
     pub tenant_id: Uuid,
     pub device_id: String,
-    /// The token's user (owner of the device row when it is new).
+    /// The token's user (`''` when it has none): the row written is this user's row of the device.
     pub user_id: String,
     /// When its batch arrived (first seen, for a new row).
     pub received_at: DateTime<Utc>,
@@ -67,7 +68,7 @@ impl DeviceFacts {
     }
 }
 
-/// Upserts the devices (of any tenants; sorted by tenant and id here) in one statement.
+/// Upserts the devices (of any tenants; sorted by tenant, id and user here) in one statement.
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     devices: &mut [DeviceFacts],
@@ -75,7 +76,9 @@ pub async fn upsert(
     if devices.is_empty() {
         return Ok(());
     }
-    devices.sort_by(|a, b| (a.tenant_id, &a.device_id).cmp(&(b.tenant_id, &b.device_id)));
+    devices.sort_by(|a, b| {
+        (a.tenant_id, &a.device_id, &a.user_id).cmp(&(b.tenant_id, &b.device_id, &b.user_id))
+    });
     let num = |n: Option<u64>| n.and_then(|n| i64::try_from(n).ok());
     let col =
         |f: &dyn Fn(&DeviceFacts) -> Option<String>| devices.iter().map(f).collect::<Vec<_>>();
@@ -122,7 +125,7 @@ INSERT INTO devices AS d (tenant_id, device_id, user_id, first_seen_at, last_see
     dropped_events)
 SELECT u.* FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[],
     $7::timestamptz[], $8::text[], $9::int8[], $10::int8[], $11::float8[], $12::text[], $13::int8[]) AS u
-ON CONFLICT (tenant_id, device_id) DO UPDATE SET
+ON CONFLICT (tenant_id, device_id, user_id) DO UPDATE SET
     dropped_events = LEAST(d.dropped_events::numeric + EXCLUDED.dropped_events, 9223372036854775807)::bigint,
     last_seen_at = GREATEST(d.last_seen_at, EXCLUDED.last_seen_at),
     last_heartbeat_at = GREATEST(d.last_heartbeat_at, EXCLUDED.last_heartbeat_at),

@@ -1,6 +1,6 @@
 //! Postgres access: the pool, migrations, event partitions and retention. Writes of a batch live in
-//! [`batch`], who may write into a session in [`owners`], session state in [`sessions`], tenants and
-//! tokens in [`admin`].
+//! [`batch`], who may write into a session in [`owners`] (a device's row: [`device_owners`]), session
+//! state in [`sessions`], tenants and tokens in [`admin`], device signing keys in [`device_keys`].
 //!
 //! Partitions: `events` has one partition per UTC day of `effective_at`. The server creates the days
 //! around "now" at start-up and every hour, and any other day a batch needs on demand, before the batch's
@@ -17,6 +17,8 @@ pub mod batch;
 pub mod budgets;
 pub mod citus;
 pub mod colonies;
+pub mod device_keys;
+pub mod device_owners;
 pub mod devices;
 pub mod event_rows;
 pub mod headroom;

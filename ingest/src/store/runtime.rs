@@ -5,7 +5,9 @@
 //! nothing is cleared here when events arrive.
 //!
 //! - Only the session's own device may report on it (`device_id` must match): a device cannot make
-//!   another device's sessions read crashed. Unknown sessions are ignored.
+//!   another device's sessions read crashed. A sender bound to a user reports only on that user's
+//!   sessions (two users may name the same device id, see [`super::device_owners`]). Unknown sessions
+//!   are ignored.
 //! - Lock order: runs before `devices` in a batch (sessions sorted by id), like the batch's own session
 //!   step, so it never waits on a batch that waits on it.
 //! - A session newly found crashed streams its transition (`event: status`, cause `runtime_gone`, the
@@ -27,11 +29,14 @@ pub struct Crashed {
     pub user_id: String,
 }
 
-/// Applies `reports` of `device` (sessions sorted by id); returns the sessions newly read `crashed`.
+/// Applies `reports` of `device` sent by `user`'s token (None: a sender bound to no user; sessions
+/// sorted by id); returns the sessions newly read `crashed`.
+#[allow(clippy::too_many_arguments)]
 pub async fn apply(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
     device: &str,
+    user: Option<&str>,
     reports: &[RuntimeLiveness],
     rules: &Rules,
     now: DateTime<Utc>,
@@ -63,6 +68,7 @@ pub async fn apply(
         "WITH old AS (
              SELECT s.session_id, s.runtime_gone_at FROM sessions s
              WHERE s.tenant_id = $1 AND s.device_id = $2 AND s.session_id = ANY($3)
+               AND ($6::text IS NULL OR s.user_id = $6)
              ORDER BY s.session_id FOR UPDATE)
          UPDATE sessions s SET runtime_gone_at = CASE WHEN u.gone IS NULL THEN NULL
                  ELSE COALESCE(s.runtime_gone_at, u.gone) END,
@@ -80,6 +86,7 @@ pub async fn apply(
     .bind(&ids)
     .bind(&gone)
     .bind(&evidence)
+    .bind(user)
     .fetch_all(&mut **tx)
     .await?;
     let mut out = Vec::new();

@@ -54,8 +54,9 @@ pub struct BatchStream<'a> {
     pub transitions: Vec<StatusData>,
     /// Sessions with new usage (runtime events).
     pub usage: Vec<&'a str>,
-    /// The sending devices (sorted, distinct), when their batches came over HTTP (they are live).
-    pub devices: Vec<&'a str>,
+    /// The sending devices with their senders' users (the device rows written; sorted, distinct), when
+    /// their batches came over HTTP (they are live).
+    pub devices: Vec<(&'a str, &'a str)>,
 }
 
 /// The usage columns as a JSON object of totals (exact sums as numbers; `cost_usd` for display).
@@ -134,7 +135,7 @@ pub async fn write_batches(
 ) -> Result<(), sqlx::Error> {
     // (tenant, session) → whether its usage changed; sorted.
     let mut sessions: BTreeMap<(Uuid, &str), bool> = BTreeMap::new();
-    let mut devices: Vec<(Uuid, &str)> = Vec::new();
+    let mut devices: Vec<(Uuid, &str, &str)> = Vec::new();
     for ts in tenants {
         for x in &ts.stream.transitions {
             sessions
@@ -144,7 +145,12 @@ pub async fn write_batches(
         for u in &ts.stream.usage {
             sessions.insert((ts.tenant_id, u), true);
         }
-        devices.extend(ts.stream.devices.iter().map(|d| (ts.tenant_id, *d)));
+        devices.extend(
+            ts.stream
+                .devices
+                .iter()
+                .map(|(d, u)| (ts.tenant_id, *d, *u)),
+        );
     }
     if sessions.is_empty() && devices.is_empty() {
         return Ok(());
@@ -313,29 +319,31 @@ async fn write_usage(
     Ok(done.rows_affected())
 }
 
-/// `online: true` for each device the stream last said offline, or never spoke of; one statement for
-/// all the group's tenants, rows in (tenant, device) order.
+/// `online: true` for each device row (device and user) the stream last said offline, or never spoke
+/// of; one statement for all the group's tenants, rows in (tenant, device, user) order.
 async fn device_online(
     tx: &mut Transaction<'_, Postgres>,
-    devices: &[(Uuid, &str)],
+    devices: &[(Uuid, &str, &str)],
     xid: i64,
 ) -> Result<u64, sqlx::Error> {
     let mut devices = devices.to_vec();
     devices.sort_unstable();
     devices.dedup();
-    let (ids, dids): (Vec<Uuid>, Vec<&str>) = devices.into_iter().unzip();
+    let ids: Vec<Uuid> = devices.iter().map(|d| d.0).collect();
+    let dids: Vec<&str> = devices.iter().map(|d| d.1).collect();
+    let uids: Vec<&str> = devices.iter().map(|d| d.2).collect();
     let mut tenants = ids.clone();
     tenants.dedup();
-    let tenant = tenant_in(&tenants, 4);
+    let tenant = tenant_in(&tenants, 5);
     let sql = format!(
         "WITH up AS (
              INSERT INTO stream_devices AS d (tenant_id, device_id, user_id, online, last_xid)
              SELECT v.tenant_id, v.device_id, v.user_id, true, $3
-             FROM unnest($1::uuid[], $2::text[]) AS x(t, id)
-             JOIN devices v ON v.tenant_id = x.t AND v.device_id = x.id
+             FROM unnest($1::uuid[], $2::text[], $4::text[]) AS x(t, id, u)
+             JOIN devices v ON v.tenant_id = x.t AND v.device_id = x.id AND v.user_id = x.u
              WHERE v.tenant_id {tenant}
-             ORDER BY v.tenant_id, v.device_id
-             ON CONFLICT (tenant_id, device_id) DO UPDATE
+             ORDER BY v.tenant_id, v.device_id, v.user_id
+             ON CONFLICT (tenant_id, device_id, user_id) DO UPDATE
                  SET online = true, last_xid = GREATEST(d.last_xid, EXCLUDED.last_xid)
                  WHERE NOT d.online
              RETURNING tenant_id, device_id, user_id, last_xid)
@@ -343,9 +351,14 @@ async fn device_online(
          SELECT up.tenant_id, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id',
              up.device_id, 'online', true, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
          FROM up JOIN devices v ON v.tenant_id = up.tenant_id AND v.device_id = up.device_id
+             AND v.user_id = up.user_id
          WHERE v.tenant_id {tenant}"
     );
-    let q = sqlx::query(&sql).bind(&ids).bind(&dids).bind(xid);
+    let q = sqlx::query(&sql)
+        .bind(&ids)
+        .bind(&dids)
+        .bind(xid)
+        .bind(&uids);
     let done = bind_tenants(q, &tenants).execute(&mut **tx).await?;
     Ok(done.rows_affected())
 }
@@ -422,6 +435,7 @@ pub async fn sweep_devices(pool: &PgPool, offline_after_secs: i64) -> Result<u64
     let tenants: Vec<Uuid> = sqlx::query_scalar(
         "SELECT DISTINCT sd.tenant_id FROM stream_devices sd
          JOIN devices d ON d.tenant_id = sd.tenant_id AND d.device_id = sd.device_id
+             AND d.user_id = sd.user_id
          WHERE sd.online
            AND GREATEST(d.last_seen_at, d.last_heartbeat_at) < now() - make_interval(secs => $1)
          ORDER BY 1 LIMIT $2",
@@ -446,22 +460,25 @@ async fn sweep_tenant_devices(
     let xid = own_xid(&mut tx).await?;
     let done = sqlx::query(
         "WITH gone AS (
-             SELECT sd.tenant_id, sd.device_id FROM stream_devices sd
+             SELECT sd.tenant_id, sd.device_id, sd.user_id FROM stream_devices sd
              JOIN devices d ON d.tenant_id = sd.tenant_id AND d.device_id = sd.device_id
+                 AND d.user_id = sd.user_id
              WHERE sd.tenant_id = $1 AND d.tenant_id = $1 AND sd.online
                AND GREATEST(d.last_seen_at, d.last_heartbeat_at) < now() - make_interval(secs => $2)
-             ORDER BY sd.device_id LIMIT $4
+             ORDER BY sd.device_id, sd.user_id LIMIT $4
              FOR UPDATE OF sd SKIP LOCKED),
          up AS (
              UPDATE stream_devices s SET online = false, last_xid = GREATEST(s.last_xid, $3)
              FROM gone WHERE s.tenant_id = $1 AND s.device_id = gone.device_id
+                 AND s.user_id = gone.user_id
              RETURNING s.tenant_id, s.device_id, s.user_id, s.last_xid)
          INSERT INTO stream_events (tenant_id, xid, kind, user_id, data)
          SELECT up.tenant_id, up.last_xid, 'device', up.user_id, jsonb_build_object('device_id',
              up.device_id, 'online', false, 'last_heard_at', GREATEST(v.last_seen_at, v.last_heartbeat_at))
          FROM up JOIN devices v ON v.tenant_id = up.tenant_id AND v.device_id = up.device_id
+             AND v.user_id = up.user_id
          WHERE v.tenant_id = $1
-         ORDER BY up.device_id",
+         ORDER BY up.device_id, up.user_id",
     )
     .bind(tenant)
     .bind(offline_after_secs as f64)

@@ -11,6 +11,7 @@ mod budgets;
 mod citus;
 mod cross_tenant;
 mod dashboard;
+mod device_keys;
 mod durations;
 mod exactness;
 mod import;

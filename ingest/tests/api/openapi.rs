@@ -564,7 +564,40 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         204,
     )
     .await;
+    // A device registers its key with its device-bound token (201), then again (200).
+    let device_token = apiary_ingest::store::admin::create_token(
+        &app.pool,
+        &apiary_ingest::store::admin::TokenSpec {
+            tenant: t.id.to_string(),
+            scopes: vec![apiary_ingest::auth::Scope::Ingest],
+            user_id: Some("alice".into()),
+            device_id: Some("alice-desk".into()),
+        },
+    )
+    .await
+    .unwrap()
+    .1;
+    let key = apiary_schema::device_key::SigningKey::from_seed(&[4; 32]);
+    let public = key.public();
+    let registration = json!({
+        "public_key": public.to_text(),
+        "proof": key.sign(&apiary_schema::device_key::registration_message(
+            &t.id.to_string(), "alice-desk", &public)),
+    });
+    for want in [201, 200] {
+        let body = exchange(
+            Method::POST,
+            "/v1/devices/key",
+            "/v1/devices/key".into(),
+            device_token.clone(),
+            Some(registration.clone()),
+            want,
+        )
+        .await;
+        assert_eq!(body["fingerprint"], public.fingerprint(), "{body}");
+    }
     for p in [
+        "/v1/devices/key",
         "/v1/budgets",
         "/v1/budgets/{id}",
         "/v1/alerts",

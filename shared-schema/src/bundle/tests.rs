@@ -82,3 +82,93 @@ fn older_spellings_and_a_missing_last_newline_are_read() {
     assert_eq!(m.device_id.as_deref(), Some("d9"));
     assert_eq!(m.agent_version, "unknown");
 }
+
+/// A sealed version 1 bundle (before gzip) with `header` standing for the container's header.
+fn sealed(key: &crate::device_key::SigningKey, header: &[u8]) -> String {
+    let v: Value = serde_json::from_str(V1_MANIFEST).unwrap();
+    let manifest = serde_json::to_string(&v["manifest"]).unwrap();
+    let seal = Seal::sign(key, header, &manifest);
+    let mut out = Vec::new();
+    seal::write_sealed_manifest(&mut out, &manifest, &seal).unwrap();
+    format!("{}{V1_EVENTS}", String::from_utf8(out).unwrap())
+}
+
+/// Pass 1 of an importer: the checksum and count, then the seal over (header, manifest).
+fn check_sealed(text: &[u8], header: &[u8]) -> Result<crate::device_key::PublicKey, BundleError> {
+    let v = verify_chunked(text, 1)?;
+    v.first
+        .seal
+        .ok_or_else(|| BundleError::Format("unsealed".into()))?
+        .check(header, &v.first.manifest_json)
+}
+
+#[test]
+fn a_sealed_bundle_names_its_key_and_older_readers_still_read_it() {
+    let key = crate::device_key::SigningKey::from_seed(&[5; 32]);
+    let text = sealed(&key, b"HEADER");
+    assert_eq!(
+        check_sealed(text.as_bytes(), b"HEADER").unwrap(),
+        key.public()
+    );
+    // A reader that knows nothing of seals reads the same manifest.
+    assert_eq!(
+        verify(text.as_bytes()).unwrap(),
+        verify(v1().as_bytes()).unwrap()
+    );
+    let v = verify_chunked(text.as_bytes(), 1).unwrap();
+    assert_eq!(v.chunks.len(), 2, "one digest per event line");
+    // The second pass sees the same lines.
+    let mut again = ChunkDigest::default();
+    let raw: Vec<_> = raw_event_lines(text.as_bytes())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(raw.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 3]);
+    again.add(&raw[0].1);
+    assert_eq!(again.take(), v.chunks[0]);
+}
+
+#[test]
+fn every_changed_byte_of_a_sealed_bundle_or_its_header_is_refused() {
+    let key = crate::device_key::SigningKey::from_seed(&[6; 32]);
+    let header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff";
+    let text = sealed(&key, header).into_bytes();
+    check_sealed(&text, header).unwrap();
+    for i in 0..text.len() {
+        let mut changed = text.clone();
+        changed[i] ^= 0x01;
+        assert!(
+            check_sealed(&changed, header).is_err(),
+            "byte {i} flipped was accepted"
+        );
+    }
+    for i in 0..header.len() {
+        let mut h = *header;
+        h[i] ^= 0x01;
+        let e = check_sealed(&text, &h).unwrap_err();
+        assert!(matches!(e, BundleError::Seal(_)), "header byte {i}: {e}");
+    }
+}
+
+#[test]
+fn a_seal_by_another_key_or_scheme_is_refused_with_the_reason() {
+    let key = crate::device_key::SigningKey::from_seed(&[7; 32]);
+    let other = crate::device_key::SigningKey::from_seed(&[8; 32]);
+    let text = sealed(&key, b"H");
+    // The seal names another key than the one that signed.
+    let swapped = text.replace(&key.public().to_text(), &other.public().to_text());
+    let e = check_sealed(swapped.as_bytes(), b"H")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not verify with key SHA256:"), "{e}");
+    let scheme = text.replace(seal::SCHEME, "apiary-bundle-seal-v9");
+    let e = check_sealed(scheme.as_bytes(), b"H")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown seal scheme"), "{e}");
+    let extra = text.replacen("{\"manifest\"", "{\"x\":1,\"manifest\"", 1);
+    let e = check_sealed(extra.as_bytes(), b"H")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown field `x`"), "{e}");
+}
