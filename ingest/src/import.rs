@@ -106,13 +106,13 @@ pub async fn run(
             summary.rejected.extend(r.rejected);
             let done = summary.accepted + summary.duplicates + summary.rejected.len() as u64;
             match total {
-                Some(t) => eprintln!(
+                Some(t) => apiary_plumbing::errln!(
                     "import: {done}/{t} events (accepted {}, duplicates {}, rejected {})",
                     summary.accepted,
                     summary.duplicates,
                     summary.rejected.len()
                 ),
-                None => eprintln!("import: {done} events"),
+                None => apiary_plumbing::errln!("import: {done} events"),
             }
         }
         if at_end {
