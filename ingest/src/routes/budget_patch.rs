@@ -72,9 +72,17 @@ fn invalid(message: impl Into<String>) -> ApiError {
 
 /// Parses a `PATCH` body (a JSON object of the fields to change).
 pub fn parse(body: &[u8]) -> Result<BudgetPatch, ApiError> {
+    let not_a_patch =
+        |e: serde_json::Error| invalid(format!("the body is not a budget patch: {e}"));
+    // An object only: serde would also read a struct from an array, field by field in order.
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(not_a_patch)?;
+    if !value.is_object() {
+        return Err(invalid(
+            "the body is not a budget patch: a JSON object of the fields to change",
+        ));
+    }
     // serde's message names the field and never quotes a value back for these types.
-    serde_json::from_slice(body)
-        .map_err(|e| invalid(format!("the body is not a budget patch: {e}")))
+    serde_json::from_value(value).map_err(not_a_patch)
 }
 
 /// `limit_nanos` as the decimal USD text `POST` takes, exactly (`1500000000` → `"1.500000000"`).
@@ -246,7 +254,7 @@ mod tests {
             (r#"{"colour": "red"}"#, "colour"),
             (r#"[]"#, "budget patch"),
         ] {
-            let e = patched(body).unwrap_err();
+            let e = patched(body).expect_err(body);
             assert!(e.to_string().contains(needle), "{body}: {e}");
         }
     }

@@ -334,7 +334,11 @@ pub async fn create(
             "the tenant already has {MAX_BUDGETS} budgets, the most it may keep"
         )));
     }
-    one(pool, db, tenant_id, budget).await
+    // Answered as stored (its times are the database's, as every later read gives them).
+    let stored = crate::store::budgets::get(pool, tenant_id, &budget.budget_id)
+        .await?
+        .ok_or(ApiError::NotFound("budget"))?;
+    one(pool, db, tenant_id, stored).await
 }
 
 async fn one(
