@@ -43,6 +43,10 @@
 //! `online`: pushes run only while sync is enabled (consent). `airgapped`: no socket to the ingest is ever
 //! opened, sync cannot be enabled; the outbox buffers up to its cap and `export` writes a bundle.
 
+// What the command lines print goes through `apiary_plumbing::output` (`outln!`, `errln!`): `println!`
+// panics when a pipe closes (`| head -1`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod app;
 pub mod cli;
 pub mod config;

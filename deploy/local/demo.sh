@@ -24,13 +24,19 @@
 #   APIARY_DEMO_DB        database name (default apiary_demo)  APIARY_DEMO_TIMEOUT  delivery timeout s (default 180)
 #   APIARY_DEMO_TRICKLE   seconds over which the last quarter of the day is written live (default 8; 0 = all at once)
 #   APIARY_DEMO_SKIP_BUILD=1  use the binaries in target/release as they are
+#   APIARY_DEMO_BIN_DIR=DIR   use the binaries in DIR as they are (no build; e.g. target/debug)
+#   APIARY_DEMO_STATE=DIR     keep the demo's files (and a private Postgres) in DIR instead of ./.apiary
 #   DATABASE_URL, APIARY_PG_DIR, APIARY_PG_FORCE_PRIVATE=1: see scripts/pg.sh
-# Logs: ./.apiary/demo/logs (ingest.log, agent-<user>.log, build.log, workload.log, claude_code.log).
+# Logs: ./.apiary/demo/logs (ingest.log, agent-<user>.log, build.log, workload.log, claude_code.log,
+# webhook.log).
 # Exit status: 0 when the dashboard matches the workload and nothing leaked; 1 otherwise.
+# Every process the demo starts is stopped when it ends (or by --stop after --keep-running), and none of
+# them writes to the demo's own output, so `./deploy/local/demo.sh | tee demo.log` and
+# `out=$(./deploy/local/demo.sh)` return when the demo does.
 
 set -euo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
 
 KEEP=0
 STOP_ONLY=0
@@ -46,11 +52,13 @@ done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 cd "$ROOT"
 HERE=$ROOT/deploy/local
-STATE=$ROOT/.apiary
+STATE=${APIARY_DEMO_STATE:-$ROOT/.apiary}
+mkdir -p "$STATE"
+STATE=$(cd "$STATE" && pwd -P)
 DEMO=$STATE/demo
 LOGS=$DEMO/logs
 RUNFILE=$STATE/demo.run          # what a --keep-running demo left running (pids, pg dir)
-BIN=$ROOT/target/release
+BIN=${APIARY_DEMO_BIN_DIR:-$ROOT/target/release}
 USERS=${APIARY_DEMO_USERS:-alice,bob,carol}
 SEED=${APIARY_DEMO_SEED:-7}
 DB_NAME=${APIARY_DEMO_DB:-apiary_demo}
@@ -73,25 +81,48 @@ die() {
 need() { command -v "$1" >/dev/null 2>&1 || die "$1 is required ($2)"; }
 
 # ---------------------------------------------------------------------------------------------------------
-# Process bookkeeping: we only ever signal the pids we started (recorded in $RUNFILE), and only after
-# checking that the pid still runs one of our binaries.
+# Process bookkeeping: every process the demo starts in the background (the ingest, the agents, the webhook
+# receiver, the stand-in runtime) is recorded with its start time ([pid]=start time in PROCS, in $RUNFILE for
+# --keep-running), and only a pid that still runs the very process recorded (same pid, same start time:
+# not a reused pid) is ever signalled. None of them writes to the demo's stdout or stderr.
 # ---------------------------------------------------------------------------------------------------------
 PIDS=()
+declare -A PROCS=()
 OWN_PG=0
 READY=0
 
-is_ours() { # pid -> true if it runs an apiary binary from this checkout
-    local exe
-    exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
-    case "$exe" in "$BIN"/apiary-*) return 0 ;; *) return 1 ;; esac
+start_time() { # pid -> its start time (clock ticks since boot; field 22 of /proc/PID/stat), if it runs
+    local stat rest fields
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    rest=${stat##*) }   # the fields after the command name, which may hold spaces and parentheses
+    read -r -a fields <<<"$rest"
+    [ "${fields[0]}" != Z ] || return 1   # exited, not yet reaped
+    printf '%s\n' "${fields[19]}"
 }
 
-stop_pid() { # pid name
-    local pid=$1 name=$2 i
-    is_ours "$pid" || return 0
+track() { # pid: a process this demo just started in the background
+    local t
+    t=$(start_time "$1") || t=gone
+    PIDS+=("$1")
+    PROCS[$1]=$t
+}
+
+is_ours() { # pid [start time] -> true if it still runs the process recorded
+    local t
+    t=$(start_time "$1") || return 1
+    if [ -n "${2:-}" ]; then
+        [ "$t" = "$2" ]
+    else # a run file of an older demo recorded no start time: only its apiary binaries were tracked
+        case "$(readlink "/proc/$1/exe" 2>/dev/null)" in "$BIN"/apiary-*) return 0 ;; *) return 1 ;; esac
+    fi
+}
+
+stop_pid() { # pid start-time name
+    local pid=$1 start=$2 name=$3 i
+    is_ours "$pid" "$start" || { wait "$pid" 2>/dev/null || true; return 0; }
     kill -TERM "$pid" 2>/dev/null || return 0
     for i in $(seq 1 60); do
-        is_ours "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
+        is_ours "$pid" "$start" || { wait "$pid" 2>/dev/null || true; return 0; }
         sleep 0.25
     done
     echo "demo.sh: $name (pid $pid) did not stop within 15 s; killing it" >&2
@@ -102,17 +133,20 @@ stop_pid() { # pid name
 # shellcheck disable=SC2317
 write_runfile() {
     {
-        for p in "${PIDS[@]}"; do echo "pid $p"; done
+        for p in "${PIDS[@]}"; do echo "pid $p ${PROCS[$p]} $(cat "/proc/$p/comm" 2>/dev/null || echo '?')"; done
         if [ "$OWN_PG" = 1 ]; then echo "pg $APIARY_PG_BASE"; fi
     } >"$RUNFILE"
 }
 
 stop_recorded() { # stops what an earlier --keep-running demo left (from $RUNFILE)
     [ -f "$RUNFILE" ] || return 0
-    local kind val stopped=0
-    while read -r kind val; do
+    local kind val start name stopped=0
+    while read -r kind val start name; do
         case "$kind" in
-            pid) if is_ours "$val"; then stop_pid "$val" "pid $val"; stopped=$((stopped + 1)); fi ;;
+            pid) if is_ours "$val" "$start"; then
+                    stop_pid "$val" "$start" "${name:-pid} (pid $val)"
+                    stopped=$((stopped + 1))
+                fi ;;
             pg) if [ -d "$val/data" ]; then
                     APIARY_PG_DIR=$val "$ROOT/scripts/pg.sh" stop || echo "demo.sh: could not stop Postgres in $val" >&2
                 fi ;;
@@ -133,7 +167,9 @@ cleanup() {
     if [ "${#PIDS[@]}" -gt 0 ]; then
         printf '\n==> stopping %d process(es)\n' "${#PIDS[@]}"
         local i
-        for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do stop_pid "${PIDS[$i]}" "pid ${PIDS[$i]}"; done
+        for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+            stop_pid "${PIDS[$i]}" "${PROCS[${PIDS[$i]}]}" "pid ${PIDS[$i]}"
+        done
     fi
     if [ "$OWN_PG" = 1 ]; then
         APIARY_PG_STARTED=1 apiary_pg_stop || true
@@ -159,7 +195,9 @@ mkdir -p "$LOGS"
 
 # ---------------------------------------------------------------------------------------------------------
 step "Building apiary-ingest and apiary-agent (release; the first build takes several minutes)"
-if [ "${APIARY_DEMO_SKIP_BUILD:-0}" = 1 ] && [ -x "$BIN/apiary-agent" ] && [ -x "$BIN/apiary-ingest" ]; then
+if [ -n "${APIARY_DEMO_BIN_DIR:-}" ]; then
+    info "APIARY_DEMO_BIN_DIR: using $BIN as it is"
+elif [ "${APIARY_DEMO_SKIP_BUILD:-0}" = 1 ] && [ -x "$BIN/apiary-agent" ] && [ -x "$BIN/apiary-ingest" ]; then
     info "APIARY_DEMO_SKIP_BUILD=1: using $BIN as it is"
 else
     # progress: every 20th crate, our own crates, warnings about our code, errors; everything in build.log
@@ -229,9 +267,9 @@ PORT=$(python3 "$HERE/demo_util.py" free-port)
 INGEST_URL=http://127.0.0.1:$PORT
 # Alerts go to a receiver on this machine (http, loopback): allowed for this local ingest only.
 APIARY_LOG_FORMAT=text APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS=true APIARY_ALERTS_EVALUATE_SECS=2 \
-    "$BIN/apiary-ingest" serve --listen "127.0.0.1:$PORT" >"$LOGS/ingest.log" 2>&1 &
+    "$BIN/apiary-ingest" serve --listen "127.0.0.1:$PORT" </dev/null >"$LOGS/ingest.log" 2>&1 &
 INGEST_PID=$!
-PIDS+=("$INGEST_PID")
+track "$INGEST_PID"
 python3 "$HERE/demo_util.py" wait-http "$INGEST_URL/readyz" --pid "$INGEST_PID" --log "$LOGS/ingest.log" --timeout 60 \
     || die "the ingest did not become ready"
 info "$INGEST_URL (pid $INGEST_PID, log .apiary/demo/logs/ingest.log)"
@@ -264,9 +302,9 @@ TOML
     "$BIN/apiary-agent" sync enable --data-dir "$dir" --endpoint "$INGEST_URL" \
         --token-file "$DEMO/$u/ingest.token" >>"$LOGS/agent-$u.log" 2>&1 \
         || die "apiary-agent sync enable for $u failed; see $LOGS/agent-$u.log"
-    "$BIN/apiary-agent" run --data-dir "$dir" >>"$LOGS/agent-$u.log" 2>&1 &
+    "$BIN/apiary-agent" run --data-dir "$dir" </dev/null >>"$LOGS/agent-$u.log" 2>&1 &
     AGENT_PID[$u]=$!
-    PIDS+=("${AGENT_PID[$u]}")
+    track "${AGENT_PID[$u]}"
 done
 for u in "${USER_LIST[@]}"; do
     AGENT_ADDR[$u]=$(python3 "$HERE/demo_util.py" wait-agent "$DEMO/$u/agent" --pid "${AGENT_PID[$u]}" \
@@ -280,8 +318,9 @@ done
 step "Writing the team's day of Hive sessions (deploy/local/workload.py; the last part live over ${TRICKLE}s)"
 # A stand-in for the process of carol's `hive run digest_agent`: its state.json names this pid, and it is
 # killed -9 below, in the middle of the run's last tool call (the run then reads `crashed`, not `stalled`).
-sleep 600 &
+sleep 600 </dev/null >/dev/null 2>&1 &
 RUNTIME_PID=$!
+track "$RUNTIME_PID"
 python3 "$HERE/workload.py" --out "$DEMO/hive" --users "$USERS" --seed "$SEED" --trickle "$TRICKLE" \
     --runtime-pid "$RUNTIME_PID" \
     2> >(tee "$LOGS/workload.log" | grep --line-buffered -v 'trickle:' | sed -u 's/^workload: /    /') \
@@ -334,8 +373,8 @@ step "A monthly budget crossing 80%, and its alert delivered to a local webhook 
 WEBHOOK_SECRET=$(python3 -c 'import secrets; print("whsec_" + secrets.token_hex(24))')
 rm -f "$DEMO/webhook.jsonl" "$DEMO/webhook.port"
 python3 "$HERE/demo_util.py" receiver --port-file "$DEMO/webhook.port" --out "$DEMO/webhook.jsonl" \
-    --secret "$WEBHOOK_SECRET" 2>>"$LOGS/webhook.log" &
-PIDS+=("$!")
+    --secret "$WEBHOOK_SECRET" </dev/null >>"$LOGS/webhook.log" 2>&1 &
+track "$!"
 for _ in $(seq 50); do [ -s "$DEMO/webhook.port" ] && break; sleep 0.1; done
 HOOK_URL="http://127.0.0.1:$(cat "$DEMO/webhook.port" 2>/dev/null)/apiary"
 ALERT_RC=0

@@ -3,13 +3,16 @@
 //! `budget create|list`, `alert destination create|list`, `alert rule create|list`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
-//! and `operator-token create` print the token alone on the last line (once: only its hash is stored); `import` prints a JSON summary
-//! on stdout and progress on stderr. Logs go to stderr. Exit code 0 on success, 1 on failure, 2 on bad
-//! usage (clap).
+//! and `operator-token create` print `token_id: <uuid>` (what `token revoke --token-id` takes), then the
+//! token alone on the last line (once: only its hash is stored); `import` prints a JSON summary on stdout
+//! and progress on stderr. Logs go to stderr. Exit code 0 on success, 1 on failure, 2 on bad usage
+//! (clap). A reader that closes stdout early (`| head -1`) ends a command quietly with 0 (see
+//! `apiary_plumbing::output`).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
+use apiary_plumbing::{errln, outln};
 use clap::{Parser, Subcommand};
 
 use crate::auth::Scope;
@@ -120,7 +123,8 @@ pub enum TenantAction {
 
 #[derive(Debug, Subcommand)]
 pub enum TokenAction {
-    /// Create a token; prints it (once) on the last line.
+    /// Create a token; prints `token_id: ID` (for `token revoke --token-id`), then the token (once)
+    /// alone on the last line.
     Create {
         #[arg(long)]
         tenant: String,
@@ -260,22 +264,22 @@ async fn price(pool: &sqlx::PgPool, action: PriceAction) -> anyhow::Result<()> {
             let item = api::add(pool, tenant_id, asked)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            eprintln!("{}", serde_json::to_string_pretty(&item)?);
-            println!("{}", item.price_id);
+            errln!("{}", serde_json::to_string_pretty(&item)?);
+            outln!("{}", item.price_id)?;
         }
         PriceAction::List { tenant } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
             let list = api::list(pool, tenant_id)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            outln!("{}", serde_json::to_string_pretty(&list)?)?;
         }
         PriceAction::Reprice { tenant, from, to } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
             let outcome = api::reprice(pool, tenant_id, &from, &to)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            println!("{}", serde_json::to_string(&outcome)?);
+            outln!("{}", serde_json::to_string(&outcome)?)?;
         }
     }
     Ok(())
@@ -351,12 +355,12 @@ async fn budget(
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
             let asked = api::NewBudget {
                 name,
-                scope: api::ScopeBody {
+                scope: Some(api::ScopeBody {
                     tenant: None,
                     user,
                     model,
                     colony,
-                },
+                }),
                 period,
                 tz,
                 limit_usd: limit_usd.map(serde_json::Value::String),
@@ -366,15 +370,15 @@ async fn budget(
             let b = api::create(pool, &db, tenant_id, asked)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            eprintln!("{}", serde_json::to_string_pretty(&b)?);
-            println!("{}", b.budget_id);
+            errln!("{}", serde_json::to_string_pretty(&b)?);
+            outln!("{}", b.budget_id)?;
         }
         BudgetAction::List { tenant } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
             let list = api::list(pool, &db, tenant_id, None)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            outln!("{}", serde_json::to_string_pretty(&list)?)?;
         }
     }
     Ok(())
@@ -475,29 +479,29 @@ async fn alert(
                 },
         } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let allowed = settings.alerts.allow_private_destinations;
+            let hint = private_destination_hint(&kind, &url, allowed);
             let asked = api::NewDestination {
                 kind,
                 url,
                 secret,
                 name,
             };
-            let d = api::create_destination(
-                pool,
-                tenant_id,
-                asked,
-                settings.alerts.allow_private_destinations,
-            )
-            .await
-            .map_err(fail)?;
-            eprintln!("{}", serde_json::to_string_pretty(&d)?);
-            println!("{}", d.destination.destination_id);
+            let d = api::create_destination(pool, tenant_id, asked, allowed)
+                .await
+                .map_err(|e| match hint {
+                    Some(hint) => anyhow::anyhow!("{e}; {hint}"),
+                    None => fail(e),
+                })?;
+            errln!("{}", serde_json::to_string_pretty(&d)?);
+            outln!("{}", d.destination.destination_id)?;
         }
         AlertAction::Destination {
             action: DestinationAction::List { tenant },
         } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
             let list = api::destinations(pool, tenant_id).await.map_err(fail)?;
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            outln!("{}", serde_json::to_string_pretty(&list)?)?;
         }
         AlertAction::Rule {
             action:
@@ -527,23 +531,40 @@ async fn alert(
             let r = api::create_rule(pool, tenant_id, asked)
                 .await
                 .map_err(fail)?;
-            eprintln!("{}", serde_json::to_string_pretty(&r)?);
-            println!("{}", r.rule_id);
+            errln!("{}", serde_json::to_string_pretty(&r)?);
+            outln!("{}", r.rule_id)?;
         }
         AlertAction::Rule {
             action: RuleAction::List { tenant },
         } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
             let list = api::rules(pool, tenant_id).await.map_err(fail)?;
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            outln!("{}", serde_json::to_string_pretty(&list)?)?;
         }
     }
     Ok(())
 }
 
+/// When only `alerts.allow_private_destinations` stands between `url` and a destination, how to give
+/// the setting to this command: it reads its own configuration, as `serve` does (a server started with
+/// the variable in its own environment does not lend it to the command line).
+fn private_destination_hint(kind: &str, url: &str, allowed: bool) -> Option<&'static str> {
+    use crate::alerts::destination::{check_url, Kind};
+    let kind = Kind::parse(kind)?;
+    let private_only = !allowed
+        && check_url(kind, url.trim(), false).is_err()
+        && check_url(kind, url.trim(), true).is_ok();
+    private_only.then_some(
+        "this command reads alerts.allow_private_destinations from its own configuration, as `serve` \
+         does: give it the server's config file (--config FILE, or APIARY_CONFIG=FILE) or \
+         APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS=true",
+    )
+}
+
 #[derive(Debug, Subcommand)]
 pub enum OperatorTokenAction {
-    /// Create an operator token; prints it (once) on the last line.
+    /// Create an operator token; prints `token_id: ID` (for `token revoke --token-id`), then the token
+    /// (once) alone on the last line.
     Create {
         /// What the token is for (e.g. billing), kept for audit.
         #[arg(long)]
@@ -595,7 +616,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!(e))?
         {
-            eprintln!("created the database named in DATABASE_URL");
+            errln!("created the database named in DATABASE_URL");
         }
     }
     let pool = Store::connect_lazy(url, settings.pool_size)?;
@@ -604,7 +625,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
         Command::Doctor => unreachable!("main runs doctor before loading settings"),
         Command::Migrate { citus } => {
             store::migrate_with(&pool, citus).await.context("migrate")?;
-            eprintln!("migrations applied");
+            errln!("migrations applied");
         }
         Command::Serve { .. } => {
             let app = Application::build(settings, pool.clone()).await?;
@@ -615,7 +636,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
             action: TenantAction::Create { name },
         } => {
             let id = admin::create_tenant(&pool, &name).await?;
-            println!("{id}");
+            outln!("{id}")?;
         }
         Command::Token {
             action:
@@ -640,18 +661,20 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
                 device_id: device,
             };
             let (id, token) = admin::create_token(&pool, &spec).await?;
-            eprintln!("token {id} created; it is shown once, store it now");
-            println!("{token}");
+            errln!("token {id} created; it is shown once, store it now");
+            outln!("token_id: {id}")?;
+            outln!("{token}")?;
         }
         Command::OperatorToken {
             action: OperatorTokenAction::Create { label },
         } => {
             let (id, token) = admin::create_operator_token(&pool, &label).await?;
-            eprintln!(
+            errln!(
                 "operator token {id} created: it reads usage of EVERY tenant (per tenant and model); \
                  it is shown once, store it now"
             );
-            println!("{token}");
+            outln!("token_id: {id}")?;
+            outln!("{token}")?;
         }
         Command::Token {
             action: TokenAction::Revoke { token_id, token },
@@ -662,7 +685,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
                 (None, None) => anyhow::bail!("give --token-id or --token"),
             };
             match admin::revoke_token(&pool, &which).await? {
-                Some(id) => println!("revoked {id}"),
+                Some(id) => outln!("revoked {id}")?,
                 None => anyhow::bail!("no such token"),
             }
         }
@@ -689,7 +712,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
                 _ => crate::import::Trust::Sealed,
             };
             let summary = crate::import::run(&store, &rules, tenant_id, &file, &trust).await?;
-            println!("{}", serde_json::to_string(&summary)?);
+            outln!("{}", serde_json::to_string(&summary)?)?;
         }
         Command::Device { action } => crate::device_admin::run(&pool, action).await?,
         Command::Price { action } => price(&pool, action).await?,
@@ -701,7 +724,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
                 .oldest_accepted(chrono::Utc::now())
                 .date_naive();
             let n = store.drop_before(cutoff).await?;
-            println!("dropped {n} partitions before {cutoff}");
+            outln!("dropped {n} partitions before {cutoff}")?;
         }
     }
     pool.close().await;

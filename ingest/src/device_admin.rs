@@ -88,11 +88,11 @@ pub async fn run(pool: &PgPool, action: DeviceAction) -> anyhow::Result<()> {
             let key = match done {
                 device_keys::Registered::New { key, replaced } => {
                     match replaced {
-                        Some(old) => eprintln!(
+                        Some(old) => apiary_plumbing::errln!(
                             "registered {} for device {device:?} of user {user:?}; revoked {old}",
                             key.fingerprint
                         ),
-                        None => eprintln!(
+                        None => apiary_plumbing::errln!(
                             "registered {} for device {device:?} of user {user:?}",
                             key.fingerprint
                         ),
@@ -100,18 +100,20 @@ pub async fn run(pool: &PgPool, action: DeviceAction) -> anyhow::Result<()> {
                     key
                 }
                 device_keys::Registered::Already(key) => {
-                    eprintln!("device {device:?} already has this key: nothing changed");
+                    apiary_plumbing::errln!(
+                        "device {device:?} already has this key: nothing changed"
+                    );
                     key
                 }
             };
             if !claimed.users.is_empty() {
-                eprintln!(
+                apiary_plumbing::errln!(
                     "removed the rows other users' tokens had made under device {device:?} (users {:?})",
                     claimed.users
                 );
             }
-            eprintln!("{}", serde_json::to_string_pretty(&key)?);
-            println!("{}", key.fingerprint);
+            apiary_plumbing::errln!("{}", serde_json::to_string_pretty(&key)?);
+            apiary_plumbing::outln!("{}", key.fingerprint)?;
         }
         DeviceAction::Revoke {
             tenant,
@@ -127,19 +129,20 @@ pub async fn run(pool: &PgPool, action: DeviceAction) -> anyhow::Result<()> {
             let key = device_keys::revoke(pool, tenant_id, &which)
                 .await
                 .with_context(|| format!("revoking {which:?}"))?;
-            eprintln!(
+            apiary_plumbing::errln!(
                 "revoked {} of device {:?}: bundles it sealed are refused from now on",
-                key.fingerprint, key.device_id
+                key.fingerprint,
+                key.device_id
             );
-            println!("{}", serde_json::to_string(&key)?);
+            apiary_plumbing::outln!("{}", serde_json::to_string(&key)?)?;
         }
         DeviceAction::Keys { tenant } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
             let keys = device_keys::list(pool, tenant_id).await?;
-            println!(
+            apiary_plumbing::outln!(
                 "{}",
                 serde_json::to_string_pretty(&serde_json::json!({ "keys": keys }))?
-            );
+            )?;
         }
     }
     Ok(())

@@ -29,14 +29,19 @@ pub async fn run(config: Option<&Path>) -> bool {
                 format!("configuration: {e}"),
                 "fix the key or variable named (every key: deploy/config/ingest.toml)",
             );
-            print!("{}", r.render());
+            let _ = r.print();
             return false;
         }
     };
     check_database(&mut r, &settings).await;
     check_listen(&mut r, &settings.listen).await;
-    print!("{}", r.render());
-    !r.failed()
+    match r.print() {
+        Ok(()) => !r.failed(),
+        Err(e) => {
+            apiary_plumbing::errln!("apiary-ingest doctor: {e}");
+            false
+        }
+    }
 }
 
 async fn check_database(r: &mut Report, settings: &IngestSettings) {

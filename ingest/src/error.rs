@@ -56,6 +56,10 @@ pub enum ApiError {
         message: String,
         details: Vec<String>,
     },
+    /// 422: a well-formed body that cannot do what its method asks (a `PUT` without the whole resource);
+    /// `code` names what is missing, the message how to go on.
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
     /// 401: no token, or an unknown or revoked one.
     #[error("missing or invalid bearer token: send `Authorization: Bearer <token>` with a token from `apiary-ingest token create`")]
     Unauthenticated,
@@ -101,6 +105,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch"),
+            ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),

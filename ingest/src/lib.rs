@@ -42,6 +42,10 @@
 //! checks (pure, with their own error) · [`import`] export bundles · [`metrics`] Prometheus ·
 //! [`error`] the API error · [`stream`] the live stream (`GET /v1/stream`).
 
+// What the command lines print goes through `apiary_plumbing::output` (`outln!`, `errln!`): `println!`
+// panics when a pipe closes (`| head -1`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod access;
 pub mod alerts;
 pub mod auth;

@@ -1,5 +1,9 @@
 //! `apiary-ingest`: see the library for everything; this only wires telemetry, settings and the exit code.
 
+// What the command lines print goes through `apiary_plumbing::output` (`outln!`, `errln!`): `println!`
+// panics when a pipe closes (`| head -1`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 use clap::Parser;
 
 #[tokio::main]
@@ -17,7 +21,7 @@ async fn main() -> std::process::ExitCode {
     let settings = match apiary_ingest::cli::settings(&cli) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("apiary-ingest: {}", apiary_plumbing::error::chain(&*e));
+            apiary_plumbing::errln!("apiary-ingest: {}", apiary_plumbing::error::chain(&*e));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -25,8 +29,10 @@ async fn main() -> std::process::ExitCode {
     apiary_plumbing::env::warn_unknown_vars();
     match apiary_ingest::cli::run(cli, settings).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of standard output went away (`| head -1`): done, quietly.
+        Err(e) if apiary_plumbing::output::is_closed(&*e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("apiary-ingest: {}", apiary_plumbing::error::chain(&*e));
+            apiary_plumbing::errln!("apiary-ingest: {}", apiary_plumbing::error::chain(&*e));
             std::process::ExitCode::FAILURE
         }
     }

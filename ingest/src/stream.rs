@@ -35,8 +35,9 @@
 //!
 //! ## Window
 //! Rows are kept for [`crate::store::stream::RETENTION`] (24 hours). A resume from a position pruned
-//! since gets `event: reset` (reload the state with the REST reads, then carry on) and continues from
-//! the head.
+//! since, or from one this database never gave (ahead of its head), gets `event: reset` (reload the
+//! state with the REST reads, then carry on) and continues from the head — as on the agent's stream.
+//! Only a malformed position is refused (400).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

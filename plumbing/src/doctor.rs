@@ -44,6 +44,15 @@ impl Report {
     pub fn failed(&self) -> bool {
         self.lines.iter().any(|(m, _, _)| *m == Mark::Wrong)
     }
+
+    /// Prints the report on standard output. A reader that went away (`doctor | head -1`) is no
+    /// failure here: the exit status still gives the verdict. Any other write error is.
+    pub fn print(&self) -> Result<(), crate::output::OutputError> {
+        match crate::out!("{}", self.render()) {
+            Err(crate::output::OutputError::Closed) => Ok(()),
+            other => other,
+        }
+    }
 }
 
 /// One line per unknown `APIARY_*` variable (a typo is wrong, a stranger's only noted), or one ✓.

@@ -6,9 +6,15 @@
 //!   check that names a misspelled one with the closest valid name.
 //! - [`doctor`]: the one-line-per-check report of both `doctor` commands.
 //! - [`error`]: error texts that say each cause once, for both command lines.
-//! - [`logging`]: the `log_format` words (`text`, `json`) and the subscriber both binaries install.
+//! - [`logging`]: the `log_format` words (`text`, `json`) and the subscriber both binaries install
+//!   (colour only on a terminal, never with `NO_COLOR`).
+//! - [`output`]: what the command lines print, without panicking on a closed pipe (`| head -1`).
 //!
 //! Nothing here knows about events, outboxes or databases.
+
+// What the command lines print goes through `apiary_plumbing::output` (`outln!`, `errln!`): `println!`
+// panics when a pipe closes (`| head -1`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod backoff;
 pub mod config;
@@ -16,6 +22,7 @@ pub mod doctor;
 pub mod env;
 pub mod error;
 pub mod logging;
+pub mod output;
 
 pub use config::{ConfigError, Key, Kind};
 pub use logging::LogFormat;

@@ -37,6 +37,16 @@ impl TestDb {
         Ok(db)
     }
 
+    /// The database's name (for a script that makes its own database under a name it is given).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The URL of the server's administrative database (`DATABASE_URL`), where databases are made.
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
     /// A pool on the test database, for assertions that read the stored rows directly.
     pub async fn pool(&self) -> anyhow::Result<sqlx::PgPool> {
         Ok(PgPoolOptions::new()

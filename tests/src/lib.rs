@@ -8,6 +8,7 @@
 //!   a stale one.
 //! - [`db`]: a fresh database per test on the server `DATABASE_URL` points at (`scripts/pg.sh`).
 //! - [`procs`]: child processes that are killed when dropped, with their output kept for failure reports.
+//! - [`pipes`]: commands whose reader goes away (`| head -1`, or a stdout already closed).
 //! - [`proxy`]: a proxy of our own between agent and ingest that counts HTTP requests (not connections),
 //!   can capture their bodies, and delays, holds, resets, blackholes and injects HTTP 503/429 bursts
 //!   ([`http_wire`] frames the messages).
@@ -43,6 +44,7 @@ pub mod http_wire;
 pub mod ingest;
 pub mod isolation;
 pub mod otlp;
+pub mod pipes;
 pub mod procs;
 pub mod proxy;
 pub mod receiver;

@@ -233,3 +233,103 @@ async fn subscribers_of_two_replicas_get_the_same_events_and_a_client_can_move_b
     );
     drop(replica);
 }
+
+/// The same resume rule on both streams, the ingest's and the agent's: a malformed `Last-Event-ID` is
+/// a 400; a well-formed one the stream does not hold (ahead of everything it gave; on the agent also
+/// another outbox file's) gets `reset` first — reload with the REST reads, then apply what follows —
+/// and then the events that follow; the stream's own position gets `ready`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_streams_answer_a_position_they_do_not_hold_with_reset() {
+    let cloud = Cloud::start().await.unwrap();
+    let agent = tests::agent::Agent::start(&cloud.dir.path().join("agent"), None)
+        .await
+        .unwrap();
+    let streams = [
+        (
+            "ingest",
+            format!("{}/v1/stream", cloud.ingest.url()),
+            cloud.tenant.read_token.clone(),
+        ),
+        (
+            "agent",
+            format!("http://{}/v1/stream", agent.addr),
+            agent.token.clone(),
+        ),
+    ];
+    // Each stream's own position.
+    let mut own = vec![];
+    for (_, url, token) in &streams {
+        let mut s = SseClient::open(url, token, None).await.unwrap();
+        let first = s.next(Duration::from_secs(20)).await.unwrap();
+        assert_eq!(first.event, "ready");
+        own.push(first.id);
+    }
+    for (i, (name, url, token)) in streams.iter().enumerate() {
+        let malformed = SseClient::open(url, token, Some("not a position"))
+            .await
+            .err()
+            .map(|r| r.status().as_u16());
+        assert_eq!(malformed, Some(400), "{name}: a malformed Last-Event-ID");
+        let not_held = match *name {
+            "ingest" => vec!["99999999999999-1".to_string()],
+            _ => {
+                let epoch = own[i].split_once('-').unwrap().0;
+                let other = if epoch == "deadbeef" {
+                    "deadbee0"
+                } else {
+                    "deadbeef"
+                };
+                vec![format!("{epoch}-99999999999"), format!("{other}-1")]
+            }
+        };
+        for asked in not_held {
+            let mut s = SseClient::open(url, token, Some(&asked))
+                .await
+                .unwrap_or_else(|r| panic!("{name} refused {asked}: {}", r.status()));
+            let first = s.next(Duration::from_secs(20)).await.unwrap();
+            assert_eq!(
+                first.event, "reset",
+                "{name} answered {asked} with {first:?}"
+            );
+        }
+        let mut s = SseClient::open(url, token, Some(&own[i])).await.unwrap();
+        let first = s.next(Duration::from_secs(20)).await.unwrap();
+        assert_eq!(
+            (first.event.as_str(), first.id.as_str()),
+            ("ready", own[i].as_str()),
+            "{name}"
+        );
+    }
+    // After a reset, the events that follow arrive (a session's usage, on both).
+    let mut readers = vec![];
+    for (name, url, token) in &streams {
+        let ahead = match *name {
+            "ingest" => "99999999999999-1".to_string(),
+            _ => "deadbee1-1".to_string(),
+        };
+        let mut s = SseClient::open(url, token, Some(&ahead)).await.unwrap();
+        assert_eq!(
+            s.next(Duration::from_secs(20)).await.unwrap().event,
+            "reset"
+        );
+        readers.push(s);
+    }
+    let turns = fixture::synthetic_turns("s-after-reset", 0, 3);
+    let (code, _) = agent.post_events(turns).await.unwrap();
+    assert_eq!(code, 200);
+    let canonical = fixture::synthetic_canonical("s-after-reset", 0, 3);
+    let (code, body) = cloud
+        .ingest_api()
+        .post_batch(&fixture::batch_body(&canonical, DEVICE))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    for ((name, _, _), s) in streams.iter().zip(readers.iter_mut()) {
+        let got = s
+            .until(Duration::from_secs(30), |e| {
+                e.event == "usage" && e.data["session_id"] == "s-after-reset"
+            })
+            .await;
+        assert!(got.is_some(), "{name}: nothing after the reset");
+    }
+}

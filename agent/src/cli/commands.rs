@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use apiary_plumbing::{out, outln};
 
 use super::{settings, Common, SyncAction};
 use crate::app::{self, Application};
@@ -45,9 +46,9 @@ pub async fn status(common: &Common, json: bool) -> anyhow::Result<ExitCode> {
     };
     v["agent_running"] = serde_json::json!(v.get("health").is_some());
     if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        print!("{}", super::commands::render_status(&v));
+        out!("{}", super::commands::render_status(&v))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -206,13 +207,13 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     outbox.close().await;
     let report = report?;
     if report.enabled {
-        println!(
+        outln!(
             "sync enabled (consent recorded with policy {}); {} held events released",
             outbox.policy_hash(),
             report.released
-        );
+        )?;
         if let Some(adoption) = &adopted {
-            println!(
+            outln!(
                 "identity: user {}, device {} (agrees with the token)",
                 adoption
                     .identity
@@ -220,13 +221,13 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
                     .as_deref()
                     .unwrap_or("(the token's)"),
                 outbox.device_id()
-            );
+            )?;
         }
         if running_agent(&common.data_dir) {
-            println!("the running agent takes the change within a second, no restart needed");
+            outln!("the running agent takes the change within a second, no restart needed")?;
         }
     } else {
-        println!("sync disabled; {} pending events purged", report.purged);
+        outln!("sync disabled; {} pending events purged", report.purged)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -255,14 +256,14 @@ async fn token_identity(
         Ok(adoption) => Ok(Some(adoption)),
         Err(e @ AskError::Contradicts(_)) => anyhow::bail!("sync not enabled: {e}"),
         Err(e @ AskError::Unreachable(_)) => {
-            println!(
+            outln!(
                 "note: {e}; sharing is on, and the agent adopts the token's identity and sends once \
                  the ingest answers — events are kept meanwhile"
-            );
+            )?;
             Ok(None)
         }
         Err(e) if force => {
-            println!("note: {e}; stored anyway (--force): nothing is sent until the ingest accepts the token");
+            outln!("note: {e}; stored anyway (--force): nothing is sent until the ingest accepts the token")?;
             Ok(None)
         }
         Err(e) => anyhow::bail!(
@@ -283,18 +284,18 @@ pub async fn export(common: &Common, out: &Path) -> anyhow::Result<ExitCode> {
     let report = outbox.export(out).await;
     outbox.close().await;
     let report = report?;
-    println!(
+    outln!(
         "exported {} events to {} ({} bytes, sha256 {})",
         report.events,
         report.path.display(),
         report.file_bytes,
         report.checksum
-    );
+    )?;
     if report.marked < report.events {
-        println!(
+        outln!(
             "{} of them were delivered or purged while the bundle was being written and keep that outcome",
             report.events - report.marked
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -315,7 +316,7 @@ pub async fn follow(
         reader.seq_before_last(10, session.as_deref(), kind.as_deref())?
     };
     let stop = app::shutdown_on_signals();
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = apiary_plumbing::output::Stdout::lock();
     while !stop.is_cancelled() {
         let rows = reader.follow_after(after, session.as_deref(), kind.as_deref(), 1000)?;
         for row in &rows {
@@ -326,11 +327,10 @@ pub async fn follow(
                     "session_id": row.session_id, "state": row.state})
                 .to_string(),
             };
-            if writeln!(stdout, "{line}").is_err() {
-                return Ok(ExitCode::SUCCESS);
-            }
+            // A reader that went away (`follow | head`) ends the command quietly (see `main`).
+            writeln!(stdout, "{line}")?;
         }
-        let _ = stdout.flush();
+        stdout.flush()?;
         if rows.is_empty() {
             tokio::select! {
                 _ = stop.cancelled() => break,

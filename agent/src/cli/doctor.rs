@@ -64,7 +64,7 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
             .map(std::path::PathBuf::from);
         check_hive_home(&mut r, running.as_ref().or(settings.hive_home.as_ref()));
     }
-    print!("{}", r.render());
+    r.print()?;
     Ok(if r.failed() {
         ExitCode::FAILURE
     } else {

@@ -9,6 +9,7 @@
 //!   session of lines that name none, as the tailer does ([`tail::session_hint`]); the debug log and
 //!   stdin give none.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -46,13 +47,14 @@ pub fn explain(
         session_hint: hint.as_deref(),
         colony: None,
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = apiary_plumbing::output::Stdout::lock();
     if stdin {
         apiary_schema::explain::explain(std::io::stdin().lock(), &opts, json, &mut out)?;
     } else {
         let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
         apiary_schema::explain::explain(std::io::BufReader::new(f), &opts, json, &mut out)?;
     }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -48,21 +48,21 @@ pub async fn show(common: &Common, json: bool) -> anyhow::Result<ExitCode> {
             .to_string(),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&shown)?);
+        apiary_plumbing::outln!("{}", serde_json::to_string_pretty(&shown)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let device = shown
         .device_id
         .as_deref()
         .unwrap_or("(chosen at first start)");
-    println!("device:      {device}");
-    println!("public key:  {}", shown.public_key);
-    println!("fingerprint: {}", shown.fingerprint);
-    println!("key file:    {}", shown.key_file);
-    println!(
+    apiary_plumbing::outln!("device:      {device}")?;
+    apiary_plumbing::outln!("public key:  {}", shown.public_key)?;
+    apiary_plumbing::outln!("fingerprint: {}", shown.fingerprint)?;
+    apiary_plumbing::outln!("key file:    {}", shown.key_file)?;
+    apiary_plumbing::outln!(
         "an admin registers it for an air-gapped device with:\n  apiary-ingest device register --tenant T --user {} --device {device} --public-key {}",
         shown.user_id.as_deref().unwrap_or("U"),
         shown.public_key
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }

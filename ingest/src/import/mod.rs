@@ -187,13 +187,13 @@ fn chunk_batch(manifest: &ManifestHead, events: Vec<Value>) -> Value {
 fn progress(summary: &BatchResponse, total: Option<u64>) {
     let done = summary.accepted + summary.duplicates + summary.rejected.len() as u64;
     match total {
-        Some(t) => eprintln!(
+        Some(t) => apiary_plumbing::errln!(
             "import: {done}/{t} events (accepted {}, duplicates {}, rejected {})",
             summary.accepted,
             summary.duplicates,
             summary.rejected.len()
         ),
-        None => eprintln!("import: {done} events"),
+        None => apiary_plumbing::errln!("import: {done} events"),
     }
 }
 

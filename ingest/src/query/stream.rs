@@ -11,31 +11,29 @@ use crate::stream::{Cursor, RowSql, StreamRow, DELIVERABLE, PAGE, ROW_COLUMNS};
 pub enum Start {
     /// After this position (the one asked for, or the head when none was).
     After(Cursor),
-    /// The position asked for was pruned: reload, then go on after the head.
+    /// The stream no longer holds (or never held) what follows the position asked for: reload, then go
+    /// on after the head.
     Reset { head: Cursor },
 }
 
-/// Decides where a subscriber asking to resume after `asked` (None: from now) starts. A position the
-/// stream cannot have given yet is refused (400): resuming after it would skip what comes.
+/// Decides where a subscriber asking to resume after `asked` (None: from now) starts: right after it
+/// when the stream holds everything that followed it, else [`Start::Reset`] — the position was pruned
+/// (older than the window), or this database never gave it (ahead of the head: a position from another
+/// database, or from one restored from a backup). That is the agent's rule for its own stream: every
+/// well-formed position is answered, `reset` when it cannot be resumed from. A position this stream gave
+/// is never ahead of the head: it was at or below a head when it was sent, and heads only move forward
+/// (see [`crate::stream`]).
 pub async fn start(db: &ReadDb, r: &TenantRead, asked: Option<Cursor>) -> Result<Start, ApiError> {
-    let (xmin, xmax): (i64, i64) = sqlx::query_as(
-        "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint
-         FROM pg_current_snapshot() AS s",
-    )
-    .fetch_one(&db.pool)
-    .await?;
+    let xmin: i64 =
+        sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            .fetch_one(&db.pool)
+            .await?;
     let head = Cursor { xid: xmin, id: 0 };
     let Some(asked) = asked else {
         return Ok(Start::After(head));
     };
-    if asked.xid > xmax {
-        return Err(ApiError::BadRequest {
-            code: "invalid_cursor",
-            message:
-                "Last-Event-ID (or `after`) is not a position this stream gave: reconnect without \
-                      it"
-                .into(),
-        });
+    if asked > head {
+        return Ok(Start::Reset { head });
     }
     let pruned: Option<(i64, i64)> =
         sqlx::query_as("SELECT xid, id FROM stream_horizon WHERE tenant_id = $1")

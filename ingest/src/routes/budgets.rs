@@ -1,8 +1,12 @@
-//! Budgets: `POST /v1/budgets`, `PUT /v1/budgets/{id}` and `DELETE /v1/budgets/{id}` (scope `admin`);
+//! Budgets: `POST /v1/budgets`, `PUT`, `PATCH` and `DELETE /v1/budgets/{id}` (scope `admin`);
 //! `GET /v1/budgets` and `GET /v1/budgets/{id}` (any read token of the tenant; a `read` token bound to a
 //! user sees only the budgets scoped to that user, since it reads no one else's usage). Each
 //! answer carries the current period's spend, what remains, the percent, a linear forecast to the
 //! period's end, and the thresholds crossed (see [`crate::budgets`]).
+//!
+//! `PUT` replaces the whole budget: its body is what `POST` takes, and must name the `scope` (a body
+//! without one would silently turn a user's, model's or colony's budget into the whole tenant's; it is
+//! refused with 422 `missing_scope`). `PATCH` changes only the fields it sends ([`super::budget_patch`]).
 //!
 //! Bad input is a 400 (`invalid_budget`, naming the field); nothing is stored. Another tenant's or an
 //! unknown id is a 404.
@@ -19,7 +23,8 @@ use sqlx::PgPool;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::docs::ReadErrors;
+use super::budget_patch::BudgetPatch;
+use super::docs::{EditErrors, ReadErrors};
 use super::extract::Path;
 use crate::auth::{Principal, Scope};
 use crate::budgets::{self, Budget, Evaluated, Period, Unit, DEFAULT_THRESHOLDS, MAX_BUDGETS};
@@ -51,8 +56,10 @@ pub struct ScopeBody {
 pub struct NewBudget {
     #[serde(default)]
     pub name: Option<String>,
+    /// What the budget counts. `POST`: absent is the whole tenant; `PUT`: required (`{}` for the whole
+    /// tenant).
     #[serde(default)]
-    pub scope: ScopeBody,
+    pub scope: Option<ScopeBody>,
     /// `day`, `week` (from Monday) or `month`.
     pub period: String,
     /// IANA zone of the period (default UTC).
@@ -201,7 +208,8 @@ impl NewBudget {
                 other => Ok(other),
             }
         };
-        match &self.scope.tenant {
+        let scope = self.scope.unwrap_or_default();
+        match &scope.tenant {
             None | Some(serde_json::Value::Bool(true)) => {}
             Some(serde_json::Value::String(s)) if s == &tenant_id.to_string() => {}
             Some(_) => {
@@ -210,7 +218,7 @@ impl NewBudget {
                 ))
             }
         }
-        let colony = text("scope.colony", self.scope.colony)?;
+        let colony = text("scope.colony", scope.colony)?;
         if let Some(c) = &colony {
             if !apiary_schema::colony::is_colony_key(c) {
                 return Err(invalid(
@@ -257,8 +265,8 @@ impl NewBudget {
             budget_id,
             name: text("name", self.name)?,
             scope: BudgetScope {
-                user: text("scope.user", self.scope.user)?,
-                model: text("scope.model", self.scope.model)?,
+                user: text("scope.user", scope.user)?,
+                model: text("scope.model", scope.model)?,
                 colony,
             },
             period,
@@ -326,7 +334,11 @@ pub async fn create(
             "the tenant already has {MAX_BUDGETS} budgets, the most it may keep"
         )));
     }
-    one(pool, db, tenant_id, budget).await
+    // Answered as stored (its times are the database's, as every later read gives them).
+    let stored = crate::store::budgets::get(pool, tenant_id, &budget.budget_id)
+        .await?
+        .ok_or(ApiError::NotFound("budget"))?;
+    one(pool, db, tenant_id, stored).await
 }
 
 async fn one(
@@ -339,15 +351,16 @@ async fn one(
     Ok(BudgetBody::from(&e[0]))
 }
 
-/// Replaces a budget's definition (scope admin). Thresholds already crossed in the current period are
-/// not announced again.
+/// Replaces a budget's definition, whole (scope admin): the body is what `POST` takes and must name the
+/// `scope` (422 `missing_scope` otherwise; `PATCH` changes some fields only). Thresholds already crossed
+/// in the current period are not announced again.
 #[utoipa::path(
     put,
     path = "/v1/budgets/{id}",
     params(("id" = String, Path, description = "budget id")),
     request_body(content = NewBudget, content_type = "application/json"),
     security(("bearer" = [])),
-    responses((status = 200, description = "The budget as stored.", body = BudgetBody), ReadErrors)
+    responses((status = 200, description = "The budget as stored.", body = BudgetBody), EditErrors)
 )]
 pub async fn put_budget(
     State(state): State<AppState>,
@@ -357,6 +370,16 @@ pub async fn put_budget(
 ) -> Result<Json<BudgetBody>, ApiError> {
     principal.require(Scope::Admin)?;
     let asked = parse_body(&body)?;
+    if asked.scope.is_none() {
+        return Err(ApiError::Unprocessable {
+            code: "missing_scope",
+            message:
+                "PUT replaces the whole budget, and this body has no `scope`: send the scope too \
+                      ({} for the whole tenant), or change only the fields you send with PATCH \
+                      /v1/budgets/{id}"
+                    .into(),
+        });
+    }
     let Some(old) = crate::store::budgets::get(&state.pool, principal.tenant_id, &id).await? else {
         return Err(ApiError::NotFound("budget"));
     };
@@ -365,12 +388,60 @@ pub async fn put_budget(
     if !crate::store::budgets::update(&state.pool, principal.tenant_id, &budget).await? {
         return Err(ApiError::NotFound("budget"));
     }
-    let stored = crate::store::budgets::get(&state.pool, principal.tenant_id, &budget.budget_id)
+    stored(&state, principal.tenant_id, &budget.budget_id).await
+}
+
+/// Changes only the fields the body sends (scope admin); see [`super::budget_patch`]. Thresholds
+/// already crossed in the current period are not announced again.
+#[utoipa::path(
+    patch,
+    path = "/v1/budgets/{id}",
+    params(("id" = String, Path, description = "budget id")),
+    request_body(content = BudgetPatch, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The budget as stored.", body = BudgetBody), EditErrors)
+)]
+pub async fn patch_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<BudgetBody>, ApiError> {
+    principal.require(Scope::Admin)?;
+    let patch = super::budget_patch::parse(&body)?;
+    let tenant_id = principal.tenant_id;
+    // Read, apply, store if unchanged since the read; another writer in between: read again.
+    for _ in 0..PATCH_ATTEMPTS {
+        let Some(old) = crate::store::budgets::get(&state.pool, tenant_id, &id).await? else {
+            return Err(ApiError::NotFound("budget"));
+        };
+        let mut budget = patch.clone().apply(&old)?.check(tenant_id, id.clone())?;
+        budget.created_at = old.created_at;
+        if crate::store::budgets::update_if_unchanged(
+            &state.pool,
+            tenant_id,
+            &budget,
+            old.updated_at,
+        )
+        .await?
+        {
+            return stored(&state, tenant_id, &id).await;
+        }
+    }
+    Err(ApiError::Busy(format!(
+        "budget {id} was changed by others {PATCH_ATTEMPTS} times while this patch was applied; retry"
+    )))
+}
+
+/// How often `PATCH` reads the budget again when another writer changed it meanwhile.
+const PATCH_ATTEMPTS: usize = 5;
+
+/// The budget as stored now, with its current period.
+async fn stored(state: &AppState, tenant_id: Uuid, id: &str) -> Result<Json<BudgetBody>, ApiError> {
+    let b = crate::store::budgets::get(&state.pool, tenant_id, id)
         .await?
         .ok_or(ApiError::NotFound("budget"))?;
-    Ok(Json(
-        one(&state.pool, &state.reads, principal.tenant_id, stored).await?,
-    ))
+    Ok(Json(one(&state.pool, &state.reads, tenant_id, b).await?))
 }
 
 /// Deletes a budget and its crossings (scope admin).

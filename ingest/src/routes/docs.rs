@@ -34,6 +34,16 @@ impl IntoResponses for ReadErrors {
     }
 }
 
+/// What a route that changes a resource in place (`PUT`, `PATCH`) can refuse with: a read's refusals,
+/// and 422 for a body that cannot do what the method asks.
+pub struct EditErrors;
+
+impl IntoResponses for EditErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        errors(&["400", "401", "403", "404", "408", "422", "429", "503"])
+    }
+}
+
 /// What a route that only authenticates can refuse with.
 pub struct AuthErrors;
 

@@ -9,6 +9,7 @@
 
 pub mod alerts;
 mod batches;
+mod budget_patch;
 pub mod budgets;
 pub(crate) mod colonies;
 mod device_keys;
@@ -61,6 +62,7 @@ pub fn router() -> Router<AppState> {
             "/v1/budgets/{id}",
             get(budgets::get_budget)
                 .put(budgets::put_budget)
+                .patch(budgets::patch_budget)
                 .delete(budgets::delete_budget),
         )
         .route("/v1/alerts", get(alerts::list_alerts))

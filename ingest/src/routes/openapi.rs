@@ -45,6 +45,7 @@ use crate::error::ErrorBody;
         super::budgets::list_budgets,
         super::budgets::get_budget,
         super::budgets::put_budget,
+        super::budgets::patch_budget,
         super::budgets::delete_budget,
         super::alerts::list_alerts,
         super::alerts::post_destination,

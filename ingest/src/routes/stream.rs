@@ -4,7 +4,9 @@
 //!
 //! Events: `ready` first (its `id` is where the stream starts; nothing to apply), then `status`,
 //! `usage`, `device` (data in [`StreamStatus`], [`StreamUsage`], [`StreamDevice`]); `reset` instead of
-//! `ready` when the position asked for is older than the stream keeps (reload, then apply what follows).
+//! `ready` when the stream does not hold what followed the position asked for — older than it keeps, or
+//! never given by this database (reload, then apply what follows), the agent's rule too. Only a
+//! malformed position is a 400.
 //! A comment line every 15 s keeps idle connections open. The token is only ever read from the
 //! `Authorization` header, never from the URL.
 //!

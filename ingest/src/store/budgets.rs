@@ -138,12 +138,38 @@ pub async fn update(pool: &PgPool, tenant_id: Uuid, b: &Budget) -> Result<bool, 
     let done = bind_definition(
         sqlx::query(
             "UPDATE budgets SET name = $3, scope_user = $4, scope_model = $5, scope_colony = $6, period = $7,
-                    tz = $8, unit = $9, limit_amount = $10, thresholds = $11, updated_at = now()
+                    tz = $8, unit = $9, limit_amount = $10, thresholds = $11,
+                    updated_at = greatest(clock_timestamp(), updated_at + interval '1 microsecond')
              WHERE tenant_id = $1 AND budget_id = $2",
         ),
         tenant_id,
         b,
     )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Replaces a budget's definition only if it was not changed since it was read (its `updated_at` is
+/// still `read_at`); false otherwise, or when the tenant has no such budget. Each change moves
+/// `updated_at` forward, even within one clock tick, so a stale read never matches.
+pub async fn update_if_unchanged(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    b: &Budget,
+    read_at: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    let done = bind_definition(
+        sqlx::query(
+            "UPDATE budgets SET name = $3, scope_user = $4, scope_model = $5, scope_colony = $6, period = $7,
+                    tz = $8, unit = $9, limit_amount = $10, thresholds = $11,
+                    updated_at = greatest(clock_timestamp(), updated_at + interval '1 microsecond')
+             WHERE tenant_id = $1 AND budget_id = $2 AND updated_at = $12",
+        ),
+        tenant_id,
+        b,
+    )
+    .bind(read_at)
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)

@@ -1,5 +1,6 @@
 //! Budgets: exact thresholds, crossings once per period, spend equal to a raw scan under concurrent
-//! replays through two replicas, the quota in a batch answer, and bad input.
+//! replays through two replicas, the quota in a batch answer, bad input, and changes: `PUT` replaces a
+//! budget whole (its scope required), `PATCH` changes only the fields sent.
 
 use std::time::Duration;
 
@@ -424,7 +425,7 @@ async fn bad_budgets_are_refused_and_budgets_stay_within_their_tenant(pool: sqlx
     // Another tenant sees nothing of it.
     let path = format!("/v1/budgets/{id}");
     assert_eq!(app.get(&other.read, &path).await.0, StatusCode::NOT_FOUND);
-    let put = json!({"period": "week", "limit_usd": "2"});
+    let put = json!({"period": "week", "limit_usd": "2", "scope": {}});
     let (status, _) = app
         .send(reqwest::Method::PUT, &other_admin, &path, Some(put.clone()))
         .await;
@@ -458,4 +459,210 @@ async fn bad_budgets_are_refused_and_budgets_stay_within_their_tenant(pool: sqlx
     let (status, _) = app.send(reqwest::Method::DELETE, &admin, &path, None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(app.get(&t.read, &path).await.0, StatusCode::NOT_FOUND);
+}
+
+/// A user's budget with every field set, as stored.
+async fn full_budget(app: &TestApp, admin: &str) -> Value {
+    let (status, b) = app
+        .post_json(
+            admin,
+            "/v1/budgets",
+            json!({"name": "alice's month", "scope": {"user": "alice", "model": "m1"}, "period": "month",
+                   "tz": "Asia/Kolkata", "limit_usd": "120.5", "thresholds": [25, 90]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{b}");
+    b
+}
+
+/// The definition of a budget answer (what a change may touch), without its period's numbers.
+fn definition(b: &Value) -> Value {
+    json!({"name": b["name"], "scope": b["scope"], "period": b["period"], "tz": b["tz"],
+           "unit": b["unit"], "limit": b["limit"], "thresholds": b["thresholds"]})
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn put_without_a_scope_is_refused_and_changes_nothing(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    let b = full_budget(&app, &admin).await;
+    let path = format!("/v1/budgets/{}", b["budget_id"].as_str().unwrap());
+    // The body of a partial change, sent with PUT, would make it the whole tenant's budget.
+    let (status, err) = app
+        .send(
+            reqwest::Method::PUT,
+            &admin,
+            &path,
+            Some(json!({"period": "month", "limit_usd": "150"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert_eq!(err["error"]["code"], "missing_scope", "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("scope") && message.contains("PATCH"),
+        "{message}"
+    );
+    let (_, now) = app.get(&admin, &path).await;
+    assert_eq!(definition(&now), definition(&b));
+    // With the scope, PUT replaces the whole budget (what it leaves out takes POST's defaults).
+    let (status, put) = app
+        .send(
+            reqwest::Method::PUT,
+            &admin,
+            &path,
+            Some(json!({"scope": {"user": "alice"}, "period": "week", "limit_tokens": 5000})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{put}");
+    assert_eq!(
+        definition(&put),
+        json!({"name": null, "scope": {"user": "alice"}, "period": "week", "tz": "UTC",
+               "unit": "tokens", "limit": 5000, "thresholds": [50, 80, 100]})
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn patch_changes_only_the_fields_it_sends(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    let b = full_budget(&app, &admin).await;
+    let path = format!("/v1/budgets/{}", b["budget_id"].as_str().unwrap());
+    let patch = |body: Value| app.send(reqwest::Method::PATCH, &admin, &path, Some(body));
+    let mut want = definition(&b);
+    for (body, changes) in [
+        // The README's body: the limit changes, the scope, name and zone stay.
+        (
+            json!({"period": "month", "limit_usd": "150"}),
+            json!({"limit": 150_000_000_000i64}),
+        ),
+        (
+            json!({"tz": "Europe/Berlin"}),
+            json!({"tz": "Europe/Berlin"}),
+        ),
+        (json!({"name": "renamed"}), json!({"name": "renamed"})),
+        (
+            json!({"thresholds": [100, 50]}),
+            json!({"thresholds": [50, 100]}),
+        ),
+        (
+            json!({"scope": {"colony": "ck_0123456789abcdef0123456789abcdef"}}),
+            json!({"scope": {"colony": "ck_0123456789abcdef0123456789abcdef"}}),
+        ),
+        // The limit's unit goes with it.
+        (
+            json!({"limit_tokens": 7000, "period": "day"}),
+            json!({"unit": "tokens", "limit": 7000, "period": "day"}),
+        ),
+        // null: what POST gives a field left out.
+        (
+            json!({"name": null, "tz": null, "thresholds": null, "scope": null}),
+            json!({"name": null, "tz": "UTC", "thresholds": [50, 80, 100], "scope": {}}),
+        ),
+        (json!({}), json!({})),
+    ] {
+        let (status, got) = patch(body.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{body}: {got}");
+        for (k, v) in changes.as_object().unwrap() {
+            want[k] = v.clone();
+        }
+        assert_eq!(definition(&got), want, "after {body}");
+        let (_, stored) = app.get(&admin, &path).await;
+        assert_eq!(definition(&stored), want, "stored after {body}");
+        assert_eq!(stored["created_at"], b["created_at"]);
+    }
+    // Refused patches change nothing.
+    for (body, code, needle) in [
+        (json!({"period": "year"}), 400, "period"),
+        (json!({"period": null}), 400, "period"),
+        (json!({"limit_usd": null}), 400, "limit"),
+        (
+            json!({"limit_usd": "1", "limit_tokens": 1}),
+            400,
+            "at most one",
+        ),
+        (json!({"thresholds": [0]}), 400, "thresholds"),
+        (json!({"colour": "red"}), 400, "colour"),
+        (json!(["period"]), 400, "patch"),
+    ] {
+        let (status, err) = patch(body.clone()).await;
+        assert_eq!(status.as_u16(), code, "{body}: {err}");
+        assert_eq!(err["error"]["code"], "invalid_budget", "{err}");
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {message}");
+    }
+    let (_, stored) = app.get(&admin, &path).await;
+    assert_eq!(definition(&stored), want);
+    // Like the other writes: admin only, within the tenant.
+    let (status, _) = app
+        .send(
+            reqwest::Method::PATCH,
+            &t.read,
+            &path,
+            Some(json!({"name": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let other = app.tenant("globex").await;
+    let other_admin = app.token(other.id, &["admin"]).await;
+    let (status, _) = app
+        .send(
+            reqwest::Method::PATCH,
+            &other_admin,
+            &path,
+            Some(json!({"name": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = patch(json!({"name": "x"})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = app
+        .send(
+            reqwest::Method::PATCH,
+            &admin,
+            "/v1/budgets/bu_nope",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn concurrent_patches_of_different_fields_all_land(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    let b = full_budget(&app, &admin).await;
+    let path = format!("/v1/budgets/{}", b["budget_id"].as_str().unwrap());
+    for round in 0..5 {
+        let tz = ["Europe/Berlin", "Asia/Tokyo"][round % 2];
+        let period = ["day", "week"][round % 2];
+        let bodies = [
+            json!({"name": format!("name {round}")}),
+            json!({ "tz": tz }),
+            json!({"limit_usd": format!("{}", 100 + round)}),
+            json!({"thresholds": [10 + round as u32, 90]}),
+            json!({ "period": period }),
+        ];
+        let answers = futures::future::join_all(
+            bodies
+                .iter()
+                .map(|body| app.send(reqwest::Method::PATCH, &admin, &path, Some(body.clone()))),
+        )
+        .await;
+        for (status, body) in &answers {
+            assert_eq!(*status, StatusCode::OK, "{body}");
+        }
+        let (_, stored) = app.get(&admin, &path).await;
+        assert_eq!(
+            definition(&stored),
+            json!({"name": format!("name {round}"), "scope": {"user": "alice", "model": "m1"},
+                   "period": period, "tz": tz,
+                   "unit": "usd", "limit": (100 + round as i64) * 1_000_000_000,
+                   "thresholds": [10 + round as u32, 90]}),
+            "round {round}: a patch was lost"
+        );
+    }
 }

@@ -472,6 +472,24 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         format!("/v1/budgets/{bid}"),
         admin.clone(),
         Some(json!({"period": "day", "limit_tokens": 1000})),
+        422,
+    )
+    .await;
+    exchange(
+        Method::PUT,
+        "/v1/budgets/{id}",
+        format!("/v1/budgets/{bid}"),
+        admin.clone(),
+        Some(json!({"scope": {}, "period": "day", "limit_tokens": 1000})),
+        200,
+    )
+    .await;
+    exchange(
+        Method::PATCH,
+        "/v1/budgets/{id}",
+        format!("/v1/budgets/{bid}"),
+        admin.clone(),
+        Some(json!({"name": "renamed", "limit_tokens": 2000})),
         200,
     )
     .await;

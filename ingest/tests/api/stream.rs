@@ -544,6 +544,55 @@ async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) 
     assert_eq!(fine.ready().await, last);
 }
 
+/// A well-formed position this database never gave (from another database, or one restored from a
+/// backup) is answered like a pruned one, and like the agent's stream answers it: `reset`, then what
+/// follows — not a 400.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_position_the_stream_never_gave_is_told_to_reload(pool: sqlx::PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut now = SseClient::open(&app, &t.read, None, "").await;
+    let head = now.ready().await;
+    // A transaction held open keeps the head at or below its id: a position just past that id is
+    // ahead of the head (yet below the snapshot's xmax, which the stream once compared with).
+    let mut pin = pool.begin().await.unwrap();
+    let xid: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+        .fetch_one(&mut *pin)
+        .await
+        .unwrap();
+    for asked in ["99999999999999-1".to_string(), format!("{xid}-1")] {
+        for (last_id, query) in [
+            (Some(asked.as_str()), String::new()),
+            (None, format!("?after={asked}")),
+        ] {
+            let mut s = SseClient::open(&app, &t.read, last_id, &query).await;
+            let first = s.next(Duration::from_secs(5)).await.unwrap();
+            assert_eq!(first.event, "reset", "{asked} ({query}): {first:?}");
+            assert!(
+                position(&first.id) < position(&asked),
+                "{asked}: reset at {}",
+                first.id
+            );
+            assert_eq!(first.data, json!({}));
+        }
+    }
+    pin.rollback().await.unwrap();
+    // After the reset, what follows arrives.
+    let mut s = SseClient::open(&app, &t.read, Some("99999999999999-1"), "").await;
+    assert_eq!(s.next(Duration::from_secs(5)).await.unwrap().event, "reset");
+    let (code, _) = app
+        .post_batch(
+            &t.ingest,
+            &batch(vec![llm("after-reset", Utc::now(), "m", 1, 1, 0.1)], vec![]),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    s.until(|e| has(e, "usage", "after-reset")).await;
+    // The head itself is still a position to resume from.
+    let mut again = SseClient::open(&app, &t.read, Some(&head), "").await;
+    assert_eq!(again.ready().await, head);
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
@@ -568,7 +617,7 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    for query in ["?after=yesterday", "?colour=red", "?after=99999999999999-1"] {
+    for query in ["?after=yesterday", "?colour=red", "?after=1-2-3"] {
         let (code, v) = app.get(&t.read, &format!("/v1/stream{query}")).await;
         assert_eq!(code, StatusCode::BAD_REQUEST, "{query}: {v}");
     }
