@@ -9,6 +9,8 @@
 //! - [`logging`]: the `log_format` words (`text`, `json`) and the subscriber both binaries install
 //!   (colour only on a terminal, never with `NO_COLOR`).
 //! - [`output`]: what the command lines print, without panicking on a closed pipe (`| head -1`).
+//! - [`reference`]: the configuration reference page (`docs/configuration.md`), generated from the
+//!   registry and the sample config files.
 //!
 //! Nothing here knows about events, outboxes or databases.
 
@@ -23,6 +25,7 @@ pub mod env;
 pub mod error;
 pub mod logging;
 pub mod output;
+pub mod reference;
 
 pub use config::{ConfigError, Key, Kind};
 pub use logging::LogFormat;
