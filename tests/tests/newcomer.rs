@@ -313,7 +313,7 @@ async fn migrate_creates_a_missing_database_and_doctor_names_createdb() {
     };
     let before = doctor(&url);
     assert!(before.contains("does not exist"), "{before}");
-    assert!(before.contains(&format!("createdb -h")), "{before}");
+    assert!(before.contains("createdb -h"), "{before}");
     assert!(before.contains(&name), "{before}");
     assert!(!before.contains("start Postgres"), "{before}");
     let migrated = tests::stack::migrate(&url);
