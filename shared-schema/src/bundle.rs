@@ -12,9 +12,8 @@
 //!      was off)
 //!    - `checksum`: `{"algorithm": "sha256", "over": "event_lines", "value": hex}` — SHA-256 over the
 //!      bytes of lines 2..n exactly as written, each including its trailing `\n` ([`EventLinesHash`])
-//!
-//!    A sealed bundle's line 1 also carries `"signature"`, the device key's seal over the manifest
-//!    ([`seal`]): `{"manifest": {...}, "signature": {...}}`.
+//!    - a sealed bundle's line 1 also carries `"signature"`, the device key's seal over the manifest
+//!      ([`seal`]): `{"manifest": {...}, "signature": {...}}`
 //! 2. lines 2..n: one redacted canonical event each (the same JSON the push loop would send).
 //!
 //! ## Writing and reading
