@@ -3,7 +3,7 @@
 #     scripts/bench-baseline.sh [REV]     (default: origin/main if it exists, else HEAD)
 # Checks REV out into a worktree under target/baseline/<sha>, builds `apiary-agent` in release there (its
 # own target directory, kept, so a second call is instant) and prints the binary's path, e.g.
-#     BENCH_BASELINE_BIN=$(scripts/bench-baseline.sh 1884b37) cargo bench -p apiary-agent --bench realistic
+#     BENCH_BASELINE_BIN=$(scripts/bench-baseline.sh origin/main) cargo bench -p apiary-agent --bench realistic
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rev=${1:-HEAD}

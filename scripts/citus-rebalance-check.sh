@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/citus-rebalance-check.sh: rebalancing and tenant isolation tried for real on a local Citus
-# cluster, with the ingest serving through every step (issue 16; the guide is deploy/SCALING.md section 3).
+# cluster, with the ingest serving through every step (the guide is docs/scaling.md, "Citus").
 #
 #   1. a fresh cluster of its own (coordinator + 2 workers; scripts/citus.sh with APIARY_CITUS_DIR
 #      default target/citus-rebalance and ports from 56532, so the test cluster is left alone), a
@@ -24,7 +24,7 @@
 # APIARY_ISOLATE_MODE (the isolation's: block_writes (default); force_logical or auto can hang while
 # batches update the tenant's shard group — Citus 13.2.2 creates the new shards' replica identities
 # after its replication slot, so an UPDATE decoded in between cannot be applied; cancelled after
-# 180 s here. See deploy/SCALING.md section 3), APIARY_KEEP_CLUSTER=1 (leave the cluster running at the end; otherwise it
+# 180 s here. See docs/scaling.md, "Citus"), APIARY_KEEP_CLUSTER=1 (leave the cluster running at the end; otherwise it
 # is stopped, its data kept in the cluster directory), APIARY_INGEST_BIN (else built with cargo).
 # The ingest's log is left in the cluster directory (serve.log).
 set -euo pipefail

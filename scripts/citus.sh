@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/citus.sh: a local Citus cluster (a coordinator and 2 workers on this machine, a third or more
+# scripts/citus.sh: a local Citus cluster (a coordinator and 2 workers on the local host, a third or more
 # added on demand) for Apiary's tests, benchmarks and demo.
 #
 #     scripts/citus.sh start   install Citus if it is missing (../shared/vendor/citus/build.sh, a few
@@ -40,7 +40,7 @@
 # $APIARY_CITUS_SHARD_COUNT (default 4, at initdb: Citus' default 32 makes every distributed table and
 # every daily events partition 32 tables, which slows a test suite that builds ~90 databases down a lot).
 #
-# TLS (decided here, see README "Citus"): Citus' CREATE EXTENSION turns `ssl` on with a self-signed X.509
+# TLS (decided here, see docs/scaling.md, "TLS between the nodes"): Citus' CREATE EXTENSION turns `ssl` on with a self-signed X.509
 # v1 certificate when `citus.node_conninfo` asks for `sslmode=require` (its default); rustls (sqlx's TLS)
 # refuses v1 certificates, so sqlx under the default `sslmode=prefer` fails to connect instead of falling
 # back to plain text. This cluster listens on 127.0.0.1 only with trust authentication, where TLS protects

@@ -268,7 +268,7 @@ impl Application {
 }
 
 /// Binds the OTLP receiver when enabled and writes `DIR/otlp.addr`. Its address being taken is not fatal:
-/// 4318 is every OTLP collector's port, and Hive intake must not stop because one runs on this machine;
+/// 4318 is every OTLP collector's port, and Hive intake must not stop because one runs on the same host;
 /// the agent says so in its log and runs without the receiver.
 async fn bind_otlp(
     data_dir: &Path,

@@ -8,7 +8,7 @@
 //!                         outbox (one writer thread, group commit, SQLite WAL, synchronous=FULL)
 //!                           │ events (pending → tombstones), counters, usage, sessions, consent,
 //!                           │ dead letters, checkpoints
-//!                           ├──▶ claim / ack / reject / fail ──▶ push loop (issue 5; online + sync on only)
+//!                           ├──▶ claim / ack / reject / fail ──▶ push loop (online + sync on only)
 //!                           ├──▶ export bundle (air-gapped)
 //!                           └──▶ local API: status, usage, quota, metrics, sync toggle; CLI: status, follow
 //! ```

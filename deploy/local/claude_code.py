@@ -6,7 +6,7 @@
 
 What Claude Code sends with ``CLAUDE_CODE_ENABLE_TELEMETRY=1 OTEL_LOGS_EXPORTER=otlp
 OTEL_EXPORTER_OTLP_PROTOCOL=http/json`` (and, here, ``OTEL_LOG_USER_PROMPTS=1 OTEL_LOG_TOOL_DETAILS=1``, which
-Apiary's README says to leave off: with them on, prompts and tool details reach the agent, which must drop
+Apiary's docs say to leave off: with them on, prompts and tool details reach the agent, which must drop
 them): log records named by their body (``claude_code.api_request``), with the standard attributes
 (``user.id``, ``session.id``, ``organization.id``, ``user.account_uuid``, ``user.email``, ``terminal.type``,
 ``prompt.id``, ``event.name``, ``event.timestamp``, ``event.sequence``) and each event's own (see

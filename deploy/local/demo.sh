@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/local/demo.sh — Apiary end to end on this machine, in one command.
+# deploy/local/demo.sh — Apiary end to end on one machine, in one command.
 #
 #   ./deploy/local/demo.sh                  build, run a small team's day through agents and ingest, print the
 #                                           dashboard, stop everything
@@ -227,7 +227,7 @@ info "read token -> .apiary/demo/read.token"
 step "Starting the ingest"
 PORT=$(python3 "$HERE/demo_util.py" free-port)
 INGEST_URL=http://127.0.0.1:$PORT
-# Alerts go to a receiver on this machine (http, loopback): allowed for this local ingest only.
+# Alerts go to a receiver on the same host (http, loopback): allowed for this local ingest only.
 APIARY_LOG_FORMAT=text APIARY_ALERTS_ALLOW_PRIVATE_DESTINATIONS=true APIARY_ALERTS_EVALUATE_SECS=2 \
     "$BIN/apiary-ingest" serve --listen "127.0.0.1:$PORT" >"$LOGS/ingest.log" 2>&1 &
 INGEST_PID=$!

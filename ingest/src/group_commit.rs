@@ -16,7 +16,7 @@
 //!   live on one worker (`store::citus`), so every group's transaction is a single-worker (router)
 //!   transaction: no two-phase commit across workers, whose commit on the workers just after the
 //!   coordinator could let the live stream's "deliverable once its transaction ended" rule skip a row
-//!   not yet visible (deploy/SCALING.md section 3). On plain PostgreSQL a group mixes tenants. Until
+//!   not yet visible (docs/scaling.md, "Citus"). On plain PostgreSQL a group mixes tenants. Until
 //!   the engine is known (the database was down at start-up) the writers keep one tenant per group,
 //!   which is correct on both.
 //! - **Held-back batches** wait in the writer, in arrival order, and lead its next group: the oldest one

@@ -16,7 +16,7 @@
 //! from an earlier snapshot is never above a later one, so the rule still holds, and on Citus both the
 //! xmin and the writers' `pg_current_xact_id()` are the coordinator's (a function inside a query on a
 //! distributed table would run on a worker, in another transaction-id space). There, a batch's
-//! transaction commits in two phases (deploy/SCALING.md section 3): its rows become visible on the worker
+//! transaction commits in two phases (docs/scaling.md, "Citus"): its rows become visible on the worker
 //! just *after* the coordinator's commit, so a head is used only once the transactions prepared on the
 //! workers when it was read have finished ([`settle`]).
 //!
@@ -445,8 +445,8 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// Citus only, called after the head's snapshot was taken: waits until every transaction prepared on a
 /// worker at this moment (this database's) has been committed or rolled back there.
 ///
-/// Why: Citus commits a batch's transaction in two phases (even on one worker; see deploy/SCALING.md
-/// section 3) — `PREPARE TRANSACTION` on the worker, the coordinator's own commit, then `COMMIT PREPARED`
+/// Why: Citus commits a batch's transaction in two phases (even on one worker; see docs/scaling.md,
+/// "Two-phase commit and the live stream") — `PREPARE TRANSACTION` on the worker, the coordinator's own commit, then `COMMIT PREPARED`
 /// on the worker. In between, the coordinator's transaction has ended, so the head's xmin passes it, but
 /// its rows are not visible on the worker yet; a reader that moved past them would never deliver them.
 /// Every such transaction below the head prepared before the head's snapshot, so it is among those

@@ -6,7 +6,7 @@
 //! ("3.00", "0.025": at most 9 decimals, never through a float). A turn's cost is
 //! `Σ tokens × rate / 10^6`, summed in `i128` and rounded half up to a whole nano-USD once per turn.
 //!
-//! ## Token semantics (the README's)
+//! ## Token semantics (as docs/usage.md states them)
 //! `input` counts every prompt token, cache reads and cache writes **included**; so the uncached input is
 //! `input − cache_read − cache_write_5m − cache_write_1h` (0 when a producer reports more cached than
 //! input). A missing cache rate falls back: `cache_read` → `input`, `cache_write_5m` → `input`,
@@ -131,7 +131,7 @@ pub struct PriceEntry {
     pub tiers: Vec<Tier>,
 }
 
-/// A turn's tokens, in the README's semantics (cache reads and writes inside `input`).
+/// A turn's tokens, in the documented semantics (cache reads and writes inside `input`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TurnTokens {
     pub input: u64,

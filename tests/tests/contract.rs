@@ -1,5 +1,5 @@
 //! The contract between the agent and the ingest, black box: both count the same usage for the same
-//! events, a device takes the identity its token is bound to (the README's commands, verbatim), and
+//! events, a device takes the identity its token is bound to (the documented commands, verbatim), and
 //! events pending under a wrong identity are delivered once the configuration is fixed.
 
 use std::path::Path;
@@ -20,8 +20,8 @@ fn last_line(s: &str) -> String {
     s.lines().last().unwrap_or("").trim().to_string()
 }
 
-/// `apiary-ingest token create --tenant T --scope ingest --user alice --device alice-laptop` (the README's
-/// line), written to `dir/name` with mode 0600.
+/// `apiary-ingest token create --tenant T --scope ingest --user alice --device alice-laptop` (the
+/// documented line), written to `dir/name` with mode 0600.
 fn device_token(cloud: &Cloud, name: &str) -> std::path::PathBuf {
     let args = [
         "token",
@@ -202,7 +202,7 @@ async fn the_agent_and_the_ingest_count_the_same_usage_for_the_same_events() {
     assert_eq!(local["totals"]["tool_calls_started"], 1);
 }
 
-/// The README, verbatim: `token create … --user alice --device alice-laptop`, `sync enable … --token-file
+/// The documented commands, verbatim: `token create … --user alice --device alice-laptop`, `sync enable … --token-file
 /// F`, `run` with no identity configured. The agent takes the token's user and device and delivers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_path_with_a_device_bound_token_delivers_without_configured_identity() {
@@ -307,7 +307,7 @@ async fn a_configured_device_that_contradicts_the_token_is_named_at_sync_enable_
     assert!(reason.contains("identity.device_id"), "{status}");
 }
 
-/// Issue 19: a device-bound token paused sync while events of a session first seen under another device
+/// A device-bound token paused sync while events of a session first seen under another device
 /// were pending. Setting `identity.device_id` to the token's device and restarting rebinds the session
 /// (its binding never reached the ingest) and delivers every pending event exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

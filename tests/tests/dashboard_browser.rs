@@ -1,4 +1,4 @@
-//! The dashboard in a real browser (issue 14): headless Chromium driven over WebDriver (Debian's
+//! The dashboard in a real browser: headless Chromium driven over WebDriver (Debian's
 //! `chromium` and `chromium-driver`, `scripts/browser.sh` installs them) against the real
 //! `apiary-ingest` binary on a fresh database holding a queen session with a worker.
 //!

@@ -1,4 +1,4 @@
-//! Security of the agent, black box (issue 11, agent side): the real `apiary-agent` attacked the way a
+//! Security of the agent, black box: the real `apiary-agent` attacked the way a
 //! local process or a producer holding the intake token could.
 //!
 //! - memory amplification on `POST /v1/events`: a body of a million tiny values, bodies of garbage

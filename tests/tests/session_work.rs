@@ -1,4 +1,4 @@
-//! Tasks, triggers and activity, black box (issue 13, items 3 and 5): the fixture day posted to the real
+//! Tasks, triggers and activity, black box: the fixture day posted to the real
 //! agent twice (first in reverse order of files, so the session logs come before the debug log; then
 //! again, all duplicates), pushed by it to the real ingest. The ingest's `GET /v1/sessions/{id}`
 //! and the agent's local one must show the same tasks (no subject or description anywhere), triggers and

@@ -1,4 +1,4 @@
-//! The desktop settings page in a real browser (issue 14, second part): headless Chromium over
+//! The desktop settings page in a real browser: headless Chromium over
 //! WebDriver against the real `apiary-agent` binary, with a real `apiary-ingest` to push to.
 //!
 //! Asserted: the page without a sign-in lands on the sign-in form; signing in with the settings token

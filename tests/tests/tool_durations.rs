@@ -1,4 +1,4 @@
-//! Tool-call durations, active time and `group_by=tool`, black box (issue 13, item 3): Hive tool events
+//! Tool-call durations, active time and `group_by=tool`, black box: Hive tool events
 //! with known times posted to the real agent — one call's start before a `kill -9` of the agent and its
 //! completion after the restart, one completion before its start in the same request, one completion
 //! without a start, one start never completed — pushed by it to the real ingest. The ingest's

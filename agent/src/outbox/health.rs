@@ -5,7 +5,7 @@
 //! folds) into each session's [`Tracker`] (`session_health` with the fold journal replayed on top, see
 //! [`super::journal`]: the group journals its inputs instead of writing the tracker back) and applies the returned [`Update`] to
 //! `status_transitions` (drop `seq >= first_seq` when a late event changed them, insert the new ones), in the group's
-//! transaction. Reads let time pass up to now ([`view`]); the device is this machine, so it is never
+//! transaction. Reads let time pass up to now ([`view`]); the device is the agent's own, so it is never
 //! `offline` here. The agent folds with the default thresholds (`stall_after` 300 s), the ingest's
 //! default too.
 //!

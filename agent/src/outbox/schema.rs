@@ -284,7 +284,7 @@ CREATE TABLE sent_events (
     // 32 pending inputs: 1-5 KiB of JSON) are larger than a WITHOUT ROWID leaf keeps inline (about
     // 1 KiB on 4 KiB pages), so every update of one rewrote a chain of overflow pages; in a rowid table
     // the row stays in its leaf page. Measured on a backfill of interleaved sessions, where each group
-    // commit rewrites one row of each per event (see the README's performance notes).
+    // commit rewrites one row of each per event (see docs/performance.md).
     Sql(r#"
 CREATE TABLE session_health_v10 (
     session_id TEXT PRIMARY KEY,

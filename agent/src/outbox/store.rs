@@ -26,9 +26,9 @@ pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The page size of a new outbox: 8 KiB, not SQLite's 4 KiB. Each commit writes every page it dirtied to
 /// the WAL, and a backfill (durable events of thousands of sessions, times not monotonic) dirties pages
 /// all over the dedup index, the per-session folds and usage rows; with twice as many rows per page a
-/// group dirties fewer pages and walks shallower trees. Measured with `cargo bench -p apiary-agent
-/// --bench realistic` (against 1884b37, same run, medians of 3): backfill 2.74× at 8 KiB, 2.72× at
-/// 16 KiB, 2.32× at 4 KiB, 2.01× at 2 KiB, 1.55× at 1 KiB.
+/// group dirties fewer pages and walks shallower trees. A page-size sweep of `cargo bench -p apiary-agent
+/// --bench realistic`'s backfill (medians of 3, relative to the 1 KiB rate): 2 KiB 1.30×, 4 KiB 1.50×,
+/// 8 KiB 1.77×, 16 KiB 1.75×.
 pub const PAGE_SIZE: i64 = 8192;
 
 /// Opens the writing connection with the pragmas the outbox relies on.

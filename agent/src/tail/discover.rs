@@ -7,7 +7,7 @@
 //!
 //! Symbolic links are not followed (no loops, no escaping the home), nor are hidden directories and
 //! `node_modules` (colony workspaces can be whole checkouts). A home that does not exist yet is empty:
-//! Hive may simply not have run on this machine so far.
+//! Hive may simply not have run on the device so far.
 
 use std::fs;
 use std::io;

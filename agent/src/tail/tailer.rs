@@ -18,9 +18,8 @@ use super::{empty_head_hash, PollReport, TailError, TailSettings};
 const MAX_CHUNKS_PER_FILE: usize = 32;
 
 /// Files read and committed at once in a poll (each file's own chunks stay in order). Catching up on a
-/// Hive home of 3,000 sessions, the writer groups their commits: 16 ran at 2.15× the lines/s of the
-/// agent of 1884b37 where 8 ran at 1.90× (two runs of the realistic bench's tailing part, medians of 3
-/// each), for ~10 MiB more peak RSS (109 vs 98 MiB).
+/// Hive home of 3,000 sessions, the writer groups their commits: 16 files gave 1.13× the lines/s of 8
+/// (the realistic bench's tailing part, medians of 3), for ~10 MiB more peak RSS (109 vs 98 MiB).
 const FILES_IN_FLIGHT: usize = 16;
 
 /// A handle unused for this long is closed, so a home with thousands of old sessions holds few descriptors.

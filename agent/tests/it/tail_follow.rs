@@ -162,7 +162,7 @@ async fn new_files_are_picked_up_while_the_tailer_runs() {
         turn(1).as_bytes(),
     );
     // A generous bound (the discovery interval is 500 ms; a loaded CI machine may take longer): the
-    // point is that new files are found at all while the tailer runs, not how fast on this machine.
+    // point is that new files are found at all while the tailer runs, not how fast.
     while sink.items().len() < 2 && written.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -75,7 +75,7 @@ pub async fn list_sessions(
     }))
 }
 
-/// A session: identity, phase, status (the shared health model, see the README's status table) with
+/// A session: identity, phase, status (the shared health model, see docs/session-status.md) with
 /// status_since and status_cause, time_in_state (seconds per status), lifecycle, last health signal,
 /// totals.
 #[utoipa::path(

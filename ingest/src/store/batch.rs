@@ -36,7 +36,7 @@
 //!
 //! Every step takes its locks in (tenant, key) order after the previous step's, so the locks of a
 //! transaction come in (step, tenant, key) order: with 10 tenants in a group of small batches this is one
-//! statement per step instead of one per tenant (fleet bench, `deploy/SCALING.md` section 4).
+//! statement per step instead of one per tenant (fleet bench, `docs/scaling.md`, "Capacity").
 //!
 //! A group may only hold batches that are disjoint: no two of one tenant name the same session (as
 //! session, parent or colony), the same device or the same event id ([`crate::group_commit`] holds a

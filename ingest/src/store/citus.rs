@@ -1,4 +1,4 @@
-//! Citus: the same schema, distributed by `tenant_id` (issue 16). Nothing here runs on plain PostgreSQL.
+//! Citus: the same schema, distributed by `tenant_id`. Nothing here runs on plain PostgreSQL.
 //!
 //! The migrations create one schema for both engines. On a database where the `citus` extension exists,
 //! [`distribute`] runs after them (`apiary-ingest migrate` calls it; `migrate --citus` insists on the
@@ -157,7 +157,7 @@ pub async fn cluster_nodes(conn: &mut PgConnection) -> Result<Option<Vec<Node>>,
 /// and the coordinator, the coordinator and the workers of `nodes` ([`cluster_nodes`] of the cluster's
 /// maintenance database) registered, then [`distribute`]. Idempotent. For tests and benchmarks that
 /// create a database per run; a deployment runs `apiary-ingest migrate --citus` on a database prepared
-/// once (README "Citus").
+/// once (docs/scaling.md, "Citus").
 pub async fn join_cluster(pool: &PgPool, nodes: &[Node]) -> Result<Distributed, CitusError> {
     use sqlx::{ConnectOptions, Connection};
     let db: String = sqlx::query_scalar("SELECT current_database()::text")

@@ -197,7 +197,7 @@ async fn worker_of(pool: &PgPool, tenant: Uuid) -> i32 {
 /// `pg_dist_transaction` (gid `citus_<group>_<pid>_<transaction>_<connection>`) until its recovery, every
 /// minute by default, removes those whose outcome is known. (A transaction prepared on one worker only is
 /// not counted: on Citus every batch is one — its INSERT … SELECT from arrays and COPY into a distributed
-/// table always use two-phase commit, even on one worker; deploy/SCALING.md section 3.)
+/// table always use two-phase commit, even on one worker; docs/scaling.md, "Two-phase commit and the live stream".)
 async fn multi_worker_transactions(pool: &PgPool) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM (
@@ -209,7 +209,7 @@ async fn multi_worker_transactions(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
-/// On Citus the group commit keeps one tenant per transaction (issue 16): many concurrent small batches
+/// On Citus the group commit keeps one tenant per transaction: many concurrent small batches
 /// of tenants whose shards live on different workers — the load that makes groups — never make a
 /// transaction that commits on two workers, and each tenant's usage is exact. The probe is checked as
 /// well: one transaction that writes two of those tenants is seen.

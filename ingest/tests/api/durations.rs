@@ -1,4 +1,4 @@
-//! Tool durations, active time and wall-clock (issue 13, item 3): `group_by=tool` per tool name, the
+//! Tool durations, active time and wall-clock: `group_by=tool` per tool name, the
 //! session body's `durations`, the rollups' `active_seconds` equal to the session's time in `active`
 //! once it is over, and the migration's backfill of what was stored before it.
 

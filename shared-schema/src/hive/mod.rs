@@ -102,7 +102,7 @@ pub fn classify(native_type: &str) -> Option<Classification> {
 /// The producer's time zone, for naive timestamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Zone {
-    /// This machine's zone (`TZ`, else `/etc/localtime`).
+    /// The local zone (`TZ`, else `/etc/localtime`).
     #[default]
     Local,
     Utc,

@@ -3,7 +3,7 @@
 //! that follow the GenAI semantic conventions, [`claude`] maps Claude Code's log events. Every event then
 //! goes through the same redaction as Hive's ([`crate::pipeline::process_otlp`]).
 //!
-//! ## Mapping rules (the README's "OpenTelemetry" section has the same table)
+//! ## Mapping rules (docs/opentelemetry.md has the same table)
 //!
 //! | input | becomes | rule |
 //! |---|---|---|

@@ -180,7 +180,7 @@ fn nested_paths_keep_only_the_listed_leaf() {
     assert!(report.dropped.iter().any(|d| d.path == "usage.prompt"));
 }
 
-// The tests below were added for mutants that `cargo mutants` found surviving (see README, Tests).
+// The tests below were added for mutants that `cargo mutants` found surviving (see docs/development.md, "Mutation testing").
 
 #[test]
 fn a_user_policy_may_not_change_a_fields_kind_or_add_enum_values() {

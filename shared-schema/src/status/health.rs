@@ -3,7 +3,7 @@
 //! fires the no-progress rule at the exact instant it becomes true (`last progress + stall_after`), so the
 //! time of a time-driven transition depends on the events alone, never on when someone looked.
 //!
-//! The rules are in the module notes of [`super`] (and the README's table); this file is their code.
+//! The rules are in the module notes of [`super`] (and the table of docs/session-status.md); this file is their code.
 
 use std::collections::BTreeMap;
 

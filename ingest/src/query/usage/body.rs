@@ -102,7 +102,7 @@ pub struct UsageRowBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls_timed: Option<Sum>,
     /// Grouped by tool: the median duration of its timed calls in milliseconds, from the rollups'
-    /// duration histogram (in the exact median's histogram bucket; see the README); null without a
+    /// duration histogram (in the exact median's histogram bucket; see docs/usage.md); null without a
     /// timed call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_duration_p50_ms: Option<Option<i64>>,
