@@ -89,24 +89,32 @@ pub const INGEST_KEYS: &[Key] = &[
     Key::new("alerts.delivery_timeout_secs", Kind::Int),
 ];
 
-/// Variables read outside the settings keys: command-line defaults and the test harness.
-pub const OTHER_VARS: &[&str] = &[
-    // the ingest's config file (`--config`)
-    "APIARY_CONFIG",
-    // the agent's `--data-dir`
-    "APIARY_DATA_DIR",
-    // the black-box tests: run the fault loops at full count
-    "APIARY_FULL_FAULTS",
-    // the tests: the real full-disk tests must run (CI, as root), not skip
-    "APIARY_REQUIRE_TMPFS",
-    // the tests: the browser tests must run (CI installs Chromium), not skip
-    "APIARY_REQUIRE_BROWSER",
-    // the browser tests: the Chromium binary to drive (default: the one on PATH)
-    "APIARY_CHROMIUM",
-    // the browser tests: where screenshots go (default: under the target directory)
-    "APIARY_SCREENSHOT_DIR",
-    // the hostile-input tests: replay one seed
-    "APIARY_HOSTILE_SEED",
+/// Variables read outside the settings keys: command-line defaults and the test harness, each with what
+/// it does (the configuration reference lists them).
+pub const OTHER_VARS: &[(&str, &str)] = &[
+    ("APIARY_CONFIG", "the ingest's config file (as `--config`)"),
+    ("APIARY_DATA_DIR", "the agent's data directory (as `--data-dir`)"),
+    (
+        "APIARY_FULL_FAULTS",
+        "tests: `1` runs the black-box fault loops at their full count (20 kill cycles instead of 10)",
+    ),
+    (
+        "APIARY_REQUIRE_TMPFS",
+        "tests: the real full-disk tests (a small tmpfs, as root) must run instead of skipping",
+    ),
+    (
+        "APIARY_REQUIRE_BROWSER",
+        "tests: the browser tests must run (Chromium installed) instead of skipping",
+    ),
+    (
+        "APIARY_CHROMIUM",
+        "browser tests: the Chromium binary to drive (default: the one on `PATH`)",
+    ),
+    (
+        "APIARY_SCREENSHOT_DIR",
+        "browser tests: where screenshots go (default: under the target directory)",
+    ),
+    ("APIARY_HOSTILE_SEED", "hostile-input tests: replay this one seed"),
 ];
 
 /// Prefixes of variables that scripts and tests own (never reported).
@@ -154,7 +162,7 @@ pub fn registered() -> Vec<String> {
         .iter()
         .chain(INGEST_KEYS)
         .map(Key::env_var)
-        .chain(OTHER_VARS.iter().map(|s| s.to_string()))
+        .chain(OTHER_VARS.iter().map(|(name, _)| name.to_string()))
         .collect();
     all.sort();
     all.dedup();

@@ -7,6 +7,8 @@
 //! - [`doctor`]: the one-line-per-check report of both `doctor` commands.
 //! - [`error`]: error texts that say each cause once, for both command lines.
 //! - [`logging`]: the `log_format` words (`text`, `json`) and the subscriber both binaries install.
+//! - [`reference`]: the configuration reference page (`docs/configuration.md`), generated from the
+//!   registry and the sample config files.
 //!
 //! Nothing here knows about events, outboxes or databases.
 
@@ -16,6 +18,7 @@ pub mod doctor;
 pub mod env;
 pub mod error;
 pub mod logging;
+pub mod reference;
 
 pub use config::{ConfigError, Key, Kind};
 pub use logging::LogFormat;
