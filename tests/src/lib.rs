@@ -25,6 +25,8 @@
 //! - [`sse`]: a Server-Sent Events reader (the ingest's and the agent's `GET /v1/stream`).
 //! - [`scan`]: a dump of the cloud database searched for values that must never leave the device.
 //! - [`webdriver`]: a small W3C WebDriver client and `chromedriver` runner (the dashboard's browser test).
+//! - [`docs`]: the command blocks of the README and `docs/` pages, read into scripts with their checks
+//!   (`tests/docs.rs` runs them).
 //!
 //! Every process is owned by a value that kills it when dropped, so a failing (panicking) test leaves
 //! nothing running; every test gets its own database and temp directories.
@@ -36,6 +38,7 @@
 pub mod agent;
 pub mod bins;
 pub mod db;
+pub mod docs;
 pub mod expect;
 pub mod fixture;
 pub mod hostile;

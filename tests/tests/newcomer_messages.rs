@@ -1,5 +1,5 @@
 //! What a new user is told, black box: each cause said once, a refused token with the way out, the usage
-//! answer as the README documents it, and `follow`'s "last 10".
+//! answer as the docs describe it, and `follow`'s "last 10".
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -97,17 +97,19 @@ async fn a_refused_token_is_named_with_what_to_do() {
     assert!(message.contains("apiary-ingest token create"), "{body}");
 }
 
-/// The README's `/v1/usage` section, checked against a real answer: every field of the answer and of a
-/// row grouped by every tenant dimension is documented, and the defaults are what it says (30 days
-/// ending at the end of the current 15-minute period, `total`, UTC; costs also in exact `cost_nanos`).
+/// The usage page's section on the `/v1/usage` answer, checked against a real answer: every field of
+/// the answer and of a row grouped by every tenant dimension is documented, and the defaults are what it
+/// says (30 days ending at the end of the current 15-minute period, `total`, UTC; costs also in exact
+/// `cost_nanos`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_usage_answer_is_what_the_readme_documents() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let start = readme
-        .find("`/v1/usage` parameters")
-        .expect("the README documents /v1/usage");
-    let doc = &readme[start..start + readme[start..].find("###").unwrap()];
+async fn the_usage_answer_is_what_the_docs_say() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/usage.md")).unwrap();
+    let start = page
+        .find("## The `/v1/usage` answer")
+        .expect("docs/usage.md documents /v1/usage");
+    let body = &page[start + 3..];
+    let doc = &body[..body.find("\n## ").unwrap()];
     let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
     for said in [
         "default `from`: 30 days before `to`",
@@ -117,7 +119,7 @@ async fn the_usage_answer_is_what_the_readme_documents() {
         "`user` → `user_id`",
         "`colony` → `colony_id`",
     ] {
-        assert!(doc.contains(said), "the README no longer says {said:?}");
+        assert!(doc.contains(said), "docs/usage.md no longer says {said:?}");
     }
     let cloud = Cloud::start().await.unwrap();
     let events = fixture::synthetic_canonical("session_newcomer_usage", 1, 3);
@@ -168,7 +170,7 @@ async fn the_usage_answer_is_what_the_readme_documents() {
     for key in keys {
         assert!(
             doc.contains(&format!("`{key}`")),
-            "the README does not document `{key}`"
+            "docs/usage.md does not document `{key}`"
         );
     }
 }
