@@ -273,6 +273,66 @@ mod tests {
         );
     }
 
+    /// The `APIARY_*` names of a text (`APIARY_POOL_SIZE`; not a prefix such as `APIARY_PG_*` or `APIARY_`).
+    fn variable_names(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (at, _) in text.match_indices("APIARY_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            let next = text[at + name.len()..].chars().next();
+            if !name.ends_with('_') && !matches!(next, Some('*' | '<')) {
+                out.push(name);
+            }
+        }
+        out
+    }
+
+    /// Every `APIARY_*` variable the README, the changelog and the docs name is one a program reads (the
+    /// registry), one of the scripts' and tests' own (a reserved prefix), or one a script in `scripts/` or
+    /// `deploy/` reads: a renamed or removed variable cannot linger in the docs.
+    #[test]
+    fn the_docs_name_only_variables_that_exist() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut scripts = String::new();
+        for dir in ["scripts", "deploy/local", "deploy/docker", "deploy/systemd"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+                scripts.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
+        let known = crate::env::registered();
+        let mut pages = vec![root.join("README.md"), root.join("CHANGELOG.md")];
+        for entry in std::fs::read_dir(root.join("docs")).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "md") {
+                pages.push(entry.path());
+            }
+        }
+        let mut unknown = Vec::new();
+        for page in pages {
+            let text = std::fs::read_to_string(&page).unwrap();
+            for name in variable_names(&text) {
+                // The docs' example of a misspelled variable, which start-up refuses.
+                let ok = name == "APIARY_OUTBOX_MAX_BYTE"
+                    || known.contains(&name)
+                    || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+                    || scripts.contains(&name);
+                if !ok {
+                    unknown.push(format!("{}: {name}", page.display()));
+                }
+            }
+        }
+        assert!(
+            unknown.is_empty(),
+            "variables no program or script reads:\n{}",
+            unknown.join("\n")
+        );
+        assert_eq!(
+            variable_names("`APIARY_PG_*`, APIARY_<KEY>, APIARY_POOL_SIZE=3"),
+            vec!["APIARY_POOL_SIZE".to_string()]
+        );
+    }
+
     #[test]
     fn descriptions_come_from_the_block_above_or_the_key_before() {
         let sample = "# the file\n\n# Batch bounds.\nmax_events = 1\nmax_bytes = 2\n\n[push]\n# Wait.\n# Long.\n# when = 5   # an example\n";
