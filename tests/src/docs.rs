@@ -285,6 +285,13 @@ pub fn script_for(
             }
             i = last + 1;
             let place = format!("{}:{}", block.page, block.line + 1 + last);
+            if !lines[first].trim().is_empty() && !lines[first].trim_start().starts_with('#') {
+                let _ = writeln!(
+                    out,
+                    "__at {}",
+                    sh_quote(&format!("{}:{}", block.page, block.line + 1 + first))
+                );
+            }
             let tail = &lines[last];
             let (body_tail, expect) = match tail.rfind("# →") {
                 Some(at) => (
@@ -374,7 +381,8 @@ pub fn prelude(dir: &Path) -> String {
     format!(
         r#"set -euo pipefail
 __DOCS={dir}
-__block() {{ printf '\n=== docs block %s\n' "$1"; printf '%s\n' "$1" > "$__DOCS/current"; }}
+__block() {{ printf '\n=== docs block %s\n' "$1"; }}
+__at() {{ printf '%s\n' "$1" > "$__DOCS/current"; }}
 # __text FILE CONTAINS LACKS PLACE: the output holds one text and not the other.
 __text() {{
     if [ -n "$2" ] && ! grep -qF -- "$2" "$1"; then

@@ -455,7 +455,7 @@ fn the_documented_commands_run_against_a_real_stack() {
             problems.insert(
                 0,
                 format!(
-                    "{} failed in the block at {} ({})",
+                    "{} failed at the command on {} ({})",
                     page.display(),
                     current.trim(),
                     code.map_or("timed out".to_string(), |c| format!("exit status {c}"))
