@@ -795,7 +795,7 @@ mod tests {
         let (script, checks) = script_for(&[block], &Substitutions::default(), &mut 0).unwrap();
         assert!(checks.is_empty());
         assert!(
-            script.contains("curl not a command   # → 200\nEOF\necho ok"),
+            script.contains("curl not a command   # → 200\nEOF\n__at 'p.md:5'\necho ok"),
             "{script}"
         );
     }
