@@ -122,6 +122,7 @@ impl Application {
             addr,
             page_sessions: Arc::default(),
             exports: Arc::default(),
+            hive_home: settings.hive_home.clone(),
         };
         tracing::info!(%addr, mode = ?settings.mode, device_id = outbox.device_id(),
             policy_hash = outbox.policy_hash(), "apiary-agent started");

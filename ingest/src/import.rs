@@ -66,8 +66,11 @@ pub async fn run(
 ) -> Result<BatchResponse, anyhow::Error> {
     let manifest = verify(path)?;
     let total = manifest.event_count;
-    let principal = Principal::command_line(tenant_id);
-    let policy = apiary_schema::Policy::default_policy();
+    let mut principal = Principal::command_line(tenant_id);
+    principal.colony_names = crate::store::admin::tenant_settings(&store.pool, tenant_id)
+        .await?
+        .colony_names;
+    let policy = apiary_schema::Policy::default_policy().with_colony_names();
     let sender = Sender {
         tenant_id,
         user_id: None,

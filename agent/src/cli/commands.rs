@@ -12,6 +12,7 @@ use crate::app::{self, Application};
 use crate::config::{LogFormat, Mode, Overrides, Settings};
 use crate::outbox::{OutboxReader, SyncChange};
 use crate::telemetry;
+use apiary_schema::colony::ColonyNames;
 
 pub async fn run(common: &Common, flags: &Overrides) -> anyhow::Result<ExitCode> {
     let settings = settings(common, flags)?;
@@ -174,13 +175,13 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     if matches!(change, SyncChange::Enable { .. }) && settings.mode == Mode::Airgapped {
         anyhow::bail!("mode is airgapped: sync cannot be enabled; use `apiary-agent export` (or set mode = \"online\")");
     }
-    let adopted = match &change {
+    let (adopted, token_names) = match &change {
         SyncChange::Enable {
             endpoint,
             token_file,
             ..
         } => token_identity(&settings, endpoint, Path::new(token_file)).await?,
-        _ => None,
+        _ => (None, None),
     };
     let outbox = match &adopted {
         Some((identity, _, _)) => {
@@ -200,6 +201,11 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
             .map(|_| ()),
         (r, _) => r,
     };
+    let names = token_names.unwrap_or_default();
+    let remembered = match (remembered, token_names) {
+        (Ok(()), Some(n)) => outbox.adopt_colony_names(n).await.map(|_| ()),
+        (r, _) => r,
+    };
     let report = match remembered {
         Ok(()) => outbox.set_sync(change).await,
         Err(e) => Err(e),
@@ -207,9 +213,12 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     outbox.close().await;
     let report = report?;
     if report.enabled {
+        let consented = match outbox.colony_keys().names().consent {
+            ColonyNames::Names => outbox.policy_hash_with_names(),
+            ColonyNames::Keys => outbox.policy_hash(),
+        };
         println!(
-            "sync enabled (consent recorded with policy {}); {} held events released",
-            outbox.policy_hash(),
+            "sync enabled (consent recorded with policy {consented}); {} held events released",
             report.released
         );
         if let Some((identity, _, _)) = &adopted {
@@ -219,6 +228,7 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
                 outbox.device_id()
             );
         }
+        println!("{}", colony_names_line(names, outbox.colony_keys().names()));
     } else {
         println!("sync disabled; {} pending events purged", report.purged);
     }
@@ -240,7 +250,7 @@ async fn token_identity(
     settings: &Settings,
     endpoint: &str,
     token_file: &Path,
-) -> anyhow::Result<Option<TokenAnswer>> {
+) -> anyhow::Result<(Option<TokenAnswer>, Option<ColonyNames>)> {
     use crate::identity::{reconcile, whoami};
     let token = match whoami(endpoint, token_file).await {
         Ok(t) => t,
@@ -249,7 +259,7 @@ async fn token_identity(
                 "note: {e}; the token's identity is checked (and adopted) when the agent starts and \
                  reaches the ingest — events are kept meanwhile"
             );
-            return Ok(None);
+            return Ok((None, None));
         }
     };
     match reconcile(&settings.identity, &token) {
@@ -257,13 +267,31 @@ async fn token_identity(
             let user = token
                 .user_id
                 .filter(|_| settings.identity.user_id.is_none());
+            let names = token.colony_names;
             let colony = token.colony_secret.map(|s| (token.tenant_id, s));
-            Ok(Some((identity, user, colony)))
+            Ok((Some((identity, user, colony)), names))
         }
         Err(problems) => {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
             anyhow::bail!("sync not enabled: {}", text.join("; "))
         }
+    }
+}
+
+/// What `sync enable` says about colony names: the tenant's choice and what this consent agreed to.
+fn colony_names_line(tenant: ColonyNames, now: crate::outbox::ColonyNamesState) -> String {
+    match (tenant, now.consent) {
+        (ColonyNames::Names, ColonyNames::Names) => {
+            "colony names: your organisation shares them, and \
+            this consent agrees: each colony's name is sent beside its key"
+                .into()
+        }
+        (ColonyNames::Names, _) => {
+            "colony names: your organisation shares them, but you declined on \
+            the settings page: they stay on this device (colonies are sent as keys)"
+                .into()
+        }
+        _ => "colony names: they stay on this device (colonies are sent as keys)".into(),
     }
 }
 

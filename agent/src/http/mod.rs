@@ -91,6 +91,9 @@ pub struct AppState {
     pub page_sessions: Arc<settings_page::PageSessions>,
     /// Held while the settings page writes an export bundle: one at a time.
     pub exports: Arc<tokio::sync::Mutex<()>>,
+    /// The Hive home the agent follows (`hive_home`): the settings page lists its colonies (the
+    /// directories under `colonies/`) with their keys.
+    pub hive_home: Option<std::path::PathBuf>,
 }
 
 /// Which token a request presented (set by the auth layer as a request extension).
