@@ -272,7 +272,7 @@ fn a_colony_name_passes_only_a_keyer_sharing_names_and_the_policy_widened_for_th
     assert_eq!(wide.with_colony_names().hash(), wide.hash(), "idempotent");
     let secret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     let native = json!({"type": "colony_created", "stream_id": "queen", "node_id": null,
-        "execution_id": null, "colony_id": null, "seq": 3, "timestamp": "2026-11-03T10:14:51.007113",
+        "execution_id": "session_20261103_101433_51be07d2", "colony_id": null, "seq": 3, "timestamp": "2026-11-03T10:14:51.007113",
         "data": {"colony_name": "billing_refactor", "colony_path": "/home/alice/.hive/colonies/billing_refactor",
                  "queen_session_id": "session_20261103_101433_51be07d2", "is_new": true}});
     for names in [false, true] {
@@ -283,8 +283,9 @@ fn a_colony_name_passes_only_a_keyer_sharing_names_and_the_policy_widened_for_th
             colony: Some(&keyer),
             ..options(&base)
         };
-        let Outcome::Kept { event, .. } = process_value(&native, &opts).unwrap() else {
-            panic!("colony_created not kept")
+        let outcome = process_value(&native, &opts).unwrap();
+        let Outcome::Kept { event, .. } = outcome else {
+            panic!("colony_created not kept: {outcome:?}")
         };
         assert_eq!(
             event.data_str("colony_name"),

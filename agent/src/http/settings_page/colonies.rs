@@ -8,7 +8,7 @@
 //! So a person can tell an admin which key is which, and the admin labels it
 //! (`PUT /v1/colonies/{key}/label`).
 //!
-//! Hooks: `#colony-names` (`data-tenant`, `data-consent`, `data-shared`), `table#colonies`
+//! Hooks: `#colony-names` (in "Sharing now": `data-tenant`, `data-consent`, `data-shared`), `table#colonies`
 //! (`tr[data-colony-name]`, `td[data-field=colony_key]`), `#share_colony_names`.
 
 use std::path::Path;
@@ -31,7 +31,7 @@ fn is_colony_name(s: &str) -> bool {
 }
 
 /// The colonies under `home/colonies/`, sorted (at most [`MAX_LISTED`]); empty when there is none.
-pub(super) fn colony_names(home: &Path) -> Vec<String> {
+pub(crate) fn colony_names(home: &Path) -> Vec<String> {
     let Ok(dir) = std::fs::read_dir(home.join("colonies")) else {
         return vec![];
     };
@@ -68,24 +68,36 @@ pub(super) fn names_words(n: ColonyNamesState, shared: bool) -> &'static str {
     }
 }
 
-/// The colony names paragraph of the "Change" section: the tenant's choice, and when it is `names`
-/// the user's choice for the next consent (`share_colony_names`, checked unless declined before;
-/// `colony_names_seen` says the form showed it).
-pub(super) fn names_choice(state: &AppState, offer_enable: bool) -> Markup {
+/// The colony names line of "Sharing now": the tenant's choice and what sharing does with names.
+pub(super) fn names_summary(state: &AppState) -> Markup {
     let keys = state.outbox.colony_keys();
     let n = keys.names();
     let shared = keys.shares_names();
     html! {
-        div #colony-names data-tenant=(n.tenant.as_str()) data-consent=(n.consent.as_str())
+        p #colony-names data-tenant=(n.tenant.as_str()) data-consent=(n.consent.as_str())
             data-shared=(shared) {
-            p { strong { "Colony names: " } (names_words(n, shared)) }
-            @if offer_enable && n.tenant == ColonyNames::Names {
+            strong { "Colony names: " } (names_words(n, shared))
+        }
+    }
+}
+
+/// The colony names choice in the "Turn sharing on" form, when the tenant shares names: the person's
+/// choice for this consent (`share_colony_names`, ticked unless declined before; `colony_names_seen`
+/// says the form showed it).
+pub(super) fn names_choice(state: &AppState) -> Markup {
+    let n = state.outbox.colony_keys().names();
+    html! {
+        @if n.tenant == ColonyNames::Names {
+            fieldset.colony-names {
+                legend { "Colony names" }
+                p { "Your organisation asks for your colonies' names: with this ticked, each colony's "
+                    "name is sent beside its key." }
                 input type="hidden" name="colony_names_seen" value="1";
                 div.check {
                     input #share_colony_names type="checkbox" name="share_colony_names" value="on"
                         checked[!n.declined];
-                    label for="share_colony_names" { "Send my colonies' names (your organisation asks "
-                        "for them; unticked, colonies are sent as keys only)" }
+                    label for="share_colony_names" { "Send my colonies' names (unticked, colonies are "
+                        "sent as keys only)" }
                 }
             }
         }

@@ -63,6 +63,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use super::AppState;
+pub(crate) use colonies::colony_names;
 pub use signin::PageSessions;
 
 /// The policy of every page answer: this origin's stylesheet, nothing else; no script at all.

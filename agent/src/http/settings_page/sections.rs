@@ -61,6 +61,7 @@ pub(super) fn summary(state: &AppState, s: &Status) -> Markup {
             @if let (true, Some(reason)) = (sync.enabled, &sync.paused_reason) {
                 p.problem #paused { "Sharing is paused: " (paused_words(reason)) }
             }
+            (super::colonies::names_summary(state))
         }
     }
 }
@@ -153,7 +154,7 @@ pub(super) fn toggle_section(state: &AppState, s: &Status, problem: &Problem) ->
                         input #token_file type="text" name="token_file" required
                             spellcheck="false" value=[token_file];
                     }
-                    (super::colonies::names_choice(state, offer_enable))
+                    (super::colonies::names_choice(state))
                     @if s.stored.held_events > 0 {
                         div.check {
                             input #include_backlog type="checkbox" name="include_backlog" value="on";
