@@ -577,12 +577,14 @@ async fn colony_names(c: &Browser, day: &Day) -> anyhow::Result<()> {
     anyhow::ensure!(set.contains("\"names\""), "{set}");
     let home = day.dir.path().join("hive").join(NEWCOMER);
     std::fs::create_dir_all(home.join("colonies").join("release_train"))?;
+    // Bound to the user only: this device's id is its own (adopting a device-bound token's identity at
+    // the moment sharing is turned on is another test's subject).
     let token = tests::isolation::token(
         &cloud.db.url,
         &cloud.tenant.id,
         "ingest",
         Some(NEWCOMER),
-        Some("erin-laptop"),
+        None,
     )?;
     let token_file = day.dir.path().join("erin.token");
     write_private(&token_file, &format!("{token}\n"))?;
@@ -592,7 +594,26 @@ async fn colony_names(c: &Browser, day: &Day) -> anyhow::Result<()> {
         &[("APIARY_PUSH_HEARTBEAT_INTERVAL_SECS", "1")],
     )
     .await?;
-    let base = settings_sign_in(c, &agent).await?;
+    let result = share_names(c, day, &agent, &home, &token_file).await;
+    result.map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}\n{NEWCOMER}'s agent log:\n{}",
+            tests::agent::tail(&agent.output(), 30)
+        )
+    })
+}
+
+/// On the newcomer's settings page: sharing turned on after seeing the tenant's choice; then a colony
+/// created on that device reaches the dashboard by name.
+async fn share_names(
+    c: &Browser,
+    day: &Day,
+    agent: &Agent,
+    home: &Path,
+    token_file: &Path,
+) -> anyhow::Result<()> {
+    let cloud = &day.cloud;
+    let base = settings_sign_in(c, agent).await?;
     wait_text(c, "dd[data-field='sync']", "Off").await?;
     c.type_into(&c.find("#endpoint").await?, &cloud.ingest.url())
         .await?;
@@ -613,7 +634,7 @@ async fn colony_names(c: &Browser, day: &Day) -> anyhow::Result<()> {
     wait_text(c, "dd[data-field='sync']", "On").await?;
     // The tenant's keys in force (within a heartbeat), names shared: then a colony is created.
     let local = wait_for(Duration::from_secs(30), || {
-        let get = agent_colonies(&agent);
+        let get = agent_colonies(agent);
         async move {
             let v = get.await.ok()?;
             (v["key_scope"] == "tenant" && v["colony_names"]["shared"] == true).then_some(v)
@@ -625,10 +646,10 @@ async fn colony_names(c: &Browser, day: &Day) -> anyhow::Result<()> {
         .as_str()
         .unwrap_or("")
         .to_string();
-    write_colony_day(&home)?;
+    write_colony_day(home)?;
     let read = cloud.read_api();
     let named = wait_for(Duration::from_secs(30), || {
-        let read = read.clone();
+        let (read, key) = (read.clone(), key.clone());
         async move {
             let v = read.get_ok("/v1/colonies").await.ok()?;
             v["colonies"]

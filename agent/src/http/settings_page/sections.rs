@@ -1,6 +1,7 @@
 //! The page's sections, each from the outbox's status and the policy in force: sharing now, the
 //! toggle, what is shared and what never leaves the device, what waits here, this device.
 
+use apiary_schema::colony::ColonyNames;
 use apiary_schema::EventKind;
 use maud::{html, Markup};
 
@@ -143,7 +144,12 @@ pub(super) fn toggle_section(state: &AppState, s: &Status, problem: &Problem) ->
                     p { "Turning sharing on sends the event kinds and fields listed under "
                         a href="#shared-title" { "What is shared" } " (policy " (policy.name())
                         ", hash " code { (short_hash(policy.hash())) } ") to the server below, and "
-                        "records your consent with the time and that hash." }
+                        "records your consent with the time and that hash"
+                        @if state.outbox.colony_keys().names().tenant == ColonyNames::Names {
+                            " (with your colonies' names, the policy " (policy.name()) "+colony_names, hash "
+                            code { (short_hash(state.outbox.policy_hash_with_names())) } ")"
+                        }
+                        "." }
                     div.field {
                         label for="endpoint" { "Server address (https://…)" }
                         input #endpoint type="url" name="endpoint" required
