@@ -204,6 +204,8 @@ pub struct Adoption {
     pub token_user: Option<String>,
     /// The tenant and its colony secret (see `crate::outbox::ColonyKeys`).
     pub colony_secret: Option<(String, String)>,
+    /// The tenant's colony names choice (`None`: an ingest that predates it).
+    pub colony_names: Option<apiary_schema::colony::ColonyNames>,
 }
 
 /// Reconciles `configured` with the token's answer: the [`Adoption`], or every contradiction.
@@ -222,6 +224,7 @@ pub fn adoption(
             .colony_secret
             .clone()
             .map(|s| (token.tenant_id.clone(), s)),
+        colony_names: token.colony_names,
     })
 }
 
@@ -303,6 +306,8 @@ pub struct StartCheck {
     pause: Option<Option<String>>,
     /// The tenant and its colony secret, from the token's answer (see `crate::outbox::ColonyKeys`).
     colony_secret: Option<(String, String)>,
+    /// The tenant's colony names choice, from the token's answer.
+    colony_names: Option<apiary_schema::colony::ColonyNames>,
 }
 
 /// Asks the ingest who the stored sync token is, when sync is on (see the module notes). Never fails:
@@ -316,6 +321,7 @@ pub async fn check_at_start(
         adopted_user: None,
         pause: None,
         colony_secret: None,
+        colony_names: None,
     };
     let db = data_dir.join("outbox.db");
     if settings.mode == crate::config::Mode::Airgapped || !db.exists() {
@@ -350,6 +356,7 @@ pub async fn check_at_start(
                     .colony_secret
                     .clone()
                     .map(|s| (token.tenant_id.clone(), s)),
+                colony_names: token.colony_names,
                 adopted_user: token
                     .user_id
                     .filter(|_| settings.identity.user_id.is_none()),
@@ -384,6 +391,9 @@ impl StartCheck {
         if let Some((tenant, secret)) = &self.colony_secret {
             outbox.adopt_colony_secret(tenant, secret).await?;
         }
+        if let Some(names) = self.colony_names {
+            outbox.adopt_colony_names(names).await?;
+        }
         if let Some(reason) = &self.pause {
             let change = crate::outbox::SyncChange::Pause {
                 reason: reason.clone(),
@@ -405,6 +415,7 @@ mod tests {
             user_id: user.map(str::to_string),
             device_id: device.map(str::to_string),
             colony_secret: None,
+            colony_names: None,
         }
     }
 

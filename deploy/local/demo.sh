@@ -16,7 +16,8 @@
 # enabled against the ingest); writes the workload (deploy/local/workload.py: 3 users' day of Hive sessions,
 # the tail of it live); sends alice's and carol's Claude Code sessions of the same day to their agents'
 # OTLP receivers (deploy/local/claude_code.py post: OTLP/JSON log exports, one of them twice); waits until
-# every agent has delivered everything; prints the dashboard (deploy/local/report.py) compared with the
+# every agent has delivered everything; labels the colonies (each agent lists its colonies with their keys,
+# the admin labels the keys); prints the dashboard (deploy/local/report.py) compared with the
 # totals the generator computed; checks that no planted secret reached an outbox or Postgres.
 #
 # Environment (all optional):
@@ -258,8 +259,11 @@ done
 READ_TOKEN=$("$BIN/apiary-ingest" token create --tenant "$TENANT" --scope read 2>>"$LOGS/admin.log" | last_line) \
     || die "read token create failed; see $LOGS/admin.log"
 (umask 077 && printf '%s\n' "$READ_TOKEN" >"$DEMO/read.token")
+ADMIN_TOKEN=$("$BIN/apiary-ingest" token create --tenant "$TENANT" --scope admin 2>>"$LOGS/admin.log" | last_line) \
+    || die "admin token create failed; see $LOGS/admin.log"
+(umask 077 && printf '%s\n' "$ADMIN_TOKEN" >"$DEMO/admin.token")
 umask 022
-info "read token -> .apiary/demo/read.token"
+info "read token -> .apiary/demo/read.token, admin token -> .apiary/demo/admin.token"
 
 # ---------------------------------------------------------------------------------------------------------
 step "Starting the ingest"
@@ -359,6 +363,14 @@ if grep -q '"status": "crashed"' "$DEMO/hive/expected.json"; then
         --expected "$DEMO/hive/expected.json" --status crashed --timeout 60 2>&1 \
         || info "(the report below shows what it reads instead)"
 fi
+
+# ---------------------------------------------------------------------------------------------------------
+info "labelling the colonies (each user reads their colonies' keys from their agent, as its settings page"
+info "lists them, and tells the admin, who labels each key: PUT /v1/colonies/{key}/label):"
+LABEL_ARGS=()
+for u in "${USER_LIST[@]}"; do LABEL_ARGS+=("$u=$DEMO/$u/agent"); done
+python3 "$HERE/demo_util.py" label-colonies --url "$INGEST_URL" --admin-token-file "$DEMO/admin.token" \
+    "${LABEL_ARGS[@]}" 2>&1 || die "labelling the colonies failed"
 
 # ---------------------------------------------------------------------------------------------------------
 step "The dashboard (deploy/local/report.py, read API with the read token)"

@@ -24,6 +24,13 @@
     demo_util.py wait-webhook --file F [--count N] [--timeout S]
                                                  wait until the receiver recorded N notifications; print
                                                  each (event, summary, signature verified)
+    demo_util.py label-colonies --url URL --admin-token-file F USER=AGENT_DIR ...
+                                                 plays the users telling their admin which colony key is
+                                                 which: reads each agent's colonies with their keys
+                                                 (GET /v1/colonies on the agent, as its settings page
+                                                 lists them) and labels each key the ingest knows
+                                                 (PUT /v1/colonies/{key}/label, "Billing refactor" for
+                                                 billing_refactor); prints key -> label
 """
 
 from __future__ import annotations
@@ -111,11 +118,16 @@ def cmd_wait_http(a):
     return 1
 
 
-def agent_status(data_dir: Path):
+def agent_get(data_dir: Path, path: str):
+    """GET `path` of the agent of `data_dir` (its address and intake token from the directory)."""
     addr = (data_dir / "agent.addr").read_text().strip()
     token = (data_dir / "agent.token").read_text().strip()
-    _, v = get_json(f"http://{addr}/v1/status", token)
+    _, v = get_json(f"http://{addr}{path}", token)
     return addr, v
+
+
+def agent_status(data_dir: Path):
+    return agent_get(data_dir, "/v1/status")
 
 
 def cmd_wait_agent(a):
@@ -293,6 +305,45 @@ def cmd_wait_webhook(a):
         time.sleep(0.3)
 
 
+def label_of(name: str) -> str:
+    """The label a person would give colony `name`: billing_refactor -> Billing refactor."""
+    words = name.replace("_", " ").strip()
+    return words[:1].upper() + words[1:] if words else name
+
+
+def cmd_label_colonies(a):
+    admin = Path(a.admin_token_file).read_text().strip()
+    labelled = 0
+    for spec in a.agents:
+        user, _, d = spec.partition("=")
+        try:
+            _, v = agent_get(Path(d), "/v1/colonies")
+        except (OSError, ValueError, urllib.error.URLError) as e:
+            say(f"error: cannot read the colonies of {user}'s agent: {e}")
+            return 1
+        for c in v.get("colonies", []):
+            key, label = c["key"], label_of(c["name"])
+            req = urllib.request.Request(
+                f"{a.url.rstrip('/')}/v1/colonies/{urllib.parse.quote(key, safe='')}/label",
+                data=json.dumps({"label": label}).encode(), method="PUT",
+                headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    r.read()
+            except urllib.error.HTTPError as e:
+                if e.code == 404:  # the colony never ran with sharing on: the ingest has no run of it
+                    say(f"    {user}: {c['name']} ({key}) has no run on the ingest yet; not labelled")
+                    continue
+                say(f"error: labelling {key}: HTTP {e.code} {e.read()[:200]!r}")
+                return 1
+            say(f"    {user}: {key} -> {label!r}")
+            labelled += 1
+    if labelled == 0:
+        say("error: no colony was labelled")
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -336,6 +387,11 @@ def main(argv=None) -> int:
     p.add_argument("--token-file", required=True)
     p.add_argument("--share", type=int, required=True, help="percent of the limit already spent")
     p.set_defaults(fn=cmd_budget_limit)
+    p = sub.add_parser("label-colonies")
+    p.add_argument("--url", required=True)
+    p.add_argument("--admin-token-file", required=True)
+    p.add_argument("agents", nargs="+", metavar="USER=AGENT_DIR")
+    p.set_defaults(fn=cmd_label_colonies)
     p = sub.add_parser("wait-webhook")
     p.add_argument("--file", required=True)
     p.add_argument("--count", type=int, default=1)

@@ -12,6 +12,8 @@ deltas coalesced), and for alice also the ``HIVE_DEBUG_EVENTS=1`` log ``event_lo
 Beside Hive, some users also run Claude Code (``--claude-code``, default alice and carol): its telemetry,
 as the OTLP/JSON log exports Claude Code would send, goes to ``OUT/claude_code/<user>/NNN.json[.gz]``
 (deploy/local/claude_code.py builds them; ``claude_code.py post`` sends them to the users' agents).
+Each colony also gets its directory, ``colonies/<name>/``, as Hive keeps it (an agent's settings page lists
+them with their keys).
 Then OUT/expected.json: totals the generator computed itself (by user, model, colony, session; Hive and
 Claude Code together), the session statuses a dashboard should show, and the sensitive markers that must
 never leave a device.
@@ -100,6 +102,7 @@ class Home:
         self.canaries = 0
         self.writes: list[tuple[datetime, Path, str]] = []  # (publish time, file, line) in write order
         self.state_files: list[tuple[Path, dict]] = []  # Hive's state.json of agent runs, written last
+        self.colony_dirs: list[str] = []  # colonies/<name>/ as Hive keeps each colony, made with the files
 
     def canary(self) -> str:
         self.canaries += 1
@@ -382,6 +385,8 @@ class Ctx:
 
     def colony(self, q: Actor, name: str, task: str):
         path = f"{self.h}/.hive/colonies/{name}"
+        if name not in self.home.colony_dirs:
+            self.home.colony_dirs.append(name)
 
         def during(a: Actor):
             a.queen_only("colony_created", {
@@ -1195,6 +1200,8 @@ def main(argv=None) -> int:
     for home in homes:
         for path, state in home.state_files:
             write_state(path, state, args.runtime_pid)
+        for name in home.colony_dirs:  # a colony's own directory, which Hive names after it
+            (home.root / "colonies" / name).mkdir(parents=True, exist_ok=True)
     t = exp["totals"]
     hive = [s for s in exp["sessions"].values() if s["runtime"] == "hive"]
     log(f"{len(users)} users, {len(hive)} Hive sessions ({sum(1 for s in hive if s['role'] == 'queen')} queens), "

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use apiary_schema::colony::ColonyNames;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use rand::RngCore;
@@ -69,6 +70,9 @@ pub struct Principal {
     pub user_id: Option<String>,
     /// The device the token is bound to: batches may not claim another.
     pub device_id: Option<String>,
+    /// The tenant's choice for colony names, read with the token (so it follows a change within
+    /// `token_cache_secs`): a `keys` tenant's batches lose any colony name before it is stored.
+    pub colony_names: ColonyNames,
     /// Key of the rate-limit bucket.
     token_hash: [u8; 32],
 }
@@ -82,6 +86,7 @@ impl Principal {
             scopes: vec![Scope::Ingest],
             user_id: None,
             device_id: None,
+            colony_names: ColonyNames::Keys,
             token_hash: [0; 32],
         }
     }
@@ -202,8 +207,8 @@ struct Bucket {
 
 const MAX_ENTRIES: usize = 100_000;
 
-/// tenant, scopes, user, device
-type TokenRow = (Uuid, Vec<String>, Option<String>, Option<String>);
+/// tenant, scopes, user, device, the tenant's colony names
+type TokenRow = (Uuid, Vec<String>, Option<String>, Option<String>, String);
 
 impl TokenGuard {
     pub fn new(cache_for: Duration, rate_per_sec: f64, burst: f64) -> TokenGuard {
@@ -238,18 +243,21 @@ impl TokenGuard {
             })
         } else if token.starts_with(TENANT_TOKEN_PREFIX) {
             let row: Option<TokenRow> = sqlx::query_as(
-                "SELECT tenant_id, scopes, user_id, device_id FROM api_tokens \
-                 WHERE token_hash = $1 AND revoked_at IS NULL",
+                "SELECT k.tenant_id, k.scopes, k.user_id, k.device_id, t.colony_names \
+                 FROM api_tokens k JOIN tenants t ON t.tenant_id = k.tenant_id \
+                 WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
             )
             .bind(&hash[..])
             .fetch_optional(pool)
             .await?;
-            let (tenant_id, scopes, user_id, device_id) = row.ok_or(ApiError::Unauthenticated)?;
+            let (tenant_id, scopes, user_id, device_id, names) =
+                row.ok_or(ApiError::Unauthenticated)?;
             Caller::Tenant(Principal {
                 tenant_id,
                 scopes: scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
                 user_id,
                 device_id,
+                colony_names: ColonyNames::parse(&names).unwrap_or_default(),
                 token_hash: hash,
             })
         } else {

@@ -1,4 +1,4 @@
-//! The command line: `migrate`, `serve`, `tenant create`, `token create`, `operator-token create`,
+//! The command line: `migrate`, `serve`, `tenant create|set`, `token create`, `operator-token create`,
 //! `token revoke`, `import`, `device register|revoke|keys`, `retention`, `price add|list|reprice`,
 //! `budget create|list`, `alert destination create|list`, `alert rule create|list`.
 //!
@@ -118,6 +118,17 @@ pub enum TenantAction {
     Create {
         #[arg(long)]
         name: String,
+    },
+    /// Change a tenant's settings; prints the settings now in force as JSON (the answer of
+    /// GET /v1/tenant/settings).
+    Set {
+        /// Tenant id (or unique name).
+        #[arg(long)]
+        tenant: String,
+        /// `keys` (colony names never leave a device; the default) or `names` (a device whose user
+        /// turns sharing on sends each colony's name beside its key).
+        #[arg(long, value_name = "keys|names")]
+        colony_names: apiary_schema::colony::ColonyNames,
     },
 }
 
@@ -637,6 +648,17 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
         } => {
             let id = admin::create_tenant(&pool, &name).await?;
             outln!("{id}")?;
+        }
+        Command::Tenant {
+            action:
+                TenantAction::Set {
+                    tenant,
+                    colony_names,
+                },
+        } => {
+            let tenant_id = admin::resolve_tenant(&pool, &tenant).await?;
+            let s = admin::set_colony_names(&pool, tenant_id, colony_names).await?;
+            outln!("{}", serde_json::json!({ "colony_names": s.colony_names }))?;
         }
         Command::Token {
             action:

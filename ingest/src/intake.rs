@@ -10,6 +10,10 @@
 //! rules, the allowlist policy (defence in depth), value ranges, and the time window. An event that fails
 //! is rejected with a reason and never stored; the others go on.
 //!
+//! The policy checked against is the widest a device may consent to (the shipped default with colony
+//! names, `Policy::with_colony_names`); a colony's name reaches it only for a tenant whose choice is
+//! `names` ([`Principal::colony_names`]): any other tenant's events lose it first.
+//!
 //! ## Clock correction (`sent_at`)
 //! `skew = received_at − sent_at`. When `|skew|` exceeds `clock_skew_tolerance_secs` (60 s), the device
 //! clock is taken to be off by `skew` and every event of the batch gets
@@ -25,6 +29,7 @@
 
 use std::io::Read;
 
+use apiary_schema::colony::ColonyNames;
 use apiary_schema::{Batch, CanonicalEvent, Policy, Rejection, SessionBinding};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
@@ -241,7 +246,7 @@ pub fn check_batch_value(
                     vec![],
                 )
             })?;
-        match check_event(raw, policy, shift, window) {
+        match check_event(raw, policy, principal.colony_names, shift, window) {
             Ok(ready) => checked.events.push(ready),
             Err(reason) => checked.rejected.push(Rejection {
                 event_id: id,
@@ -339,6 +344,7 @@ fn check_bindings(batch: &Batch, p: &Principal) -> Result<(), IntakeError> {
 fn check_event(
     raw: Value,
     policy: &Policy,
+    colony_names: ColonyNames,
     shift: Duration,
     (oldest, newest): (DateTime<Utc>, DateTime<Utc>),
 ) -> Result<ReadyEvent, String> {
@@ -350,10 +356,16 @@ fn check_event(
     if let Err(errs) = apiary_schema::json_schema::Validator::shared().validate_event(&raw) {
         return Err(format!("schema: {}", errs.join("; ")));
     }
-    let event: CanonicalEvent = serde_json::from_value(raw).map_err(|e| format!("schema: {e}"))?;
+    let mut event: CanonicalEvent =
+        serde_json::from_value(raw).map_err(|e| format!("schema: {e}"))?;
     event
         .check_envelope()
         .map_err(|e| format!("envelope: {e}"))?;
+    // A colony's name is the tenant's to want: a `keys` tenant never stores one (a device that consented
+    // while the tenant said `names` may still send some after the tenant changed its mind).
+    if colony_names == ColonyNames::Keys && event.kind == apiary_schema::EventKind::ColonyCreated {
+        event.data.remove(apiary_schema::colony::NAME_FIELD);
+    }
     if let Err(issues) = policy.check(&event) {
         let list: Vec<String> = issues
             .iter()

@@ -44,7 +44,8 @@ pub struct AppState {
     pub auth_guard: Arc<AuthGuard>,
     /// The process's Prometheus metrics.
     pub metrics: Arc<Metrics>,
-    /// The server-side allowlist, re-applied to every event.
+    /// The server-side allowlist, re-applied to every event: the shipped default with colony names (a
+    /// tenant that did not choose `names` loses them before the check, see `crate::intake`).
     pub policy: Arc<Policy>,
     /// Intake limits and the accepted time window.
     pub rules: Arc<IntakeRules>,
@@ -89,7 +90,7 @@ impl AppState {
             settings: Arc::new(settings),
             tokens: Arc::new(tokens),
             metrics: Arc::new(Metrics::default()),
-            policy: Arc::new(Policy::default_policy()),
+            policy: Arc::new(Policy::default_policy().with_colony_names()),
             stream,
             budgets: Arc::new(BudgetWatch::new()),
         }

@@ -24,8 +24,17 @@
 //! as hard as the secret allows, whatever the length. The prefix says which secret made it.
 //!
 //! The name is taken byte for byte (Hive restricts colony names to `[a-z0-9_]+`).
+//!
+//! ## Names, opt-in per tenant ([`ColonyNames`])
+//! A tenant's admin may choose `names` (`PUT /v1/tenant/settings`, `apiary-ingest tenant set
+//! --colony-names names`); `GET /v1/whoami` tells each device. A device whose user turned sharing on
+//! while the tenant said `names` (the consent records it) keeps the name beside the key
+//! ([`ColonyKeyer::sharing_names`]), and the policy lets `colony_name` pass ([`crate::Policy::with_colony_names`]).
+//! Every other device, and every device of a `keys` tenant, never lets a name out.
 
 use hmac::{Hmac, Mac};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
@@ -39,6 +48,50 @@ pub const KEY_HEX_DIGITS: usize = 32;
 pub const KEY_FIELD: &str = "colony_key";
 /// The data field that carries the name until it is keyed (dropped by the policy if it ever reaches it).
 pub const NAME_FIELD: &str = "colony_name";
+
+/// What a tenant lets its devices send about a colony: its key only (the default), or its name too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ColonyNames {
+    /// Colonies travel as keys only; names never leave a device.
+    #[default]
+    Keys,
+    /// A device whose user consented sends the colony's name beside its key.
+    Names,
+}
+
+impl ColonyNames {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ColonyNames::Keys => "keys",
+            ColonyNames::Names => "names",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<ColonyNames> {
+        match s {
+            "keys" => Some(ColonyNames::Keys),
+            "names" => Some(ColonyNames::Names),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ColonyNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ColonyNames {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ColonyNames, String> {
+        ColonyNames::parse(s).ok_or_else(|| format!("{s:?} is not keys or names"))
+    }
+}
 
 /// Which secret made a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +116,8 @@ impl KeyScope {
 pub struct ColonyKeyer {
     secret: [u8; SECRET_BYTES],
     scope: KeyScope,
+    /// Keep the name beside the key ([`ColonyKeyer::sharing_names`]); off unless asked for.
+    names: bool,
 }
 
 impl std::fmt::Debug for ColonyKeyer {
@@ -70,6 +125,7 @@ impl std::fmt::Debug for ColonyKeyer {
         // Never print the secret.
         f.debug_struct("ColonyKeyer")
             .field("scope", &self.scope)
+            .field("names", &self.names)
             .finish_non_exhaustive()
     }
 }
@@ -84,7 +140,24 @@ impl ColonyKeyer {
     pub fn from_hex(secret: &str, scope: KeyScope) -> Result<ColonyKeyer, BadSecret> {
         let bytes = hex::decode(secret.trim()).map_err(|_| BadSecret)?;
         let secret: [u8; SECRET_BYTES] = bytes.try_into().map_err(|_| BadSecret)?;
-        Ok(ColonyKeyer { secret, scope })
+        Ok(ColonyKeyer {
+            secret,
+            scope,
+            names: false,
+        })
+    }
+
+    /// The same keyer, keeping each colony's name beside its key when `names` is true: for a device
+    /// whose user consented while the tenant shares names (see the module notes). Device keys (`dk_`)
+    /// never share names: the tenant's choice is not known before its secret is.
+    pub fn sharing_names(mut self, names: bool) -> ColonyKeyer {
+        self.names = names && self.scope == KeyScope::Tenant;
+        self
+    }
+
+    /// True when names travel beside keys.
+    pub fn shares_names(&self) -> bool {
+        self.names
     }
 
     /// Which secret this is.
@@ -113,7 +186,8 @@ pub fn is_colony_key(s: &str) -> bool {
 /// Replaces a `colony.created` event's colony name by its key (run before the redaction policy).
 /// Any `colony_key` the producer sent is dropped first: only a key derived here may leave the device,
 /// so a producer cannot smuggle a name out as a "key". Without a keyer the name stays for the policy,
-/// which drops it (and counts it).
+/// which drops it (and counts it). A keyer [`ColonyKeyer::shares_names`] keeps the name beside the key,
+/// for a policy that lets it pass ([`crate::Policy::with_colony_names`]).
 pub fn key_colony_name(event: &mut CanonicalEvent, keyer: Option<&ColonyKeyer>) {
     if event.kind != EventKind::ColonyCreated {
         return;
@@ -132,6 +206,9 @@ pub fn key_colony_name(event: &mut CanonicalEvent, keyer: Option<&ColonyKeyer>) 
     event
         .data
         .insert(KEY_FIELD.into(), Value::String(keyer.key_of(&name)));
+    if keyer.shares_names() {
+        event.data.insert(NAME_FIELD.into(), Value::String(name));
+    }
 }
 
 #[cfg(test)]
@@ -236,5 +313,42 @@ mod tests {
             unkeyed.data.contains_key(NAME_FIELD),
             "left for the policy to drop"
         );
+    }
+
+    #[test]
+    fn only_a_tenant_keyer_sharing_names_keeps_the_name_beside_the_key() {
+        let mut event: CanonicalEvent = serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "event_id": "6a1f5c2e-9b3d-4e7a-8c10-2f4bd5e6a701",
+            "type": "colony.created", "occurred_at": "2026-11-03T10:00:00Z", "runtime": "hive",
+            "session_id": "s1", "agent_role": "queen", "native_type": "colony_created",
+            "data": {"colony_name": "billing_refactor"}
+        }))
+        .unwrap();
+        let mut keys_only = event.clone();
+        let mut device = event.clone();
+        key_colony_name(&mut event, Some(&tenant(T1).sharing_names(true)));
+        assert_eq!(event.data_str(NAME_FIELD), Some("billing_refactor"));
+        assert_eq!(
+            event.data_str(KEY_FIELD),
+            Some(tenant(T1).key_of("billing_refactor").as_str())
+        );
+        key_colony_name(&mut keys_only, Some(&tenant(T1).sharing_names(false)));
+        assert_eq!(keys_only.data_str(NAME_FIELD), None);
+        let device_keyer = ColonyKeyer::from_hex(T1, KeyScope::Device)
+            .unwrap()
+            .sharing_names(true);
+        assert!(
+            !device_keyer.shares_names(),
+            "a device key never shares names"
+        );
+        key_colony_name(&mut device, Some(&device_keyer));
+        assert_eq!(device.data_str(NAME_FIELD), None);
+        assert_eq!(ColonyNames::default(), ColonyNames::Keys);
+        assert_eq!(
+            serde_json::to_value(ColonyNames::Names).unwrap(),
+            serde_json::json!("names")
+        );
+        assert_eq!("keys".parse::<ColonyNames>(), Ok(ColonyNames::Keys));
+        assert!("Names".parse::<ColonyNames>().is_err());
     }
 }

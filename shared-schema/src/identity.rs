@@ -21,4 +21,9 @@ pub struct TokenIdentity {
     /// key on every device of the tenant. Absent for other tokens and from ingests that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub colony_secret: Option<String>,
+    /// The tenant's choice for colony names (`keys`: never leave a device, the default; `names`: a
+    /// device whose user consented sends them beside the keys). Absent from ingests that predate it,
+    /// which means `keys`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colony_names: Option<crate::colony::ColonyNames>,
 }

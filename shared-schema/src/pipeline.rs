@@ -113,7 +113,19 @@ pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome
     };
     let mut event = event;
     crate::colony::key_colony_name(&mut event, opts.colony);
-    within_range(redact(event, opts.policy)?)
+    // A keyer that shares names (the tenant chose `names`, the user consented) widens the policy by
+    // `colony_name` for the one kind that carries it: a rare event, so the widened copy is made here.
+    let wider;
+    let policy = match event.kind == crate::EventKind::ColonyCreated
+        && opts.colony.is_some_and(|k| k.shares_names())
+    {
+        true => {
+            wider = opts.policy.with_colony_names();
+            &wider
+        }
+        false => opts.policy,
+    };
+    within_range(redact(event, policy)?)
 }
 
 /// Refuses a kept event whose values the ingest would refuse (tokens above 10^12, a negative or too large

@@ -13,6 +13,7 @@ use crate::app::{self, Application};
 use crate::config::{LogFormat, Mode, Overrides, Settings};
 use crate::outbox::{OutboxReader, SyncChange};
 use crate::telemetry;
+use apiary_schema::colony::ColonyNames;
 
 pub async fn run(common: &Common, flags: &Overrides) -> anyhow::Result<ExitCode> {
     let settings = settings(common, flags)?;
@@ -207,9 +208,12 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
     outbox.close().await;
     let report = report?;
     if report.enabled {
+        let consented = match outbox.colony_keys().names().consent {
+            ColonyNames::Names => outbox.policy_hash_with_names(),
+            ColonyNames::Keys => outbox.policy_hash(),
+        };
         outln!(
-            "sync enabled (consent recorded with policy {}); {} held events released",
-            outbox.policy_hash(),
+            "sync enabled (consent recorded with policy {consented}); {} held events released",
             report.released
         )?;
         if let Some(adoption) = &adopted {
@@ -226,6 +230,11 @@ pub async fn sync(action: SyncAction) -> anyhow::Result<ExitCode> {
         if running_agent(&common.data_dir) {
             outln!("the running agent takes the change within a second, no restart needed")?;
         }
+        let names = adopted
+            .as_ref()
+            .and_then(|a| a.colony_names)
+            .unwrap_or_default();
+        outln!("{}", colony_names_line(names, outbox.colony_keys().names()))?;
     } else {
         outln!("sync disabled; {} pending events purged", report.purged)?;
     }
@@ -269,6 +278,23 @@ async fn token_identity(
         Err(e) => anyhow::bail!(
             "sync not enabled: {e}\n(fix the endpoint or the token, or add --force to store them anyway)"
         ),
+    }
+}
+
+/// What `sync enable` says about colony names: the tenant's choice and what this consent agreed to.
+fn colony_names_line(tenant: ColonyNames, now: crate::outbox::ColonyNamesState) -> String {
+    match (tenant, now.consent) {
+        (ColonyNames::Names, ColonyNames::Names) => {
+            "colony names: your organisation shares them, and \
+            this consent agrees: each colony's name is sent beside its key"
+                .into()
+        }
+        (ColonyNames::Names, _) => {
+            "colony names: your organisation shares them, but you declined on \
+            the settings page: they stay on this device (colonies are sent as keys)"
+                .into()
+        }
+        _ => "colony names: they stay on this device (colonies are sent as keys)".into(),
     }
 }
 

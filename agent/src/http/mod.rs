@@ -12,6 +12,7 @@
 //! | `GET /v1/sessions/{id}/tree` | queen → colonies → workers with usage rolled up, the ingest's shape ([`sessions`]) |
 //! | `GET /v1/stream` | the local live stream: `ready`/`reset`, `status`, `usage` as Server-Sent Events, resumable ([`stream`]) |
 //! | `GET /v1/usage/sessions/{id}` | tokens, cost, calls and tool durations of a session and its workers, from local data |
+//! | `GET /v1/colonies` | this device's colonies (the Hive home's `colonies/`) with the keys the dashboard lists them by, and the colony names settings ([`colonies`]) |
 //! | `GET /metrics` | OpenMetrics text ([`metrics`]) |
 //! | `GET /settings` | the desktop settings page: HTML for people, signed in with the settings token ([`settings_page`]) |
 //!
@@ -35,6 +36,7 @@
 //! conditions (cap reached, disk full) are 503 with `Retry-After`.
 
 pub mod budget;
+mod colonies;
 mod error;
 pub mod events;
 mod local;
@@ -93,7 +95,8 @@ pub struct AppState {
     pub exports: Arc<tokio::sync::Mutex<()>>,
     /// The configured identity (`[identity]`): turning sharing on reconciles the token's with it.
     pub identity: Arc<crate::identity::IdentityDefaults>,
-    /// The Hive home the running agent follows (`hive_home` or `--hive-home`), shown by `status`.
+    /// The Hive home the running agent follows (`hive_home` or `--hive-home`), shown by `status`;
+    /// the settings page lists its colonies (the directories under `colonies/`) with their keys.
     pub hive_home: Option<std::path::PathBuf>,
 }
 
@@ -139,6 +142,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/stream", get(stream::get_stream))
         .route("/v1/status", get(local::get_status))
         .route("/v1/quota", get(local::get_quota))
+        .route("/v1/colonies", get(colonies::get_colonies))
         .route(
             "/v1/sync",
             put(local::put_sync).route_layer(axum::middleware::from_fn(settings_only)),

@@ -10,12 +10,25 @@
 //!   known (sync never enabled, the ingest not reached yet, air-gapped). Its `dk_` keys are stable on this
 //!   device and cannot be linked to the same name on any other device.
 //!
+//! - `colony_names_tenant` = `keys` | `names`: the tenant's choice for colony names, as `GET /v1/whoami`
+//!   last told it (at `sync enable`, at start, when the push loop fetched the secret, when the settings
+//!   page checked the server). Absent: `keys`.
+//! - `colony_names_consent` = `keys` | `names`: what the user agreed to when sharing was last turned on:
+//!   `names` when the tenant's choice was `names` then (and the user did not decline it on the settings
+//!   page: `colony_names_declined` = `1`), else `keys`. The consent's policy hash records it too: the
+//!   hash of the policy widened by `colony_name` (`Policy::with_colony_names`).
+//!
+//! Names leave the device only while both say `names` and the keys are the tenant's
+//! ([`ColonyKeys::shares_names`]): the keyer in force then keeps each colony's name beside its key, and
+//! the pipeline's policy lets it pass. A tenant going back to `keys` stops it at the next answer that
+//! tells it; a tenant choosing `names` after the consent needs the user to turn sharing on again.
+//!
 //! The keyer in force is shared ([`ColonyKeys`]) by the intake, the tailer and the push loop; a change
 //! applies to events processed after it. The name itself is never stored.
 
 use std::sync::{Arc, RwLock};
 
-use apiary_schema::colony::{ColonyKeyer, KeyScope, SECRET_BYTES};
+use apiary_schema::colony::{ColonyKeyer, ColonyNames, KeyScope, SECRET_BYTES};
 use rusqlite::Connection;
 
 use super::store;
@@ -24,6 +37,12 @@ use super::store;
 pub(super) const TENANT_SECRET_KEY: &str = "colony_secret";
 /// Meta key of this device's own secret (hex).
 const DEVICE_SECRET_KEY: &str = "colony_device_secret";
+/// Meta key of the tenant's colony names choice, as last told.
+pub(super) const TENANT_NAMES_KEY: &str = "colony_names_tenant";
+/// Meta key of the colony names choice the consent in force agreed to.
+pub(super) const CONSENT_NAMES_KEY: &str = "colony_names_consent";
+/// Meta key of the user's "keys only, please" from the settings page (`1`), applied at the next consent.
+pub(super) const DECLINED_KEY: &str = "colony_names_declined";
 
 /// The keyer in force and the tenant whose secret it is (None: the device's own).
 #[derive(Debug, Clone)]
@@ -32,6 +51,34 @@ struct Current {
     tenant: Option<String>,
     /// The stored tenant secret (hex), to tell a repeat from a change.
     secret: Option<String>,
+    /// What the colony names settings say (see the module notes).
+    names: Names,
+}
+
+/// The three colony names settings (see the module notes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Names {
+    /// The tenant's choice, as last told.
+    pub tenant: ColonyNames,
+    /// What the consent in force agreed to.
+    pub consent: ColonyNames,
+    /// The user asked for keys only at the next consent.
+    pub declined: bool,
+}
+
+impl Names {
+    /// Names travel: the tenant wants them and the consent in force agreed.
+    pub fn in_effect(self) -> bool {
+        self.tenant == ColonyNames::Names && self.consent == ColonyNames::Names
+    }
+
+    /// What turning sharing on now would agree to.
+    pub fn at_consent(self) -> ColonyNames {
+        match (self.tenant, self.declined) {
+            (ColonyNames::Names, false) => ColonyNames::Names,
+            _ => ColonyNames::Keys,
+        }
+    }
 }
 
 /// The colony keyer in force, shared by everything that processes events. Cheap to clone.
@@ -50,9 +97,27 @@ pub enum Adoption {
 }
 
 impl ColonyKeys {
-    /// The keyer in force now.
+    /// The keyer in force now (keeping names beside keys while [`Names::in_effect`]).
     pub fn keyer(&self) -> ColonyKeyer {
-        self.0.read().expect("colony keys lock").keyer.clone()
+        let cur = self.0.read().expect("colony keys lock");
+        cur.keyer.clone().sharing_names(cur.names.in_effect())
+    }
+
+    /// The colony names settings now.
+    pub fn names(&self) -> Names {
+        self.0.read().expect("colony keys lock").names
+    }
+
+    /// True while colony names leave the device (see the module notes).
+    pub fn shares_names(&self) -> bool {
+        self.keyer().shares_names()
+    }
+
+    /// Changes the names settings with `change`; returns the new ones.
+    pub(super) fn set_names(&self, change: impl FnOnce(&mut Names)) -> Names {
+        let mut cur = self.0.write().expect("colony keys lock");
+        change(&mut cur.names);
+        cur.names
     }
 
     /// True when keys are the tenant's (`ck_`), false while they are this device's own (`dk_`).
@@ -81,6 +146,7 @@ impl ColonyKeys {
             keyer,
             tenant: Some(tenant.to_string()),
             secret: Some(secret.clone()),
+            names: cur.names,
         };
         Adoption::Store(format!("{tenant}:{secret}"))
     }
@@ -89,6 +155,16 @@ impl ColonyKeys {
 /// The keys stored in the outbox `conn`: the tenant's secret if stored, else the device's own (created
 /// and stored on first use).
 pub(super) fn load(conn: &Connection) -> rusqlite::Result<ColonyKeys> {
+    let choice = |key| -> rusqlite::Result<ColonyNames> {
+        Ok(store::get_meta(conn, key)?
+            .and_then(|v| ColonyNames::parse(&v))
+            .unwrap_or_default())
+    };
+    let names = Names {
+        tenant: choice(TENANT_NAMES_KEY)?,
+        consent: choice(CONSENT_NAMES_KEY)?,
+        declined: store::get_meta(conn, DECLINED_KEY)?.as_deref() == Some("1"),
+    };
     if let Some(stored) = store::get_meta(conn, TENANT_SECRET_KEY)? {
         if let Some((tenant, secret)) = stored.rsplit_once(':') {
             if let Ok(keyer) = ColonyKeyer::from_hex(secret, KeyScope::Tenant) {
@@ -96,6 +172,7 @@ pub(super) fn load(conn: &Connection) -> rusqlite::Result<ColonyKeys> {
                     keyer,
                     tenant: Some(tenant.to_string()),
                     secret: Some(secret.to_string()),
+                    names,
                 }))));
             }
         }
@@ -117,6 +194,7 @@ pub(super) fn load(conn: &Connection) -> rusqlite::Result<ColonyKeys> {
         keyer,
         tenant: None,
         secret: None,
+        names,
     }))))
 }
 
@@ -168,5 +246,34 @@ mod tests {
             "another tenant's"
         );
         assert_ne!(keys.keyer().key_of("billing"), k1);
+    }
+
+    #[test]
+    fn names_travel_only_while_the_tenant_wants_them_and_the_consent_agreed() {
+        let c = conn();
+        let keys = load(&c).unwrap();
+        keys.set_names(|n| n.tenant = ColonyNames::Names);
+        assert!(!keys.shares_names(), "no consent yet, and device keys");
+        assert_eq!(keys.names().at_consent(), ColonyNames::Names);
+        keys.set_names(|n| n.consent = ColonyNames::Names);
+        assert!(!keys.shares_names(), "device keys never share names");
+        let Adoption::Store(v) = keys.adopt("t1", S1) else {
+            panic!("refused")
+        };
+        store::set_meta(&c, TENANT_SECRET_KEY, &v).unwrap();
+        assert!(keys.shares_names());
+        assert!(keys.keyer().shares_names());
+        keys.set_names(|n| n.tenant = ColonyNames::Keys);
+        assert!(!keys.shares_names(), "the tenant went back to keys");
+        keys.set_names(|n| n.tenant = ColonyNames::Names);
+        assert!(keys.shares_names(), "the consent still agrees");
+        keys.set_names(|n| n.declined = true);
+        assert_eq!(keys.names().at_consent(), ColonyNames::Keys);
+        // Kept across a restart.
+        store::set_meta(&c, TENANT_NAMES_KEY, "names").unwrap();
+        store::set_meta(&c, CONSENT_NAMES_KEY, "names").unwrap();
+        assert!(load(&c).unwrap().shares_names());
+        store::set_meta(&c, CONSENT_NAMES_KEY, "keys").unwrap();
+        assert!(!load(&c).unwrap().shares_names());
     }
 }

@@ -7,6 +7,10 @@
 //! pending at that moment. Disabling stops claims at once (the next claim returns `SyncOff`); with
 //! `purge`, every pending row becomes a `purged` tombstone.
 //!
+//! Enabling also records the colony names choice agreed to (`meta.colony_names_consent`, see
+//! [`super::colony`]); under `names` the recorded policy hash is the widened policy's
+//! (`Policy::with_colony_names`), which is what leaves the device then.
+//!
 //! The push loop can *pause* sync (`paused_reason`, e.g. `re-authenticate` after a 401/403) without
 //! withdrawing consent; enabling again clears the pause.
 
@@ -48,6 +52,10 @@ pub struct SyncReport {
 
 pub(crate) struct SetSync {
     pub change: SyncChange,
+    /// On enable: the colony names choice this consent agrees to.
+    pub colony_names: Option<apiary_schema::colony::ColonyNames>,
+    /// The policy hash the consent records (the widened one under `names`).
+    pub policy_hash: String,
 }
 
 impl Task for SetSync {
@@ -55,7 +63,10 @@ impl Task for SetSync {
 
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<SyncReport, OutboxError>> {
         let mut report = SyncReport::default();
-        let hash = ctx.state.policy_hash.clone();
+        let hash = self.policy_hash.clone();
+        if let (SyncChange::Enable { .. }, Some(names)) = (&self.change, self.colony_names) {
+            super::store::set_meta(ctx.conn, super::colony::CONSENT_NAMES_KEY, names.as_str())?;
+        }
         match &self.change {
             SyncChange::Enable {
                 endpoint,
@@ -77,7 +88,7 @@ impl Task for SetSync {
                 }
                 log(
                     ctx,
-                    "enable",
+                    ("enable", &hash),
                     Some(endpoint),
                     *include_backlog,
                     0,
@@ -94,7 +105,7 @@ impl Task for SetSync {
                 if *purge {
                     report.purged = try_purge(ctx)?;
                 }
-                log(ctx, "disable", None, false, report.purged, 0)?;
+                log(ctx, ("disable", &hash), None, false, report.purged, 0)?;
                 ctx.sync_enabled = false;
             }
             SyncChange::Pause { reason } => {
@@ -109,9 +120,10 @@ impl Task for SetSync {
     }
 }
 
+/// Appends a `consent_log` row: the action and the policy hash it was taken under.
 fn log(
     ctx: &mut Ctx<'_>,
-    action: &str,
+    (action, policy_hash): (&str, &str),
     endpoint: Option<&String>,
     include_backlog: bool,
     purged: u64,
@@ -123,7 +135,7 @@ fn log(
         params![
             ctx.now_ms,
             action,
-            ctx.state.policy_hash,
+            policy_hash,
             endpoint,
             include_backlog,
             purged as i64,

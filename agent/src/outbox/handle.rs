@@ -7,6 +7,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use apiary_schema::colony::ColonyNames;
 use apiary_schema::{BatchResponse, Policy, SessionBinding};
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
@@ -72,6 +73,9 @@ struct Inner {
     wal: Arc<WalControl>,
     /// The colony keyer in force ([`super::colony`]).
     colony: super::colony::ColonyKeys,
+    /// The hash of the policy widened by colony names (`Policy::with_colony_names`): what a consent
+    /// that agrees to the tenant's `names` records.
+    policy_hash_with_names: String,
     /// Bumped by the writer after every commit (the live stream's wake-up).
     live: Arc<tokio::sync::watch::Sender<u64>>,
     /// The last budget state the ingest sent (loaded at open, then kept by [`Outbox::keep_quota`]):
@@ -143,7 +147,6 @@ impl Outbox {
             store::ensure_policy(&conn, policy.hash(), policy.name(), policy.version(), now)?;
         let state = WriterState {
             policy_id,
-            policy_hash: policy.hash().to_string(),
             attach_durations: durations::policy_allows(policy),
             open_tool_starts: durations::count(&conn)?,
             journal: super::journal::JournalState::load(&conn)?,
@@ -192,6 +195,7 @@ impl Outbox {
                 checkpointer: Mutex::new(Some(checkpointer)),
                 wal,
                 colony,
+                policy_hash_with_names: policy.with_colony_names().hash().to_string(),
                 live,
                 quota: Mutex::new(quota),
             }),
@@ -290,6 +294,9 @@ impl Outbox {
         if let Some((tenant, secret)) = &adoption.colony_secret {
             self.adopt_colony_secret(tenant, secret).await?;
         }
+        if let Some(names) = adoption.colony_names {
+            self.adopt_colony_names(names).await?;
+        }
         tracing::info!(
             user_id = defaults.user_id.as_deref(),
             device_id = defaults.device_id.as_deref(),
@@ -301,6 +308,11 @@ impl Outbox {
     /// The hash of the policy events are redacted under now.
     pub fn policy_hash(&self) -> &str {
         &self.inner.policy_hash
+    }
+
+    /// The hash of that policy widened by colony names: what a consent agreeing to them records.
+    pub fn policy_hash_with_names(&self) -> &str {
+        &self.inner.policy_hash_with_names
     }
 
     fn send(&self, job: Job) -> Result<(), OutboxError> {
@@ -349,9 +361,72 @@ impl Outbox {
         self.run(Register { registration }).await
     }
 
-    /// Switches sync (consent) on or off, or pauses it.
+    /// Switches sync (consent) on or off, or pauses it. Turning it on also agrees to the tenant's colony
+    /// names choice as last told (unless the user declined it, see [`super::colony`]): the consent
+    /// records it, in its policy hash too.
     pub async fn set_sync(&self, change: SyncChange) -> Result<SyncReport, OutboxError> {
-        self.run(SetSync { change }).await
+        let names = matches!(change, SyncChange::Enable { .. })
+            .then(|| self.inner.colony.names().at_consent());
+        let policy_hash = match names {
+            Some(ColonyNames::Names) => self.inner.policy_hash_with_names.clone(),
+            _ => self.inner.policy_hash.clone(),
+        };
+        let report = self
+            .run(SetSync {
+                change,
+                colony_names: names,
+                policy_hash,
+            })
+            .await?;
+        if let Some(n) = names {
+            self.inner.colony.set_names(|s| s.consent = n);
+        }
+        Ok(report)
+    }
+
+    /// Notes the tenant's colony names choice (from `GET /v1/whoami`): stored, and in force at once
+    /// (a `keys` answer stops names leaving; see [`super::colony`]). True when it changed.
+    pub async fn adopt_colony_names(&self, tenant: ColonyNames) -> Result<bool, OutboxError> {
+        if self.inner.colony.names().tenant == tenant {
+            return Ok(false);
+        }
+        self.run(SetMeta {
+            key: super::colony::TENANT_NAMES_KEY,
+            value: tenant.as_str().to_string(),
+        })
+        .await?;
+        let now = self.inner.colony.set_names(|s| s.tenant = tenant);
+        tracing::info!(
+            tenant_choice = tenant.as_str(),
+            names_leave_the_device = now.in_effect(),
+            "the tenant's colony names choice"
+        );
+        Ok(true)
+    }
+
+    /// The user's choice on the settings page: `true` keeps colony names on this device at the next
+    /// consent whatever the tenant's choice (and stops them now); `false` lets the next consent agree
+    /// to the tenant's.
+    pub async fn decline_colony_names(&self, declined: bool) -> Result<(), OutboxError> {
+        self.run(SetMeta {
+            key: super::colony::DECLINED_KEY,
+            value: if declined { "1" } else { "0" }.to_string(),
+        })
+        .await?;
+        if declined {
+            self.run(SetMeta {
+                key: super::colony::CONSENT_NAMES_KEY,
+                value: ColonyNames::Keys.as_str().to_string(),
+            })
+            .await?;
+        }
+        self.inner.colony.set_names(|s| {
+            s.declined = declined;
+            if declined {
+                s.consent = ColonyNames::Keys;
+            }
+        });
+        Ok(())
     }
 
     /// Claims a batch of uploadable events (see [`delivery`]).

@@ -113,8 +113,6 @@ pub(crate) struct WriterState {
     pub in_flight: HashMap<Uuid, (ClaimedRow, Instant)>,
     /// The `policies.id` of the policy events are redacted under now.
     pub policy_id: i64,
-    /// That policy's hash (recorded with consent).
-    pub policy_hash: String,
     /// Identity defaults for sessions first seen here.
     pub defaults: IdentityDefaults,
     /// Where claims scan from.

@@ -77,7 +77,7 @@ mod usage_time;
 mod work;
 mod writer;
 
-pub use colony::{Adoption, ColonyKeys};
+pub use colony::{Adoption, ColonyKeys, Names as ColonyNamesState};
 pub use consent::{SyncChange, SyncReport};
 pub use counters::Counters;
 pub use delivery::{ClaimLimits, Claimed, ClaimedEvent, Delivery, Idle, SettleReport};

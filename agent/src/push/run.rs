@@ -181,6 +181,11 @@ impl Pusher {
                         tracing::warn!(error = %e, "could not store the tenant's colony secret");
                     }
                 }
+                if let Some(names) = t.colony_names {
+                    if let Err(e) = self.outbox.adopt_colony_names(names).await {
+                        tracing::warn!(error = %e, "could not store the tenant's colony names choice");
+                    }
+                }
             }
             Err(e) => tracing::debug!(error = %e, "colony secret not fetched yet"),
         }

@@ -5,6 +5,7 @@ mod support;
 mod tail_support;
 
 mod claims;
+mod colony_names;
 mod consent_export;
 mod crash;
 mod durations;

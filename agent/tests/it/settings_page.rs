@@ -20,7 +20,11 @@ pub(crate) struct Page {
 
 impl Page {
     pub(crate) async fn spawn(mode: Mode) -> Page {
-        let app = App::spawn(|s| s.mode = mode).await;
+        Page::of(App::spawn(|s| s.mode = mode).await)
+    }
+
+    /// The page of a running agent.
+    pub(crate) fn of(app: App) -> Page {
         let http = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())

@@ -1,7 +1,17 @@
 //! Stacked bar charts as inline SVG, drawn on the server: no charting library, no script. Each bar
 //! segment carries a `<title>` (bucket, series, value) that browsers show on hover and screen readers
 //! read; the chart as a whole is an `img` with a label, and the page shows the same numbers in a table.
-//! Colours come from the stylesheet (classes `c0`…`c7`, `cx` for "other"), so they follow the theme.
+//!
+//! ## Colours
+//! Colours come from the stylesheet (classes `c0`…`c11`, `cx` for "other"), so they follow the theme:
+//! the same class is the same hue in the light and the dark palette. A series' class is decided by its
+//! key, not by its rank in a chart ([`Colours`]): each key prefers the slot its FNV-1a hash names, and a
+//! page assigns one map over every key it draws, so a model keeps its colour in "Spend" and "Tokens",
+//! on every range and granularity that shows the same keys, and on every page. Two keys that prefer the
+//! same slot on one page are told apart: the one that sorts first keeps it, the other takes the next
+//! free slot (so no two series of one page share a colour while there are at most twelve).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use maud::{html, Markup};
 
@@ -67,13 +77,61 @@ const LEFT: f64 = 70.0;
 const BOTTOM: f64 = 24.0;
 const TOP: f64 = 8.0;
 
-/// The colour class of the `i`-th series ("other" is always grey).
-pub fn colour(i: usize, name: &str) -> String {
-    if name.starts_with("other (") {
-        "cx".into()
-    } else {
-        format!("c{}", i % 8)
+/// Colour slots in the stylesheet (`c0`…`c11`).
+pub const SLOTS: usize = 12;
+
+/// The colour slot of every series key a page draws (see the module notes).
+#[derive(Debug, Clone, Default)]
+pub struct Colours(BTreeMap<String, usize>);
+
+impl Colours {
+    /// One slot per key: its preferred slot ([`preferred_slot`]) unless a key sorting before it took
+    /// that one, then the next free one. Depends only on the set of keys.
+    pub fn of<'a>(keys: impl IntoIterator<Item = &'a str>) -> Colours {
+        let keys: BTreeSet<&str> = keys.into_iter().filter(|k| !is_other(k)).collect();
+        let mut taken = [false; SLOTS];
+        let mut map = BTreeMap::new();
+        for key in keys {
+            let first = preferred_slot(key);
+            let slot = (0..SLOTS)
+                .map(|step| (first + step) % SLOTS)
+                .find(|s| !taken[*s])
+                .unwrap_or(first);
+            taken[slot] = true;
+            map.insert(key.to_string(), slot);
+        }
+        Colours(map)
     }
+
+    /// The colour class of the series `name` ("other" is always grey; a key the map lacks takes its
+    /// preferred slot).
+    pub fn class(&self, name: &str) -> String {
+        if is_other(name) {
+            return "cx".into();
+        }
+        let slot = self
+            .0
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| preferred_slot(name));
+        format!("c{slot}")
+    }
+}
+
+/// True for the "other (n)" series [`Stacked::top`] makes.
+fn is_other(name: &str) -> bool {
+    name.starts_with("other (")
+}
+
+/// The slot a key prefers: FNV-1a (64 bits) of its bytes, modulo [`SLOTS`]. Stable across builds,
+/// platforms and processes (unlike the standard library's hasher).
+pub fn preferred_slot(key: &str) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % SLOTS as u64) as usize
 }
 
 /// A coordinate to one decimal (the SVG's precision; full floats would double the page's weight).
@@ -81,8 +139,14 @@ fn r1(v: f64) -> String {
     format!("{:.1}", v)
 }
 
-/// The chart, labelled `label`, values read through `fmt`.
-pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> String) -> Markup {
+/// The chart, labelled `label`, values read through `fmt`, each series in its colour of `colours`.
+pub fn stacked_bars(
+    id: &str,
+    label: &str,
+    data: &Stacked,
+    colours: &Colours,
+    fmt: fn(f64) -> String,
+) -> Markup {
     let max = data.max_stack();
     let plot_w = W - LEFT;
     let plot_h = H - TOP - BOTTOM;
@@ -104,11 +168,11 @@ pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> Strin
                 @for (i, bucket) in data.buckets.iter().enumerate() {
                     @let x = LEFT + i as f64 * band + (band - bar) / 2.0;
                     @let mut base = TOP + plot_h;
-                    @for (s, (name, values)) in data.series.iter().enumerate() {
+                    @for (name, values) in &data.series {
                         @let h = y_of(values[i]);
                         @if h > 0.0 {
                             @let y = { base -= h; base };
-                            rect class=(colour(s, name)) x=(r1(x)) y=(r1(y)) width=(r1(bar)) height=(r1(h)) {
+                            rect class=(colours.class(name)) data-series=(name) x=(r1(x)) y=(r1(y)) width=(r1(bar)) height=(r1(h)) {
                                 title { (short(bucket)) " · " (name) ": " (fmt(values[i])) }
                             }
                         }
@@ -122,8 +186,8 @@ pub fn stacked_bars(id: &str, label: &str, data: &Stacked, fmt: fn(f64) -> Strin
             @if !data.series.is_empty() {
                 figcaption {
                     ul.legend {
-                        @for (s, (name, _)) in data.series.iter().enumerate() {
-                            li { span class={ "swatch " (colour(s, name)) } aria-hidden="true" {} (name) }
+                        @for (name, _) in &data.series {
+                            li data-series=(name) { span class={ "swatch " (colours.class(name)) } aria-hidden="true" {} (name) }
                         }
                     }
                 }
@@ -195,7 +259,8 @@ mod tests {
             buckets: vec!["2026-11-01T00:00:00+00:00".into()],
             series: vec![("<script>x</script>".into(), vec![2.0])],
         };
-        let svg = stacked_bars("c", "Spend", &data, |v| format!("{v}")).into_string();
+        let svg = stacked_bars("c", "Spend", &data, &Colours::default(), |v| format!("{v}"))
+            .into_string();
         assert!(svg.contains("&lt;script&gt;x&lt;/script&gt;: 2"), "{svg}");
         assert!(!svg.contains("<script>"));
         assert!(svg.contains(">2026-11-01<"));
@@ -221,5 +286,46 @@ mod tests {
             series: vec![("a".into(), vec![1.0])],
         };
         assert_eq!(few.coarsen(MAX_BARS), 1);
+    }
+
+    #[test]
+    fn a_key_keeps_its_colour_whatever_its_rank_and_no_two_keys_of_a_page_share_one() {
+        let models = [
+            "claude-sonnet-4-5",
+            "claude-haiku-4-5",
+            "gpt-5-mini",
+            "claude-opus-4-1",
+        ];
+        let page = Colours::of(models);
+        let reversed = Colours::of(models.iter().rev().copied());
+        for m in models {
+            assert_eq!(
+                page.class(m),
+                reversed.class(m),
+                "{m}: the order of the keys matters"
+            );
+        }
+        let classes: BTreeSet<String> = models.iter().map(|m| page.class(m)).collect();
+        assert_eq!(
+            classes.len(),
+            models.len(),
+            "two keys share a colour: {page:?}"
+        );
+        // A key alone on a page has its preferred slot, and keeps it beside keys that prefer others.
+        for m in models {
+            assert_eq!(Colours::of([m]).class(m), format!("c{}", preferred_slot(m)));
+        }
+        assert_eq!(page.class("other (3)"), "cx");
+        // Pinned: a change of the hash would repaint every chart users know.
+        assert_eq!(preferred_slot(""), (0xcbf2_9ce4_8422_2325u64 % 12) as usize);
+        assert_eq!(
+            preferred_slot("a"),
+            (0xaf63_dc4c_8601_ec8cu64 % 12) as usize
+        );
+        // As many keys as slots: every slot is used once.
+        let many: Vec<String> = (0..SLOTS).map(|i| format!("model-{i}")).collect();
+        let all = Colours::of(many.iter().map(String::as_str));
+        let used: BTreeSet<String> = many.iter().map(|m| all.class(m)).collect();
+        assert_eq!(used.len(), SLOTS);
     }
 }

@@ -1,8 +1,10 @@
 //! Devices (`/devices`: liveness, backlog, agent version, last push) and colonies (`/colonies`: by key,
-//! with runs, workers and spend over the range). The answers of `get_devices` and `list_colonies`; the
+//! with runs, workers and spend over the range; each with its admin's label and, for a tenant that
+//! shares colony names, its name). The answers of `get_devices` and `list_colonies`; the
 //! colonies page takes `/v1/colonies`' query string (`from`, `to`, `tz`), with the overview's default
 //! range (the last 30 local days, today included).
 
+use apiary_schema::colony::ColonyNames;
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use axum::Json;
@@ -55,6 +57,26 @@ pub async fn devices_page(State(db): State<ReadDb>, viewer: Viewer) -> Response 
     layout::page("Devices", Nav::Devices, &viewer, body)
 }
 
+/// How colonies are named here, and how to make a key readable.
+fn naming_note(names: ColonyNames) -> maud::Markup {
+    html! {
+        p.note #colony-naming data-colony-names=(names.as_str()) {
+            @match names {
+                ColonyNames::Keys => {
+                    "Colonies are known by their keys (" code { "ck_…" } "): their names stay on the "
+                    "devices (tenant setting " code { "colony_names" } " is " code { "keys" } "). "
+                }
+                ColonyNames::Names => {
+                    "Devices whose users agreed send their colonies' names (tenant setting "
+                    code { "colony_names" } " is " code { "names" } "); other colonies show their keys. "
+                }
+            }
+            "Each device's settings page lists its own colonies with their keys; an admin labels a key with "
+            code { "PUT /v1/colonies/{key}/label" } "."
+        }
+    }
+}
+
 /// `GET /colonies`.
 pub async fn colonies_page(
     State(db): State<ReadDb>,
@@ -84,6 +106,7 @@ pub async fn colonies_page(
     let date = |s: &str| s.get(..10).unwrap_or(s).to_string();
     let body = html! {
         h1 { "Colonies" }
+        (naming_note(viewer.principal.colony_names))
         form.pickers method="get" action="/colonies" aria-label="Colony range" {
             div { label for="from" { "From" } input #from type="date" name="from" value=(date(&list.from)); }
             div { label for="to" { "Until (exclusive)" } input #to type="date" name="to" value=(date(&list.to)); }
@@ -100,8 +123,9 @@ pub async fn colonies_page(
                     th.num scope="col" { "Spend in range" } th.num scope="col" { "Days with spend" }
                 } }
                 tbody { @for c in &list.colonies { tr {
-                    th scope="row" {
-                        @if let Some(l) = &c.label { (l) br; }
+                    th scope="row" data-colony=(c.colony_key) {
+                        @if let Some(l) = &c.label { span.colony-label { (l) } br; }
+                        @if let Some(n) = &c.name { @if c.label.as_ref() != Some(n) { span.colony-name { "name: " (n) } br; } }
                         a href={ "/sessions?colony=" (c.colony_key) } aria-label={ "Sessions of colony " (c.colony_key) } {
                             code { (c.colony_key) }
                         }

@@ -300,6 +300,14 @@ fn charts(u: &UsageResponse, dim: Dim) -> Markup {
     });
     let k = spend.coarsen(chart::MAX_BARS);
     tokens.coarsen(chart::MAX_BARS);
+    // One colour map for the page: a series has the same colour in both charts.
+    let colours = chart::Colours::of(
+        spend
+            .series
+            .iter()
+            .chain(&tokens.series)
+            .map(|(name, _)| name.as_str()),
+    );
     let by = STACK_BY
         .iter()
         .find(|d| d.0 == dim)
@@ -312,12 +320,12 @@ fn charts(u: &UsageResponse, dim: Dim) -> Markup {
         section aria-labelledby="spend-title" {
             h2 #spend-title { "Spend by " (by) }
             (chart::stacked_bars("spend", &format!("Spend per bucket, stacked by {by}"), &spend,
-                |v| format::money(v as i128)))
+                &colours, |v| format::money(v as i128)))
         }
         section aria-labelledby="tokens-title" {
             h2 #tokens-title { "Tokens (input + output) by " (by) }
             (chart::stacked_bars("tokens", &format!("Tokens per bucket, stacked by {by}"), &tokens,
-                |v| format::count(v as i128)))
+                &colours, |v| format::count(v as i128)))
         }
         section aria-labelledby="rows-title" {
             h2 #rows-title { "By " (by) }

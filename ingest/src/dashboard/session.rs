@@ -2,6 +2,11 @@
 //! statuses, the health timeline, tasks and triggers, its usage by model and calls and durations per
 //! tool. The answers of `get_session`, `get_session_tree`, `get_session_history` and
 //! `get_session_usage` (by model, and `group_by=tool`).
+//!
+//! The tree is the whole one the session belongs to (`get_session_tree` of its `root_session_id`), with
+//! the session marked in it (`aria-current`): a worker's page shows its queen and colony above it. The
+//! spend "with everything below" is the session's node of that tree (its `totals`), its own spend the
+//! node's `usage`: the numbers the tree shows.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -33,6 +38,20 @@ async fn detail(db: ReadDb, viewer: &Viewer, id: String) -> Result<Markup, ApiEr
     let r = || viewer.reader.clone();
     let Json(d) = api::get_session(State(db.clone()), r(), Path(id.clone())).await?;
     let Json(tree) = api::get_session_tree(State(db.clone()), r(), Path(id.clone())).await?;
+    // The whole tree, from the topmost session above (the session's own when nothing is above it, or
+    // when it lies deeper below the top than a tree reaches).
+    let whole = match d.root_session_id != id {
+        true => Some(
+            api::get_session_tree(State(db.clone()), r(), Path(d.root_session_id.clone()))
+                .await?
+                .0,
+        ),
+        false => None,
+    };
+    let shown = whole
+        .as_ref()
+        .filter(|w| find(w, &id).is_some())
+        .unwrap_or(&tree);
     let Json(history) = api::get_session_history(State(db.clone()), r(), Path(id.clone())).await?;
     let tools = UsageParams {
         group_by: Some(GroupBy(vec![Dim::Tool])),
@@ -41,17 +60,18 @@ async fn detail(db: ReadDb, viewer: &Viewer, id: String) -> Result<Markup, ApiEr
     let Json(tools) =
         api::get_session_usage(State(db.clone()), r(), Path(id.clone()), Query(tools)).await?;
     let by_model = UsageParams::default();
-    let Json(models) = api::get_session_usage(State(db), r(), Path(id), Query(by_model)).await?;
+    let Json(models) =
+        api::get_session_usage(State(db), r(), Path(id.clone()), Query(by_model)).await?;
     let now = Utc::now();
     let s = &d.session;
     Ok(html! {
         h1 { "Session " code { (s.session_id) } " " (badge(s.status.as_str())) }
         p.cause { "Status since " @if let Some(t) = s.status_since { (format::time(t)) } @else { "–" } ": " (s.status_cause) }
-        (facts(s, now))
+        (facts(s, &tree, now))
         (doing_now(&d))
         section aria-labelledby="tree-title" {
             h2 #tree-title { "Queen, colonies and workers" }
-            ul.tree { (node(&tree, 0)) }
+            ul.tree { (node(shown, 0, &id)) }
         }
         (timeline(&history, now))
         (tasks(&d))
@@ -60,8 +80,22 @@ async fn detail(db: ReadDb, viewer: &Viewer, id: String) -> Result<Markup, ApiEr
     })
 }
 
-fn facts(s: &SessionBody, now: DateTime<Utc>) -> Markup {
+/// The node of `id` in `tree`, if it is there.
+fn find<'a>(tree: &'a TreeNode, id: &str) -> Option<&'a TreeNode> {
+    if tree.session.session_id == id {
+        return Some(tree);
+    }
+    tree.colonies
+        .iter()
+        .flat_map(|c| &c.workers)
+        .find_map(|w| find(w, id))
+}
+
+/// The session's facts; `tree` is its own tree (its `totals` are of it and everything below, its
+/// `usage` its own).
+fn facts(s: &SessionBody, tree: &TreeNode, now: DateTime<Utc>) -> Markup {
     let t = &s.totals;
+    let (all, own) = (tree.session.totals.cost_nanos.0, tree.usage.cost_nanos.0);
     html! {
         dl.facts {
             div { dt { "Role" } dd { (opt(&s.agent_role)) } }
@@ -74,7 +108,8 @@ fn facts(s: &SessionBody, now: DateTime<Utc>) -> Markup {
             div { dt { "Wall clock" } dd { (format::duration(s.durations.wall_clock_seconds)) } }
             div { dt { "Active" } dd { (format::duration(s.durations.active_seconds)) } }
             div { dt { "Last event" } dd { @if let Some(e) = s.last_event_at { (format::ago(e, now)) } @else { "–" } } }
-            div { dt { "Spend (with everything below)" } dd data-field="cost_nanos" data-value=(t.cost_nanos.0) title=(format::money_exact(t.cost_nanos.0)) { (format::money(t.cost_nanos.0)) } }
+            div { dt { "Spend (with everything below)" } dd data-field="cost_nanos_with_below" data-value=(all) title=(format::money_exact(all)) { (format::money(all)) } }
+            div { dt { "Spend (this session)" } dd data-field="cost_nanos" data-value=(own) title=(format::money_exact(own)) { (format::money(own)) } }
             div { dt { "Input / output tokens" } dd { (format::sum(t.input_tokens)) " / " (format::sum(t.output_tokens)) } }
             div { dt { "LLM calls" } dd { (format::sum(t.llm_calls)) } }
             div { dt { "Tool calls (errors)" } dd { (format::sum(t.tool_calls)) " (" (format::sum(t.tool_errors)) ")" } }
@@ -99,19 +134,30 @@ fn doing_now(d: &SessionDetail) -> Markup {
     }
 }
 
-fn node(n: &TreeNode, depth: usize) -> Markup {
+/// A node of the tree and everything below it; the session `here` is marked (`aria-current`).
+fn node(n: &TreeNode, depth: usize, here: &str) -> Markup {
     let s = &n.session;
+    let current = s.session_id == here;
     html! {
-        li {
+        li.here[current] data-session=(s.session_id) {
             (badge(s.status.as_str())) " "
-            a href={ "/sessions/" (path_segment(&s.session_id)) } { code { (s.session_id) } }
+            @if current {
+                a href={ "/sessions/" (path_segment(&s.session_id)) } aria-current="page" { code { (s.session_id) } }
+                " " strong.here-note { "(this page)" }
+            } @else {
+                a href={ "/sessions/" (path_segment(&s.session_id)) } { code { (s.session_id) } }
+            }
             " " span.role { (s.agent_role.as_deref().unwrap_or("session")) }
             " · " span title=(format::money_exact(n.usage.cost_nanos.0)) { (format::money(n.usage.cost_nanos.0)) }
             @if !n.colonies.is_empty() && depth < 8 {
                 ul {
                     @for c in &n.colonies {
-                        li.colony {
-                            "colony " code { (c.colony_key.as_deref().unwrap_or(&c.colony_id)) }
+                        li.colony data-colony=(c.colony_key.as_deref().unwrap_or(&c.colony_id)) {
+                            "colony "
+                            @if let Some(shown) = c.colony_label.as_ref().or(c.colony_name.as_ref()) {
+                                strong.colony-name { (shown) } " "
+                            }
+                            code { (c.colony_key.as_deref().unwrap_or(&c.colony_id)) }
                             " — workers: "
                             @for (i, (status, count)) in c.workers_by_status.iter().enumerate() {
                                 @if i > 0 { ", " }
@@ -119,7 +165,7 @@ fn node(n: &TreeNode, depth: usize) -> Markup {
                             }
                             " · " span title=(format::money_exact(c.totals.cost_nanos.0)) { (format::money(c.totals.cost_nanos.0)) }
                             @if !c.workers.is_empty() {
-                                ul { @for w in &c.workers { (node(w, depth + 1)) } }
+                                ul { @for w in &c.workers { (node(w, depth + 1, here)) } }
                             }
                         }
                     }
@@ -225,12 +271,14 @@ fn tasks(d: &SessionDetail) -> Markup {
     }
 }
 
-/// The session's own usage by model (`/v1/sessions/{id}/usage`, all time).
+/// The session's own usage by model (`/v1/sessions/{id}/usage`, all time). Rows whose every figure is
+/// zero are left out (the "(none)" row of a session's tool calls, which have no model).
 fn per_model(u: &UsageResponse) -> Markup {
+    let rows: Vec<_> = u.rows.iter().filter(|r| !model_row_is_empty(r)).collect();
     html! {
         section aria-labelledby="models-title" {
             h2 #models-title { "Usage by model (this session)" }
-            @if u.rows.is_empty() {
+            @if rows.is_empty() {
                 p.empty { "No usage." }
             } @else {
                 div.scroll { table {
@@ -238,7 +286,7 @@ fn per_model(u: &UsageResponse) -> Markup {
                         th scope="col" { "Model" } th.num scope="col" { "Spend" } th.num scope="col" { "Input tokens" }
                         th.num scope="col" { "Output tokens" } th.num scope="col" { "Cached tokens" } th.num scope="col" { "LLM calls" }
                     } }
-                    tbody { @for r in &u.rows { tr {
+                    tbody { @for r in &rows { tr {
                         th scope="row" { code { (r.model.clone().flatten().unwrap_or_else(|| "(none)".into())) } }
                         td.num title=(format::money_exact(r.sums.cost_nanos.0)) { (format::money(r.sums.cost_nanos.0)) }
                         td.num { (format::sum(r.sums.input_tokens)) }
@@ -250,6 +298,20 @@ fn per_model(u: &UsageResponse) -> Markup {
             }
         }
     }
+}
+
+/// True when every figure the model table shows is zero.
+fn model_row_is_empty(r: &crate::query::usage::body::UsageRowBody) -> bool {
+    let s = &r.sums;
+    [
+        s.cost_nanos.0,
+        s.input_tokens.0,
+        s.output_tokens.0,
+        s.cached_tokens.0,
+        s.llm_calls.0,
+    ]
+    .iter()
+    .all(|v| *v == 0)
 }
 
 fn per_tool(u: &UsageResponse) -> Markup {

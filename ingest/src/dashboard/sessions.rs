@@ -1,6 +1,10 @@
 //! The sessions list (`/sessions`: most recent first, filters, paging); a session's page is
 //! [`super::session`].
 //!
+//! A row shows the session's runtime (`hive`, `claude_code`, …) and, under its status, the statuses
+//! below it that call for a look, worst first (`1 stalled, 1 needs attention below`: the API's
+//! `below`, as of the page load), so a queen that reads `completed` does not hide a stalled worker.
+//!
 //! The list is live: `assets/live.js` follows `/live` (see [`super::live`]) and updates a row's status
 //! badge when the session's status changes, without a reload.
 //!
@@ -17,7 +21,7 @@ use super::format::{self, path_segment};
 use super::layout::{self, badge, opt, Nav};
 use super::overview::non_empty;
 use super::Viewer;
-use crate::query::sessions::body::SessionBody;
+use crate::query::sessions::body::{needs_a_look, SessionBody};
 use crate::query::sessions::ListParams;
 use crate::query::ReadDb;
 use crate::routes::extract::{query_params, Query};
@@ -64,6 +68,7 @@ pub async fn list_page(
                         th scope="col" { "Status" }
                         th scope="col" { "Session" }
                         th scope="col" { "Role" }
+                        th scope="col" { "Runtime" }
                         th scope="col" { "User" }
                         th scope="col" { "Device" }
                         th scope="col" { "Last event" }
@@ -90,14 +95,39 @@ fn row(s: &SessionBody, now: DateTime<Utc>) -> Markup {
     let tokens = s.totals.input_tokens.0 + s.totals.output_tokens.0;
     html! {
         tr data-session=(s.session_id) {
-            td { (badge(s.status.as_str())) }
+            td { (badge(s.status.as_str())) (below(s)) }
             td { a href={ "/sessions/" (path_segment(&s.session_id)) } { code { (s.session_id) } } }
             td { (opt(&s.agent_role)) }
+            td data-field="runtime" { (opt(&s.runtime)) }
             td { (opt(&s.user_id)) }
             td { (opt(&s.device_id)) }
             td { @if let Some(t) = s.last_event_at { time datetime=(t.to_rfc3339()) title=(format::time(t)) { (format::ago(t, now)) } } }
             td.num title=(format::money_exact(s.totals.cost_nanos.0)) { (format::money(s.totals.cost_nanos.0)) }
             td.num { (format::count(tokens)) }
+        }
+    }
+}
+
+/// The statuses below the session that call for a look, worst first, with their counts; nothing when
+/// none does. The worst is in `data-worst-below`.
+fn below(s: &SessionBody) -> Markup {
+    let mut shown: Vec<(Status, u64)> = s
+        .below
+        .iter()
+        .filter(|(st, n)| needs_a_look(**st) && **n > 0)
+        .map(|(st, n)| (*st, *n))
+        .collect();
+    shown.sort_by_key(|(st, _)| std::cmp::Reverse(st.severity()));
+    let Some((worst, _)) = shown.first().copied() else {
+        return html! {};
+    };
+    let words: Vec<String> = shown
+        .iter()
+        .map(|(st, n)| format!("{n} {}", st.as_str().replace('_', " ")))
+        .collect();
+    html! {
+        span.below class={ "s-" (worst.as_str()) } data-worst-below=(worst.as_str()) {
+            (words.join(", ")) " below"
         }
     }
 }

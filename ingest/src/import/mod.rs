@@ -105,18 +105,21 @@ pub async fn load(
 ) -> Result<ImportSummary, anyhow::Error> {
     let manifest = &inspected.verified.first.head;
     let total = manifest.event_count;
-    let principal = Principal::device_import(
+    let mut principal = Principal::device_import(
         tenant_id,
         binding.user_id.clone(),
         binding.device_id.clone(),
     );
+    principal.colony_names = crate::store::admin::tenant_settings(&store.pool, tenant_id)
+        .await?
+        .colony_names;
     let sender = Sender {
         tenant_id,
         user_id: binding.user_id.clone(),
         device_id: Some(binding.device_id.clone()),
         live: false,
     };
-    let policy = apiary_schema::Policy::default_policy();
+    let policy = apiary_schema::Policy::default_policy().with_colony_names();
     let mut summary = BatchResponse::default();
     let read_error = |e: BundleError| match e {
         BundleError::Read(io) => ImportError::Read(path.display().to_string(), io),

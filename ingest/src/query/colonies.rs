@@ -6,6 +6,8 @@
 //!   workers.
 //! - Cost per day is the usage query of `/v1/usage?group_by=colony&granularity=day` (same rollups, same
 //!   exact integer sums, same buckets in `tz`), keeping the rows whose colony is a key.
+//! - A colony's `name` is there only when a run's `colony.created` carried it (the tenant chose
+//!   `names` and the device's user consented, see `apiary_schema::colony`); the `label` is an admin's.
 //! - A `read` token bound to a user sees only the runs that user's events named, and only that user's
 //!   usage in the sums (the usage query applies the same scope).
 
@@ -37,6 +39,9 @@ pub struct ColonyRun {
     pub last_event_at: Option<DateTime<Utc>>,
     /// Sessions whose colony or parent is this run's session.
     pub workers: i64,
+    /// The colony's name as this run's event carried it: only for a tenant whose `colony_names` is
+    /// `names`, from a device whose user consented; null otherwise.
+    pub colony_name: Option<String>,
 }
 
 /// One day of a colony's usage (a bucket of `granularity=day` in `tz`).
@@ -56,6 +61,8 @@ pub struct ColonyBody {
     pub colony_key: String,
     /// The display label an admin set (`PUT /v1/colonies/{key}/label`), if any.
     pub label: Option<String>,
+    /// The colony's name, when a run carried it (the latest such run's; see `runs[].colony_name`).
+    pub name: Option<String>,
     /// The earliest run's creation.
     pub first_seen_at: DateTime<Utc>,
     /// The latest activity of any run (else the latest creation).
@@ -104,7 +111,7 @@ pub async fn list(
     };
     let q = UsageQuery::from_params(params, Utc::now())?;
     let runs: Vec<RunRow> = sqlx::query_as(
-        "SELECT r.colony_key, r.session_id, r.parent_session_id, r.user_id, r.created_at,
+        "SELECT r.colony_key, r.session_id, r.parent_session_id, r.user_id, r.created_at, r.colony_name,
             (SELECT max(s.last_event_at) FROM sessions s WHERE s.tenant_id = r.tenant_id
                 AND (s.session_id = r.session_id OR s.colony_id = r.session_id
                      OR s.parent_session_id = r.session_id)) AS last_event_at,
@@ -184,8 +191,14 @@ fn body(
     own.sort_unstable();
     own.dedup();
     let workers = runs.iter().map(|r| r.workers).sum();
+    let name = runs
+        .iter()
+        .filter(|r| r.colony_name.is_some())
+        .max_by_key(|r| r.created_at)
+        .and_then(|r| r.colony_name.clone());
     ColonyBody {
         label: labels.get(&key).cloned(),
+        name,
         colony_key: key,
         first_seen_at,
         last_seen_at,

@@ -22,6 +22,7 @@ pub mod prices;
 pub(crate) mod sessions;
 mod status;
 pub(crate) mod stream;
+mod tenant;
 pub(crate) mod usage;
 mod whoami;
 
@@ -81,6 +82,10 @@ pub fn router() -> Router<AppState> {
         .route("/v1/alerts/rules/{id}", delete(alerts::delete_rule))
         .route("/v1/stream", get(stream::get_stream))
         .route("/v1/whoami", get(whoami::get_whoami))
+        .route(
+            "/v1/tenant/settings",
+            get(tenant::get_tenant_settings).put(tenant::put_tenant_settings),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -56,6 +56,8 @@ use crate::error::ErrorBody;
         super::alerts::delete_rule,
         super::stream::get_stream,
         super::whoami::get_whoami,
+        super::tenant::get_tenant_settings,
+        super::tenant::put_tenant_settings,
         super::ops::healthz,
         super::ops::readyz,
         super::ops::metrics,

@@ -62,11 +62,14 @@ pub async fn list_sessions(
     let (rows, next) = sessions::list::list(&db, &reader, &filter, now, db.rules()).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
     let totals = sessions::totals(&db, &reader, &ids).await?;
+    let mut below = sessions::below(&db, &reader, &ids, now, db.rules()).await?;
     let sessions = rows
         .iter()
         .map(|r| {
             let t = totals.get(&r.session_id).copied().unwrap_or_default();
-            SessionBody::new(r, now, db.rules(), &t)
+            let mut body = SessionBody::new(r, now, db.rules(), &t);
+            body.below = below.remove(&r.session_id).unwrap_or_default();
+            body
         })
         .collect();
     Ok(Json(SessionPage {
@@ -77,7 +80,8 @@ pub async fn list_sessions(
 
 /// A session: identity, phase, status (the shared health model, see docs/session-status.md) with
 /// status_since and status_cause, time_in_state (seconds per status), lifecycle, last health signal,
-/// totals.
+/// totals (the session's own usage), the statuses of the sessions below it (`below`), and the topmost
+/// session of its tree (`root_session_id`).
 #[utoipa::path(
     get,
     path = "/v1/sessions/{id}",
@@ -93,13 +97,18 @@ pub async fn get_session(
 ) -> Result<Json<SessionDetail>, ApiError> {
     check_id(&id)?;
     let row = sessions::get(&db, &reader, &id).await?;
-    let totals = sessions::totals(&db, &reader, std::slice::from_ref(&id)).await?;
+    let one = std::slice::from_ref(&id);
+    let totals = sessions::totals(&db, &reader, one).await?;
     let t = totals.get(&id).copied().unwrap_or_default();
-    let body = SessionBody::new(&row, Utc::now(), db.rules(), &t);
-    Ok(Json(SessionDetail::new(
-        body,
-        &work::stored(row.work.as_ref()),
-    )))
+    let now = Utc::now();
+    let mut body = SessionBody::new(&row, now, db.rules(), &t);
+    body.below = sessions::below(&db, &reader, one, now, db.rules())
+        .await?
+        .remove(&id)
+        .unwrap_or_default();
+    let mut detail = SessionDetail::new(body, &work::stored(row.work.as_ref()));
+    detail.root_session_id = sessions::root_of(&db, &reader, &id).await?;
+    Ok(Json(detail))
 }
 
 /// A session's status history: every transition `{at, from, to, cause}` oldest first (from is null for

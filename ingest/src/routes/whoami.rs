@@ -3,7 +3,8 @@
 //! first use, [`crate::store::colonies`]), from which the agent derives colony keys. The agent asks it at
 //! `sync enable`, at start and in `doctor`, so that a device without a configured identity takes the
 //! token's, and a configured one that contradicts the token is named at once instead of pausing sync
-//! later.
+//! later; and the tenant's colony names choice (`colony_names`, see `/v1/tenant/settings`), which every
+//! device's settings page shows before sharing is turned on.
 
 use apiary_schema::identity::TokenIdentity;
 use axum::extract::State;
@@ -27,6 +28,12 @@ pub async fn get_whoami(
     State(state): State<AppState>,
     principal: Principal,
 ) -> Result<Json<TokenIdentity>, ApiError> {
+    let settings = crate::store::admin::tenant_settings(&state.pool, principal.tenant_id)
+        .await
+        .map_err(|e| match e {
+            crate::store::admin::AdminError::Query(e) => ApiError::from(e),
+            other => ApiError::Internal(other.into()),
+        })?;
     let colony_secret = if principal.scopes.contains(&Scope::Ingest) {
         Some(crate::store::colonies::secret_of(&state.pool, principal.tenant_id).await?)
     } else {
@@ -42,5 +49,6 @@ pub async fn get_whoami(
         user_id: principal.user_id.clone(),
         device_id: principal.device_id.clone(),
         colony_secret,
+        colony_names: Some(settings.colony_names),
     }))
 }

@@ -1,6 +1,8 @@
-//! Tenants and tokens (the `tenant create`, `token create`, `operator-token create` and `token revoke`
-//! commands). Operator tokens are made here and nowhere else: no route creates a token of any kind.
+//! Tenants and tokens (the `tenant create`, `tenant set`, `token create`, `operator-token create` and
+//! `token revoke` commands; a tenant's settings for `GET`/`PUT /v1/tenant/settings`). Operator tokens
+//! are made here and nowhere else: no route creates a token of any kind.
 
+use apiary_schema::colony::ColonyNames;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -32,6 +34,45 @@ pub async fn create_tenant(pool: &PgPool, name: &str) -> Result<Uuid, AdminError
         .execute(pool)
         .await?;
     Ok(id)
+}
+
+/// A tenant's settings (its `tenants` row).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantSettings {
+    /// Whether colony names may leave consenting devices (see `apiary_schema::colony`).
+    pub colony_names: ColonyNames,
+}
+
+/// The tenant's settings.
+pub async fn tenant_settings(pool: &PgPool, tenant_id: Uuid) -> Result<TenantSettings, AdminError> {
+    let names: Option<String> =
+        sqlx::query_scalar("SELECT colony_names FROM tenants WHERE tenant_id = $1")
+            .bind(tenant_id)
+            .fetch_optional(pool)
+            .await?;
+    let names = names.ok_or_else(|| AdminError::NoSuchTenant(tenant_id.to_string()))?;
+    Ok(TenantSettings {
+        colony_names: ColonyNames::parse(&names).unwrap_or_default(),
+    })
+}
+
+/// Sets the tenant's colony names choice; returns the settings now in force. Tokens already verified
+/// follow within `token_cache_secs`; devices learn it from `GET /v1/whoami`.
+pub async fn set_colony_names(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    names: ColonyNames,
+) -> Result<TenantSettings, AdminError> {
+    let done = sqlx::query("UPDATE tenants SET colony_names = $2 WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .bind(names.as_str())
+        .execute(pool)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(AdminError::NoSuchTenant(tenant_id.to_string()));
+    }
+    tracing::info!(%tenant_id, colony_names = names.as_str(), "tenant colony names set");
+    tenant_settings(pool, tenant_id).await
 }
 
 /// What a new token is bound to.

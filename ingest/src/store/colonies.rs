@@ -8,11 +8,13 @@
 //!   lock order of [`super::batch`]). Of two events naming the same session, the earliest by (effective
 //!   time, event id) wins whatever the arrival order, so a replay or a late event changes nothing.
 //! - A `colony.created` event's colony key is recorded only when it has the shape the device derives
-//!   ([`apiary_schema::colony::is_colony_key`]); anything else names no colony.
+//!   ([`apiary_schema::colony::is_colony_key`]); anything else names no colony. Its `colony_name` is
+//!   recorded with the run: it reaches this point only for a tenant whose choice is `names` (the intake
+//!   drops it for every other, `crate::intake`).
 
 use std::collections::{BTreeMap, HashMap};
 
-use apiary_schema::colony::{is_colony_key, KEY_FIELD};
+use apiary_schema::colony::{is_colony_key, KEY_FIELD, NAME_FIELD};
 use apiary_schema::EventKind;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -47,6 +49,8 @@ struct Fact {
     at: DateTime<Utc>,
     event_id: Uuid,
     key: Option<String>,
+    /// The colony's name, when the event carried it (a `names` tenant's consenting device).
+    name: Option<String>,
     parent: Option<String>,
     user: String,
 }
@@ -99,10 +103,16 @@ pub async fn record(
             .and_then(|s| owner.get(s))
             .map(|(u, _)| u.clone())
             .unwrap_or_default();
+        let name = e
+            .event
+            .data_str(NAME_FIELD)
+            .filter(|n| !n.is_empty() && n.chars().count() <= 128)
+            .map(str::to_string);
         let fact = Fact {
             at: e.effective_at,
             event_id: e.event.event_id,
             key,
+            name,
             parent,
             user,
         };
@@ -145,15 +155,17 @@ async fn upsert_runs(
     let users: Vec<&str> = runs.values().map(|f| f.user.as_str()).collect();
     let ats: Vec<DateTime<Utc>> = runs.values().map(|f| f.at).collect();
     let ids: Vec<Uuid> = runs.values().map(|f| f.event_id).collect();
+    let names: Vec<Option<&str>> = runs.values().map(|f| f.name.as_deref()).collect();
     sqlx::query(
         "INSERT INTO colony_runs AS c (tenant_id, session_id, colony_key, parent_session_id, user_id,
-            created_at, event_id)
-         SELECT $1, u.s, u.k, u.p, u.u, u.t, u.e
-         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::uuid[])
-            AS u(s, k, p, u, t, e)
+            created_at, event_id, colony_name)
+         SELECT $1, u.s, u.k, u.p, u.u, u.t, u.e, u.n
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::uuid[],
+            $8::text[]) AS u(s, k, p, u, t, e, n)
          ON CONFLICT (tenant_id, session_id) DO UPDATE SET
             colony_key = EXCLUDED.colony_key, parent_session_id = EXCLUDED.parent_session_id,
-            user_id = EXCLUDED.user_id, created_at = EXCLUDED.created_at, event_id = EXCLUDED.event_id
+            user_id = EXCLUDED.user_id, created_at = EXCLUDED.created_at, event_id = EXCLUDED.event_id,
+            colony_name = EXCLUDED.colony_name
          WHERE (EXCLUDED.created_at, EXCLUDED.event_id) < (c.created_at, c.event_id)",
     )
     .bind(tenant_id)
@@ -163,6 +175,7 @@ async fn upsert_runs(
     .bind(&users)
     .bind(&ats)
     .bind(&ids)
+    .bind(&names)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -243,6 +243,11 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
             token: read,
         },
         Call {
+            path: "/v1/tenant/settings",
+            url: "/v1/tenant/settings".into(),
+            token: read,
+        },
+        Call {
             path: "/healthz",
             url: "/healthz".into(),
             token: None,
@@ -332,6 +337,27 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
             &body,
         );
         documented.insert(path);
+    }
+    // The tenant's settings (a PUT, admin scope).
+    for (token, want) in [(&t.read, 403), (&admin, 200)] {
+        let r = app
+            .client
+            .put(format!("{}/v1/tenant/settings", app.base))
+            .bearer_auth(token)
+            .json(&json!({ "colony_names": "names" }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        assert_eq!(status, want);
+        let body: Value = r.json().await.unwrap();
+        let path = "/v1/tenant/settings";
+        check(
+            &doc,
+            &format!("PUT {path} ({status})"),
+            &schema_pointer(&doc, path, "put", status),
+            &body,
+        );
     }
     // A tenant price (a POST, admin scope), then the list that shows it.
     for (token, want) in [(&t.read, 403), (&admin, 200)] {

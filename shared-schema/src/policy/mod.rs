@@ -213,8 +213,7 @@ impl Policy {
             }
             kinds.insert(kind, fields.clone());
         }
-        let canonical = serde_json::to_vec(&file_for_hash(&file)).expect("policy serialises");
-        let hash = hex::encode(Sha256::digest(&canonical));
+        let hash = hash_of(file.policy_version, &file.kinds);
         Ok(Policy {
             name: file.name,
             version: file.policy_version,
@@ -241,6 +240,39 @@ impl Policy {
     /// The fields allowed for a kind, if the kind is allowed at all.
     pub fn fields(&self, kind: EventKind) -> Option<&BTreeMap<String, ValueKind>> {
         self.kinds.get(&kind)
+    }
+
+    /// This policy, letting a colony's name (`colony.created` `colony_name`, kind `name`) leave the
+    /// device too: the policy in force on a device whose user consented to the tenant's `names`
+    /// choice (see [`crate::colony`]), and the ingest's check for such a tenant. Named `<name>+colony_names`
+    /// with its own hash. A policy without `colony.created`, or that lists `colony_name` already, is
+    /// returned as it is.
+    pub fn with_colony_names(&self) -> Policy {
+        let mut wider = self.clone();
+        let Some(fields) = wider.kinds.get_mut(&EventKind::ColonyCreated) else {
+            return wider;
+        };
+        if fields.contains_key(crate::colony::NAME_FIELD) {
+            return wider;
+        }
+        fields.insert(
+            crate::colony::NAME_FIELD.to_string(),
+            ValueKind::Simple(SimpleKind::Name),
+        );
+        let by_name = wider
+            .kinds
+            .iter()
+            .map(|(k, f)| (k.as_str().to_string(), f.clone()))
+            .collect();
+        wider.hash = hash_of(wider.version, &by_name);
+        wider.name = format!("{}+colony_names", self.name);
+        wider
+    }
+
+    /// True when colony names pass this policy.
+    pub fn lets_colony_names_out(&self) -> bool {
+        self.fields(EventKind::ColonyCreated)
+            .is_some_and(|f| f.contains_key(crate::colony::NAME_FIELD))
     }
 
     /// Redacts `event` in place: drops every non-allowlisted or ill-typed field, scrubs strings and
@@ -285,9 +317,12 @@ impl Policy {
     }
 }
 
-/// The hashed form: everything that changes what the policy lets through, nothing else.
-fn file_for_hash(file: &PolicyFile) -> Value {
-    serde_json::json!({ "policy_version": file.policy_version, "kinds": file.kinds })
+/// SHA-256 (hex) of the hashed form: everything that changes what the policy lets through (its
+/// version and its kinds' fields), nothing else.
+fn hash_of(version: u32, kinds: &BTreeMap<String, BTreeMap<String, ValueKind>>) -> String {
+    let canonical = serde_json::json!({ "policy_version": version, "kinds": kinds });
+    let bytes = serde_json::to_vec(&canonical).expect("policy serialises");
+    hex::encode(Sha256::digest(&bytes))
 }
 
 fn normalise_envelope(event: &mut CanonicalEvent, report: &mut RedactionReport) {

@@ -252,3 +252,62 @@ fn word_fields_keep_plain_words_and_drop_everything_else() {
         assert!(conform(bad.clone(), &word).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn a_colony_name_passes_only_a_keyer_sharing_names_and_the_policy_widened_for_them() {
+    use crate::colony::{ColonyKeyer, KeyScope};
+    let base = Policy::default_policy();
+    assert!(
+        !base.lets_colony_names_out(),
+        "names stay private by default"
+    );
+    let wide = base.with_colony_names();
+    assert!(wide.lets_colony_names_out());
+    assert_ne!(
+        wide.hash(),
+        base.hash(),
+        "consent under it records another hash"
+    );
+    assert_eq!(wide.name(), "apiary-default+colony_names");
+    assert_eq!(wide.with_colony_names().hash(), wide.hash(), "idempotent");
+    let secret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let native = json!({"type": "colony_created", "stream_id": "queen", "node_id": null,
+        "execution_id": "session_20261103_101433_51be07d2", "colony_id": null, "seq": 3, "timestamp": "2026-11-03T10:14:51.007113",
+        "data": {"colony_name": "billing_refactor", "colony_path": "/home/alice/.hive/colonies/billing_refactor",
+                 "queen_session_id": "session_20261103_101433_51be07d2", "is_new": true}});
+    for names in [false, true] {
+        let keyer = ColonyKeyer::from_hex(secret, KeyScope::Tenant)
+            .unwrap()
+            .sharing_names(names);
+        let opts = ProcessOptions {
+            colony: Some(&keyer),
+            ..options(&base)
+        };
+        let outcome = process_value(&native, &opts).unwrap();
+        let Outcome::Kept { event, .. } = outcome else {
+            panic!("colony_created not kept: {outcome:?}")
+        };
+        assert_eq!(
+            event.data_str("colony_name"),
+            names.then_some("billing_refactor"),
+            "sharing names: {names}"
+        );
+        assert!(event.data_str("colony_key").is_some());
+        assert!(!event.data.contains_key("colony_path"));
+        // The ingest's check: the base policy refuses a name, the widened one lets it in.
+        assert_eq!(base.check(&event).is_ok(), !names);
+        assert!(wide.check(&event).is_ok());
+    }
+    // Other kinds are redacted by the policy as it is.
+    let keyer = ColonyKeyer::from_hex(secret, KeyScope::Tenant)
+        .unwrap()
+        .sharing_names(true);
+    let opts = ProcessOptions {
+        colony: Some(&keyer),
+        ..options(&base)
+    };
+    let Outcome::Kept { event, .. } = process_value(&tool_completed(), &opts).unwrap() else {
+        panic!("tool call not kept")
+    };
+    assert!(!event.data.contains_key("colony_name"));
+}

@@ -125,6 +125,24 @@ impl Status {
     pub fn is_terminal(self) -> bool {
         matches!(self, Status::Completed | Status::Failed)
     }
+
+    /// How much the status calls for a person's look, higher is worse: `crashed`, `failed`,
+    /// `stalled`, `needs_attention`, `offline`, `degraded`, `waiting`, then `idle`, `active`,
+    /// `completed`. Pages use it to name the worst status among many (a queen's workers).
+    pub fn severity(self) -> u8 {
+        match self {
+            Status::Crashed => 9,
+            Status::Failed => 8,
+            Status::Stalled => 7,
+            Status::NeedsAttention => 6,
+            Status::Offline => 5,
+            Status::Degraded => 4,
+            Status::Waiting => 3,
+            Status::Idle => 2,
+            Status::Active => 1,
+            Status::Completed => 0,
+        }
+    }
 }
 
 impl std::fmt::Display for Status {

@@ -592,3 +592,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn every_status_has_its_own_severity_worst_first_as_people_read_them() {
+    let mut by_severity = Status::ALL.to_vec();
+    by_severity.sort_by_key(|s| std::cmp::Reverse(s.severity()));
+    assert_eq!(
+        by_severity,
+        [
+            Status::Crashed,
+            Status::Failed,
+            Status::Stalled,
+            Status::NeedsAttention,
+            Status::Offline,
+            Status::Degraded,
+            Status::Waiting,
+            Status::Idle,
+            Status::Active,
+            Status::Completed,
+        ]
+    );
+    let distinct: std::collections::BTreeSet<u8> =
+        Status::ALL.iter().map(|s| s.severity()).collect();
+    assert_eq!(distinct.len(), Status::ALL.len());
+}

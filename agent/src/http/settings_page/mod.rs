@@ -6,7 +6,8 @@
 //! the last push and its problem in plain words, the budgets the server reported (advisory,
 //! [`crate::quota`]), local usage today and this month ([`usage`]), the last events sent as they left
 //! ([`sent`]), and the device's identity; the consent toggle, and in air-gapped mode the "export
-//! bundle" button ([`export`]).
+//! bundle" button ([`export`]); the tenant's colony names choice and this device's colonies with their
+//! keys ([`colonies`]).
 //! A desktop shell embeds it in a webview; a browser on the same machine works alike.
 //!
 //! | route | what |
@@ -14,7 +15,7 @@
 //! | `GET /` | 303 to `/settings` |
 //! | `GET /settings` | the page (`page`); 303 to `/settings/sign-in` without a sign-in |
 //! | `GET /settings/sign-in`, `POST /settings/sign-in` | the form; `token=` the settings token ([`signin`]) |
-//! | `POST /settings/sync` | the toggle: `enabled` (`true` or `false`), `endpoint`, `token_file`, `include_backlog`, `purge` |
+//! | `POST /settings/sync` | the toggle: `enabled` (`true` or `false`), `endpoint`, `token_file`, `include_backlog`, `purge`; `colony_names_seen`, `share_colony_names` (see `colonies`) |
 //! | `POST /settings/export` | air-gapped only: writes a bundle of every waiting event into `DIR/exports/` ([`export`]) |
 //! | `POST /settings/sign-out` | ends the sign-in |
 //! | `GET /settings/assets/settings.css` | the stylesheet (embedded) |
@@ -45,6 +46,7 @@
 //!   file path, push errors, ids).
 
 mod budgets;
+mod colonies;
 mod export;
 mod layout;
 mod page;
@@ -61,6 +63,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use super::AppState;
+pub(crate) use colonies::colony_names;
 pub use signin::PageSessions;
 
 /// The policy of every page answer: this origin's stylesheet, nothing else; no script at all.

@@ -5,7 +5,11 @@
 //! Stable hooks for tests and the desktop shell: `dd[data-field=…]` (`sync`, `mode`, `endpoint_host`,
 //! `pending_events`, `held_events`, `oldest_pending_age`, `last_push`, `device_id`, `user_id`,
 //! `policy_hash`), `[data-field=budgets]` and `li[data-budget=…]` (see `budgets`), `#sync-button`; the
-//! usage figures (`usage`), the sent events (`sent`), the export button (`export`), `#notice`.
+//! usage figures (`usage`), the sent events (`sent`), the export button (`export`), `#notice`; the
+//! colony names choice and this device's colonies (`colonies`).
+//!
+//! Turning sharing on first asks the server for the tenant's colony names choice
+//! (`colony_names_first`): a person sees it, and may keep names on the device, before consenting.
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
@@ -16,6 +20,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::budgets::budgets_section;
+use super::colonies::colonies_section;
 use super::export::export_section;
 use super::layout::{cross_site, problem_page, signed_in_page};
 use super::sections::{
@@ -48,6 +53,12 @@ pub struct ToggleForm {
     include_backlog: Option<String>,
     #[serde(default)]
     purge: Option<String>,
+    /// Present when the form showed the tenant's colony names choice (see [`super::colonies`]).
+    #[serde(default)]
+    colony_names_seen: Option<String>,
+    /// Ticked: agree to send colony names (only read with `colony_names_seen`).
+    #[serde(default)]
+    share_colony_names: Option<String>,
 }
 
 /// What a refused toggle shows: the API's status and message, and what the user typed.
@@ -114,6 +125,11 @@ pub async fn toggle(
             return render(&state, None, Some(bad(msg))).await;
         }
     };
+    if enabled {
+        if let Some(response) = colony_names_first(&state, &form).await {
+            return response;
+        }
+    }
     let toggle = SyncToggle {
         enabled,
         endpoint: filled(form.endpoint),
@@ -140,6 +156,48 @@ pub async fn toggle(
     .into_response()
 }
 
+/// Before sharing is turned on: asks the server (`GET /v1/whoami`, for the address and token file of
+/// the form, else the remembered ones) for the tenant's colony names choice and notes it. When the
+/// tenant shares names and the form did not show that yet, answers the page again with the choice shown
+/// (nothing is switched); when it did, records the person's choice for this consent. None: go on.
+async fn colony_names_first(state: &AppState, form: &ToggleForm) -> Option<Response> {
+    let stored = state.outbox.status().await.ok()?.stored.sync;
+    let endpoint = filled(form.endpoint.clone()).or(stored.endpoint);
+    let token_file = filled(form.token_file.clone()).or(stored.token_file);
+    if let (Some(e), Some(t)) = (&endpoint, &token_file) {
+        match crate::identity::whoami(e, std::path::Path::new(t)).await {
+            Ok(id) => {
+                if let Some(n) = id.colony_names {
+                    if let Err(e) = state.outbox.adopt_colony_names(n).await {
+                        tracing::warn!(error = %e, "could not store the tenant's colony names choice");
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "colony names choice not checked"),
+        }
+    }
+    let names = state.outbox.colony_keys().names();
+    if form.colony_names_seen.is_some() {
+        let declined = form.share_colony_names.is_none();
+        if let Err(e) = state.outbox.decline_colony_names(declined).await {
+            tracing::warn!(error = %e, "could not store the colony names choice");
+        }
+        return None;
+    }
+    if names.tenant != apiary_schema::colony::ColonyNames::Names {
+        return None;
+    }
+    let notice = html! {
+        "Your organisation shares colony names. Choose below whether yours are sent, then turn sharing on."
+    };
+    let kept = Problem {
+        endpoint: filled(form.endpoint.clone()),
+        token_file: filled(form.token_file.clone()),
+        ..Problem::default()
+    };
+    Some(render(state, Some(notice), Some(kept)).await)
+}
+
 /// The page, with the outcome of the last action or the problem of a refused one.
 pub(super) async fn render(
     state: &AppState,
@@ -163,6 +221,7 @@ pub(super) async fn render(
         (export_section(state, &status))
         (usage_section(state.zone, &today, &month))
         (shared_section(state))
+        (colonies_section(state))
         (sent_section(&sent, SENT_SHOWN))
         (waiting_section(&status))
         (budgets_section(&status))

@@ -1,6 +1,7 @@
 //! The page's sections, each from the outbox's status and the policy in force: sharing now, the
 //! toggle, what is shared and what never leaves the device, what waits here, this device.
 
+use apiary_schema::colony::ColonyNames;
 use apiary_schema::EventKind;
 use maud::{html, Markup};
 
@@ -9,16 +10,20 @@ use crate::config::Mode;
 use crate::http::AppState;
 use crate::outbox::Status;
 
-/// What the user is told never leaves the device, whatever the policy says.
-const NEVER_SENT: [&str; 7] = [
+/// What the user is told never leaves the device, whatever the policy says (colony names: see
+/// [`COLONY_NAMES_KEPT`]).
+const NEVER_SENT: [&str; 6] = [
     "your prompts and the models' answers, and their reasoning",
     "tool arguments (what a tool was asked to do) and tool results",
     "file and folder paths",
-    "colony names (a colony travels as a keyed hash of its name, which cannot be read back)",
     "error texts, task subjects and descriptions, questions and answers",
     "the contents of conversations and webhooks",
     "any field the policy below does not list: it is dropped before the event is even stored here",
 ];
+
+/// Colony names in the "never leaves" list, unless the tenant shares them and the user agreed.
+const COLONY_NAMES_KEPT: &str =
+    "colony names (a colony travels as a keyed hash of its name, which cannot be read back)";
 
 /// `1 event`, `3 events`.
 pub(super) fn events(n: u64) -> String {
@@ -57,6 +62,7 @@ pub(super) fn summary(state: &AppState, s: &Status) -> Markup {
             @if let (true, Some(reason)) = (sync.enabled, &sync.paused_reason) {
                 p.problem #paused { "Sharing is paused: " (paused_words(reason)) }
             }
+            (super::colonies::names_summary(state))
         }
     }
 }
@@ -139,7 +145,12 @@ pub(super) fn toggle_section(state: &AppState, s: &Status, problem: &Problem) ->
                     p { "Turning sharing on sends the event kinds and fields listed under "
                         a href="#shared-title" { "What is shared" } " (policy " (policy.name())
                         ", hash " code { (short_hash(policy.hash())) } ") to the server below, and "
-                        "records your consent with the time and that hash." }
+                        "records your consent with the time and that hash"
+                        @if state.outbox.colony_keys().names().tenant == ColonyNames::Names {
+                            " (with your colonies' names, the policy " (policy.name()) "+colony_names, hash "
+                            code { (short_hash(state.outbox.policy_hash_with_names())) } ")"
+                        }
+                        "." }
                     div.field {
                         label for="endpoint" { "Server address (https://…)" }
                         input #endpoint type="url" name="endpoint" required
@@ -150,6 +161,7 @@ pub(super) fn toggle_section(state: &AppState, s: &Status, problem: &Problem) ->
                         input #token_file type="text" name="token_file" required
                             spellcheck="false" value=[token_file];
                     }
+                    (super::colonies::names_choice(state))
                     @if s.stored.held_events > 0 {
                         div.check {
                             input #include_backlog type="checkbox" name="include_backlog" value="on";
@@ -170,9 +182,18 @@ fn short_hash(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
 }
 
-/// What leaves the device (the policy in force) and what never does.
+/// What leaves the device (the policy in force: widened by colony names while they are shared) and
+/// what never does.
 pub(super) fn shared_section(state: &AppState) -> Markup {
-    let policy = &state.policy;
+    let names_shared = state.outbox.colony_keys().shares_names();
+    let wider;
+    let policy = match names_shared {
+        true => {
+            wider = state.policy.with_colony_names();
+            &wider
+        }
+        false => &*state.policy,
+    };
     html! {
         section aria-labelledby="shared-title" {
             h2 #shared-title { "What is shared" }
@@ -188,7 +209,9 @@ pub(super) fn shared_section(state: &AppState) -> Markup {
                         @if let Some(fields) = policy.fields(kind) {
                             tr data-kind=(kind.as_str()) {
                                 td { code { (kind.as_str()) } }
-                                td { (describe(kind)) }
+                                td { @if names_shared && kind == EventKind::ColonyCreated {
+                                    "a colony of workers began: its name and its key"
+                                } @else { (describe(kind)) } }
                                 td.fields { (fields.keys().map(String::as_str).collect::<Vec<_>>().join(", ")) }
                             }
                         }
@@ -198,9 +221,18 @@ pub(super) fn shared_section(state: &AppState) -> Markup {
         }
         section aria-labelledby="never-title" {
             h2 #never-title { "What never leaves this device" }
-            ul #never-sent { @for item in NEVER_SENT { li { (item) } } }
-            p.note { "Prompts, tool arguments, results, file paths and colony names are never sent, "
-                "whether sharing is on or off." }
+            ul #never-sent {
+                @for item in NEVER_SENT { li { (item) } }
+                @if !names_shared { li { (COLONY_NAMES_KEPT) } }
+            }
+            @if names_shared {
+                p.note { "Prompts, tool arguments, results and file paths are never sent, whether sharing "
+                    "is on or off. Colony names are sent: your organisation asked for them and you agreed "
+                    "when you turned sharing on." }
+            } @else {
+                p.note { "Prompts, tool arguments, results, file paths and colony names are never sent, "
+                    "whether sharing is on or off." }
+            }
         }
     }
 }

@@ -58,9 +58,10 @@
       say("Live: " + updates + " change(s); session " + t.session_id + " is now " + t.to.replace(/_/g, " ") + ".");
       return;
     }
+    // Only the badge changes: the statuses below (a queen's "1 stalled below") stay as loaded.
     var cell = tr.cells[0];
-    cell.textContent = "";
-    cell.appendChild(badge(t.to));
+    var old = cell.querySelector(".badge");
+    if (old) { cell.replaceChild(badge(t.to), old); } else { cell.insertBefore(badge(t.to), cell.firstChild); }
     tr.classList.add("changed");
     say("Live: session " + t.session_id + " is now " + t.to.replace(/_/g, " ") + ".");
   });

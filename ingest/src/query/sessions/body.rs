@@ -43,6 +43,22 @@ pub fn time_in_state_schema() -> ObjectBuilder {
         )))
 }
 
+/// The schema of `below`: sessions per status.
+pub fn below_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(
+            "The sessions below this one (its colonies' runs and workers, at any depth), counted by \
+             status at the time of the read; empty when nothing is below.",
+        ))
+        .additional_properties(Some(RefOr::<Schema>::from(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(0))
+                .build(),
+        )))
+}
+
 /// A session's clock: wall-clock and active time (the shared rule, `apiary_schema::status::durations`;
 /// the agent's local session shows the same).
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -113,6 +129,10 @@ pub struct SessionBody {
     /// Task counts, next wake and activity ([`super::work`]).
     #[serde(flatten)]
     pub work: WorkSummaryBody,
+    /// The statuses of the sessions below it, counted: a queen that reads `completed` while a worker
+    /// below is `stalled` says so here.
+    #[schema(schema_with = below_schema)]
+    pub below: BTreeMap<Status, u64>,
 }
 
 fn none_if_empty(s: &str) -> Option<String> {
@@ -150,8 +170,15 @@ impl SessionBody {
             device_last_heard_at: r.device_heard_at,
             totals: UsageSums::from(totals),
             work: WorkSummaryBody::from(&super::work::stored(r.work.as_ref()).summary()),
+            below: BTreeMap::new(),
         }
     }
+}
+
+/// True for the statuses a person should look at when a session below is in one: everything but
+/// `active`, `idle` and `completed`.
+pub fn needs_a_look(s: Status) -> bool {
+    !matches!(s, Status::Active | Status::Idle | Status::Completed)
 }
 
 /// A page of the session listing.
@@ -181,6 +208,10 @@ pub struct ColonyNode {
     pub colony_id: String,
     /// The colony's key when `colony_id` is a run of a named colony (see `GET /v1/colonies`).
     pub colony_key: Option<String>,
+    /// The label an admin gave the colony's key (`PUT /v1/colonies/{key}/label`), if any.
+    pub colony_label: Option<String>,
+    /// The colony's name, when its run carried it (a tenant that chose `names`, a consenting device).
+    pub colony_name: Option<String>,
     /// The worker sessions below this colony (at any depth), counted by status.
     pub workers_by_status: BTreeMap<String, u64>,
     pub totals: UsageSums,
@@ -199,6 +230,10 @@ pub struct TreeLinks {
     pub forked_from: HashMap<String, String>,
     /// Colony run session → its colony key.
     pub colony_key: HashMap<String, String>,
+    /// Colony run session → the colony's name, when the run carried it.
+    pub colony_name: HashMap<String, String>,
+    /// Colony key → its admin-given label.
+    pub colony_label: HashMap<String, String>,
 }
 
 /// What building a tree reads.
@@ -236,8 +271,14 @@ impl Tree<'_> {
             entry.0.push(v);
             entry.1.add(&sub);
         }
+        let mut session = SessionBody::new(r, self.now, self.rules, &total);
+        for (_, (workers, _)) in &colonies {
+            workers
+                .iter()
+                .for_each(|w| count_below(w, &mut session.below));
+        }
         let node = TreeNode {
-            session: SessionBody::new(r, self.now, self.rules, &total),
+            session,
             usage: UsageSums::from(&own),
             colonies: colonies
                 .into_iter()
@@ -246,8 +287,14 @@ impl Tree<'_> {
                     workers
                         .iter()
                         .for_each(|w| count_workers(w, &mut by_status));
+                    let key = self.links.colony_key.get(&colony_id).cloned();
                     ColonyNode {
-                        colony_key: self.links.colony_key.get(&colony_id).cloned(),
+                        colony_label: key
+                            .as_ref()
+                            .and_then(|k| self.links.colony_label.get(k))
+                            .cloned(),
+                        colony_name: self.links.colony_name.get(&colony_id).cloned(),
+                        colony_key: key,
                         colony_id,
                         workers_by_status: by_status,
                         totals: UsageSums::from(&u),
@@ -257,6 +304,14 @@ impl Tree<'_> {
                 .collect(),
         };
         (node, total)
+    }
+}
+
+/// Counts `node` and everything below it, by status.
+fn count_below(node: &TreeNode, out: &mut BTreeMap<Status, u64>) {
+    *out.entry(node.session.status).or_default() += 1;
+    for (status, n) in &node.session.below {
+        *out.entry(*status).or_default() += n;
     }
 }
 

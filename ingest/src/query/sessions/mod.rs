@@ -6,9 +6,9 @@ pub mod body;
 pub mod list;
 pub mod work;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use apiary_schema::status::Rules;
+use apiary_schema::status::{Rules, Status};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -171,7 +171,91 @@ pub async fn subtree(db: &ReadDb, r: &TenantRead, root: &str) -> Result<Vec<Sess
     Ok(rows)
 }
 
-/// The forks and colony keys among `ids` (the sessions of a tree), see [`body::TreeLinks`].
+/// The topmost session above `id` that the reader may see: up by parent, else colony, else the session
+/// it was forked from (the tree's own rule, [`body::tree`]), at most 8 levels; `id` itself when nothing
+/// visible is above it.
+pub async fn root_of(db: &ReadDb, r: &TenantRead, id: &str) -> Result<String, ApiError> {
+    let root: Option<String> = sqlx::query_scalar(
+        "WITH RECURSIVE up(session_id, depth) AS (
+            SELECT $2::text, 0
+          UNION
+            SELECT COALESCE(s.parent_session_id, s.colony_id, f.parent_session_id), up.depth + 1
+            FROM up JOIN sessions s ON s.tenant_id = $1 AND s.session_id = up.session_id
+              LEFT JOIN session_forks f ON f.tenant_id = $1 AND f.session_id = s.session_id
+            WHERE up.depth < 8
+              AND COALESCE(s.parent_session_id, s.colony_id, f.parent_session_id) <> up.session_id
+              AND EXISTS (SELECT 1 FROM sessions v WHERE v.tenant_id = $1
+                AND v.session_id = COALESCE(s.parent_session_id, s.colony_id, f.parent_session_id)
+                AND ($3::text IS NULL OR v.user_id = $3)))
+         SELECT session_id FROM up ORDER BY depth DESC LIMIT 1",
+    )
+    .bind(r.tenant_id())
+    .bind(id)
+    .bind(r.user())
+    .fetch_optional(&db.pool)
+    .await?;
+    Ok(root.unwrap_or_else(|| id.to_string()))
+}
+
+/// A session below another, with what its status is derived from.
+#[derive(Debug, sqlx::FromRow)]
+struct BelowRow {
+    /// The session of the page it is below.
+    above: String,
+    health: Option<Value>,
+    device_heard_at: Option<DateTime<Utc>>,
+    runtime_gone_at: Option<DateTime<Utc>>,
+}
+
+/// For each of `ids`, the statuses at `now` of the sessions below it (its colonies' runs and workers
+/// at any depth, at most 8 levels: the sessions [`subtree`] finds), counted; sessions with nothing
+/// below are left out.
+pub async fn below(
+    db: &ReadDb,
+    r: &TenantRead,
+    ids: &[String],
+    now: DateTime<Utc>,
+    rules: &Rules,
+) -> Result<HashMap<String, BTreeMap<Status, u64>>, ApiError> {
+    let rows: Vec<BelowRow> = sqlx::query_as(
+        "WITH RECURSIVE t(above, session_id, depth) AS (
+            SELECT id, id, 0 FROM unnest($2::text[]) AS id
+          UNION
+            SELECT t.above, s.session_id, t.depth + 1 FROM sessions s JOIN t
+              ON s.tenant_id = $1 AND s.session_id <> t.session_id
+              LEFT JOIN session_forks f ON f.tenant_id = $1 AND f.session_id = s.session_id
+            WHERE t.depth < 8 AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id
+              OR f.parent_session_id = t.session_id))
+         SELECT DISTINCT ON (t.above, s.session_id) t.above, s.health,
+            GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.runtime_gone_at
+         FROM t JOIN sessions s ON s.tenant_id = $1 AND s.session_id = t.session_id
+           LEFT JOIN devices d ON d.tenant_id = s.tenant_id AND d.device_id = s.device_id
+         WHERE t.session_id <> t.above AND ($3::text IS NULL OR s.user_id = $3)",
+    )
+    .bind(r.tenant_id())
+    .bind(ids)
+    .bind(r.user())
+    .fetch_all(&db.pool)
+    .await?;
+    let mut out: HashMap<String, BTreeMap<Status, u64>> = HashMap::new();
+    for row in rows {
+        let view = status::session_view(
+            row.health.as_ref(),
+            row.device_heard_at,
+            row.runtime_gone_at,
+            now,
+            rules,
+        );
+        *out.entry(row.above)
+            .or_default()
+            .entry(view.status)
+            .or_default() += 1;
+    }
+    Ok(out)
+}
+
+/// The forks and colony keys (with their names and labels) among `ids` (the sessions of a tree), see
+/// [`body::TreeLinks`].
 pub async fn links(
     db: &ReadDb,
     r: &TenantRead,
@@ -186,19 +270,29 @@ pub async fn links(
     .await?
     .into_iter()
     .collect();
-    let colony_key = sqlx::query_as::<_, (String, String)>(
-        "SELECT session_id, colony_key FROM colony_runs WHERE tenant_id = $1 AND session_id = ANY($2)",
+    let runs = sqlx::query_as::<_, (String, String, Option<String>, Option<String>)>(
+        "SELECT r.session_id, r.colony_key, r.colony_name, l.label FROM colony_runs r
+           LEFT JOIN colony_labels l ON l.tenant_id = r.tenant_id AND l.colony_key = r.colony_key
+         WHERE r.tenant_id = $1 AND r.session_id = ANY($2)",
     )
     .bind(r.tenant_id())
     .bind(ids)
     .fetch_all(&db.pool)
-    .await?
-    .into_iter()
-    .collect();
-    Ok(body::TreeLinks {
+    .await?;
+    let mut links = body::TreeLinks {
         forked_from,
-        colony_key,
-    })
+        ..body::TreeLinks::default()
+    };
+    for (session, key, name, label) in runs {
+        if let Some(name) = name {
+            links.colony_name.insert(session.clone(), name);
+        }
+        if let Some(label) = label {
+            links.colony_label.insert(key.clone(), label);
+        }
+        links.colony_key.insert(session, key);
+    }
+    Ok(links)
 }
 
 /// True when the reader may see a session in, or usage for, the colony.

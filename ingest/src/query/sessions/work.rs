@@ -75,6 +75,10 @@ pub struct TriggerBody {
 pub struct SessionDetail {
     #[serde(flatten)]
     pub session: SessionBody,
+    /// The topmost session of the tree this one belongs to (its queen, up through colonies and forks,
+    /// at most 8 levels): `GET /v1/sessions/{root_session_id}/tree` shows this session in place. The
+    /// session's own id when nothing is above it.
+    pub root_session_id: String,
     /// The tasks by id (at most 500: the greatest ids).
     pub task_list: Vec<TaskBody>,
     /// True once more than 500 tasks were seen (the smallest ids are forgotten).
@@ -116,6 +120,7 @@ impl SessionDetail {
     pub fn new(session: SessionBody, w: &Work) -> SessionDetail {
         let v = w.view();
         SessionDetail {
+            root_session_id: session.session_id.clone(),
             session,
             task_list: v
                 .task_list
