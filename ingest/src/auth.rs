@@ -100,6 +100,7 @@ impl Principal {
             scopes: vec![Scope::Ingest],
             user_id,
             device_id: Some(device_id),
+            colony_names: ColonyNames::Keys,
             token_hash: [0; 32],
         }
     }
