@@ -39,8 +39,8 @@ pub(super) struct Settled {
     target: Option<Target>,
     /// When the stored sync state was last read while settled.
     checked_at: Option<Instant>,
-    /// The target of the last failed attempt, and when to try again.
-    failed: Option<(Target, Instant)>,
+    /// The target of the last failed attempt, when to try again, and when it failed.
+    failed: Option<(Target, Instant, Instant)>,
     /// Consecutive attempts without an identity (the backoff's exponent).
     unreachable: u32,
 }
@@ -108,8 +108,14 @@ impl Pusher {
                 return false; // e.g. an invalid endpoint: only a new `sync enable` changes it
             }
         }
-        if let Some((failed, at)) = &st.failed {
-            if failed == &target && Instant::now() < *at {
+        if let Some((failed, due, at)) = &st.failed {
+            // Paused over this very target (asked already): the pause's pace, not the backoff's.
+            let due = if paused.is_some() {
+                (*due).max(*at + PAUSED_RETRY)
+            } else {
+                *due
+            };
+            if failed == &target && Instant::now() < due {
                 return paused.is_none();
             }
         }
@@ -123,7 +129,11 @@ impl Pusher {
             Ok(adoption) => {
                 if let Err(e) = self.outbox.adopt(&adoption).await {
                     tracing::warn!(error = %e, "could not adopt the sync token's identity");
-                    st.failed = Some((target, Instant::now() + Duration::from_secs(1)));
+                    st.failed = Some((
+                        target,
+                        Instant::now() + Duration::from_secs(1),
+                        Instant::now(),
+                    ));
                     return paused.is_none();
                 }
                 if paused.is_some() {
@@ -145,9 +155,11 @@ impl Pusher {
                 self.settled_on(&mut st, target)
             }
             Err(e @ AskError::Contradicts(_)) => {
-                st.failed = Some((target, Instant::now() + PAUSED_RETRY));
-                if paused.is_none() {
-                    let reason = e.pause_reason().unwrap_or_default();
+                st.failed = Some((target, Instant::now() + PAUSED_RETRY, Instant::now()));
+                // Also over a pause a push set first (a 403 for the device, before this answer came):
+                // the contradiction names the setting to change.
+                let reason = e.pause_reason().unwrap_or_default();
+                if paused.as_deref() != Some(reason.as_str()) {
                     if let Err(e) = self.pause(Vec::new(), &reason, reason.clone()).await {
                         tracing::warn!(error = %e, "could not pause sync");
                     }
@@ -166,7 +178,7 @@ impl Pusher {
                         .min(UNREACHABLE_CAP)
                 };
                 tracing::warn!(error = %e, retry_in = ?wait, "the ingest did not say who the sync token is");
-                st.failed = Some((target, Instant::now() + wait));
+                st.failed = Some((target, Instant::now() + wait, Instant::now()));
                 paused.is_none()
             }
         }

@@ -272,7 +272,7 @@ impl Tree<'_> {
             entry.1.add(&sub);
         }
         let mut session = SessionBody::new(r, self.now, self.rules, &total);
-        for (_, (workers, _)) in &colonies {
+        for (workers, _) in colonies.values() {
             workers
                 .iter()
                 .for_each(|w| count_below(w, &mut session.below));
