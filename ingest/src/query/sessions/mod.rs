@@ -54,11 +54,13 @@ pub struct SessionRow {
 /// A session's device is heard through the device's row of the session's user, or the row of senders
 /// bound to no user (`''`, a tenant-wide sender's): a device id can have a row per user
 /// ([`crate::store::device_owners`]), and another user's row of the same id says nothing about this one.
+/// Every query that uses it binds the tenant as `$1` (the device subquery names `$1`, not `s.tenant_id`,
+/// so Citus routes the whole query, recursive tree included, to the tenant's shard).
 pub(super) const SELECT: &str = "SELECT s.session_id, s.user_id, s.device_id, s.parent_session_id, s.colony_id, s.agent_role,
     s.worker_id, s.runtime, s.first_seen_at, s.last_event_at, s.last_progress_at, s.phase, s.input_state,
     s.input_at, s.status, s.health_signal, s.health_at,
     (SELECT max(GREATEST(d.last_heartbeat_at, d.last_seen_at)) FROM devices d
-      WHERE d.tenant_id = s.tenant_id AND d.device_id = s.device_id AND d.user_id IN (s.user_id, ''))
+      WHERE d.tenant_id = $1 AND d.device_id = s.device_id AND d.user_id IN (s.user_id, ''))
       AS device_heard_at, s.runtime_gone_at, s.health, s.work
   FROM sessions s";
 
