@@ -437,12 +437,22 @@ async fn a_token_for_another_device_pauses_sync_and_a_token_for_this_device_alon
     let other = device_token(&cloud, "alice", "bob-desk");
     write_private(&token_file, &format!("{other}\n")).unwrap();
     post_turns(&agent, "session_swap_2", 5).await;
+    // A push may meet the new token first (a 403 pauses with `re-authenticate`); the loop's own
+    // question then names the setting that contradicts the token.
+    let last = std::sync::Mutex::new(None);
     let reason = wait_for(Duration::from_secs(20), || async {
         let s = agent.status().await.ok()?;
-        s["sync"]["paused_reason"].as_str().map(str::to_string)
+        let reason = s["sync"]["paused_reason"].as_str().map(str::to_string);
+        last.lock().unwrap().clone_from(&reason);
+        reason.filter(|r| r.starts_with("identity-mismatch"))
     })
     .await
-    .expect("sync paused over a token for another device");
+    .unwrap_or_else(|| {
+        panic!(
+            "sync paused naming the setting that contradicts the token; last reason {:?}",
+            last.lock().unwrap()
+        )
+    });
     assert!(
         reason.contains("identity.device_id is \"old-laptop\""),
         "{reason}"
