@@ -252,7 +252,12 @@ async fn main() {
         arms.push(run_arm("baseline", Path::new(&base), &[], secs, rate).await);
         print(&arms[arms.len() - 1]);
     }
-    let immediate = [("APIARY_PUSH_COALESCE_INTERVAL_MS", "0")];
+    // Sent at once whatever interval the ingest asks for.
+    let immediate = [
+        ("APIARY_PUSH_COALESCE_INTERVAL_MS", "0"),
+        ("APIARY_PUSH_MIN_INTERVAL_MS", "0"),
+        ("APIARY_PUSH_MAX_INTERVAL_MS", "0"),
+    ];
     arms.push(run_arm("immediate", &this, &immediate, secs, rate).await);
     print(&arms[arms.len() - 1]);
     arms.push(run_arm("default", &this, &[], secs, rate).await);

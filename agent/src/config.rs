@@ -32,6 +32,7 @@
 //! | `push.coalesce_interval_ms` | 2000 | how long claimed events may wait to go as one batch (0: at once) |
 //! | `push.coalesce_jitter_ms` | 500 | a random extra wait in [0, this) per batch |
 //! | `push.coalesce_events` | 100 | a batch of this many events goes without waiting (a large backlog always does) |
+//! | `push.min_interval_ms`, `push.max_interval_ms` | 1000, 30000 | bounds of the push interval the ingest asks for, adopted in place of `coalesce_interval_ms` |
 //! | `push.heartbeat_interval_secs` | 30 | heartbeat interval |
 //! | `push.shutdown_grace_ms` | 10000 | time given to batches in flight at shutdown |
 //! | `otlp.enabled` | `true` | the OTLP/HTTP receiver (`/v1/logs`, `/v1/traces`, `/v1/metrics`) |
@@ -264,6 +265,13 @@ impl Settings {
             if v == 0 {
                 return bad(format!("{key} must be at least 1"));
             }
+        }
+        if p.min_interval_ms > p.max_interval_ms {
+            return bad(format!(
+                "push.min_interval_ms ({}) cannot exceed push.max_interval_ms ({}): they bound the \
+                 push interval the ingest asks for",
+                p.min_interval_ms, p.max_interval_ms
+            ));
         }
         if p.connect_timeout_ms > p.request_timeout_ms {
             return bad(format!(

@@ -79,6 +79,19 @@ pub struct IngestSettings {
     /// fills a group alone: groups of several large batches ran one after the other on one connection
     /// and made large batches slower than with group commit off (fleet bench: 0.67–0.87× at 5,000).
     pub group_commit_max_events: usize,
+    /// The push interval the ingest asks of its agents at rest (milliseconds; `crate::cadence`): every
+    /// batch answer carries `push_interval_ms`, which doubles per level of load up to `cadence_max_ms`
+    /// and comes back down after calm seconds. Agents adopt it within their own floor and ceiling.
+    pub cadence_base_ms: u64,
+    /// The longest push interval the ingest asks for under load (milliseconds).
+    pub cadence_max_ms: u64,
+    /// Server time of a batch above which it counts as slow: more than 5% slow batches in a second is
+    /// load (milliseconds).
+    pub cadence_target_ms: u64,
+    /// Most batches this replica handles at once; one more is answered 429 with `Retry-After` before
+    /// its body is read (past capacity, the fleet waits instead of the latency growing). Half of it in
+    /// flight also counts as load for the cadence.
+    pub max_batches_in_flight: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
     /// Alert rules and notification delivery (`[alerts]`).
@@ -151,6 +164,10 @@ impl Default for IngestSettings {
             group_commit_writers: 4,
             group_commit_wait_ms: 2,
             group_commit_max_events: 1_000,
+            cadence_base_ms: 2_000,
+            cadence_max_ms: 30_000,
+            cadence_target_ms: 100,
+            max_batches_in_flight: 256,
             log_format: LogFormat::Text,
             alerts: AlertSettings::default(),
         }
@@ -232,6 +249,17 @@ impl IngestSettings {
             return bad(
                 "group_commit_wait_ms must be at most 1000 (a few milliseconds is the point)",
             );
+        }
+        if self.cadence_base_ms == 0 || self.cadence_max_ms < self.cadence_base_ms {
+            return bad(
+                "cadence_base_ms must be at least 1 and cadence_max_ms at least cadence_base_ms",
+            );
+        }
+        if self.cadence_max_ms > 3_600_000 {
+            return bad("cadence_max_ms must be at most 3600000 (an hour)");
+        }
+        if self.cadence_target_ms == 0 || self.max_batches_in_flight == 0 {
+            return bad("cadence_target_ms and max_batches_in_flight must be at least 1");
         }
         if self.stream_max_subscribers == 0 || self.stream_max_per_tenant == 0 {
             return bad("stream_max_subscribers and stream_max_per_tenant must be at least 1");

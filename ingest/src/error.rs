@@ -81,6 +81,10 @@ pub enum ApiError {
     /// 429: the token's rate limit is exhausted; retry after the given time.
     #[error("rate limit exceeded")]
     RateLimited(Duration),
+    /// 429: this replica has as many batches in flight as it takes (`max_batches_in_flight`); retry
+    /// after the given time (the push interval it asks for now).
+    #[error("the ingest is at capacity; push again after the Retry-After interval")]
+    Overloaded(Duration),
     /// 503: a bounded resource of this server is in use up to its limit (live streams); retry later.
     #[error("{0}")]
     Busy(String),
@@ -115,6 +119,7 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
             ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -191,7 +196,9 @@ impl IntoResponse for ApiError {
         }
         let mut response = (status, axum::Json(body)).into_response();
         let retry = match &self {
-            ApiError::RateLimited(d) => Some(d.as_secs_f64().ceil().max(1.0) as u64),
+            ApiError::RateLimited(d) | ApiError::Overloaded(d) => {
+                Some(d.as_secs_f64().ceil().max(1.0) as u64)
+            }
             ApiError::Unavailable(_) => Some(1),
             ApiError::Busy(_) => Some(5),
             _ => None,

@@ -52,6 +52,7 @@ pub mod auth;
 pub mod auth_guard;
 pub mod bindings;
 pub mod budgets;
+pub mod cadence;
 pub mod cli;
 pub mod config;
 pub mod dashboard;

@@ -21,6 +21,7 @@ use sqlx::PgPool;
 use crate::auth::{AuthState, TokenGuard};
 use crate::auth_guard::AuthGuard;
 use crate::budgets::BudgetWatch;
+use crate::cadence::Cadence;
 use crate::config::IngestSettings;
 use crate::group_commit::GroupCommit;
 use crate::intake::IntakeRules;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub budgets: Arc<BudgetWatch>,
     /// The batch writers' queue when `group_commit` is on; None writes each request's batch itself.
     pub group_commit: Option<GroupCommit>,
+    /// The push cadence asked of the agents, and the bound on batches in flight.
+    pub cadence: Arc<Cadence>,
 }
 
 impl AppState {
@@ -81,6 +84,7 @@ impl AppState {
             .group_commit
             .then(|| GroupCommit::start(store.clone(), &settings));
         AppState {
+            cadence: Arc::new(Cadence::new(&settings)),
             auth_guard: Arc::new(auth_guard),
             store,
             group_commit,

@@ -90,6 +90,13 @@ pub struct BatchResponse {
     /// `X-Apiary-Quota: 1`); see [`crate::quota`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<Quota>,
+    /// How long the ingest wants this device's agent to let a trickle of events gather before its next
+    /// push (milliseconds): its interval at rest, longer while it is loaded. The agent adopts it within
+    /// its own floor and ceiling; a full batch or a backlog still goes at once. Absent from an ingest
+    /// that does not set the cadence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub push_interval_ms: Option<u64>,
 }
 
 /// One refused event.

@@ -20,6 +20,8 @@ const FAST: &[(&str, &str)] = &[
     ("APIARY_PUSH_BACKOFF_CAP_MS", "1000"),
     ("APIARY_PUSH_POLL_INTERVAL_MS", "50"),
     ("APIARY_PUSH_COALESCE_INTERVAL_MS", "0"),
+    ("APIARY_PUSH_MIN_INTERVAL_MS", "0"),
+    ("APIARY_PUSH_MAX_INTERVAL_MS", "0"),
 ];
 
 /// The three ways to turn sharing on.

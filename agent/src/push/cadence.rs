@@ -14,6 +14,12 @@
 //!   jitter, drawn per gather, keeps a fleet of agents started together from pushing in step);
 //! - shutdown, or sync stopped (the delivery then releases the rows).
 //!
+//! The interval is the ingest's to set: every answer to a batch or a heartbeat carries the one it wants
+//! from this device (`push_interval_ms`: its interval at rest, longer while it is loaded, with a jitter
+//! per device), and once one has come it replaces `coalesce_interval_ms`, within `min_interval_ms` and
+//! `max_interval_ms` ([`Coalesce::of`]). An answer without it (an older ingest) keeps the last. The
+//! size trigger and full batches are unchanged: a backlog always goes at once.
+//!
 //! The claimed rows stay leased to this process while they wait (the lease,
 //! [`crate::outbox`]'s `CLAIM_LEASE`, is minutes; the wait is seconds), so no other claim takes them; if
 //! the process dies, they are pending as before and the next start sends them. An event's wait is
@@ -49,10 +55,16 @@ pub(super) struct Coalesce {
 }
 
 impl Coalesce {
-    pub fn of(s: &PushSettings) -> Coalesce {
+    /// The rule of `s`, with the interval the ingest asked for (`directed`, milliseconds) in force of
+    /// `coalesce_interval_ms` once it has: within `min_interval_ms` and `max_interval_ms`.
+    pub fn of(s: &PushSettings, directed: Option<u64>) -> Coalesce {
         let limits = s.limits();
+        let interval = match directed {
+            Some(ms) => ms.clamp(s.min_interval_ms, s.max_interval_ms.max(s.min_interval_ms)),
+            None => s.coalesce_interval_ms,
+        };
         Coalesce {
-            interval: Duration::from_millis(s.coalesce_interval_ms),
+            interval: Duration::from_millis(interval),
             jitter: Duration::from_millis(s.coalesce_jitter_ms),
             events: s.coalesce_events.clamp(1, limits.max_events),
             limits,

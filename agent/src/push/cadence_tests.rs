@@ -22,6 +22,11 @@ struct Recorder {
 
 impl Recorder {
     async fn start() -> Recorder {
+        Recorder::asking(None).await
+    }
+
+    /// A fake ingest whose answers ask for pushes every `interval_ms`.
+    async fn asking(interval_ms: Option<u64>) -> Recorder {
         let server = MockServer::start().await;
         let seen: Arc<Mutex<Vec<(Instant, Batch)>>> = Arc::default();
         let log = seen.clone();
@@ -35,6 +40,7 @@ impl Recorder {
                     duplicates: 0,
                     rejected: vec![],
                     quota: None,
+                    push_interval_ms: interval_ms,
                 })
             })
             .mount(&server)
@@ -152,6 +158,68 @@ async fn a_trickle_waits_for_the_interval_and_goes_as_one_batch() {
     assert_each_once(&f, &ingest, 5).await;
 }
 
+fn bounded(interval_ms: u64, floor_ms: u64, ceiling_ms: u64) -> PushSettings {
+    PushSettings {
+        min_interval_ms: floor_ms,
+        max_interval_ms: ceiling_ms,
+        ..cadence(interval_ms, 100, 3600)
+    }
+}
+
+#[tokio::test]
+async fn the_interval_the_ingest_asks_for_replaces_the_configured_one() {
+    // Configured to wait 100 ms; the ingest's answers (the heartbeat at start is the first) ask for 1.5 s.
+    let ingest = Recorder::asking(Some(1_500)).await;
+    let f = outbox_with_turns(0, Some(&ingest.server.uri())).await;
+    let (shutdown, task) = start(&f, bounded(100, 100, 10_000));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ingest.seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let first = Instant::now();
+    for i in 0..5 {
+        f.outbox.submit(turns(i..i + 1)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    assert!(
+        ingest.event_batches().is_empty(),
+        "the ingest's interval holds, not the configured 100 ms"
+    );
+    until_delivered(&f, 5).await;
+    let batches = ingest.event_batches();
+    assert_eq!(batches.len(), 1, "one batch for the trickle");
+    let waited = batches[0].0 - first;
+    assert!(waited >= Duration::from_millis(1_400), "{waited:?}");
+    stop(shutdown, task).await;
+    assert_each_once(&f, &ingest, 5).await;
+}
+
+#[tokio::test]
+async fn the_agents_ceiling_bounds_the_interval_the_ingest_asks_for() {
+    // The ingest asks for a minute; this agent waits 400 ms at most.
+    let ingest = Recorder::asking(Some(60_000)).await;
+    let f = outbox_with_turns(0, Some(&ingest.server.uri())).await;
+    let (shutdown, task) = start(&f, bounded(100, 100, 400));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ingest.seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let first = Instant::now();
+    f.outbox.submit(turns(0..1)).await.unwrap();
+    until_delivered(&f, 1).await;
+    let batches = ingest.event_batches();
+    assert_eq!(batches.len(), 1);
+    let waited = batches[0].0 - first;
+    assert!(
+        waited >= Duration::from_millis(350) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    stop(shutdown, task).await;
+    assert_each_once(&f, &ingest, 1).await;
+}
+
 #[tokio::test]
 async fn interval_zero_sends_each_poll_at_once_as_before() {
     let ingest = Recorder::start().await;
@@ -267,6 +335,7 @@ async fn a_riding_heartbeat_is_neither_settled_nor_counted() {
                     reason: "no".into(),
                 }],
                 quota: None,
+                push_interval_ms: None,
             })
         })
         .mount(&ingest)
@@ -311,6 +380,7 @@ async fn a_refused_batch_carrying_the_heartbeat_goes_again_whole_without_it() {
                     duplicates: 0,
                     rejected: vec![],
                     quota: None,
+                    push_interval_ms: None,
                 })
             }
         })

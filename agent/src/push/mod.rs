@@ -87,6 +87,11 @@ pub struct PushSettings {
     pub coalesce_jitter_ms: u64,
     /// A batch of this many events goes at once, without waiting (a size trigger).
     pub coalesce_events: usize,
+    /// The shortest push interval adopted from the ingest (its answers carry the interval it wants,
+    /// `push_interval_ms`; see [`cadence`]). Until an ingest has said, `coalesce_interval_ms` holds.
+    pub min_interval_ms: u64,
+    /// The longest push interval adopted from the ingest.
+    pub max_interval_ms: u64,
     pub heartbeat_interval_secs: u64,
     /// How long shutdown waits for batches in flight.
     pub shutdown_grace_ms: u64,
@@ -106,6 +111,8 @@ impl Default for PushSettings {
             coalesce_interval_ms: 2_000,
             coalesce_jitter_ms: 500,
             coalesce_events: 100,
+            min_interval_ms: 1_000,
+            max_interval_ms: 30_000,
             heartbeat_interval_secs: 30,
             shutdown_grace_ms: 10_000,
         }
@@ -196,6 +203,8 @@ pub struct Pusher {
     /// When the last heartbeat went and whether one rides in a batch in flight (shared by the loop and
     /// its delivery tasks; see [`cadence`]).
     beat: std::sync::Mutex<cadence::BeatClock>,
+    /// The push interval the ingest last asked for (milliseconds; 0 until one has).
+    directed: std::sync::atomic::AtomicU64,
 }
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<PushOutcome, PushError>> + Send + 'a>>;
@@ -218,6 +227,7 @@ impl Pusher {
             started: std::time::Instant::now(),
             runtimes: Default::default(),
             beat: Default::default(),
+            directed: Default::default(),
         })
     }
 
@@ -315,6 +325,7 @@ impl Pusher {
                     }
                     self.outbox.settle_response(&ids, &v).await?;
                     self.keep_quota(v.quota.take()).await;
+                    self.follow_cadence(v.push_interval_ms);
                     PushOutcome::Sent {
                         events: ids.len(),
                         accepted: v.accepted,

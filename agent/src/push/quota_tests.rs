@@ -55,6 +55,7 @@ async fn answer_with(ingest: &MockServer, quota: Option<Quota>) {
                 duplicates: 0,
                 rejected: vec![],
                 quota: quota.clone(),
+                push_interval_ms: None,
             })
         })
         .mount(ingest)

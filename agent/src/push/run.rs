@@ -22,13 +22,14 @@ type InFlight = JoinSet<Result<PushOutcome, PushError>>;
 impl Pusher {
     /// Pushes until `shutdown`, then lets batches in flight finish for up to `shutdown_grace`.
     pub async fn run_until_stopped(self: Arc<Self>, shutdown: CancellationToken) {
-        let rule = Coalesce::of(&self.settings);
         let every = self.beat_interval();
         let mut inflight = InFlight::new();
         let mut duties = tokio::time::interval(every);
         duties.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut gather = Gather::default();
         loop {
+            // The interval may change with every answer (the ingest sets it).
+            let rule = self.coalesce();
             let wait = self.fill(&mut inflight, &mut gather, &rule, false).await;
             let now = Instant::now();
             let wake = gather
@@ -47,7 +48,8 @@ impl Pusher {
                 _ = tokio::time::sleep(wake) => {}
             }
         }
-        self.fill(&mut inflight, &mut gather, &rule, true).await;
+        self.fill(&mut inflight, &mut gather, &self.coalesce(), true)
+            .await;
         if let Some(left) = gather.take() {
             // Every slot was busy: not sent now, pending for next time.
             let _ = self.outbox.release(left.ids()).await;
@@ -140,6 +142,30 @@ impl Pusher {
         });
     }
 
+    /// The coalescing rule in force: the interval the ingest asked for, within the floor and the
+    /// ceiling, once it has; the configured one before.
+    fn coalesce(&self) -> Coalesce {
+        let directed = self.directed.load(std::sync::atomic::Ordering::Relaxed);
+        Coalesce::of(&self.settings, (directed > 0).then_some(directed))
+    }
+
+    /// Adopts the push interval an answer carries (an answer without one keeps the last).
+    pub(super) fn follow_cadence(&self, asked_ms: Option<u64>) {
+        let Some(ms) = asked_ms.filter(|ms| *ms > 0) else {
+            return;
+        };
+        let before = self.directed.swap(ms, std::sync::atomic::Ordering::Relaxed);
+        if before != ms {
+            let s = &self.settings;
+            let adopted = ms.clamp(s.min_interval_ms, s.max_interval_ms.max(s.min_interval_ms));
+            tracing::info!(
+                asked_ms = ms,
+                adopted_ms = adopted,
+                "the ingest set the push interval"
+            );
+        }
+    }
+
     fn beat_interval(&self) -> Duration {
         Duration::from_secs(self.settings.heartbeat_interval_secs.max(1))
     }
@@ -212,6 +238,7 @@ impl Pusher {
             }
             Ok(Some(SendResult::Verdicts(mut v))) => {
                 self.keep_quota(v.quota.take()).await;
+                self.follow_cadence(v.push_interval_ms);
                 if let Some(r) = v.rejected.first() {
                     tracing::warn!(reason = %r.reason, "the ingest rejected the heartbeat");
                 }

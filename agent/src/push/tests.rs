@@ -95,6 +95,7 @@ fn accept_all(req: &Request) -> ResponseTemplate {
         duplicates: 0,
         rejected: vec![],
         quota: None,
+        push_interval_ms: None,
     })
 }
 
@@ -301,6 +302,7 @@ async fn per_event_rejections_go_to_the_dead_letter_table() {
                 duplicates: 0,
                 rejected,
                 quota: None,
+                push_interval_ms: None,
             })
         })
         .mount(&ingest)

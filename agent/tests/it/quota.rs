@@ -77,6 +77,7 @@ async fn ingest(quota: Quota) -> MockServer {
                 duplicates: 0,
                 rejected: vec![],
                 quota: Some(quota.clone()),
+                push_interval_ms: None,
             })
         })
         .mount(&ingest)

@@ -100,6 +100,7 @@ async fn accepting_ingest() -> MockServer {
                 duplicates: 0,
                 rejected: vec![],
                 quota: None,
+                push_interval_ms: None,
             })
         })
         .mount(&ingest)

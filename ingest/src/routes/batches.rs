@@ -26,6 +26,10 @@ use crate::store::batch::{self, Sender};
 /// belongs to another is rejected per event with the reason. A token not bound to the batch's device
 /// may not report as a device that another user's token or registered key is bound to (403).
 ///
+/// Every answer carries `push_interval_ms`: how long the ingest wants this device's agent to let a
+/// trickle of events gather before its next push — its interval at rest, longer while it is loaded.
+/// Past its bound on batches in flight the ingest answers 429 with `Retry-After` before reading the body.
+///
 /// With the header `X-Apiary-Quota: 1` the answer also carries `quota`: the budgets that apply to the
 /// token's user (the tenant's budgets without a user, and that user's), each in its current period,
 /// read at most 10 seconds before. Advisory: a spent budget never refuses a batch.
@@ -47,7 +51,16 @@ pub async fn post_batch(
     body: Body,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let started = Instant::now();
+    let admitted = match state.cadence.admit() {
+        Ok(admitted) => admitted,
+        Err(over) => {
+            state.metrics.batches_refused.inc();
+            return Err(ApiError::Overloaded(over.retry_after));
+        }
+    };
     let result = handle(&state, &principal, &headers, body).await;
+    state.cadence.observe(started.elapsed());
+    drop(admitted);
     match &result {
         Ok(r) => {
             state.metrics.batches.inc();
@@ -95,6 +108,10 @@ async fn handle(
         checked.device_id.as_deref(),
     )
     .await?;
+    let device = checked
+        .device_id
+        .clone()
+        .or_else(|| principal.device_id.clone());
     let sender = Sender {
         tenant_id: principal.tenant_id,
         user_id: principal.user_id.clone(),
@@ -119,6 +136,8 @@ async fn handle(
     if answer.accepted > 0 {
         state.budgets.mark(principal.tenant_id);
     }
+    let interval = state.cadence.interval_for(device.as_deref());
+    answer.push_interval_ms = Some(u64::try_from(interval.as_millis()).unwrap_or(u64::MAX));
     if wants_quota(headers) {
         // The batch is committed: a failure to read the quota only leaves it out of the answer.
         match state

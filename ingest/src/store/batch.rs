@@ -254,6 +254,7 @@ impl<'a> Part<'a> {
             duplicates: (self.total - refused) as u64 - accepted,
             rejected: self.rejected,
             quota: None,
+            push_interval_ms: None,
         }
     }
 }

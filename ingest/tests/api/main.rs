@@ -8,6 +8,7 @@ mod alerts;
 mod bad_input;
 mod batches;
 mod budgets;
+mod cadence;
 mod citus;
 mod colony_names;
 mod cross_tenant;

@@ -1,0 +1,387 @@
+//! The push cadence the ingest asks of its agents, set from its own load ([`Cadence`]).
+//!
+//! Usage and status stay exact for everything the ingest has accepted; what may stretch under load is
+//! only how long an agent lets a trickle of events gather before it pushes (freshness, never exactness).
+//! Every answer to `POST /v1/batches` carries `push_interval_ms`, the wait the ingest wants from that
+//! device now; the agent adopts it within its own bounds (`push.min_interval_ms` and
+//! `push.max_interval_ms`), and a full batch or a backlog still goes at once. An older agent ignores
+//! the field.
+//!
+//! ## The rule
+//! - **Load, per one-second window** of the batches answered in it: *loaded* when more than 5% of them
+//!   took longer than `cadence_target_ms` of server time (the window's p95 above the target), or the
+//!   batches in flight passed half of `max_batches_in_flight`; *calm* when at most 1% took longer than
+//!   the target and the batches in flight stayed under a quarter of the bound. A window with no batch at
+//!   all (also a quiet stretch of several seconds, counted per second) is calm.
+//! - **Levels.** The interval is `cadence_base_ms` at level 0 and doubles per level, up to
+//!   `cadence_max_ms`. A loaded window raises the level by one; [`CALM_WINDOWS`] calm windows in a row
+//!   lower it by one (hysteresis: a fleet that slows down does not rush back at the first quiet second,
+//!   and a level is held through windows that are neither). Bigger batches at a longer interval cost the
+//!   ingest far less per event (a 20-event batch ≈ 3.3 ms of machine time, a 1000-event one ≈ 48 ms), so
+//!   stretching is what restores headroom.
+//! - **Jitter.** Above level 0 each device gets up to +20% on top, from a hash of its id and the level:
+//!   devices that all hear "8 s" at once do not push in step, and a device's own interval is steady.
+//! - **Past capacity.** More than `max_batches_in_flight` batches at once are answered 429 with
+//!   `Retry-After` (the current interval, rounded up to seconds) before their bodies are read, so
+//!   neither latency nor memory grows without bound; the agent retries after it and nothing is lost.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::config::IngestSettings;
+
+/// Calm windows in a row before the level comes down by one.
+pub const CALM_WINDOWS: u32 = 5;
+/// The length of one load window.
+const WINDOW: Duration = Duration::from_secs(1);
+
+/// The ingest's cadence controller and its bound on batches in flight. One per process.
+#[derive(Debug)]
+pub struct Cadence {
+    base: Duration,
+    max: Duration,
+    target: Duration,
+    max_in_flight: usize,
+    in_flight: AtomicUsize,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    level: u32,
+    calm_run: u32,
+    window_start: Instant,
+    batches: u64,
+    slow: u64,
+    /// The most batches in flight seen in this window.
+    peak_in_flight: usize,
+}
+
+/// A batch admitted by [`Cadence::admit`]; dropping it ends the batch's time in flight.
+#[derive(Debug)]
+pub struct InFlight<'a> {
+    cadence: &'a Cadence,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.cadence.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The answer to a batch beyond `max_batches_in_flight`: come back after this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded {
+    pub retry_after: Duration,
+}
+
+impl Cadence {
+    pub fn new(s: &IngestSettings) -> Cadence {
+        Cadence::with(
+            Duration::from_millis(s.cadence_base_ms),
+            Duration::from_millis(s.cadence_max_ms),
+            Duration::from_millis(s.cadence_target_ms),
+            s.max_batches_in_flight,
+            Instant::now(),
+        )
+    }
+
+    fn with(
+        base: Duration,
+        max: Duration,
+        target: Duration,
+        max_in_flight: usize,
+        now: Instant,
+    ) -> Cadence {
+        Cadence {
+            base,
+            max: max.max(base),
+            target,
+            max_in_flight: max_in_flight.max(1),
+            in_flight: AtomicUsize::new(0),
+            state: Mutex::new(State {
+                level: 0,
+                calm_run: 0,
+                window_start: now,
+                batches: 0,
+                slow: 0,
+                peak_in_flight: 0,
+            }),
+        }
+    }
+
+    /// Admits a batch, or refuses it when `max_batches_in_flight` are in flight already.
+    pub fn admit(&self) -> Result<InFlight<'_>, Overloaded> {
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let guard = InFlight { cadence: self };
+        if before >= self.max_in_flight {
+            drop(guard);
+            let secs = self.interval_at(Instant::now()).as_millis().div_ceil(1000) as u64;
+            return Err(Overloaded {
+                retry_after: Duration::from_secs(secs.max(1)),
+            });
+        }
+        let mut st = self.lock();
+        st.peak_in_flight = st.peak_in_flight.max(before + 1);
+        Ok(guard)
+    }
+
+    /// Records one answered batch and the server time it took.
+    pub fn observe(&self, took: Duration) {
+        self.observe_at(took, Instant::now());
+    }
+
+    fn observe_at(&self, took: Duration, now: Instant) {
+        let mut st = self.lock();
+        self.roll(&mut st, now);
+        st.batches += 1;
+        if took > self.target {
+            st.slow += 1;
+        }
+    }
+
+    /// The interval the ingest asks of `device` now (the same for a device within a level).
+    pub fn interval_for(&self, device: Option<&str>) -> Duration {
+        self.interval_for_at(device, Instant::now())
+    }
+
+    fn interval_for_at(&self, device: Option<&str>, now: Instant) -> Duration {
+        let level = {
+            let mut st = self.lock();
+            self.roll(&mut st, now);
+            st.level
+        };
+        let interval = self.at_level(level);
+        if level == 0 {
+            return interval;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (device.unwrap_or(""), level).hash(&mut h);
+        let permille = h.finish() % 200; // up to +20%
+        interval + interval * permille as u32 / 1000
+    }
+
+    fn interval_at(&self, now: Instant) -> Duration {
+        let level = {
+            let mut st = self.lock();
+            self.roll(&mut st, now);
+            st.level
+        };
+        self.at_level(level)
+    }
+
+    /// The current level (0 = at rest), for metrics and tests.
+    pub fn level(&self) -> u32 {
+        let mut st = self.lock();
+        self.roll(&mut st, Instant::now());
+        st.level
+    }
+
+    fn at_level(&self, level: u32) -> Duration {
+        let factor = 1u32.checked_shl(level).unwrap_or(u32::MAX);
+        self.base.saturating_mul(factor).min(self.max)
+    }
+
+    /// The highest level worth having (its interval reaches `max`).
+    fn top(&self) -> u32 {
+        let mut level = 0;
+        while self.at_level(level) < self.max && level < 31 {
+            level += 1;
+        }
+        level
+    }
+
+    /// Closes the windows that ended before `now` and moves the level (see the module notes).
+    fn roll(&self, st: &mut State, now: Instant) {
+        let elapsed = now.saturating_duration_since(st.window_start);
+        if elapsed < WINDOW {
+            return;
+        }
+        let in_flight = self.in_flight.load(Ordering::Acquire);
+        let peak = st.peak_in_flight.max(in_flight);
+        let (batches, slow) = (st.batches, st.slow);
+        let loaded = (batches > 0 && slow * 20 > batches) || peak * 2 > self.max_in_flight;
+        let calm = slow * 100 <= batches && peak * 4 < self.max_in_flight;
+        if loaded {
+            st.level = (st.level + 1).min(self.top());
+            st.calm_run = 0;
+        } else if calm {
+            st.calm_run += 1;
+        } else {
+            st.calm_run = 0;
+        }
+        // Whole windows with no batch at all after this one: calm, one each.
+        let quiet = (elapsed.as_millis() / WINDOW.as_millis()).saturating_sub(1);
+        if in_flight * 4 < self.max_in_flight {
+            st.calm_run = st
+                .calm_run
+                .saturating_add(quiet.min(u32::MAX as u128) as u32);
+        }
+        while st.calm_run >= CALM_WINDOWS && st.level > 0 {
+            st.level -= 1;
+            st.calm_run -= CALM_WINDOWS;
+        }
+        if st.level == 0 {
+            st.calm_run = st.calm_run.min(CALM_WINDOWS);
+        }
+        st.window_start += WINDOW * (elapsed.as_millis() / WINDOW.as_millis()) as u32;
+        st.batches = 0;
+        st.slow = 0;
+        st.peak_in_flight = in_flight;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cadence(now: Instant) -> Cadence {
+        Cadence::with(
+            Duration::from_secs(2),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            8,
+            now,
+        )
+    }
+
+    /// One window of `n` batches of which `slow` took longer than the target.
+    fn window(c: &Cadence, start: Instant, n: u32, slow: u32) -> Instant {
+        for i in 0..n {
+            let took = if i < slow { 250 } else { 10 };
+            c.observe_at(
+                Duration::from_millis(took),
+                start + Duration::from_millis(10),
+            );
+        }
+        start + WINDOW
+    }
+
+    #[test]
+    fn at_rest_the_interval_is_the_base_for_every_device() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let t = window(&c, t0, 100, 0);
+        assert_eq!(c.interval_for_at(Some("a"), t), Duration::from_secs(2));
+        assert_eq!(c.interval_for_at(Some("b"), t), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn loaded_windows_double_the_interval_up_to_the_max() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let mut t = t0;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            t = window(&c, t, 100, 10);
+            c.interval_for_at(None, t);
+            seen.push(c.lock().level);
+        }
+        assert_eq!(
+            seen,
+            [1, 2, 3, 4, 4, 4],
+            "16 s doubles to 32 s: capped at 30 s"
+        );
+        assert_eq!(c.at_level(4), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_few_slow_batches_are_not_load() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let t = window(&c, t0, 100, 5); // 5%: not above
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 0);
+    }
+
+    #[test]
+    fn the_level_comes_down_only_after_calm_windows_in_a_row() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let mut t = window(&c, t0, 100, 50);
+        t = window(&c, t, 100, 50);
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 2);
+        // Four calm windows, then one neither calm nor loaded (3%): the run starts again.
+        for _ in 0..4 {
+            t = window(&c, t, 100, 0);
+        }
+        t = window(&c, t, 100, 3);
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 2, "held");
+        for _ in 0..5 {
+            t = window(&c, t, 100, 0);
+        }
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 1);
+    }
+
+    #[test]
+    fn a_quiet_stretch_counts_as_calm_windows() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let mut t = t0;
+        for _ in 0..3 {
+            t = window(&c, t, 100, 50);
+        }
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 3);
+        // Ten seconds with no batch: two levels down (five calm windows each).
+        c.interval_for_at(None, t + Duration::from_secs(10) + Duration::from_millis(1));
+        assert_eq!(c.lock().level, 1);
+    }
+
+    #[test]
+    fn a_quiet_stretch_right_after_load_counts_as_calm_too() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let t = window(&c, t0, 100, 50);
+        // The last window before the quiet was loaded: it raises the level, the quiet brings it down.
+        c.interval_for_at(None, t + Duration::from_secs(11) + Duration::from_millis(1));
+        assert_eq!(c.lock().level, 0);
+    }
+
+    #[test]
+    fn above_rest_each_device_gets_its_own_steady_jitter_within_a_fifth() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let t = window(&c, t0, 100, 50);
+        let base = Duration::from_secs(4);
+        let mut distinct = std::collections::HashSet::new();
+        for d in 0..50 {
+            let id = format!("dev-{d}");
+            let i = c.interval_for_at(Some(&id), t);
+            assert!(i >= base && i < base + base / 5, "{i:?}");
+            assert_eq!(i, c.interval_for_at(Some(&id), t), "steady for a device");
+            distinct.insert(i);
+        }
+        assert!(distinct.len() > 25, "spread: {}", distinct.len());
+    }
+
+    #[test]
+    fn beyond_the_bound_in_flight_a_batch_is_refused_with_the_interval() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let held: Vec<_> = (0..8).map(|_| c.admit().unwrap()).collect();
+        assert_eq!(c.admit().unwrap_err().retry_after, Duration::from_secs(2));
+        drop(held);
+        assert!(c.admit().is_ok(), "room again once they end");
+    }
+
+    #[test]
+    fn many_batches_in_flight_are_load_even_when_each_is_fast() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let held: Vec<_> = (0..5).map(|_| c.admit().unwrap()).collect();
+        let t = window(&c, t0, 10, 0);
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 1);
+        drop(held);
+    }
+}

@@ -1,0 +1,119 @@
+//! The push cadence the ingest sets: every batch answer carries `push_interval_ms`; load stretches it;
+//! past `max_batches_in_flight` a batch is answered 429 with `Retry-After` before its body is read.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::helpers::*;
+
+/// A batch request whose body is held half-sent until `release` fires: it stays in flight.
+fn held_batch(
+    app: &TestApp,
+    token: &str,
+    body: Vec<u8>,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<(StatusCode, Value)>,
+) {
+    let (release, released) = oneshot::channel::<()>();
+    let (head, tail) = body.split_at(body.len() / 2);
+    let (head, tail) = (
+        bytes::Bytes::copy_from_slice(head),
+        bytes::Bytes::copy_from_slice(tail),
+    );
+    let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(head) }).chain(
+        futures::stream::once(async move {
+            let _ = released.await;
+            Ok::<_, std::io::Error>(tail)
+        }),
+    );
+    let request = app
+        .client
+        .post(format!("{}/v1/batches", app.base))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(stream));
+    let task = tokio::spawn(async move {
+        let resp = request.send().await.unwrap();
+        let status = resp.status();
+        (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+    });
+    (release, task)
+}
+
+fn one_tool_batch(session: &str) -> Vec<u8> {
+    serde_json::to_vec(&batch(vec![tool(session, Utc::now(), false)], vec![])).unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn batches_in_flight_stretch_the_interval_and_past_the_bound_are_answered_429(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app_with(
+        pool,
+        apiary_ingest::config::IngestSettings {
+            max_batches_in_flight: 4,
+            ..test_settings()
+        },
+    )
+    .await;
+    let t = app.tenant("acme").await;
+    let (s, v) = app.post_raw(&t.ingest, one_tool_batch("calm"), None).await;
+    assert_eq!(
+        (s, v["push_interval_ms"].as_u64()),
+        (StatusCode::OK, Some(2000)),
+        "{v}"
+    );
+
+    // Three of four in flight (more than half): load. A fourth fills the bound.
+    let mut held = Vec::new();
+    for i in 0..4 {
+        held.push(held_batch(
+            &app,
+            &t.ingest,
+            one_tool_batch(&format!("held-{i}")),
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resp = app
+        .client
+        .post(format!("{}/v1/batches", app.base))
+        .bearer_auth(&t.ingest)
+        .header("content-type", "application/json")
+        .body(one_tool_batch("refused"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 2, "Retry-After {retry}");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+
+    // The window with four in flight ends: the next answers ask for twice the base (plus a jitter).
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let mut answers = Vec::new();
+    for (release, task) in held {
+        let _ = release.send(());
+        answers.push(task.await.unwrap());
+    }
+    for (s, v) in &answers {
+        assert_eq!(*s, StatusCode::OK, "{v}");
+        assert_eq!(v["accepted"], 1, "{v}");
+    }
+    let (s, v) = app.post_raw(&t.ingest, one_tool_batch("after"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let asked = v["push_interval_ms"].as_u64().unwrap();
+    assert!((4_000..4_800).contains(&asked), "{v}");
+    // Nothing refused was stored, everything answered 200 was.
+    assert_eq!(app.count("events").await, 6);
+}
