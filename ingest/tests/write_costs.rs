@@ -71,7 +71,7 @@ fn mixed_event(i: usize, session: &str, at: chrono::DateTime<Utc>) -> Value {
             ((i % 50) + 1) as f64 / 1_000.0,
         )
     } else {
-        let mut e = tool(session, at, i % 7 == 0);
+        let mut e = tool(session, at, i.is_multiple_of(7));
         e["data"]["tool_name"] = json!(TOOLS[i % 4]);
         e["data"]["duration_ms"] = json!(10 + (i * 17) % 2_000);
         e
