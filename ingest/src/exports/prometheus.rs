@@ -24,9 +24,7 @@ pub fn render(labels: &[&'static str], rows: &[UsageRow]) -> String {
         }
         done.push(c.prometheus);
         // The token counter's types share one family: every point of every counter of this name.
-        let ints = Family::<Labels, Counter>::default();
-        let floats = Family::<Labels, Counter<f64, AtomicU64>>::default();
-        let mut float = false;
+        let mut points: Vec<(Labels, Num)> = vec![];
         for o in COUNTERS.iter().filter(|o| o.prometheus == c.prometheus) {
             for r in rows {
                 let mut set: Labels = labels
@@ -37,29 +35,72 @@ pub fn render(labels: &[&'static str], rows: &[UsageRow]) -> String {
                 if let Some((name, value)) = o.attribute {
                     set.push((label_name(name), value.to_string()));
                 }
-                match (o.value)(&r.usage) {
-                    Num::Int(v) => {
-                        ints.get_or_create(&set)
-                            .inc_by(u64::try_from(v.max(0)).unwrap_or(u64::MAX));
-                    }
-                    Num::Float(v) => {
-                        float = true;
-                        floats.get_or_create(&set).inc_by(v);
-                    }
-                }
+                points.push((set, (o.value)(&r.usage)));
             }
         }
         let (name, unit) = split_unit(c.prometheus);
-        match (float, unit) {
-            (true, Some(u)) => registry.register_with_unit(name, c.help, u, floats),
-            (true, None) => registry.register(name, c.help, floats),
-            (false, Some(u)) => registry.register_with_unit(name, c.help, u, ints),
-            (false, None) => registry.register(name, c.help, ints),
+        let unit = unit.unwrap_or(Unit::Other(String::new()));
+        let float = points.iter().any(|(_, v)| matches!(v, Num::Float(_)));
+        // Without labels, a plain counter (`name_total 3`, not `name_total{} 3`).
+        let plain = points.len() == 1 && points[0].0.is_empty();
+        match (plain, float) {
+            (true, true) => {
+                let m = Counter::<f64, AtomicU64>::default();
+                m.inc_by(as_f64(points[0].1));
+                register(&mut registry, name, c.help, unit, m);
+            }
+            (true, false) => {
+                let m = Counter::<u64>::default();
+                m.inc_by(as_u64(points[0].1));
+                register(&mut registry, name, c.help, unit, m);
+            }
+            (false, true) => {
+                let f = Family::<Labels, Counter<f64, AtomicU64>>::default();
+                for (set, v) in &points {
+                    f.get_or_create(set).inc_by(as_f64(*v));
+                }
+                register(&mut registry, name, c.help, unit, f);
+            }
+            (false, false) => {
+                let f = Family::<Labels, Counter>::default();
+                for (set, v) in &points {
+                    f.get_or_create(set).inc_by(as_u64(*v));
+                }
+                register(&mut registry, name, c.help, unit, f);
+            }
         }
     }
     let mut out = String::new();
     encode(&mut out, &registry).expect("writing to a String cannot fail");
     out
+}
+
+fn register(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Unit,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    match unit {
+        Unit::Other(u) if u.is_empty() => registry.register(name, help, metric),
+        u => registry.register_with_unit(name, help, u, metric),
+    }
+}
+
+/// An integer sum as a counter's value (sums are never negative; beyond 2^64 it saturates).
+fn as_u64(v: Num) -> u64 {
+    match v {
+        Num::Int(i) => u64::try_from(i.max(0)).unwrap_or(u64::MAX),
+        Num::Float(f) => f.max(0.0) as u64,
+    }
+}
+
+fn as_f64(v: Num) -> f64 {
+    match v {
+        Num::Int(i) => i as f64,
+        Num::Float(f) => f,
+    }
 }
 
 /// A Prometheus name and its unit suffix, which the encoder appends again (and announces in `# UNIT`).
