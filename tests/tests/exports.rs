@@ -107,7 +107,11 @@ fn check_csv_against_json(text: &str, json: &Value, what: &str) -> (i128, i128) 
         .map(|k| k.as_str().unwrap().to_string())
         .collect();
     assert_eq!(header[0], "bucket", "{what}");
-    assert_eq!(header[1..=keys.len()], keys[..], "{what}: the dimensions follow the bucket");
+    assert_eq!(
+        header[1..=keys.len()],
+        keys[..],
+        "{what}: the dimensions follow the bucket"
+    );
     let rows = json["rows"].as_array().unwrap();
     let records: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
     assert_eq!(records.len(), rows.len(), "{what}: one line per row");
@@ -116,8 +120,15 @@ fn check_csv_against_json(text: &str, json: &Value, what: &str) -> (i128, i128) 
         for (name, cell) in header.iter().zip(rec.iter()) {
             if let Some(dollars) = name.strip_suffix("_usd") {
                 let nanos = row[format!("{dollars}_nanos")].as_i64().unwrap();
-                assert_eq!(nanos_of_decimal(cell), i128::from(nanos), "{what}: {name} of {row}");
-            } else if let Some(f) = row[name.as_str()].as_f64().filter(|_| row[name.as_str()].is_f64()) {
+                assert_eq!(
+                    nanos_of_decimal(cell),
+                    i128::from(nanos),
+                    "{what}: {name} of {row}"
+                );
+            } else if let Some(f) = row[name.as_str()]
+                .as_f64()
+                .filter(|_| row[name.as_str()].is_f64())
+            {
                 assert_eq!(cell.parse::<f64>().unwrap(), f, "{what}: {name} of {row}");
             } else {
                 let want = expected_cell(&row[name.as_str()], keys.contains(name));
@@ -145,27 +156,46 @@ async fn usage_as_csv_reads_back_equal_to_the_json_and_neutralises_formulas() {
         let (code, ct, text) = get_text(&api, &format!("/v1/usage?{query}&format=csv"), None).await;
         assert_eq!(code, 200, "{query}: {text}");
         assert!(ct.starts_with("text/csv"), "{ct}");
-        let (code, _, by_accept) = get_text(&api, &format!("/v1/usage?{query}"), Some("text/csv")).await;
-        assert_eq!((code, &by_accept), (200, &text), "{query}: Accept asks for the same CSV");
+        let (code, _, by_accept) =
+            get_text(&api, &format!("/v1/usage?{query}"), Some("text/csv")).await;
+        assert_eq!(
+            (code, &by_accept),
+            (200, &text),
+            "{query}: Accept asks for the same CSV"
+        );
         let (cost, cost_usd) = check_csv_against_json(&text, &json, &query);
         if !query.contains("tool") {
             let total = i128::from(json["totals"]["cost_nanos"].as_i64().unwrap());
             assert!(total > 0, "{json}");
-            assert_eq!((cost, cost_usd), (total, total), "{query}: the sheet's sums are the totals");
+            assert_eq!(
+                (cost, cost_usd),
+                (total, total),
+                "{query}: the sheet's sums are the totals"
+            );
         }
     }
 
     // A browser's Accept (`*/*`) and an explicit `format=json` keep the JSON.
     let (_, ct, _) = get_text(&api, &format!("/v1/usage?{SINCE}"), Some("*/*")).await;
     assert!(ct.starts_with("application/json"), "{ct}");
-    let (_, ct, _) = get_text(&api, &format!("/v1/usage?{SINCE}&format=json"), Some("text/csv")).await;
+    let (_, ct, _) = get_text(
+        &api,
+        &format!("/v1/usage?{SINCE}&format=json"),
+        Some("text/csv"),
+    )
+    .await;
     assert!(ct.starts_with("application/json"), "{ct}");
     let (code, _, body) = get_text(&api, "/v1/usage?format=xml", None).await;
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("`format`"), "the parameter is named: {body}");
 
     // The formula-like models: text, not formulas, in the raw file as a spreadsheet opens it.
-    let (_, _, text) = get_text(&api, &format!("/v1/usage?{SINCE}&group_by=model&format=csv"), None).await;
+    let (_, _, text) = get_text(
+        &api,
+        &format!("/v1/usage?{SINCE}&group_by=model&format=csv"),
+        None,
+    )
+    .await;
     for raw in [
         "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",",
         "\"'+1+2\",",
@@ -221,10 +251,26 @@ async fn scrape(api: &Api, query: &str) -> Samples {
 
 /// The (name, extra label, JSON field) of every integer counter, and of the float ones.
 const INT_COUNTERS: [(&str, Option<&str>, &str); 9] = [
-    ("apiary_token_usage_tokens_total", Some("input"), "input_tokens"),
-    ("apiary_token_usage_tokens_total", Some("output"), "output_tokens"),
-    ("apiary_token_usage_tokens_total", Some("cached"), "cached_tokens"),
-    ("apiary_token_usage_tokens_total", Some("cache_creation"), "cache_creation_tokens"),
+    (
+        "apiary_token_usage_tokens_total",
+        Some("input"),
+        "input_tokens",
+    ),
+    (
+        "apiary_token_usage_tokens_total",
+        Some("output"),
+        "output_tokens",
+    ),
+    (
+        "apiary_token_usage_tokens_total",
+        Some("cached"),
+        "cached_tokens",
+    ),
+    (
+        "apiary_token_usage_tokens_total",
+        Some("cache_creation"),
+        "cache_creation_tokens",
+    ),
     ("apiary_cost_nanodollars_total", None, "cost_nanos"),
     ("apiary_llm_calls_total", None, "llm_calls"),
     ("apiary_tool_calls_total", None, "tool_calls"),
@@ -257,11 +303,23 @@ fn check_scrape_against_usage(samples: &Samples, usage: &Value, labels: &[(&str,
         };
         for (name, token_type, field) in INT_COUNTERS {
             let want = row[field].as_i64().unwrap();
-            assert_eq!(point(name, token_type), want as f64, "{name} {token_type:?}: {row}");
+            assert_eq!(
+                point(name, token_type),
+                want as f64,
+                "{name} {token_type:?}: {row}"
+            );
         }
-        assert_eq!(point("apiary_cost_usd_total", None), row["cost_usd"].as_f64().unwrap(), "{row}");
+        assert_eq!(
+            point("apiary_cost_usd_total", None),
+            row["cost_usd"].as_f64().unwrap(),
+            "{row}"
+        );
         let seconds = row["tool_duration_ms"].as_i64().unwrap() as f64 / 1000.0;
-        assert_eq!(point("apiary_tool_duration_seconds_total", None), seconds, "{row}");
+        assert_eq!(
+            point("apiary_tool_duration_seconds_total", None),
+            seconds,
+            "{row}"
+        );
     }
     let sets = samples["apiary_llm_calls_total"].len();
     assert_eq!(sets, rows.len(), "one label set per usage row");
@@ -280,7 +338,10 @@ async fn a_tenant_scrape_equals_usage_over_all_time_and_is_scoped_like_every_rea
         .await
         .unwrap();
     let samples = scrape(&api, "?group_by=model,user").await;
-    assert!(check_scrape_against_usage(&samples, &usage, &by) >= 4, "{usage}");
+    assert!(
+        check_scrape_against_usage(&samples, &usage, &by) >= 4,
+        "{usage}"
+    );
 
     // No labels: one series per counter, the totals.
     let totals = api.get_ok(&format!("/v1/usage?{SINCE}")).await.unwrap();
@@ -312,7 +373,16 @@ async fn a_tenant_scrape_equals_usage_over_all_time_and_is_scoped_like_every_rea
     // A read token bound to another user scrapes that user's usage: none of alice's.
     let bob = ingest_cli(
         &cloud.db.url,
-        &["token", "create", "--tenant", &cloud.tenant.id, "--scope", "read", "--user", "bob"],
+        &[
+            "token",
+            "create",
+            "--tenant",
+            &cloud.tenant.id,
+            "--scope",
+            "read",
+            "--user",
+            "bob",
+        ],
     )
     .unwrap();
     let bob = Api::new(&cloud.ingest.url(), tests::procs::last_line(&bob).as_str());

@@ -109,12 +109,12 @@ async fn wait_for<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
 }
 
 fn text(kv: &[KeyValue], key: &str) -> Option<String> {
-    kv.iter().find(|a| a.key == key).and_then(|a| {
-        match a.value.as_ref()?.value.as_ref()? {
+    kv.iter()
+        .find(|a| a.key == key)
+        .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
             any_value::Value::StringValue(s) => Some(s.clone()),
             _ => None,
-        }
-    })
+        })
 }
 
 /// A point's value, integers as integers.
@@ -146,7 +146,12 @@ fn points(r: &ExportMetricsServiceRequest) -> Points {
                     let mut attrs: Vec<(String, String)> = p
                         .attributes
                         .iter()
-                        .map(|a| (a.key.clone(), text(std::slice::from_ref(a), &a.key).unwrap()))
+                        .map(|a| {
+                            (
+                                a.key.clone(),
+                                text(std::slice::from_ref(a), &a.key).unwrap(),
+                            )
+                        })
                         .collect();
                     attrs.sort();
                     let v = match p.value {
@@ -168,7 +173,11 @@ const INT_COUNTERS: [(&str, Option<&str>, &str); 9] = [
     ("apiary.token.usage", Some("input"), "input_tokens"),
     ("apiary.token.usage", Some("output"), "output_tokens"),
     ("apiary.token.usage", Some("cached"), "cached_tokens"),
-    ("apiary.token.usage", Some("cache_creation"), "cache_creation_tokens"),
+    (
+        "apiary.token.usage",
+        Some("cache_creation"),
+        "cache_creation_tokens",
+    ),
     ("apiary.cost.nanos", None, "cost_nanos"),
     ("apiary.llm.calls", None, "llm_calls"),
     ("apiary.tool.calls", None, "tool_calls"),
@@ -257,13 +266,25 @@ async fn exported_cumulative_counters_equal_usage_across_restarts_replicas_and_l
     };
     for (body, field) in [
         (json!({"url": "ftp://x.example.com/"}), "url"),
-        (json!({"url": collector.url, "interval_secs": 1}), "interval_secs"),
-        (json!({"url": collector.url, "dimensions": ["session"]}), "dimensions"),
-        (json!({"url": collector.url, "headers": {"content-type": "x"}}), "headers"),
+        (
+            json!({"url": collector.url, "interval_secs": 1}),
+            "interval_secs",
+        ),
+        (
+            json!({"url": collector.url, "dimensions": ["session"]}),
+            "dimensions",
+        ),
+        (
+            json!({"url": collector.url, "headers": {"content-type": "x"}}),
+            "headers",
+        ),
     ] {
         let (code, v) = create(body).await;
         assert_eq!(code, 400, "{v}");
-        assert!(v["error"]["message"].as_str().unwrap().starts_with(field), "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().starts_with(field),
+            "{v}"
+        );
     }
     let (code, v) = http
         .post(format!("{}/v1/exports", admin.base))
@@ -283,7 +304,10 @@ async fn exported_cumulative_counters_equal_usage_across_restarts_replicas_and_l
     }))
     .await;
     assert_eq!(code, 201, "{created}");
-    assert_eq!(created["headers"]["x-api-key"], "k-secret-123", "shown once");
+    assert_eq!(
+        created["headers"]["x-api-key"], "k-secret-123",
+        "shown once"
+    );
     let id = created["export_id"].as_str().unwrap().to_string();
     let start_time = created["start_time"].as_str().unwrap().to_string();
 
@@ -301,7 +325,10 @@ async fn exported_cumulative_counters_equal_usage_across_restarts_replicas_and_l
     assert_eq!(first.headers["content-type"], "application/x-protobuf");
     assert_eq!(first.headers["content-encoding"], "gzip");
     let resource = first.request.resource_metrics[0].resource.clone().unwrap();
-    assert_eq!(text(&resource.attributes, "service.name").as_deref(), Some("apiary"));
+    assert_eq!(
+        text(&resource.attributes, "service.name").as_deref(),
+        Some("apiary")
+    );
     assert_eq!(
         text(&resource.attributes, "apiary.tenant.id"),
         Some(cloud.tenant.id.clone())
@@ -343,7 +370,10 @@ async fn exported_cumulative_counters_equal_usage_across_restarts_replicas_and_l
             .filter(|g| mismatch(&points(&g.request), &u).is_none())
     })
     .await;
-    assert!(points(&latest.request).values().all(|(_, s)| *s == start), "same start time");
+    assert!(
+        points(&latest.request).values().all(|(_, s)| *s == start),
+        "same start time"
+    );
 
     // A failing collector shows in the listing, and the export recovers.
     collector.status.store(503, Ordering::SeqCst);
@@ -375,7 +405,14 @@ async fn exported_cumulative_counters_equal_usage_across_restarts_replicas_and_l
     tokio::time::sleep(Duration::from_secs(1)).await;
     let sent = collector.received().len();
     tokio::time::sleep(Duration::from_secs(7)).await;
-    assert_eq!(collector.received().len(), sent, "no sends after the delete");
-    assert_eq!(admin.get_ok("/v1/exports").await.unwrap()["exports"], json!([]));
+    assert_eq!(
+        collector.received().len(),
+        sent,
+        "no sends after the delete"
+    );
+    assert_eq!(
+        admin.get_ok("/v1/exports").await.unwrap()["exports"],
+        json!([])
+    );
     replica.kill();
 }

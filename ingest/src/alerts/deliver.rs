@@ -145,7 +145,13 @@ pub async fn post_checked(
             return Outcome::Retry(None, format!("client: {}", error_chain(&e.without_url())))
         }
     };
-    match client.post(url.clone()).headers(headers).body(body).send().await {
+    match client
+        .post(url.clone())
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+    {
         Ok(resp) => answered(&resp),
         Err(e) if e.is_timeout() => Outcome::Retry(None, "timed out".into()),
         // Without the URL: a Slack webhook's URL is its secret, and this error is shown in

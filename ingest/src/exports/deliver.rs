@@ -114,21 +114,21 @@ pub async fn body(db: &ReadDb, c: &Claimed, now: DateTime<Utc>) -> Result<Vec<u8
 
 /// Sends one export now.
 pub async fn send(db: &ReadDb, c: &Claimed, settings: &AlertSettings) -> Outcome {
-    let url = match destination::check_url(
-        Kind::Webhook,
-        &c.url,
-        settings.allow_private_destinations,
-    ) {
-        Ok(u) => u,
-        Err(e) => return Outcome::Permanent(e),
-    };
+    let url =
+        match destination::check_url(Kind::Webhook, &c.url, settings.allow_private_destinations) {
+            Ok(u) => u,
+            Err(e) => return Outcome::Permanent(e),
+        };
     let body = match body(db, c, Utc::now()).await {
         Ok(b) => b,
         Err(e) => return Outcome::Retry(None, e),
     };
     let mut headers = HeaderMap::new();
     for (k, v) in c.headers.iter() {
-        if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
             headers.insert(k, v);
         }
     }

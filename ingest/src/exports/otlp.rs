@@ -69,9 +69,13 @@ pub fn request(
                 attributes.push(kv(name, value));
             }
             let value = match (c.value)(&r.usage) {
-                Num::Int(v) => number_data_point::Value::AsInt(
-                    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX }),
-                ),
+                Num::Int(v) => {
+                    number_data_point::Value::AsInt(i64::try_from(v).unwrap_or(if v < 0 {
+                        i64::MIN
+                    } else {
+                        i64::MAX
+                    }))
+                }
                 Num::Float(v) => number_data_point::Value::AsDouble(v),
             };
             NumberDataPoint {
@@ -158,19 +162,32 @@ mod tests {
             &rows,
         );
         let metrics = &r.resource_metrics[0].scope_metrics[0].metrics;
-        let tokens = metrics.iter().find(|m| m.name == "apiary.token.usage").unwrap();
+        let tokens = metrics
+            .iter()
+            .find(|m| m.name == "apiary.token.usage")
+            .unwrap();
         let Some(metric::Data::Sum(s)) = &tokens.data else {
             panic!("{tokens:?}")
         };
         assert!(s.is_monotonic);
-        assert_eq!(s.aggregation_temporality, AggregationTemporality::Cumulative as i32);
+        assert_eq!(
+            s.aggregation_temporality,
+            AggregationTemporality::Cumulative as i32
+        );
         assert_eq!(s.data_points.len(), 8, "four token types × two rows");
         let first = &s.data_points[0];
         assert_eq!(first.value, Some(number_data_point::Value::AsInt(7)));
         assert_eq!(first.attributes[0].key, "gen_ai.request.model");
         assert_eq!(first.attributes[1].key, "gen_ai.token.type");
-        assert_eq!(s.data_points[1].attributes.len(), 1, "no attribute for none");
-        let cost = metrics.iter().find(|m| m.name == "apiary.cost.nanos").unwrap();
+        assert_eq!(
+            s.data_points[1].attributes.len(),
+            1,
+            "no attribute for none"
+        );
+        let cost = metrics
+            .iter()
+            .find(|m| m.name == "apiary.cost.nanos")
+            .unwrap();
         let Some(metric::Data::Sum(s)) = &cost.data else {
             panic!()
         };
@@ -178,6 +195,9 @@ mod tests {
             s.data_points[0].value,
             Some(number_data_point::Value::AsInt(1_500_000_001))
         );
-        assert_eq!(s.data_points[0].start_time_unix_nano, 1_793_491_200_000_000_000);
+        assert_eq!(
+            s.data_points[0].start_time_unix_nano,
+            1_793_491_200_000_000_000
+        );
     }
 }

@@ -10,7 +10,6 @@ use std::sync::atomic::AtomicU64;
 use super::series::{label_name, Num, COUNTERS};
 use crate::query::usage::{Dim, UsageRow};
 
-
 type Labels = Vec<(String, String)>;
 
 /// The scrape text of `rows` (usage rows grouped by dimensions whose label names are `labels`, in

@@ -168,8 +168,8 @@ pub async fn create(
     asked: NewExport,
     allow_private: bool,
 ) -> Result<CreatedExport, ApiError> {
-    let url = destination::check_url(Kind::Webhook, asked.url.trim(), allow_private)
-        .map_err(invalid)?;
+    let url =
+        destination::check_url(Kind::Webhook, asked.url.trim(), allow_private).map_err(invalid)?;
     if asked.headers.len() > 16 {
         return Err(invalid("headers: at most 16"));
     }
@@ -192,10 +192,7 @@ pub async fn create(
         )));
     }
     let dims = dimensions(&asked.dimensions).map_err(invalid)?;
-    let words: Vec<&str> = dims
-        .iter()
-        .filter_map(|d| super::label_of(*d))
-        .collect();
+    let words: Vec<&str> = dims.iter().filter_map(|d| super::label_of(*d)).collect();
     let id = format!("ex_{}", Uuid::new_v4().simple());
     let headers = serde_json::to_value(&asked.headers).expect("a map of strings");
     let row: Option<Row> = sqlx::query_as(&format!(

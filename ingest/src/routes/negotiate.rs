@@ -19,7 +19,13 @@ pub fn wants_csv(format: Option<AnswerFormat>, headers: &HeaderMap) -> bool {
                 .iter()
                 .filter_map(|v| v.to_str().ok())
                 .flat_map(|v| v.split(','))
-                .map(|t| t.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+                .map(|t| {
+                    t.split(';')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase()
+                })
                 .collect();
             types.iter().any(|t| t == "text/csv") && !types.iter().any(|t| t == "application/json")
         }
@@ -40,7 +46,10 @@ pub fn usage_answer<T: Serialize>(
     let disposition = format!("attachment; filename=\"{}\"", csv::file_name(u, what));
     let mut r = csv::render(u).into_response();
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(csv::CONTENT_TYPE));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(csv::CONTENT_TYPE),
+    );
     if let Ok(v) = HeaderValue::from_str(&disposition) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
@@ -60,7 +69,10 @@ mod tests {
     #[test]
     fn the_parameter_wins_and_accept_decides_without_it() {
         assert!(wants_csv(None, &accept("text/csv")));
-        assert!(wants_csv(None, &accept("text/csv; charset=utf-8, */*;q=0.1")));
+        assert!(wants_csv(
+            None,
+            &accept("text/csv; charset=utf-8, */*;q=0.1")
+        ));
         assert!(!wants_csv(None, &accept("*/*")));
         assert!(!wants_csv(None, &accept("application/json, text/csv")));
         assert!(!wants_csv(None, &HeaderMap::new()));
