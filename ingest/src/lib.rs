@@ -59,6 +59,7 @@ pub mod dashboard;
 pub mod device_admin;
 pub mod doctor;
 pub mod error;
+pub mod exports;
 pub mod group_commit;
 pub mod import;
 pub mod intake;

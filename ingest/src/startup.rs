@@ -120,6 +120,11 @@ impl Application {
             state.settings.alerts.clone(),
             state.settings.offline_after_secs,
         ));
+        let exports = tokio::spawn(crate::exports::deliver::run(
+            state.pool.clone(),
+            state.reads.clone(),
+            std::sync::Arc::new(state.settings.alerts.clone()),
+        ));
         let app = router(state.clone());
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new())
@@ -167,6 +172,7 @@ impl Application {
         maintenance.abort();
         budgets.abort();
         alerts.abort();
+        exports.abort();
         let _ = tokio::join!(stream, stream_upkeep);
         state.pool.close().await;
         Ok(())

@@ -98,7 +98,44 @@ pub async fn send(c: &Claimed, settings: &AlertSettings) -> Outcome {
         Ok(u) => u,
         Err(e) => return Outcome::Permanent(e),
     };
-    let route = match route(&url, settings).await {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(v) = reqwest::header::HeaderValue::from_str(
+        c.payload["idempotency_key"].as_str().unwrap_or_default(),
+    ) {
+        headers.insert("idempotency-key", v);
+    }
+    let body = match kind {
+        Kind::Webhook => serde_json::to_vec(&c.payload),
+        Kind::Slack => serde_json::to_vec(&slack_message(&c.payload)),
+    }
+    .expect("JSON values serialise");
+    if let (Kind::Webhook, Some(secret)) = (kind, &c.secret) {
+        if let Ok(v) = reqwest::header::HeaderValue::from_str(&signature(
+            secret,
+            Utc::now().timestamp(),
+            &body,
+        )) {
+            headers.insert("x-apiary-signature", v);
+        }
+    }
+    post_checked(&url, settings, headers, body).await
+}
+
+/// POSTs `body` with `headers` to a URL already checked ([`destination::check_url`]) the way every
+/// outbound request of the ingest goes (the notifications, the usage exports): the host resolved and
+/// checked now and the request pinned to those addresses, or the configured egress proxy; no redirect
+/// followed, no proxy of the environment. The outcome's errors never carry the URL.
+pub async fn post_checked(
+    url: &Url,
+    settings: &AlertSettings,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+) -> Outcome {
+    let route = match route(url, settings).await {
         Ok(r) => r,
         Err(outcome) => return outcome,
     };
@@ -108,25 +145,13 @@ pub async fn send(c: &Claimed, settings: &AlertSettings) -> Outcome {
             return Outcome::Retry(None, format!("client: {}", error_chain(&e.without_url())))
         }
     };
-    let body = match kind {
-        Kind::Webhook => serde_json::to_vec(&c.payload),
-        Kind::Slack => serde_json::to_vec(&slack_message(&c.payload)),
-    }
-    .expect("JSON values serialise");
-    let mut req = client
-        .post(url)
-        .header("content-type", "application/json")
-        .header(
-            "idempotency-key",
-            c.payload["idempotency_key"].as_str().unwrap_or_default(),
-        );
-    if let (Kind::Webhook, Some(secret)) = (kind, &c.secret) {
-        req = req.header(
-            "x-apiary-signature",
-            signature(secret, Utc::now().timestamp(), &body),
-        );
-    }
-    match req.body(body).send().await {
+    match client
+        .post(url.clone())
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+    {
         Ok(resp) => answered(&resp),
         Err(e) if e.is_timeout() => Outcome::Retry(None, "timed out".into()),
         // Without the URL: a Slack webhook's URL is its secret, and this error is shown in

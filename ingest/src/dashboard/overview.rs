@@ -52,7 +52,7 @@ pub async fn page(
         .unwrap_or(Dim::Model);
     let reader = UsageReader::Tenant(viewer.reader.clone());
     let usage =
-        match crate::routes::usage::get_usage(State(state.reads.clone()), reader, Query(params))
+        match crate::routes::usage::usage_json(State(state.reads.clone()), reader, Query(params))
             .await
         {
             Ok(axum::Json(u)) => u,

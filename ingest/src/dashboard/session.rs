@@ -58,10 +58,10 @@ async fn detail(db: ReadDb, viewer: &Viewer, id: String) -> Result<Markup, ApiEr
         ..UsageParams::default()
     };
     let Json(tools) =
-        api::get_session_usage(State(db.clone()), r(), Path(id.clone()), Query(tools)).await?;
+        api::session_usage_json(State(db.clone()), r(), Path(id.clone()), Query(tools)).await?;
     let by_model = UsageParams::default();
     let Json(models) =
-        api::get_session_usage(State(db), r(), Path(id.clone()), Query(by_model)).await?;
+        api::session_usage_json(State(db), r(), Path(id.clone()), Query(by_model)).await?;
     let now = Utc::now();
     let s = &d.session;
     Ok(html! {

@@ -15,7 +15,9 @@ pub(crate) mod colonies;
 mod device_keys;
 pub(crate) mod devices;
 mod docs;
+mod exports;
 pub mod extract;
+mod negotiate;
 pub mod openapi;
 mod ops;
 pub mod prices;
@@ -23,6 +25,7 @@ pub(crate) mod sessions;
 mod status;
 pub(crate) mod stream;
 mod tenant;
+mod tenant_metrics;
 pub(crate) mod usage;
 mod whoami;
 
@@ -81,6 +84,12 @@ pub fn router() -> Router<AppState> {
         )
         .route("/v1/alerts/rules/{id}", delete(alerts::delete_rule))
         .route("/v1/stream", get(stream::get_stream))
+        .route("/v1/metrics", get(tenant_metrics::get_tenant_metrics))
+        .route(
+            "/v1/exports",
+            get(exports::list_exports).post(exports::post_export),
+        )
+        .route("/v1/exports/{id}", delete(exports::delete_export))
         .route("/v1/whoami", get(whoami::get_whoami))
         .route(
             "/v1/tenant/settings",

@@ -27,6 +27,10 @@ use crate::error::ErrorBody;
     paths(
         super::batches::post_batch,
         super::usage::get_usage,
+        super::tenant_metrics::get_tenant_metrics,
+        super::exports::post_export,
+        super::exports::list_exports,
+        super::exports::delete_export,
         super::sessions::list_sessions,
         super::sessions::get_session,
         super::sessions::get_session_usage,
@@ -65,6 +69,7 @@ use crate::error::ErrorBody;
     ),
     components(schemas(
         ErrorBody,
+        crate::query::usage::AnswerFormat,
         super::stream::StreamStatus,
         super::stream::StreamUsage,
         super::stream::StreamDevice

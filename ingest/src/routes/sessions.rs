@@ -4,11 +4,14 @@
 //! a user-bound `read` token) and the [`ReadDb`]. Unknown and other-tenant ids are both 404.
 
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Json;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 use super::docs::ReadErrors;
 use super::extract::{Path, Query};
+use super::negotiate::{usage_answer, wants_csv};
 use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::history::{self, SessionHistory};
@@ -28,8 +31,8 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 
 /// Usage parameters with defaults for a single session or colony: all time, totals, by `group_by`.
 fn scoped_usage(mut p: UsageParams, group_by: Dim) -> Result<UsageQuery, ApiError> {
-    let epoch: DateTime<Utc> = "2000-01-01T00:00:00Z".parse().expect("a valid time");
-    p.from.get_or_insert(TimeArg::Instant(epoch));
+    p.from
+        .get_or_insert(TimeArg::Instant(usage::all_time_from()));
     p.group_by.get_or_insert(GroupBy(vec![group_by]));
     let q = UsageQuery::from_params(p, Utc::now())?;
     if q.group_by.contains(&Dim::Tenant) {
@@ -139,9 +142,28 @@ pub async fn get_session_history(
     path = "/v1/sessions/{id}/usage",
     params(("id" = String, Path, description = "session id", max_length = 200), UsageParams),
     security(("bearer" = [])),
-    responses((status = 200, description = "The session's usage.", body = SessionUsage), ReadErrors)
+    responses(
+        (status = 200, description = "The session's usage (as CSV with `format=csv` or `Accept: text/csv`).", content(
+            (SessionUsage = "application/json"),
+            (String = "text/csv")
+        )),
+        ReadErrors
+    )
 )]
 pub async fn get_session_usage(
+    State(db): State<ReadDb>,
+    reader: TenantRead,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(params): Query<UsageParams>,
+) -> Result<Response, ApiError> {
+    let csv = wants_csv(params.format, &headers);
+    let Json(answer) = session_usage_json(State(db), reader, Path(id), Query(params)).await?;
+    Ok(usage_answer(csv, answer, |a| &a.usage, "session-usage"))
+}
+
+/// The JSON answer of [`get_session_usage`] (the dashboard's session page calls it too).
+pub async fn session_usage_json(
     State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
@@ -191,15 +213,23 @@ pub async fn get_session_tree(
     path = "/v1/colonies/{id}/usage",
     params(("id" = String, Path, description = "colony id", max_length = 200), UsageParams),
     security(("bearer" = [])),
-    responses((status = 200, description = "The colony's usage.", body = ColonyUsage), ReadErrors)
+    responses(
+        (status = 200, description = "The colony's usage (as CSV with `format=csv` or `Accept: text/csv`).", content(
+            (ColonyUsage = "application/json"),
+            (String = "text/csv")
+        )),
+        ReadErrors
+    )
 )]
 pub async fn get_colony_usage(
     State(db): State<ReadDb>,
     reader: TenantRead,
     Path(id): Path<String>,
+    headers: HeaderMap,
     Query(params): Query<UsageParams>,
-) -> Result<Json<ColonyUsage>, ApiError> {
+) -> Result<Response, ApiError> {
     check_id(&id)?;
+    let csv = wants_csv(params.format, &headers);
     let q = scoped_usage(params, Dim::Session)?;
     let part = if apiary_schema::colony::is_colony_key(&id) {
         if !crate::query::colonies::visible(&db, &reader, &id).await? {
@@ -213,8 +243,9 @@ pub async fn get_colony_usage(
         Part::Colony(id.clone())
     };
     let rows = usage::run(&db, Within::Tenant(&reader, &part), &q).await?;
-    Ok(Json(ColonyUsage {
+    let answer = ColonyUsage {
         colony_id: id,
         usage: usage::UsageResponse::new(&q, &rows),
-    }))
+    };
+    Ok(usage_answer(csv, answer, |a| &a.usage, "colony-usage"))
 }

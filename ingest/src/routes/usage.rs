@@ -4,25 +4,46 @@
 //! tenant's usage, grouped by tenant and optionally by model.
 
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::Json;
 
 use super::docs::ReadErrors;
 use super::extract::Query;
+use super::negotiate::{usage_answer, wants_csv};
 use crate::access::UsageReader;
 use crate::error::ApiError;
 use crate::query::usage::{self, Part, UsageParams, UsageQuery, UsageResponse, Within};
 use crate::query::ReadDb;
 
 /// Usage rows (bucket, group keys, sums) and totals; exact sums of the stored events. The one route an
-/// operator token may read (per tenant).
+/// operator token may read (per tenant). `format=csv` (or `Accept: text/csv`) answers the rows as CSV.
 #[utoipa::path(
     get,
     path = "/v1/usage",
     params(UsageParams),
     security(("bearer" = [])),
-    responses((status = 200, description = "Usage.", body = UsageResponse), ReadErrors)
+    responses(
+        (status = 200, description = "Usage (as CSV with `format=csv` or `Accept: text/csv`).", content(
+            (UsageResponse = "application/json"),
+            (String = "text/csv")
+        )),
+        ReadErrors
+    )
 )]
 pub async fn get_usage(
+    State(db): State<ReadDb>,
+    reader: UsageReader,
+    headers: HeaderMap,
+    Query(params): Query<UsageParams>,
+) -> Result<Response, ApiError> {
+    let csv = wants_csv(params.format, &headers);
+    let Json(answer) = usage_json(State(db), reader, Query(params)).await?;
+    Ok(usage_answer(csv, answer, |a| a, "usage"))
+}
+
+/// The JSON answer of [`get_usage`] (the dashboard's pages call it too).
+pub async fn usage_json(
     State(db): State<ReadDb>,
     reader: UsageReader,
     Query(params): Query<UsageParams>,

@@ -74,6 +74,7 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "alert_rules",
     "alerts",
     "notifications",
+    "usage_exports",
 ];
 
 /// Functions and aggregates that statements run on the workers call.

@@ -548,6 +548,37 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
     assert!(schemas["CreatedDestination"]
         .to_string()
         .contains("\"url\""));
+    // A usage export: its headers are answered once, at creation, never listed.
+    let export = exchange(
+        Method::POST,
+        "/v1/exports",
+        "/v1/exports".into(),
+        admin.clone(),
+        Some(json!({"url": "https://otlp.example.com/v1/metrics", "headers": {"api-key": "k"}, "dimensions": ["model"]})),
+        201,
+    )
+    .await;
+    let eid = export["export_id"].as_str().unwrap().to_string();
+    let listed = exchange(
+        Method::GET,
+        "/v1/exports",
+        "/v1/exports".into(),
+        admin.clone(),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(export["headers"]["api-key"], "k");
+    assert!(listed["exports"][0].get("headers").is_none(), "{listed}");
+    exchange(
+        Method::DELETE,
+        "/v1/exports/{id}",
+        format!("/v1/exports/{eid}"),
+        admin.clone(),
+        None,
+        204,
+    )
+    .await;
     let rule = exchange(Method::POST, "/v1/alerts/rules", "/v1/alerts/rules".into(), admin.clone(),
         Some(json!({"kind": "session_status", "destination_id": did, "statuses": ["active", "waiting", "idle", "degraded", "stalled", "needs_attention", "failed", "completed"]})), 201).await;
     let rid = rule["rule_id"].as_str().unwrap().to_string();
@@ -649,6 +680,8 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         "/v1/alerts/destinations/{id}",
         "/v1/alerts/rules",
         "/v1/alerts/rules/{id}",
+        "/v1/exports",
+        "/v1/exports/{id}",
     ] {
         documented.insert(p);
     }
@@ -669,7 +702,8 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
     assert!(q1["next_wake_at"].is_string(), "{q1}");
     assert_eq!(q1["activity"]["tool_name"], "grep", "{q1}");
 
-    // Every JSON path of the document was called (`/metrics` is text, checked below; `/v1/stream` is
+    // Every JSON path of the document was called (`/metrics` and `/v1/metrics` are text, checked below
+    // and in the black-box tests; `/v1/stream` is
     // text/event-stream, checked against its data schemas in `stream.rs`).
     let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
     for p in paths {
@@ -677,6 +711,7 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
             documented.contains(p.as_str())
                 || p == "/v1/batches"
                 || p == "/metrics"
+                || p == "/v1/metrics"
                 || p == "/v1/stream",
             "{p} was not exercised"
         );

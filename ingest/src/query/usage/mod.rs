@@ -35,6 +35,7 @@
 //! ([`OPERATOR_DIMS`]).
 
 pub mod body;
+pub mod csv;
 pub mod fetch;
 pub mod params;
 pub mod plan;
@@ -52,7 +53,7 @@ use crate::error::ApiError;
 
 pub use body::{UsageResponse, UsageSums};
 pub use fetch::{run, UsageRow};
-pub use params::{GroupBy, TimeArg, UsageParams, Zone};
+pub use params::{AnswerFormat, GroupBy, TimeArg, UsageParams, Zone};
 
 /// A dimension to group by. Asked for by its word (`group_by=user`), answered by its field (`user_id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
@@ -139,6 +140,12 @@ pub(crate) const COLONY_KEY_OF_ROW: &str = "COALESCE((SELECT cr.colony_key FROM 
     WHERE cr.tenant_id = r.tenant_id AND (cr.session_id = r.colony_id \
     OR (cr.session_id = r.session_id AND cr.parent_session_id IS NOT NULL)) \
     ORDER BY cr.session_id = r.colony_id DESC LIMIT 1), r.colony_id)";
+
+/// Where "all time" starts for the reads without a range of their own (a session's or colony's usage, the
+/// cumulative metrics): before any event an agent can have recorded.
+pub fn all_time_from() -> DateTime<Utc> {
+    DateTime::from_timestamp(946_684_800, 0).expect("2000-01-01T00:00:00Z")
+}
 
 /// Bucket size of the answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]

@@ -78,6 +78,27 @@ impl FromStr for TimeArg {
     }
 }
 
+/// The `format` parameter: the answer's form. Without it the `Accept` header chooses (see
+/// [`crate::routes::negotiate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerFormat {
+    Json,
+    Csv,
+}
+
+impl FromStr for AnswerFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AnswerFormat, String> {
+        match s {
+            "json" => Ok(AnswerFormat::Json),
+            "csv" => Ok(AnswerFormat::Csv),
+            _ => Err(format!("{s:?} is not one of json, csv")),
+        }
+    }
+}
+
 /// The query string of the usage routes (`/v1/usage`, and a session's or colony's usage).
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -108,4 +129,9 @@ pub struct UsageParams {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>)]
     pub tz: Option<Zone>,
+    /// `json` (the default) or `csv` (RFC 4180, a header row, exact decimal costs; see docs/exports.md).
+    /// Without it, `Accept: text/csv` asks for CSV too.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<AnswerFormat>)]
+    pub format: Option<AnswerFormat>,
 }

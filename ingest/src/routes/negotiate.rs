@@ -1,0 +1,82 @@
+//! The form of a usage answer: JSON, or CSV ([`crate::query::usage::csv`]) when the query says
+//! `format=csv`, or, without a `format`, when the `Accept` header names `text/csv` and not
+//! `application/json` (a browser's or curl's `*/*` still gets JSON). The same rows either way.
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+use crate::query::usage::{csv, AnswerFormat, UsageResponse};
+
+/// Whether the caller asked for CSV.
+pub fn wants_csv(format: Option<AnswerFormat>, headers: &HeaderMap) -> bool {
+    match format {
+        Some(f) => f == AnswerFormat::Csv,
+        None => {
+            let types: Vec<String> = headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(|t| {
+                    t.split(';')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase()
+                })
+                .collect();
+            types.iter().any(|t| t == "text/csv") && !types.iter().any(|t| t == "application/json")
+        }
+    }
+}
+
+/// The answer: `json` as JSON, or its usage part `usage` as a CSV download named after `what`.
+pub fn usage_answer<T: Serialize>(
+    csv_wanted: bool,
+    json: T,
+    usage: impl Fn(&T) -> &UsageResponse,
+    what: &str,
+) -> Response {
+    if !csv_wanted {
+        return Json(json).into_response();
+    }
+    let u = usage(&json);
+    let disposition = format!("attachment; filename=\"{}\"", csv::file_name(u, what));
+    let mut r = csv::render(u).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(csv::CONTENT_TYPE),
+    );
+    if let Ok(v) = HeaderValue::from_str(&disposition) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn the_parameter_wins_and_accept_decides_without_it() {
+        assert!(wants_csv(None, &accept("text/csv")));
+        assert!(wants_csv(
+            None,
+            &accept("text/csv; charset=utf-8, */*;q=0.1")
+        ));
+        assert!(!wants_csv(None, &accept("*/*")));
+        assert!(!wants_csv(None, &accept("application/json, text/csv")));
+        assert!(!wants_csv(None, &HeaderMap::new()));
+        assert!(wants_csv(Some(AnswerFormat::Csv), &HeaderMap::new()));
+        assert!(!wants_csv(Some(AnswerFormat::Json), &accept("text/csv")));
+    }
+}

@@ -1,0 +1,409 @@
+//! Getting the numbers out, black box: the fixture Hive day and a few synthetic sessions posted to the real
+//! ingest, then read back the ways teams consume them.
+//!
+//! - CSV: `/v1/usage` (and a session's usage) with `format=csv` or `Accept: text/csv`, read with the `csv`
+//!   crate and compared cell by cell with the JSON answer to the same query; the cost columns summed as
+//!   exact decimals equal the JSON's `totals` to the nano-dollar; a model named like a formula (`=`, `+`,
+//!   `-`, `@`) is written as text (a leading `'`, quoted), as OWASP advises.
+//! - Prometheus: `GET /v1/metrics` with a read token, parsed with the `prometheus-parse` crate: every
+//!   counter of every label set equals `/v1/usage` over all time with the same `group_by`; the same
+//!   batch sent again changes nothing, new events add exactly theirs; a user-bound read token scrapes its
+//!   user's usage only; a session label (unbounded) and a scrape without a token are refused.
+
+use std::collections::BTreeMap;
+
+use apiary_schema::CanonicalEvent;
+use serde_json::Value;
+use tests::fixture;
+use tests::stack::{client, ingest_cli, Api, Cloud, USER};
+
+/// Covers the fixture day and the synthetic sessions (stamped now) alike.
+const SINCE: &str = "from=2026-11-01";
+
+/// Models a spreadsheet would evaluate, each the model of one synthetic session.
+const HOSTILE: [&str; 4] = ["=HYPERLINK(\"http://x\",\"y\")", "+1+2", "-3,4", "@SUM(A1)"];
+
+/// One synthetic turn of session `session` whose model is `model`.
+fn turn_of_model(session: &str, model: &str) -> CanonicalEvent {
+    let ev = fixture::synthetic_canonical(session, 0, 1).remove(0);
+    let text = serde_json::to_string(&ev).unwrap();
+    let model = serde_json::to_string(model).unwrap();
+    let text = text.replace("\"claude-sonnet-4-5-20250929\"", &model);
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn post(cloud: &Cloud, events: &[CanonicalEvent]) {
+    let (code, v) = cloud
+        .ingest_api()
+        .post_batch(&fixture::batch_body(events, "dev-exports"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{v}");
+}
+
+/// The fixture day, and with `hostile` one turn per formula-like model.
+async fn seeded(hostile: bool) -> Cloud {
+    let cloud = Cloud::start().await.unwrap();
+    post(&cloud, &fixture::canonical_events()).await;
+    if !hostile {
+        return cloud;
+    }
+    let hostile: Vec<CanonicalEvent> = HOSTILE
+        .iter()
+        .enumerate()
+        .map(|(i, m)| turn_of_model(&format!("hostile-{i}"), m))
+        .collect();
+    post(&cloud, &hostile).await;
+    cloud
+}
+
+/// GET with the read token and an optional `Accept` → (status, content type, body text).
+async fn get_text(api: &Api, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    let mut req = client()
+        .get(format!("{}{path}", api.base))
+        .bearer_auth(&api.token);
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, ct, r.text().await.unwrap())
+}
+
+/// Nano-dollars from an exact decimal of dollars (`0.000001234` → 1234), refusing anything inexact.
+fn nanos_of_decimal(s: &str) -> i128 {
+    let (whole, frac) = s.split_once('.').unwrap_or_else(|| panic!("{s}"));
+    assert_eq!(frac.len(), 9, "nine decimals: {s}");
+    let sign = if whole.starts_with('-') { -1 } else { 1 };
+    let whole: i128 = whole.trim_start_matches('-').parse().unwrap();
+    sign * (whole * 1_000_000_000 + frac.parse::<i128>().unwrap())
+}
+
+/// A JSON value as the CSV cell it must be: a null key is empty, a formula-like key gets its `'`.
+fn expected_cell(v: &Value, is_key: bool) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) if is_key && s.starts_with(['=', '+', '-', '@']) => format!("'{s}"),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Reads `text` back as CSV and checks it against the JSON answer `json` cell by cell; returns the
+/// summed cost columns (nanos, and the decimal dollars as nanos).
+fn check_csv_against_json(text: &str, json: &Value, what: &str) -> (i128, i128) {
+    assert!(text.ends_with("\r\n"), "{what}: CRLF line ends");
+    let mut reader = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    let keys: Vec<String> = json["group_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(header[0], "bucket", "{what}");
+    assert_eq!(
+        header[1..=keys.len()],
+        keys[..],
+        "{what}: the dimensions follow the bucket"
+    );
+    let rows = json["rows"].as_array().unwrap();
+    let records: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
+    assert_eq!(records.len(), rows.len(), "{what}: one line per row");
+    let (mut cost, mut cost_usd) = (0i128, 0i128);
+    for (rec, row) in records.iter().zip(rows) {
+        for (name, cell) in header.iter().zip(rec.iter()) {
+            if let Some(dollars) = name.strip_suffix("_usd") {
+                let nanos = row[format!("{dollars}_nanos")].as_i64().unwrap();
+                assert_eq!(
+                    nanos_of_decimal(cell),
+                    i128::from(nanos),
+                    "{what}: {name} of {row}"
+                );
+            } else if let Some(f) = row[name.as_str()]
+                .as_f64()
+                .filter(|_| row[name.as_str()].is_f64())
+            {
+                assert_eq!(cell.parse::<f64>().unwrap(), f, "{what}: {name} of {row}");
+            } else {
+                let want = expected_cell(&row[name.as_str()], keys.contains(name));
+                assert_eq!(cell, want, "{what}: {name} of {row}");
+            }
+        }
+        let at = |n: &str| header.iter().position(|h| h == n).unwrap();
+        cost += rec[at("cost_nanos")].parse::<i128>().unwrap();
+        cost_usd += nanos_of_decimal(&rec[at("cost_usd")]);
+    }
+    (cost, cost_usd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_as_csv_reads_back_equal_to_the_json_and_neutralises_formulas() {
+    let cloud = seeded(true).await;
+    let api = cloud.read_api();
+    for query in [
+        format!("{SINCE}&group_by=model,user&granularity=day&tz=Asia/Kolkata"),
+        format!("{SINCE}&group_by=session,runtime,colony&granularity=hour"),
+        format!("{SINCE}&group_by=tool"),
+        SINCE.to_string(),
+    ] {
+        let json = api.get_ok(&format!("/v1/usage?{query}")).await.unwrap();
+        let (code, ct, text) = get_text(&api, &format!("/v1/usage?{query}&format=csv"), None).await;
+        assert_eq!(code, 200, "{query}: {text}");
+        assert!(ct.starts_with("text/csv"), "{ct}");
+        let (code, _, by_accept) =
+            get_text(&api, &format!("/v1/usage?{query}"), Some("text/csv")).await;
+        assert_eq!(
+            (code, &by_accept),
+            (200, &text),
+            "{query}: Accept asks for the same CSV"
+        );
+        let (cost, cost_usd) = check_csv_against_json(&text, &json, &query);
+        if !query.contains("tool") {
+            let total = i128::from(json["totals"]["cost_nanos"].as_i64().unwrap());
+            assert!(total > 0, "{json}");
+            assert_eq!(
+                (cost, cost_usd),
+                (total, total),
+                "{query}: the sheet's sums are the totals"
+            );
+        }
+    }
+
+    // A browser's Accept (`*/*`) and an explicit `format=json` keep the JSON.
+    let (_, ct, _) = get_text(&api, &format!("/v1/usage?{SINCE}"), Some("*/*")).await;
+    assert!(ct.starts_with("application/json"), "{ct}");
+    let (_, ct, _) = get_text(
+        &api,
+        &format!("/v1/usage?{SINCE}&format=json"),
+        Some("text/csv"),
+    )
+    .await;
+    assert!(ct.starts_with("application/json"), "{ct}");
+    let (code, _, body) = get_text(&api, "/v1/usage?format=xml", None).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("`format`"), "the parameter is named: {body}");
+
+    // The formula-like models: text, not formulas, in the raw file as a spreadsheet opens it.
+    let (_, _, text) = get_text(
+        &api,
+        &format!("/v1/usage?{SINCE}&group_by=model&format=csv"),
+        None,
+    )
+    .await;
+    for raw in [
+        "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",",
+        "\"'+1+2\",",
+        "\"'-3,4\",",
+        "\"'@SUM(A1)\",",
+    ] {
+        assert!(text.contains(raw), "{raw} in:\n{text}");
+    }
+    for line in text.lines().skip(1) {
+        assert!(!line.starts_with(['=', '+', '-', '@']), "{line}");
+        let model_cell = line.split(',').nth(1).unwrap();
+        assert!(!model_cell.starts_with(['=', '+', '-', '@']), "{line}");
+    }
+
+    // A session's usage answers CSV the same way.
+    let json = api.get_ok("/v1/sessions/hostile-2/usage").await.unwrap();
+    let (code, _, text) = get_text(&api, "/v1/sessions/hostile-2/usage?format=csv", None).await;
+    assert_eq!(code, 200, "{text}");
+    check_csv_against_json(&text, &json, "session usage");
+    assert!(text.contains("\"'-3,4\""), "{text}");
+}
+
+/// The scrape's samples: metric name → (sorted labels → value).
+type Samples = BTreeMap<String, BTreeMap<Vec<(String, String)>, f64>>;
+
+async fn scrape(api: &Api, query: &str) -> Samples {
+    let (code, ct, text) = get_text(api, &format!("/v1/metrics{query}"), None).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let parsed = prometheus_parse::Scrape::parse(lines).unwrap();
+    let mut out = Samples::new();
+    for s in parsed.samples {
+        let value = match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            other => panic!("{}: {other:?}", s.metric),
+        };
+        let labels: Vec<(String, String)> = s
+            .labels
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
+        out.entry(s.metric).or_default().insert(labels, value);
+    }
+    out
+}
+
+/// The (name, extra label, JSON field) of every integer counter, and of the float ones.
+const INT_COUNTERS: [(&str, Option<&str>, &str); 9] = [
+    (
+        "apiary_token_usage_tokens_total",
+        Some("input"),
+        "input_tokens",
+    ),
+    (
+        "apiary_token_usage_tokens_total",
+        Some("output"),
+        "output_tokens",
+    ),
+    (
+        "apiary_token_usage_tokens_total",
+        Some("cached"),
+        "cached_tokens",
+    ),
+    (
+        "apiary_token_usage_tokens_total",
+        Some("cache_creation"),
+        "cache_creation_tokens",
+    ),
+    ("apiary_cost_nanodollars_total", None, "cost_nanos"),
+    ("apiary_llm_calls_total", None, "llm_calls"),
+    ("apiary_tool_calls_total", None, "tool_calls"),
+    ("apiary_tool_errors_total", None, "tool_errors"),
+    ("apiary_events_total", None, "events"),
+];
+
+/// Checks every counter of `samples` (labelled by `labels`, the JSON fields `fields`) against the usage
+/// rows of the same grouping; returns how many label sets there were.
+fn check_scrape_against_usage(samples: &Samples, usage: &Value, labels: &[(&str, &str)]) -> usize {
+    let rows = usage["rows"].as_array().unwrap();
+    for row in rows {
+        let mut set: Vec<(String, String)> = labels
+            .iter()
+            .map(|(l, f)| (l.to_string(), row[*f].as_str().unwrap_or("").to_string()))
+            .collect();
+        set.sort();
+        let point = |name: &str, token_type: Option<&str>| -> f64 {
+            let mut s = set.clone();
+            if let Some(t) = token_type {
+                s.push(("gen_ai_token_type".into(), t.into()));
+                s.sort();
+            }
+            // Prometheus drops empty labels: a "none" key is an absent label.
+            s.retain(|(_, v)| !v.is_empty());
+            *samples
+                .get(name)
+                .and_then(|m| m.get(&s))
+                .unwrap_or_else(|| panic!("{name} {s:?} in {samples:?}"))
+        };
+        for (name, token_type, field) in INT_COUNTERS {
+            let want = row[field].as_i64().unwrap();
+            assert_eq!(
+                point(name, token_type),
+                want as f64,
+                "{name} {token_type:?}: {row}"
+            );
+        }
+        assert_eq!(
+            point("apiary_cost_usd_total", None),
+            row["cost_usd"].as_f64().unwrap(),
+            "{row}"
+        );
+        let seconds = row["tool_duration_ms"].as_i64().unwrap() as f64 / 1000.0;
+        assert_eq!(
+            point("apiary_tool_duration_seconds_total", None),
+            seconds,
+            "{row}"
+        );
+    }
+    let sets = samples["apiary_llm_calls_total"].len();
+    assert_eq!(sets, rows.len(), "one label set per usage row");
+    rows.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_scrape_equals_usage_over_all_time_and_is_scoped_like_every_read() {
+    // The fixture's models and users only: `prometheus-parse` reads label values naively (no commas,
+    // quotes or `=` in them).
+    let cloud = seeded(false).await;
+    let api = cloud.read_api();
+    let by = [("model", "model"), ("user", "user_id")];
+    let usage = api
+        .get_ok(&format!("/v1/usage?{SINCE}&group_by=model,user"))
+        .await
+        .unwrap();
+    let samples = scrape(&api, "?group_by=model,user").await;
+    assert!(
+        check_scrape_against_usage(&samples, &usage, &by) >= 4,
+        "{usage}"
+    );
+
+    // No labels: one series per counter, the totals.
+    let totals = api.get_ok(&format!("/v1/usage?{SINCE}")).await.unwrap();
+    check_scrape_against_usage(&scrape(&api, "").await, &totals, &[]);
+    let before = totals["rows"][0].clone();
+
+    // The same batch again changes nothing; new turns add exactly theirs.
+    post(&cloud, &fixture::canonical_events()).await;
+    post(&cloud, &fixture::synthetic_canonical("late-arrivals", 0, 3)).await;
+    let totals = api.get_ok(&format!("/v1/usage?{SINCE}")).await.unwrap();
+    let after = &totals["rows"][0];
+    assert_eq!(
+        after["llm_calls"].as_i64().unwrap() - before["llm_calls"].as_i64().unwrap(),
+        3,
+        "{before} → {after}"
+    );
+    assert_eq!(
+        after["cost_nanos"].as_i64().unwrap() - before["cost_nanos"].as_i64().unwrap(),
+        3_000_000,
+        "three turns of 0.001 USD"
+    );
+    check_scrape_against_usage(&scrape(&api, "").await, &totals, &[]);
+    let usage = api
+        .get_ok(&format!("/v1/usage?{SINCE}&group_by=model,user"))
+        .await
+        .unwrap();
+    check_scrape_against_usage(&scrape(&api, "?group_by=user,model").await, &usage, &by);
+
+    // A read token bound to another user scrapes that user's usage: none of alice's.
+    let bob = ingest_cli(
+        &cloud.db.url,
+        &[
+            "token",
+            "create",
+            "--tenant",
+            &cloud.tenant.id,
+            "--scope",
+            "read",
+            "--user",
+            "bob",
+        ],
+    )
+    .unwrap();
+    let bob = Api::new(&cloud.ingest.url(), tests::procs::last_line(&bob).as_str());
+    let theirs = scrape(&bob, "?group_by=user").await;
+    assert!(
+        theirs.values().all(|m| m.is_empty()),
+        "bob sees no series: {theirs:?}"
+    );
+    let alice = scrape(&api, "?group_by=user").await;
+    assert!(alice["apiary_llm_calls_total"]
+        .keys()
+        .any(|l| l.contains(&("user".to_string(), USER.to_string()))));
+
+    // Unbounded labels and anonymous scrapes are refused.
+    let (code, _, body) = get_text(&api, "/v1/metrics?group_by=session", None).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("`group_by`"), "{body}");
+    let anonymous = client()
+        .get(format!("{}/v1/metrics", cloud.ingest.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+}
