@@ -12,8 +12,9 @@ use uuid::Uuid;
 use crate::budgets::{Budget, Period, Unit, DEFAULT_THRESHOLDS};
 use crate::error::ApiError;
 
-/// A budget's scope: the tenant (`{}` or `{"tenant": true}`), narrowed by any of a user, a model and a
-/// colony key.
+/// A budget's scope as a request gives it: the tenant (`{}` or `{"tenant": true}`), narrowed by any of a
+/// user, a model and a colony key. Answers carry the checked scope, [`BudgetScope`] (the same fields
+/// without `tenant`); this adds only the `tenant` a request may name, and refuses unknown fields.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScopeBody {

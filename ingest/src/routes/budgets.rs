@@ -11,6 +11,7 @@
 //! Bad input is a 400 (`invalid_budget`, naming the field); nothing is stored. Another tenant's or an
 //! unknown id is a 404.
 
+use apiary_schema::quota::BudgetScope;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -46,7 +47,7 @@ pub struct CrossingBody {
 pub struct BudgetBody {
     pub budget_id: String,
     pub name: Option<String>,
-    pub scope: ScopeBody,
+    pub scope: BudgetScope,
     pub period: Period,
     pub tz: String,
     pub unit: Unit,
@@ -103,12 +104,7 @@ impl From<&Evaluated> for BudgetBody {
         BudgetBody {
             budget_id: b.budget_id.clone(),
             name: b.name.clone(),
-            scope: ScopeBody {
-                tenant: None,
-                user: b.scope.user.clone(),
-                model: b.scope.model.clone(),
-                colony: b.scope.colony.clone(),
-            },
+            scope: b.scope.clone(),
             period: b.period,
             tz: b.tz.name().to_string(),
             unit: b.unit,
