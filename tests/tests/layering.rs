@@ -299,8 +299,8 @@ fn strip(text: &str) -> String {
             out.push_str("\"\"");
         } else if b[i] == b'\'' {
             // A character literal ('a', '\n', '\u{1F41D}') or a lifetime ('a).
-            let lit = if rest.starts_with("'\\") {
-                rest[2..].find('\'').map(|n| n + 3)
+            let lit = if let Some(escaped) = rest.strip_prefix("'\\") {
+                escaped.find('\'').map(|n| n + 3)
             } else {
                 let mut chars = rest[1..].char_indices();
                 match (chars.next(), chars.next()) {
