@@ -90,7 +90,12 @@ impl Application {
             .zone
             .parse()
             .map_err(|e: String| anyhow::anyhow!(e))?;
-        let check = crate::identity::check_at_start(data_dir, &settings).await;
+        let check = crate::push::whoami::check_at_start(
+            data_dir,
+            &settings.identity,
+            settings.mode == crate::config::Mode::Airgapped,
+        )
+        .await;
         let outbox = open_outbox_as(data_dir, &settings, &policy, check.identity.clone())?;
         check.apply(&outbox).await?;
         let token = http::load_or_create_token(data_dir)
@@ -192,7 +197,7 @@ impl Application {
             let mut tail_settings = crate::tail::TailSettings::new(home, state.policy.clone());
             tail_settings.zone = state.zone;
             tail_settings.max_line_bytes = settings.intake.max_line_bytes;
-            tail_settings.colony = Some(outbox.colony_keys());
+            tail_settings.colony = Some(Arc::new(outbox.colony_keys()));
             let sink = Arc::new(outbox.clone());
             tokio::spawn(crate::tail::run_until_stopped(
                 tail_settings,
@@ -207,7 +212,7 @@ impl Application {
             }
             Mode::Online => {
                 tracing::info!("online: pushes run while sync is enabled");
-                tokio::spawn(crate::device_key::register::run_until_stopped(
+                tokio::spawn(crate::push::register_key::run_until_stopped(
                     outbox.clone(),
                     device_key,
                     shutdown.clone(),

@@ -215,7 +215,7 @@ pub enum PriceAction {
 }
 
 /// `--tier ABOVE:INPUT:OUTPUT[:CACHE_READ[:CACHE_WRITE_5M[:CACHE_WRITE_1H]]]`.
-fn parse_tier(text: &str) -> anyhow::Result<crate::routes::prices::PriceTier> {
+fn parse_tier(text: &str) -> anyhow::Result<apiary_schema::prices::TierSpec> {
     let parts: Vec<&str> = text.split(':').collect();
     if !(3..=6).contains(&parts.len()) {
         anyhow::bail!("--tier {text:?}: ABOVE_INPUT_TOKENS:INPUT:OUTPUT[:CACHE_READ[:CACHE_WRITE_5M[:CACHE_WRITE_1H]]]");
@@ -226,7 +226,7 @@ fn parse_tier(text: &str) -> anyhow::Result<crate::routes::prices::PriceTier> {
             .filter(|p| !p.is_empty())
             .map(|p| p.to_string())
     };
-    Ok(crate::routes::prices::PriceTier {
+    Ok(apiary_schema::prices::TierSpec {
         above_input_tokens: parts[0]
             .parse()
             .with_context(|| format!("--tier {text:?}: the input size is not a number"))?,
@@ -529,16 +529,30 @@ async fn alert(
                 },
         } => {
             let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
-            let asked = api::NewRule {
-                kind,
-                destination_id: destination,
-                name,
-                budget_id: budget,
-                statuses,
-                min_duration_secs,
-                backlog_events,
-                silence_hours,
-            };
+            // The flags as the API's body, so both refuse the same rules with the same words.
+            let mut body = serde_json::Map::new();
+            body.insert("kind".into(), kind.into());
+            body.insert("destination_id".into(), destination.into());
+            let fields = [
+                ("name", name.map(serde_json::Value::from)),
+                ("budget_id", budget.map(serde_json::Value::from)),
+                ("statuses", statuses.map(serde_json::Value::from)),
+                (
+                    "min_duration_secs",
+                    min_duration_secs.map(serde_json::Value::from),
+                ),
+                (
+                    "backlog_events",
+                    backlog_events.map(serde_json::Value::from),
+                ),
+                ("silence_hours", silence_hours.map(serde_json::Value::from)),
+            ];
+            for (field, value) in fields {
+                if let Some(v) = value {
+                    body.insert(field.into(), v);
+                }
+            }
+            let asked = api::NewRule::parse(body.into()).map_err(fail)?;
             let r = api::create_rule(pool, tenant_id, asked)
                 .await
                 .map_err(fail)?;

@@ -12,8 +12,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::intake::IntakeError;
-
 /// The body of every error answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorBody {
@@ -142,31 +140,6 @@ impl From<sqlx::Error> for ApiError {
                 ApiError::Unavailable(e.into())
             }
             _ => ApiError::Internal(e.into()),
-        }
-    }
-}
-
-/// An intake refusal as its HTTP answer.
-impl From<IntakeError> for ApiError {
-    fn from(e: IntakeError) -> ApiError {
-        let message = e.to_string();
-        match e {
-            IntakeError::UnsupportedEncoding(_) => ApiError::UnsupportedMedia(message),
-            IntakeError::Encoding(_) => ApiError::BadRequest {
-                code: "bad_encoding",
-                message,
-            },
-            IntakeError::TooLarge(m) => ApiError::TooLarge(m),
-            IntakeError::MalformedJson(_) => ApiError::BadRequest {
-                code: "malformed_json",
-                message,
-            },
-            IntakeError::UnsupportedVersion(m) => ApiError::BadRequest {
-                code: "unsupported_schema_version",
-                message: m,
-            },
-            IntakeError::Invalid { message, details } => ApiError::Invalid { message, details },
-            IntakeError::Forbidden(m) => ApiError::Forbidden(m),
         }
     }
 }

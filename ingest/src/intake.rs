@@ -25,7 +25,7 @@
 //! ## Errors
 //! A whole-batch refusal is an [`IntakeError`], one variant per kind of problem; this module knows
 //! nothing of HTTP. The route maps each to its status (`From<IntakeError> for ApiError` in
-//! [`crate::error`]: 400, 403, 413, 415 or 422), and the import command to its own error.
+//! `routes::batches`: 400, 403, 413, 415 or 422), and the import command to its own error.
 
 use std::io::Read;
 

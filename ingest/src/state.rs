@@ -20,7 +20,7 @@ use sqlx::PgPool;
 
 use crate::auth::{AuthState, TokenGuard};
 use crate::auth_guard::AuthGuard;
-use crate::budgets::BudgetWatch;
+use crate::budget_watch::BudgetWatch;
 use crate::cadence::Cadence;
 use crate::config::IngestSettings;
 use crate::group_commit::GroupCommit;

@@ -25,6 +25,10 @@ pub fn generated_files() -> Vec<(&'static str, String)> {
             "batch-response.schema.json",
             pretty(schemars::schema_for!(BatchResponse)),
         ),
+        (
+            "alert-notification.schema.json",
+            pretty(schemars::schema_for!(crate::alert::AlertNotification)),
+        ),
     ]
 }
 
@@ -46,6 +50,9 @@ pub fn key_registration_schema() -> String {
 pub const CANONICAL_EVENT_SCHEMA: &str = include_str!("../schema/v1/canonical-event.schema.json");
 pub const BATCH_SCHEMA: &str = include_str!("../schema/v1/batch.schema.json");
 pub const BATCH_RESPONSE_SCHEMA: &str = include_str!("../schema/v1/batch-response.schema.json");
+/// The alert notification a webhook destination receives ([`crate::alert::AlertNotification`]).
+pub const ALERT_NOTIFICATION_SCHEMA: &str =
+    include_str!("../schema/v1/alert-notification.schema.json");
 
 /// Compiled validators for the canonical event and the batch envelope.
 pub struct Validator {

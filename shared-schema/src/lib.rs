@@ -4,6 +4,8 @@
 //!
 //! - [`event`]: the canonical event envelope ([`CanonicalEvent`]) and its closed set of durable kinds
 //!   ([`EventKind`]). Every runtime's native events are mapped onto it.
+//! - [`alert`]: the alert notification an ingest POSTs to a webhook ([`alert::AlertNotification`]), with
+//!   its published JSON Schema.
 //! - [`batch`]: what the agent sends to `POST /v1/batches` ([`Batch`]) and the per-event verdicts it gets
 //!   back ([`BatchResponse`]), plus the session identity bindings that travel with a batch.
 //! - [`identity`]: the answer of `GET /v1/whoami` ([`identity::TokenIdentity`]): the tenant, scopes, user
@@ -44,6 +46,7 @@
 //! - `cached_tokens` and `cache_creation_tokens` are *included in* `input_tokens`; `cost_usd = 0` with tokens
 //!   is `cost_source = "unreported"`, never free.
 
+pub mod alert;
 pub mod batch;
 pub mod bundle;
 pub mod colony;

@@ -77,10 +77,13 @@ pub struct PriceSpec {
     pub note: Option<String>,
 }
 
-/// A tier as written: its rates replace the entry's for turns above `above_input_tokens`.
+/// A tier as written: its rates replace the entry's for turns above `above_input_tokens`. Rates in USD
+/// per million tokens, as decimal strings ("3.00", "0.025"; at most 9 decimals).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TierSpec {
+    /// The tier's rates apply to turns whose input tokens (cache included) are above this.
     pub above_input_tokens: u64,
     pub input: String,
     pub output: String,

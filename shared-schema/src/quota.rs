@@ -53,6 +53,7 @@ pub struct BudgetState {
 
 /// A budget's scope: each present field restricts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BudgetScope {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,

@@ -251,7 +251,7 @@ fn running_agent(data_dir: &Path) -> bool {
         })
 }
 
-/// Asks the ingest who the token is ([`crate::identity::ask`]): the identity to adopt. Err when the
+/// Asks the ingest who the token is ([`crate::push::whoami::ask`]): the identity to adopt. Err when the
 /// configured identity contradicts the token, or (unless `force`) when the ingest refused the token or
 /// the endpoint is not an ingest's; `None` (with a note) when the ingest cannot be reached now.
 async fn token_identity(
@@ -260,8 +260,8 @@ async fn token_identity(
     token_file: &Path,
     force: bool,
 ) -> anyhow::Result<Option<crate::identity::Adoption>> {
-    use crate::identity::AskError;
-    match crate::identity::ask(&settings.identity, endpoint, token_file).await {
+    use crate::push::whoami::AskError;
+    match crate::push::whoami::ask(&settings.identity, endpoint, token_file).await {
         Ok(adoption) => Ok(Some(adoption)),
         Err(e @ AskError::Contradicts(_)) => anyhow::bail!("sync not enabled: {e}"),
         Err(e @ AskError::Unreachable(_)) => {

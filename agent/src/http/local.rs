@@ -71,7 +71,7 @@ pub(crate) struct SyncToggle {
     #[serde(default)]
     pub(crate) purge: bool,
     /// Store the target even though the ingest refused the token or the endpoint
-    /// ([`crate::identity::ask`]).
+    /// ([`crate::push::whoami::ask`]).
     #[serde(default)]
     pub(crate) force: bool,
 }
@@ -123,7 +123,7 @@ pub(crate) async fn apply_sync(
 }
 
 /// Asks the ingest who the token is and adopts the answer before sync is switched on, so the running
-/// agent sends as the token's user and device at once ([`crate::identity::ask`]). A contradiction with
+/// agent sends as the token's user and device at once ([`crate::push::whoami::ask`]). A contradiction with
 /// `[identity]` is refused (409), as is a token or endpoint the ingest refused (400) unless `force`; an
 /// unreachable ingest is no reason to refuse (the push loop asks again until it answers).
 async fn adopt_at_enable(
@@ -132,8 +132,8 @@ async fn adopt_at_enable(
     token_file: &std::path::Path,
     force: bool,
 ) -> Result<(), ApiError> {
-    use crate::identity::AskError;
-    match crate::identity::ask(&state.identity, endpoint, token_file).await {
+    use crate::push::whoami::AskError;
+    match crate::push::whoami::ask(&state.identity, endpoint, token_file).await {
         Ok(adoption) => Ok(state.outbox.adopt(&adoption).await?),
         Err(e @ AskError::Contradicts(_)) => {
             Err(ApiError::Conflict(format!("sync not enabled: {e}")))

@@ -2,9 +2,16 @@
 
 use std::future::Future;
 
+use super::colony::ColonyKeys;
 use super::handle::Outbox;
 use super::item::Item;
-use crate::tail::sink::{Checkpoint, TailItem, TailSink};
+use crate::tail::sink::{Checkpoint, ColonyKeySource, TailItem, TailSink};
+
+impl ColonyKeySource for ColonyKeys {
+    fn keyer(&self) -> apiary_schema::colony::ColonyKeyer {
+        ColonyKeys::keyer(self)
+    }
+}
 
 impl TailSink for Outbox {
     fn commit(

@@ -39,9 +39,11 @@ mod backoff;
 mod cadence;
 mod client;
 mod heartbeat;
+pub mod register_key;
 mod run;
 mod settle;
 pub mod target;
+pub mod whoami;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -200,7 +200,7 @@ impl Pusher {
         ) else {
             return;
         };
-        match crate::identity::whoami(&endpoint, std::path::Path::new(&token_file)).await {
+        match super::whoami::whoami(&endpoint, std::path::Path::new(&token_file)).await {
             Ok(t) => {
                 if let Some(secret) = t.colony_secret {
                     if let Err(e) = self.outbox.adopt_colony_secret(&t.tenant_id, &secret).await {

@@ -19,7 +19,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::identity::{AskError, IDENTITY_MISMATCH};
+use super::whoami::AskError;
+use crate::identity::IDENTITY_MISMATCH;
 
 use crate::outbox::{SyncChange, SyncStatus};
 
@@ -119,7 +120,7 @@ impl Pusher {
                 return paused.is_none();
             }
         }
-        let asked = crate::identity::ask(
+        let asked = super::whoami::ask(
             &self.identity,
             &target.endpoint,
             std::path::Path::new(&target.token_file),

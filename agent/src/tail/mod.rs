@@ -80,7 +80,7 @@ pub struct TailSettings {
     /// At most this many lines per commit.
     pub batch_lines: usize,
     /// The colony keys in force (the outbox's): colony names become keys before the policy runs.
-    pub colony: Option<crate::outbox::ColonyKeys>,
+    pub colony: Option<Arc<dyn sink::ColonyKeySource>>,
 }
 
 impl TailSettings {

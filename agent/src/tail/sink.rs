@@ -52,3 +52,11 @@ pub trait TailSink: Send + Sync + 'static {
     /// Every checkpoint stored so far.
     fn load_checkpoints(&self) -> impl Future<Output = anyhow::Result<Vec<Checkpoint>>> + Send;
 }
+
+/// The colony keys in force, read for every batch of lines so colony names become keys before the policy
+/// runs. Implemented by the outbox's colony keys, which change while the agent runs (a tenant's secret
+/// adopted, the colony names choice made).
+pub trait ColonyKeySource: std::fmt::Debug + Send + Sync + 'static {
+    /// The keyer in force now.
+    fn keyer(&self) -> apiary_schema::colony::ColonyKeyer;
+}

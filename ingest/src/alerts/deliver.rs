@@ -12,10 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiary_plumbing::backoff::{parse_retry_after, BackoffPolicy};
+use apiary_schema::alert::{AlertNotification, AlertState};
 use chrono::Utc;
 use hmac::{Hmac, Mac};
 use reqwest::Url;
 use secrecy::ExposeSecret;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::Sha256;
 use sqlx::PgPool;
@@ -59,21 +61,20 @@ pub fn signature(secret: &str, t: i64, body: &[u8]) -> String {
     format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// Slack's incoming-webhook message for a payload.
-pub fn slack_message(payload: &Value) -> Value {
-    let alert = &payload["alert"];
-    let state = if payload["event"] == "resolved" {
-        "RESOLVED"
-    } else {
-        "FIRING"
+/// Slack's incoming-webhook message for a notification.
+pub fn slack_message(n: &AlertNotification) -> Value {
+    let state = match n.event {
+        AlertState::Firing => "FIRING",
+        AlertState::Resolved => "RESOLVED",
     };
+    let alert = &n.alert;
     json!({
         "text": format!(
             "[Apiary] {state}: {}\n(rule {}, alert {}, key {})",
-            alert["summary"].as_str().unwrap_or(""),
-            alert["rule_name"].as_str().or(alert["rule_id"].as_str()).unwrap_or(""),
-            alert["alert_id"].as_str().unwrap_or(""),
-            payload["idempotency_key"].as_str().unwrap_or(""),
+            alert.summary,
+            alert.rule_name.as_deref().unwrap_or(&alert.rule_id),
+            alert.alert_id,
+            n.idempotency_key,
         )
     })
 }
@@ -98,19 +99,22 @@ pub async fn send(c: &Claimed, settings: &AlertSettings) -> Outcome {
         Ok(u) => u,
         Err(e) => return Outcome::Permanent(e),
     };
+    let notification = match AlertNotification::deserialize(&c.payload) {
+        Ok(n) => n,
+        Err(e) => return Outcome::Permanent(format!("not an alert notification: {e}")),
+    };
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::CONTENT_TYPE,
         reqwest::header::HeaderValue::from_static("application/json"),
     );
-    if let Ok(v) = reqwest::header::HeaderValue::from_str(
-        c.payload["idempotency_key"].as_str().unwrap_or_default(),
-    ) {
+    if let Ok(v) = reqwest::header::HeaderValue::from_str(&notification.idempotency_key) {
         headers.insert("idempotency-key", v);
     }
+    // A webhook gets the stored payload's bytes, the same at every retry.
     let body = match kind {
         Kind::Webhook => serde_json::to_vec(&c.payload),
-        Kind::Slack => serde_json::to_vec(&slack_message(&c.payload)),
+        Kind::Slack => serde_json::to_vec(&slack_message(&notification)),
     }
     .expect("JSON values serialise");
     if let (Kind::Webhook, Some(secret)) = (kind, &c.secret) {
@@ -399,9 +403,20 @@ mod tests {
 
     #[test]
     fn slack_messages_say_what_fired() {
-        let p = json!({"idempotency_key": "al_1:firing", "event": "firing",
-            "alert": {"summary": "Budget \"team\" reached 80%", "rule_id": "ar_1", "alert_id": "al_1"}});
-        let m = slack_message(&p);
+        let alert = apiary_schema::alert::AlertBody {
+            alert_id: "al_1".into(),
+            rule_id: "ar_1".into(),
+            rule_name: None,
+            kind: apiary_schema::alert::RuleKind::Budget,
+            state: AlertState::Firing,
+            subject: "bu_1".into(),
+            summary: "Budget \"team\" reached 80%".into(),
+            details: json!({}),
+            fired_at: Utc::now(),
+            resolved_at: None,
+        };
+        let n = AlertNotification::new(Uuid::nil(), alert, AlertState::Firing);
+        let m = slack_message(&n);
         let text = m["text"].as_str().unwrap();
         assert!(
             text.starts_with("[Apiary] FIRING: Budget \"team\" reached 80%"),

@@ -2,6 +2,7 @@
 //! alert `firing` (plus its notification), a firing alert whose episode no longer holds is `resolved`
 //! (plus its notification) — all in one transaction under the tenant's advisory lock.
 
+use apiary_schema::alert::{AlertBody, AlertNotification, AlertState};
 use apiary_schema::status::Status;
 use chrono::{DateTime, Datelike, NaiveTime, TimeDelta, Utc, Weekday};
 use serde_json::{json, Value};
@@ -178,16 +179,6 @@ fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
-/// The payload of a notification (stored as is, so every retry sends the same bytes to sign).
-fn payload(tenant_id: Uuid, alert: &Value, event: &str, key: &str) -> Value {
-    json!({
-        "idempotency_key": key,
-        "event": event,
-        "tenant_id": tenant_id,
-        "alert": alert,
-    })
-}
-
 /// Inserts the alert of a new episode and its `firing` notification; false when the episode has fired
 /// before.
 async fn fire(
@@ -215,38 +206,48 @@ async fn fire(
     let Some((fired_at,)) = inserted else {
         return Ok(false);
     };
-    let alert = json!({
-        "alert_id": alert_id, "rule_id": rule.rule_id, "rule_name": rule.name, "kind": rule.kind.as_str(),
-        "state": "firing", "subject": e.subject, "summary": e.summary, "details": e.details,
-        "fired_at": rfc3339(fired_at), "resolved_at": null,
-    });
-    notify(conn, tenant_id, rule, &alert_id, &alert, "firing").await?;
+    let alert = AlertBody {
+        alert_id: alert_id.clone(),
+        rule_id: rule.rule_id.clone(),
+        rule_name: rule.name.clone(),
+        kind: rule.kind,
+        state: AlertState::Firing,
+        subject: e.subject.clone(),
+        summary: e.summary.clone(),
+        details: e.details.clone(),
+        fired_at,
+        resolved_at: None,
+    };
+    notify(
+        conn,
+        rule,
+        AlertNotification::new(tenant_id, alert, AlertState::Firing),
+    )
+    .await?;
     tracing::info!(%tenant_id, rule_id = %rule.rule_id, %alert_id, summary = %e.summary, "alert firing");
     Ok(true)
 }
 
+/// Queues `n` for the rule's destination (stored as is, so every retry sends the same bytes to sign).
 async fn notify(
     conn: &mut PgConnection,
-    tenant_id: Uuid,
     rule: &Rule,
-    alert_id: &str,
-    alert: &Value,
-    event: &str,
+    n: AlertNotification,
 ) -> Result<(), sqlx::Error> {
-    let key = format!("{alert_id}:{event}");
+    let payload = serde_json::to_value(&n).expect("a notification serialises");
     sqlx::query(
         "INSERT INTO notifications (tenant_id, notification_id, alert_id, destination_id, event,
                                     idempotency_key, payload)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (tenant_id, idempotency_key) DO NOTHING",
     )
-    .bind(tenant_id)
+    .bind(n.tenant_id)
     .bind(format!("nt_{}", Uuid::new_v4().simple()))
-    .bind(alert_id)
+    .bind(&n.alert.alert_id)
     .bind(&rule.destination_id)
-    .bind(event)
-    .bind(&key)
-    .bind(payload(tenant_id, alert, event, &key))
+    .bind(n.event.as_str())
+    .bind(&n.idempotency_key)
+    .bind(payload)
     .execute(conn)
     .await?;
     Ok(())
@@ -271,12 +272,24 @@ async fn resolve(
     .fetch_all(&mut *conn)
     .await?;
     for (alert_id, subject, summary, details, fired_at, resolved_at) in &rows {
-        let alert = json!({
-            "alert_id": alert_id, "rule_id": rule.rule_id, "rule_name": rule.name,
-            "kind": rule.kind.as_str(), "state": "resolved", "subject": subject, "summary": summary,
-            "details": details, "fired_at": rfc3339(*fired_at), "resolved_at": rfc3339(*resolved_at),
-        });
-        notify(conn, tenant_id, rule, alert_id, &alert, "resolved").await?;
+        let alert = AlertBody {
+            alert_id: alert_id.clone(),
+            rule_id: rule.rule_id.clone(),
+            rule_name: rule.name.clone(),
+            kind: rule.kind,
+            state: AlertState::Resolved,
+            subject: subject.clone(),
+            summary: summary.clone(),
+            details: details.clone(),
+            fired_at: *fired_at,
+            resolved_at: Some(*resolved_at),
+        };
+        notify(
+            conn,
+            rule,
+            AlertNotification::new(tenant_id, alert, AlertState::Resolved),
+        )
+        .await?;
         tracing::info!(%tenant_id, rule_id = %rule.rule_id, %alert_id, "alert resolved");
     }
     Ok(rows.len())

@@ -36,41 +36,7 @@ use sqlx::PgPool;
 use crate::config::AlertSettings;
 use crate::query::ReadDb;
 
-/// A rule's kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RuleKind {
-    /// A budget's threshold crossed (once per budget, period and threshold).
-    Budget,
-    /// A session in one of `statuses` for at least `min_duration_secs`.
-    SessionStatus,
-    /// A device not heard from for `offline_after_secs`, or with a backlog of `backlog_events` or more.
-    DeviceOffline,
-    /// A device active on at least two of the last five working days (Monday to Friday, UTC) that has
-    /// sent nothing for `silence_hours`.
-    Silence,
-}
-
-impl RuleKind {
-    pub fn parse(s: &str) -> Option<RuleKind> {
-        Some(match s {
-            "budget" => RuleKind::Budget,
-            "session_status" => RuleKind::SessionStatus,
-            "device_offline" => RuleKind::DeviceOffline,
-            "silence" => RuleKind::Silence,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuleKind::Budget => "budget",
-            RuleKind::SessionStatus => "session_status",
-            RuleKind::DeviceOffline => "device_offline",
-            RuleKind::Silence => "silence",
-        }
-    }
-}
+pub use apiary_schema::alert::RuleKind;
 
 /// Runs the rule evaluator and the notification deliverer until the process stops (both in this task,
 /// so aborting it stops both).

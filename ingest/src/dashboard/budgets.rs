@@ -8,6 +8,7 @@
 //! full at 100 % (the text says when spend is beyond), amber from the highest threshold below 100 %,
 //! red at the limit.
 
+use apiary_schema::quota::BudgetScope;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
@@ -18,7 +19,7 @@ use super::format;
 use super::layout::{self, Nav};
 use super::Viewer;
 use crate::budgets::Unit;
-use crate::routes::budgets::{BudgetBody, ScopeBody};
+use crate::routes::budgets::BudgetBody;
 use crate::state::AppState;
 
 /// `GET /budgets`.
@@ -51,7 +52,7 @@ fn amount(unit: Unit, n: i64) -> Markup {
 }
 
 /// A budget's scope in words.
-fn scope(s: &ScopeBody) -> Markup {
+fn scope(s: &BudgetScope) -> Markup {
     if s.user.is_none() && s.model.is_none() && s.colony.is_none() {
         return html! { "the whole tenant" };
     }

@@ -1,5 +1,6 @@
 //! The page shell every dashboard page shares: document head, skip link, navigation (each link with
-//! `aria-current` on the page it names), the sign-out form, and the error page.
+//! `aria-current` on the page it names), the sign-out form, and the error page; and the [`Viewer`] each
+//! page is drawn for (the request side of it, the sign-in cookie, is [`super::signin`]'s).
 //!
 //! Accessibility: one `h1` per page, landmarks (`header`, `nav`, `main`), a skip link as the first
 //! focusable element, visible focus rings (the stylesheet), labels on every control, status shown as
@@ -8,8 +9,18 @@
 use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup, DOCTYPE};
 
-use super::Viewer;
+use crate::access::TenantRead;
+use crate::auth::Principal;
 use crate::error::ApiError;
+
+/// Whoever is signed in: the token's read scope and the token's holder, for the page header.
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    /// What the pages may read (the same scope the token's API reads get).
+    pub reader: TenantRead,
+    /// The token's holder.
+    pub principal: Principal,
+}
 
 /// The pages in the navigation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -63,7 +63,8 @@ use tower_http::compression::CompressionLayer;
 
 use crate::state::AppState;
 
-pub use signin::{Viewer, COOKIE};
+pub use layout::Viewer;
+pub use signin::COOKIE;
 
 /// The policy of every dashboard answer: nothing but this origin's stylesheet, images and one script
 /// file (no inline script, no `eval`), and connections to this origin only.

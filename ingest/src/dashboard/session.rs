@@ -20,7 +20,7 @@ use super::Viewer;
 use crate::error::ApiError;
 use crate::query::history::SessionHistory;
 use crate::query::sessions::body::{SessionBody, TreeNode};
-use crate::query::sessions::work::SessionDetail;
+use crate::query::sessions::detail::SessionDetail;
 use crate::query::usage::{Dim, GroupBy, UsageParams, UsageResponse};
 use crate::query::ReadDb;
 use crate::routes::extract::{Path, Query};

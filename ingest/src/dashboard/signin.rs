@@ -20,9 +20,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use maud::html;
 
-use super::layout;
+use super::layout::{self, Viewer};
 use crate::access::TenantRead;
-use crate::auth::{peer_ip, AuthState, Caller, Principal, Scope, TENANT_TOKEN_PREFIX};
+use crate::auth::{peer_ip, AuthState, Caller, Scope, TENANT_TOKEN_PREFIX};
 use crate::error::ApiError;
 
 /// The cookie that holds the signed-in token.
@@ -34,15 +34,7 @@ const MAX_AGE_SECS: u32 = 12 * 3600;
 /// Longest token accepted (tokens are 68 characters).
 const MAX_TOKEN_LEN: usize = 200;
 
-/// Whoever is signed in: the token's read scope and the token's holder, for the page header.
-#[derive(Debug, Clone)]
-pub struct Viewer {
-    /// What the pages may read (the same scope the token's API reads get).
-    pub reader: TenantRead,
-    /// The token's holder.
-    pub principal: Principal,
-}
-
+/// A page request's [`Viewer`]: the signed-in cookie's token, checked like the API's.
 impl<S> FromRequestParts<S> for Viewer
 where
     AuthState: FromRef<S>,

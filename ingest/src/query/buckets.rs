@@ -19,10 +19,11 @@
 //! 15-minute walk is the fallback around DST changes and odd offsets.
 
 use chrono::{
-    DateTime, Datelike, Months, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeDelta, TimeZone,
-    Timelike, Utc,
+    DateTime, Datelike, Months, NaiveDate, NaiveTime, Offset, TimeDelta, TimeZone, Timelike, Utc,
 };
 use chrono_tz::Tz;
+
+use crate::local_time::resolve;
 
 /// A local calendar unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,23 +43,6 @@ pub struct Buckets {
 }
 
 const QUARTER: TimeDelta = TimeDelta::minutes(15);
-
-/// Postgres' reading of a local wall time: repeated → later offset; skipped → offset before the gap.
-pub(crate) fn resolve(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
-    match tz.from_local_datetime(&local) {
-        chrono::LocalResult::Single(t) => t.with_timezone(&Utc),
-        chrono::LocalResult::Ambiguous(_, later) => later.with_timezone(&Utc),
-        chrono::LocalResult::None => {
-            // The offset in force a day before (no zone has two changes within a day).
-            let before = tz
-                .offset_from_local_datetime(&(local - TimeDelta::days(1)))
-                .earliest()
-                .map(|o| o.fix().local_minus_utc())
-                .unwrap_or(0);
-            Utc.from_utc_datetime(&(local - TimeDelta::seconds(i64::from(before))))
-        }
-    }
-}
 
 /// `date_trunc(unit, t, tz)`.
 pub fn trunc(unit: Unit, tz: Tz, t: DateTime<Utc>) -> DateTime<Utc> {

@@ -297,31 +297,177 @@ pub async fn delete_destination(
     }
 }
 
-/// A rule to create.
+/// A rule to create: `kind` names the rule, and which fields it takes besides the destination and the
+/// name. A field of another kind is refused, naming it.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewRule {
-    /// `budget`, `session_status`, `device_offline` or `silence`.
-    pub kind: String,
-    pub destination_id: String,
-    #[serde(default)]
-    pub name: Option<String>,
-    /// budget: this budget only (absent: any of the tenant's).
-    #[serde(default)]
-    pub budget_id: Option<String>,
-    /// session_status: some of `stalled`, `needs_attention`, `failed`, `crashed` (and any other status).
-    #[serde(default)]
-    pub statuses: Option<Vec<String>>,
-    /// session_status: how long a session must stay in the status before the rule fires (anti-flap).
-    #[serde(default)]
-    pub min_duration_secs: Option<i64>,
-    /// device_offline: also fire when a device's backlog reaches this many events.
-    #[serde(default)]
-    pub backlog_events: Option<i64>,
-    /// silence: hours without anything from a device active on at least two of the last five working
-    /// days (default 24).
-    #[serde(default)]
-    pub silence_hours: Option<i64>,
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NewRule {
+    /// A budget's threshold crossed.
+    Budget {
+        destination_id: String,
+        #[serde(default)]
+        name: Option<String>,
+        /// This budget only (absent: any of the tenant's).
+        #[serde(default)]
+        budget_id: Option<String>,
+    },
+    /// A session in one of `statuses` for at least `min_duration_secs`.
+    SessionStatus {
+        destination_id: String,
+        #[serde(default)]
+        name: Option<String>,
+        /// Some of `stalled`, `needs_attention`, `failed`, `crashed` (and any other status); at least one.
+        #[serde(default)]
+        statuses: Vec<String>,
+        /// How long a session must stay in the status before the rule fires (anti-flap; default 0).
+        #[serde(default)]
+        min_duration_secs: Option<i64>,
+    },
+    /// A device not heard from for the ingest's `offline_after_secs`.
+    DeviceOffline {
+        destination_id: String,
+        #[serde(default)]
+        name: Option<String>,
+        /// Also fire when a device's backlog reaches this many events.
+        #[serde(default)]
+        backlog_events: Option<i64>,
+    },
+    /// A device that went quiet.
+    Silence {
+        destination_id: String,
+        #[serde(default)]
+        name: Option<String>,
+        /// Hours without anything from a device active on at least two of the last five working days
+        /// (default 24).
+        #[serde(default)]
+        silence_hours: Option<i64>,
+    },
+}
+
+impl NewRule {
+    /// Parses a rule to create (the API's body, and the command line's flags as the same JSON): an
+    /// unknown kind, a missing field or a field of another kind is refused, naming it.
+    pub fn parse(v: Value) -> Result<NewRule, ApiError> {
+        if let Some(kind) = v.get("kind").and_then(Value::as_str) {
+            if RuleKind::parse(kind).is_none() {
+                return Err(invalid(format!(
+                    "kind: {kind:?} is not budget, session_status, device_offline or silence"
+                )));
+            }
+        }
+        serde_json::from_value(v).map_err(|e| invalid(format!("the body is not a rule: {e}")))
+    }
+
+    fn kind(&self) -> RuleKind {
+        match self {
+            NewRule::Budget { .. } => RuleKind::Budget,
+            NewRule::SessionStatus { .. } => RuleKind::SessionStatus,
+            NewRule::DeviceOffline { .. } => RuleKind::DeviceOffline,
+            NewRule::Silence { .. } => RuleKind::Silence,
+        }
+    }
+}
+
+/// A checked rule, as it is stored.
+struct CheckedRule {
+    kind: RuleKind,
+    destination_id: String,
+    name: Option<String>,
+    budget_id: Option<String>,
+    /// session_status only.
+    statuses: Option<Vec<String>>,
+    min_duration_secs: i64,
+    backlog_events: Option<i64>,
+    silence_hours: Option<i64>,
+}
+
+impl NewRule {
+    /// Checks the values (the fields are the kind's by construction).
+    fn check(self) -> Result<CheckedRule, ApiError> {
+        let kind = self.kind();
+        let (destination_id, name) = match &self {
+            NewRule::Budget {
+                destination_id,
+                name,
+                ..
+            }
+            | NewRule::SessionStatus {
+                destination_id,
+                name,
+                ..
+            }
+            | NewRule::DeviceOffline {
+                destination_id,
+                name,
+                ..
+            }
+            | NewRule::Silence {
+                destination_id,
+                name,
+                ..
+            } => (destination_id.clone(), name.clone()),
+        };
+        if name.as_ref().is_some_and(|n| n.chars().count() > 200) {
+            return Err(invalid("name: at most 200 characters"));
+        }
+        let mut checked = CheckedRule {
+            kind,
+            destination_id,
+            name,
+            budget_id: None,
+            statuses: None,
+            min_duration_secs: 0,
+            backlog_events: None,
+            silence_hours: None,
+        };
+        match self {
+            NewRule::Budget { budget_id, .. } => checked.budget_id = budget_id,
+            NewRule::SessionStatus {
+                statuses: asked,
+                min_duration_secs,
+                ..
+            } => {
+                if asked.is_empty() {
+                    return Err(invalid(
+                        "statuses: at least one (e.g. stalled, needs_attention, failed, crashed)",
+                    ));
+                }
+                let mut statuses: Vec<String> = vec![];
+                for s in asked {
+                    if serde_json::from_value::<apiary_schema::status::Status>(Value::String(
+                        s.clone(),
+                    ))
+                    .is_err()
+                    {
+                        return Err(invalid(format!("statuses: {s:?} is not a session status")));
+                    }
+                    if !statuses.contains(&s) {
+                        statuses.push(s);
+                    }
+                }
+                let min = min_duration_secs.unwrap_or(0);
+                if !(0..=7 * 86_400).contains(&min) {
+                    return Err(invalid("min_duration_secs: 0 to 604800"));
+                }
+                checked.statuses = Some(statuses);
+                checked.min_duration_secs = min;
+            }
+            NewRule::DeviceOffline { backlog_events, .. } => {
+                if backlog_events.is_some_and(|b| b < 1) {
+                    return Err(invalid("backlog_events: at least 1"));
+                }
+                checked.backlog_events = backlog_events;
+            }
+            NewRule::Silence { silence_hours, .. } => {
+                let h = silence_hours.unwrap_or(24);
+                if !(1..=168).contains(&h) {
+                    return Err(invalid("silence_hours: 1 to 168"));
+                }
+                checked.silence_hours = Some(h);
+            }
+        }
+        Ok(checked)
+    }
 }
 
 /// A rule as stored.
@@ -380,8 +526,9 @@ pub async fn post_rule(
     body: Bytes,
 ) -> Result<(StatusCode, Json<RuleBody>), ApiError> {
     principal.require(Scope::Admin)?;
-    let asked: NewRule = serde_json::from_slice(&body)
+    let body: Value = serde_json::from_slice(&body)
         .map_err(|e| invalid(format!("the body is not a rule: {e}")))?;
+    let asked = NewRule::parse(body)?;
     Ok((
         StatusCode::CREATED,
         Json(create_rule(&state.pool, principal.tenant_id, asked).await?),
@@ -394,79 +541,7 @@ pub async fn create_rule(
     tenant_id: Uuid,
     asked: NewRule,
 ) -> Result<RuleBody, ApiError> {
-    let kind = RuleKind::parse(&asked.kind).ok_or_else(|| {
-        invalid(format!(
-            "kind: {:?} is not budget, session_status, device_offline or silence",
-            asked.kind
-        ))
-    })?;
-    let field_for = |field: &str, present: bool, kinds: &[RuleKind]| {
-        if present && !kinds.contains(&kind) {
-            Err(invalid(format!(
-                "{field}: not a field of a {} rule",
-                kind.as_str()
-            )))
-        } else {
-            Ok(())
-        }
-    };
-    field_for("budget_id", asked.budget_id.is_some(), &[RuleKind::Budget])?;
-    field_for(
-        "statuses",
-        asked.statuses.is_some(),
-        &[RuleKind::SessionStatus],
-    )?;
-    field_for(
-        "min_duration_secs",
-        asked.min_duration_secs.is_some(),
-        &[RuleKind::SessionStatus],
-    )?;
-    field_for(
-        "backlog_events",
-        asked.backlog_events.is_some(),
-        &[RuleKind::DeviceOffline],
-    )?;
-    field_for(
-        "silence_hours",
-        asked.silence_hours.is_some(),
-        &[RuleKind::Silence],
-    )?;
-    let mut statuses = vec![];
-    if kind == RuleKind::SessionStatus {
-        let asked_statuses = asked.statuses.clone().unwrap_or_default();
-        if asked_statuses.is_empty() {
-            return Err(invalid(
-                "statuses: at least one (e.g. stalled, needs_attention, failed, crashed)",
-            ));
-        }
-        for s in &asked_statuses {
-            if serde_json::from_value::<apiary_schema::status::Status>(Value::String(s.clone()))
-                .is_err()
-            {
-                return Err(invalid(format!("statuses: {s:?} is not a session status")));
-            }
-            if !statuses.contains(s) {
-                statuses.push(s.clone());
-            }
-        }
-    }
-    let min = asked.min_duration_secs.unwrap_or(0);
-    if !(0..=7 * 86_400).contains(&min) {
-        return Err(invalid("min_duration_secs: 0 to 604800"));
-    }
-    if asked.backlog_events.is_some_and(|b| b < 1) {
-        return Err(invalid("backlog_events: at least 1"));
-    }
-    let silence = match kind {
-        RuleKind::Silence => Some(asked.silence_hours.unwrap_or(24)),
-        _ => None,
-    };
-    if silence.is_some_and(|h| !(1..=168).contains(&h)) {
-        return Err(invalid("silence_hours: 1 to 168"));
-    }
-    if asked.name.as_ref().is_some_and(|n| n.chars().count() > 200) {
-        return Err(invalid("name: at most 200 characters"));
-    }
+    let asked = asked.check()?;
     let dest: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM alert_destinations WHERE tenant_id = $1 AND destination_id = $2",
     )
@@ -495,14 +570,14 @@ pub async fn create_rule(
     ))
     .bind(tenant_id)
     .bind(&id)
-    .bind(kind.as_str())
+    .bind(asked.kind.as_str())
     .bind(&asked.name)
     .bind(&asked.destination_id)
     .bind(&asked.budget_id)
-    .bind((kind == RuleKind::SessionStatus).then_some(&statuses))
-    .bind(min)
+    .bind(&asked.statuses)
+    .bind(asked.min_duration_secs)
     .bind(asked.backlog_events)
-    .bind(silence)
+    .bind(asked.silence_hours)
     .bind(MAX_PER_TENANT)
     .fetch_optional(pool)
     .await?;

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use super::docs::{BatchBody, BatchErrors, BatchResponseBody};
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
-use crate::intake::{check_batch, decode_body};
+use crate::intake::{check_batch, decode_body, IntakeError};
 use crate::state::AppState;
 use crate::store::batch::{self, Sender};
 
@@ -204,4 +204,29 @@ async fn read_body(body: Body, max: usize) -> Result<bytes::Bytes, ApiError> {
             }
         })?;
     Ok(collected.to_bytes())
+}
+
+/// An intake refusal as its HTTP answer.
+impl From<IntakeError> for ApiError {
+    fn from(e: IntakeError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            IntakeError::UnsupportedEncoding(_) => ApiError::UnsupportedMedia(message),
+            IntakeError::Encoding(_) => ApiError::BadRequest {
+                code: "bad_encoding",
+                message,
+            },
+            IntakeError::TooLarge(m) => ApiError::TooLarge(m),
+            IntakeError::MalformedJson(_) => ApiError::BadRequest {
+                code: "malformed_json",
+                message,
+            },
+            IntakeError::UnsupportedVersion(m) => ApiError::BadRequest {
+                code: "unsupported_schema_version",
+                message: m,
+            },
+            IntakeError::Invalid { message, details } => ApiError::Invalid { message, details },
+            IntakeError::Forbidden(m) => ApiError::Forbidden(m),
+        }
+    }
 }

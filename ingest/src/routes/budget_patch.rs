@@ -15,7 +15,7 @@
 use serde::{Deserialize, Deserializer};
 use utoipa::ToSchema;
 
-use super::budgets::{NewBudget, ScopeBody};
+use super::budget_body::{NewBudget, ScopeBody};
 use crate::budgets::{Budget, Unit};
 use crate::error::ApiError;
 

@@ -9,6 +9,7 @@
 
 pub mod alerts;
 mod batches;
+mod budget_body;
 mod budget_patch;
 pub mod budgets;
 pub(crate) mod colonies;

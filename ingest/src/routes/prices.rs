@@ -26,22 +26,6 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::reprice::RepriceOutcome;
 
-/// Rates in USD per million tokens, as decimal strings ("3.00", "0.025"; at most 9 decimals).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PriceTier {
-    /// The tier's rates apply to turns whose input tokens (cache included) are above this.
-    pub above_input_tokens: u64,
-    pub input: String,
-    pub output: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write_5m: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write_1h: Option<String>,
-}
-
 /// A new tenant price entry. Rates are USD per million tokens as decimal strings; `input` is uncached
 /// input (cache reads and writes are inside a turn's input tokens and priced at their own rates: a
 /// missing `cache_read` or `cache_write_5m` is priced as input, a missing `cache_write_1h` as
@@ -66,7 +50,7 @@ pub struct NewPrice {
     pub cache_write_1h: Option<String>,
     /// Rates above an input size (e.g. long-context prices above 200k input tokens).
     #[serde(default)]
-    pub tiers: Vec<PriceTier>,
+    pub tiers: Vec<TierSpec>,
     /// Where the prices come from (a contract, a provider page).
     #[serde(default)]
     pub source: Option<String>,
@@ -99,7 +83,7 @@ pub struct PriceItem {
     pub cache_read: Option<String>,
     pub cache_write_5m: Option<String>,
     pub cache_write_1h: Option<String>,
-    pub tiers: Vec<PriceTier>,
+    pub tiers: Vec<TierSpec>,
     pub source: Option<String>,
     /// The date the shipped entry's prices were read.
     pub as_of: Option<String>,
@@ -133,7 +117,7 @@ impl PriceItem {
             tiers: e
                 .tiers
                 .iter()
-                .map(|t| PriceTier {
+                .map(|t| TierSpec {
                     above_input_tokens: t.above_input_tokens,
                     input: prices::format_rate(t.rates.input),
                     output: prices::format_rate(t.rates.output),
@@ -162,18 +146,7 @@ impl NewPrice {
             cache_read: self.cache_read,
             cache_write_5m: self.cache_write_5m,
             cache_write_1h: self.cache_write_1h,
-            tiers: self
-                .tiers
-                .into_iter()
-                .map(|t| TierSpec {
-                    above_input_tokens: t.above_input_tokens,
-                    input: t.input,
-                    output: t.output,
-                    cache_read: t.cache_read,
-                    cache_write_5m: t.cache_write_5m,
-                    cache_write_1h: t.cache_write_1h,
-                })
-                .collect(),
+            tiers: self.tiers,
             source: self.source,
             as_of: None,
             note: self.note,

@@ -31,7 +31,7 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::active::{self, Stretch};
-use super::sessions::SessionUpdate;
+use super::sessions::{Folded, SessionUpdate};
 use crate::intake::ReadyEvent;
 
 /// The batch's new events as health inputs, per session, at their effective times.
@@ -43,15 +43,6 @@ pub fn inputs(events: &[&ReadyEvent]) -> BTreeMap<String, Vec<Input>> {
         }
     }
     out
-}
-
-/// A session's tracker after this batch, ready for the session upsert.
-#[derive(Debug, Clone)]
-pub struct Folded {
-    /// The tracker as JSON text (`sessions.health`).
-    pub health: String,
-    /// `sessions.stall_due_at`.
-    pub stall_due_at: Option<DateTime<Utc>>,
 }
 
 /// The identity part of a session's usage rollup key its active time is kept under: user, device,

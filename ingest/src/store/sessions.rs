@@ -16,6 +16,15 @@ use uuid::Uuid;
 
 type Fact = Option<(String, DateTime<Utc>)>;
 
+/// A session's tracker after this batch ([`super::health::prepare`]), ready for the session upsert.
+#[derive(Debug, Clone)]
+pub struct Folded {
+    /// The tracker as JSON text (`sessions.health`).
+    pub health: String,
+    /// `sessions.stall_due_at`.
+    pub stall_due_at: Option<DateTime<Utc>>,
+}
+
 /// What one batch says about one session.
 #[derive(Debug, Clone)]
 pub struct SessionUpdate {
@@ -35,7 +44,7 @@ pub struct SessionUpdate {
     pub health: Fact,
     pub events: i64,
     /// The health tracker after this batch ([`super::health::prepare`]); None leaves the stored one.
-    pub tracker: Option<super::health::Folded>,
+    pub tracker: Option<Folded>,
     /// The session's work after this batch as JSON ([`super::work::prepare`]); None leaves the stored one.
     pub work: Option<String>,
 }

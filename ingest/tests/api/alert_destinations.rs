@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use apiary_ingest::alerts::deliver::{self, Claimed, Outcome};
 use apiary_ingest::config::{AlertSettings, IngestSettings};
+use apiary_schema::alert::{AlertBody, AlertNotification, AlertState, RuleKind};
 use chrono::Utc;
 use reqwest::StatusCode;
 use secrecy::SecretString;
@@ -37,7 +38,23 @@ fn claimed(kind: &str, url: &str) -> Claimed {
     Claimed {
         tenant_id: uuid::Uuid::nil(),
         notification_id: "nt_test".into(),
-        payload: json!({"idempotency_key": "al_test:firing", "event": "firing", "alert": {}}),
+        payload: serde_json::to_value(AlertNotification::new(
+            uuid::Uuid::nil(),
+            AlertBody {
+                alert_id: "al_test".into(),
+                rule_id: "ar_test".into(),
+                rule_name: None,
+                kind: RuleKind::Silence,
+                state: AlertState::Firing,
+                subject: "dev_1".into(),
+                summary: "Device dev_1 went quiet".into(),
+                details: json!({}),
+                fired_at: Utc::now(),
+                resolved_at: None,
+            },
+            AlertState::Firing,
+        ))
+        .unwrap(),
         attempts: 1,
         kind: kind.into(),
         url: url.into(),

@@ -151,6 +151,16 @@ fn settings() -> IngestSettings {
     }
 }
 
+/// A notification as a webhook receives it validates against the published JSON Schema
+/// (`shared-schema/schema/v1/alert-notification.schema.json`).
+fn assert_published_shape(body: &Value) {
+    let schema: Value =
+        serde_json::from_str(apiary_schema::json_schema::ALERT_NOTIFICATION_SCHEMA).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{body}: {errors:?}");
+}
+
 async fn destination(app: &TestApp, admin: &str, url: &str) -> (String, String) {
     let (status, d) = app
         .post_json(
@@ -232,6 +242,7 @@ async fn budget_alerts_fire_once_per_threshold_through_two_replicas_and_resolve_
     let got = receiver.received();
     for r in &got {
         verify(&secret, r);
+        assert_published_shape(&r.body);
         assert_eq!(r.body["event"], "firing");
         assert_eq!(r.body["alert"]["kind"], "budget");
     }
@@ -363,6 +374,9 @@ async fn session_status_alerts_wait_their_minimum_duration_resolve_and_fire_agai
         .map(|r| r.body["event"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(events, ["firing", "resolved", "firing"]);
+    for r in receiver.received() {
+        assert_published_shape(&r.body);
+    }
     let (_, alerts) = app.get(&t.read, "/v1/alerts?state=firing").await;
     assert_eq!(alerts["alerts"].as_array().unwrap().len(), 1, "{alerts}");
 }

@@ -8,6 +8,7 @@ use super::{task_order, Work};
 
 /// Task counts by state (Hive's three states; any other state under `other`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskCounts {
     pub pending: u64,
     pub in_progress: u64,
@@ -18,6 +19,7 @@ pub struct TaskCounts {
 
 /// One task: id, state and times (never its subject or description: the policy drops them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskView {
     pub task_id: String,
     pub state: Option<String>,
@@ -29,8 +31,10 @@ pub struct TaskView {
 
 /// One trigger (never its payload, name or task).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TriggerView {
     pub trigger_id: String,
+    /// `timer` or `webhook` (Hive).
     pub trigger_type: Option<String>,
     /// `available`, `activated`, `deactivated` or `removed`.
     pub state: Option<String>,
@@ -40,8 +44,10 @@ pub struct TriggerView {
     pub next_fire_at: Option<DateTime<Utc>>,
 }
 
-/// The operation in flight.
+/// The operation in flight: a tool call started and not completed (LLM calls in flight cannot be told
+/// from the events).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Activity {
     /// `tool_call` (the only kind the events tell).
     pub kind: String,
@@ -54,6 +60,7 @@ pub struct Activity {
 
 /// The compact form (session list).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkSummary {
     pub tasks: TaskCounts,
     /// The earliest next fire time of the session's activated triggers.

@@ -13,20 +13,19 @@
 //!
 //! Hooks: `section#export`, `#export-button`, `[data-field=export_path]`, `[data-field=export_events]`.
 
-use std::path::{Path, PathBuf};
-
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{html, Markup};
 
 use super::layout::cross_site;
-use super::page::{render, Problem};
-use super::sections::events;
+use super::layout::Problem;
+use super::page::render;
+use super::sections::{events, exports_dir};
 use super::signin;
 use crate::config::Mode;
 use crate::http::{ApiError, AppState};
-use crate::outbox::{ExportError, ExportReport, Status};
+use crate::outbox::{ExportError, ExportReport};
 
 /// `POST /settings/export`.
 pub async fn export(State(state): State<AppState>, headers: HeaderMap) -> Response {
@@ -91,14 +90,6 @@ async fn try_export(state: &AppState) -> Result<ExportReport, ApiError> {
     Ok(report)
 }
 
-/// Where the page writes bundles: `exports/` beside the outbox (the data directory).
-pub(super) fn exports_dir(outbox_db: &Path) -> PathBuf {
-    outbox_db
-        .parent()
-        .unwrap_or_else(|| Path::new("."))
-        .join("exports")
-}
-
 fn done(r: &ExportReport) -> Markup {
     html! {
         "Exported " span data-field="export_events" { (events(r.events)) } " to "
@@ -107,32 +98,5 @@ fn done(r: &ExportReport) -> Markup {
         code { "apiary-ingest import" } "."
         @if r.marked < r.events { " " (r.events - r.marked) " of them were sent or deleted meanwhile \
             and keep that outcome." }
-    }
-}
-
-/// The section: the button in air-gapped mode, with what it does; nothing online.
-pub(super) fn export_section(state: &AppState, s: &Status) -> Markup {
-    if state.mode != Mode::Airgapped {
-        return html! {};
-    }
-    let waiting = s.stored.pending_events;
-    let dir = exports_dir(state.outbox.path());
-    html! {
-        section #export aria-labelledby="export-title" {
-            h2 #export-title { "Export bundle" }
-            form method="post" action="/settings/export" {
-                p { "This device is air-gapped: events leave it only in a bundle you carry to the server. \
-                    The button writes every event waiting here (" (events(waiting)) ") into a new file in "
-                    code { (dir.display()) } ", for " code { "apiary-ingest import" } ". They are then \
-                    marked exported and are not written again." }
-                @if waiting == 0 {
-                    p.none #export-empty { "Nothing to export now." }
-                    button #export-button type="submit" disabled aria-describedby="export-empty" {
-                        "Export bundle" }
-                } @else {
-                    button #export-button type="submit" { "Export bundle" }
-                }
-            }
-        }
     }
 }

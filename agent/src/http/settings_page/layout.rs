@@ -1,4 +1,5 @@
-//! The page shell: document head, skip link, header with sign-out; the bare page and refusals.
+//! The page shell: document head, skip link, header with sign-out; the bare page and refusals, and what
+//! a refused action shows on the page ([`Problem`]).
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -65,4 +66,26 @@ pub(super) fn cross_site() -> Response {
         StatusCode::FORBIDDEN,
         "This form must be sent from this agent's own settings page (Origin check): nothing was changed.",
     )
+}
+
+/// What a refused toggle shows: the API's status and message, and what the user typed.
+#[derive(Debug, Default)]
+pub(super) struct Problem {
+    pub(super) status: Option<StatusCode>,
+    pub(super) message: String,
+    /// The server address typed, shown again in the form.
+    pub(super) endpoint: Option<String>,
+    /// The token file typed, shown again in the form.
+    pub(super) token_file: Option<String>,
+}
+
+impl Problem {
+    /// A refusal with the API's status and message.
+    pub(super) fn new(status: StatusCode, message: String) -> Problem {
+        Problem {
+            status: Some(status),
+            message,
+            ..Problem::default()
+        }
+    }
 }

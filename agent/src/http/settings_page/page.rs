@@ -21,10 +21,10 @@ use serde::Deserialize;
 
 use super::budgets::budgets_section;
 use super::colonies::colonies_section;
-use super::export::export_section;
-use super::layout::{cross_site, problem_page, signed_in_page};
+use super::layout::{cross_site, problem_page, signed_in_page, Problem};
 use super::sections::{
-    events, identity_section, shared_section, summary, toggle_section, waiting_section,
+    events, export_section, identity_section, shared_section, summary, toggle_section,
+    waiting_section,
 };
 use super::sent::sent_section;
 use super::signin;
@@ -59,28 +59,6 @@ pub struct ToggleForm {
     /// Ticked: agree to send colony names (only read with `colony_names_seen`).
     #[serde(default)]
     share_colony_names: Option<String>,
-}
-
-/// What a refused toggle shows: the API's status and message, and what the user typed.
-#[derive(Debug, Default)]
-pub(super) struct Problem {
-    status: Option<StatusCode>,
-    message: String,
-    /// The server address typed, shown again in the form.
-    pub(super) endpoint: Option<String>,
-    /// The token file typed, shown again in the form.
-    pub(super) token_file: Option<String>,
-}
-
-impl Problem {
-    /// A refusal with the API's status and message.
-    pub(super) fn new(status: StatusCode, message: String) -> Problem {
-        Problem {
-            status: Some(status),
-            message,
-            ..Problem::default()
-        }
-    }
 }
 
 /// How many sent events the page shows (all the outbox keeps).
@@ -165,7 +143,7 @@ async fn colony_names_first(state: &AppState, form: &ToggleForm) -> Option<Respo
     let endpoint = filled(form.endpoint.clone()).or(stored.endpoint);
     let token_file = filled(form.token_file.clone()).or(stored.token_file);
     if let (Some(e), Some(t)) = (&endpoint, &token_file) {
-        match crate::identity::whoami(e, std::path::Path::new(t)).await {
+        match crate::push::whoami::whoami(e, std::path::Path::new(t)).await {
             Ok(id) => {
                 if let Some(n) = id.colony_names {
                     if let Err(e) = state.outbox.adopt_colony_names(n).await {

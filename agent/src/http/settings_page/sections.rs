@@ -1,11 +1,14 @@
 //! The page's sections, each from the outbox's status and the policy in force: sharing now, the
-//! toggle, what is shared and what never leaves the device, what waits here, this device.
+//! toggle, the export button (air-gapped), what is shared and what never leaves the device, what waits
+//! here, this device.
+
+use std::path::{Path, PathBuf};
 
 use apiary_schema::colony::ColonyNames;
 use apiary_schema::EventKind;
 use maud::{html, Markup};
 
-use super::page::Problem;
+use super::layout::Problem;
 use crate::config::Mode;
 use crate::http::AppState;
 use crate::outbox::Status;
@@ -337,6 +340,42 @@ pub(super) fn identity_section(state: &AppState, s: &Status) -> Markup {
             }
         }
     }
+}
+
+/// The export section ([`super::export`]): the button in air-gapped mode, with what it does; nothing
+/// online.
+pub(super) fn export_section(state: &AppState, s: &Status) -> Markup {
+    if state.mode != Mode::Airgapped {
+        return html! {};
+    }
+    let waiting = s.stored.pending_events;
+    let dir = exports_dir(state.outbox.path());
+    html! {
+        section #export aria-labelledby="export-title" {
+            h2 #export-title { "Export bundle" }
+            form method="post" action="/settings/export" {
+                p { "This device is air-gapped: events leave it only in a bundle you carry to the server. \
+                    The button writes every event waiting here (" (events(waiting)) ") into a new file in "
+                    code { (dir.display()) } ", for " code { "apiary-ingest import" } ". They are then \
+                    marked exported and are not written again." }
+                @if waiting == 0 {
+                    p.none #export-empty { "Nothing to export now." }
+                    button #export-button type="submit" disabled aria-describedby="export-empty" {
+                        "Export bundle" }
+                } @else {
+                    button #export-button type="submit" { "Export bundle" }
+                }
+            }
+        }
+    }
+}
+
+/// Where the page writes bundles: `exports/` beside the outbox (the data directory).
+pub(super) fn exports_dir(outbox_db: &Path) -> PathBuf {
+    outbox_db
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("exports")
 }
 
 #[cfg(test)]

@@ -5,13 +5,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::status::{Rules, Status};
+use apiary_schema::work::WorkSummary;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
-use super::work::WorkSummaryBody;
 use super::SessionRow;
 use crate::query::usage::UsageSums;
 use crate::rollups::Usage;
@@ -128,7 +128,7 @@ pub struct SessionBody {
     pub totals: UsageSums,
     /// Task counts, next wake and activity ([`super::work`]).
     #[serde(flatten)]
-    pub work: WorkSummaryBody,
+    pub work: WorkSummary,
     /// The statuses of the sessions below it, counted: a queen that reads `completed` while a worker
     /// below is `stalled` says so here.
     #[schema(schema_with = below_schema)]
@@ -169,7 +169,7 @@ impl SessionBody {
             last_progress_at: r.last_progress_at,
             device_last_heard_at: r.device_heard_at,
             totals: UsageSums::from(totals),
-            work: WorkSummaryBody::from(&super::work::stored(r.work.as_ref()).summary()),
+            work: super::work::stored(r.work.as_ref()).summary(),
             below: BTreeMap::new(),
         }
     }

@@ -3,6 +3,7 @@
 //! `read` token, to its user); a session of another tenant or user is "not found".
 
 pub mod body;
+pub mod detail;
 pub mod list;
 pub mod work;
 

@@ -12,10 +12,8 @@
 //! Delete it only to retire the key: the next start makes a new one, which an admin must register again.
 //!
 //! ## Registration
-//! An online agent registers the public key itself, with its device-bound push token ([`register`]).
+//! An online agent registers the public key itself, with its device-bound push token ([`crate::push::register_key`]).
 //! An air-gapped one is registered by an admin: `apiary-agent identity show` prints the key to read off.
-
-pub mod register;
 
 use std::path::{Path, PathBuf};
 

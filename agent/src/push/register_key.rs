@@ -44,11 +44,11 @@ pub enum Registration {
 
 /// Registers `key` with the ingest at `endpoint`, authenticated by the token in `token_file`.
 pub async fn try_register(endpoint: &str, token_file: &Path, key: &SigningKey) -> Registration {
-    let url = match crate::push::target::batches_url(endpoint) {
+    let url = match super::target::batches_url(endpoint) {
         Ok(_) => format!("{}/v1/devices/key", endpoint.trim_end_matches('/')),
         Err(e) => return Registration::Declined(e.to_string()),
     };
-    let whoami = match crate::identity::whoami(endpoint, token_file).await {
+    let whoami = match super::whoami::whoami(endpoint, token_file).await {
         Ok(w) => w,
         Err(e) => return Registration::Failed(e.to_string()),
     };
@@ -65,11 +65,11 @@ pub async fn try_register(endpoint: &str, token_file: &Path, key: &SigningKey) -
         public_key: public.to_text(),
         proof: key.sign(&registration_message(&whoami.tenant_id, &device, &public)),
     };
-    let token = match crate::push::target::read_token(token_file) {
+    let token = match super::target::read_token(token_file) {
         Ok(t) => t,
         Err(e) => return Registration::Failed(e.to_string()),
     };
-    let client = match crate::push::http_client(Duration::from_secs(5), Duration::from_secs(10)) {
+    let client = match super::http_client(Duration::from_secs(5), Duration::from_secs(10)) {
         Ok(c) => c,
         Err(e) => return Registration::Failed(e.to_string()),
     };
@@ -81,7 +81,7 @@ pub async fn try_register(endpoint: &str, token_file: &Path, key: &SigningKey) -
         .await;
     let resp = match resp {
         Ok(r) => r,
-        Err(e) => return Registration::Failed(crate::push::error_chain(&e)),
+        Err(e) => return Registration::Failed(super::error_chain(&e)),
     };
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap_or_default();
