@@ -52,11 +52,11 @@ pub async fn stop(common: &Common, wait: Duration) -> anyhow::Result<ExitCode> {
     let shown = common.data_dir.display();
     Ok(match outcome {
         StopOutcome::Stopped => {
-            outln!("stopped the agent on {shown}");
+            outln!("stopped the agent on {shown}")?;
             ExitCode::SUCCESS
         }
         StopOutcome::NotRunning => {
-            outln!("no agent is running on {shown}");
+            outln!("no agent is running on {shown}")?;
             ExitCode::SUCCESS
         }
         StopOutcome::StillRunning => {

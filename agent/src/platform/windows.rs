@@ -294,7 +294,7 @@ unsafe extern "system" fn on_console_event(kind: u32) -> windows_sys::core::BOOL
     ) {
         // Returning lets Windows end the process: wait for the outbox to close first.
         if let Ok(finished) = s.finished.lock() {
-            let _ = s.done.wait_timeout_while(finished, CLOSE_GRACE, |f| !*f);
+            drop(s.done.wait_timeout_while(finished, CLOSE_GRACE, |f| !*f));
         }
     }
     1
@@ -380,7 +380,7 @@ pub fn stop_event(data_dir: &Path, token: CancellationToken) -> anyhow::Result<(
             token.cancel();
             if let Some(s) = SHUTDOWN.get() {
                 if let Ok(f) = s.finished.lock() {
-                    let _ = s.done.wait_while(f, |f| !*f);
+                    drop(s.done.wait_while(f, |f| !*f));
                 }
             }
             // SAFETY: this thread owns the mutex (created with initial ownership above).

@@ -59,7 +59,7 @@ pub fn stat(path: &Path) -> io::Result<Option<FileMeta>> {
     }
     #[cfg(not(unix))]
     {
-        drop(meta);
+        let _ = meta;
         match File::open(path) {
             Ok(f) => FileMeta::of(&f).map(Some),
             Err(e) => not_found(e),

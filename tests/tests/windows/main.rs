@@ -94,8 +94,9 @@ async fn intake_answers_after_the_commit_and_refuses_a_wrong_token() {
     };
     let dir = tempfile::tempdir().unwrap();
     let mut agent = start(&wine, &dir.path().join("agent"), None, &[]).await;
-    let v = post_turns(&agent, "session_win_intake", 1, 25).await;
-    assert_eq!(v["accepted"].as_u64(), Some(25), "{v}");
+    let body = synthetic_turns("session_win_intake", 1, 25);
+    let (code, v) = agent.post_events(body.clone()).await.unwrap();
+    assert_eq!((code, v["accepted"].as_u64()), (200, Some(25)), "{v}");
     // The answer came after the commit: the counters already hold every event.
     let c = agent.counters().await.unwrap();
     assert_eq!((c.received, c.pending), (25, 25), "{c:?}");
@@ -108,9 +109,9 @@ async fn intake_answers_after_the_commit_and_refuses_a_wrong_token() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    // A duplicate is recognised (same events again), nothing counted twice.
-    let v = post_turns(&agent, "session_win_intake", 1, 25).await;
-    assert_eq!(v["duplicates"].as_u64(), Some(25), "{v}");
+    // The same events again are recognised as duplicates, nothing counted twice.
+    let (code, v) = agent.post_events(body).await.unwrap();
+    assert_eq!((code, v["duplicates"].as_u64()), (200, Some(25)), "{v}");
     agent.restart().await.unwrap();
     let c = agent.counters().await.unwrap();
     assert_eq!((c.pending, c.duplicate), (25, 25), "{c:?}");
@@ -451,7 +452,8 @@ async fn the_agents_secrets_and_outbox_are_private_to_the_user_by_their_dacl() {
     let agent = start(&wine, &dir, None, &[("APIARY_IDENTITY_USER_ID", "ann")]).await;
     post_turns(&agent, "session_win_dacl", 1, 5).await;
     let bundle = cloud.dir.path().join("bundle.ndjson.gz");
-    let me = wine.user_sid(&dir.join("agent.token")).unwrap();
+    // The Wine user's SID: the owner Wine reports for a directory this test made.
+    let me = wine.user_sid(cloud.dir.path()).unwrap();
     let mut files: Vec<PathBuf> = [
         "agent.token",
         "settings.token",
@@ -543,6 +545,9 @@ async fn without_a_data_dir_the_agent_uses_local_app_data_and_stop_ends_it_in_or
     let log = tempfile::NamedTempFile::new().unwrap();
     let mut cmd = wine.command();
     cmd.args(["run", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0"])
+        .arg("--log-file")
+        .arg(windows_path(&data.join("agent.log")))
+        .env("RUST_LOG", "info")
         .env_remove("APIARY_DATA_DIR");
     let mut proc = tests::procs::Proc::spawn("apiary-agent.exe", cmd, log.path()).unwrap();
     let addr = wait_for(WAIT, || async {
@@ -555,6 +560,14 @@ async fn without_a_data_dir_the_agent_uses_local_app_data_and_stop_ends_it_in_or
         data.display(),
         proc.output()
     );
+    // The log went to the file (as the logon task runs it), private like the rest.
+    let logged = std::fs::read_to_string(data.join("agent.log")).unwrap();
+    assert!(logged.contains("listening"), "{logged}");
+    if wine.sddl.is_some() {
+        let sddl = wine.sddl(&data.join("agent.log")).unwrap();
+        let (flags, aces) = dacl(&sddl);
+        assert!(flags.contains('P') && aces.len() == 1, "agent.log: {sddl}");
+    }
     // A second agent on the same data directory is refused.
     let second = wine
         .command()
