@@ -112,7 +112,10 @@ pub fn prepare_database(path: &Path) -> std::io::Result<()> {
 /// Opens the log file `path` for appending: created private (`0600`; on Windows the protected DACL),
 /// an existing one made private.
 pub fn open_log(path: &Path) -> std::io::Result<File> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
         ensure_dir(dir)?;
     }
     let mut options = std::fs::OpenOptions::new();

@@ -31,7 +31,9 @@ pub fn required() -> bool {
 pub fn windows_agent(test: &str) -> Option<Wine> {
     let why = match std::env::var_os("APIARY_WINDOWS_AGENT").map(PathBuf::from) {
         None => "APIARY_WINDOWS_AGENT is not set (scripts/windows.sh test sets it)".to_string(),
-        Some(exe) if !exe.is_file() => format!("APIARY_WINDOWS_AGENT={} is not a file", exe.display()),
+        Some(exe) if !exe.is_file() => {
+            format!("APIARY_WINDOWS_AGENT={} is not a file", exe.display())
+        }
         Some(exe) => match Command::new("wine").arg("--version").output() {
             Ok(o) if o.status.success() => {
                 return Some(Wine {

@@ -444,7 +444,13 @@ async fn run_without_data_dir(
 ) -> tests::procs::Proc {
     let mut cmd = command(
         "apiary-agent",
-        &["run", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0"],
+        &[
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--otlp-listen",
+            "127.0.0.1:0",
+        ],
         &[("RUST_LOG", "info")],
     );
     cmd.arg("--log-file")
@@ -483,7 +489,10 @@ async fn without_a_data_dir_the_agent_uses_the_xdg_data_directory_and_logs_priva
     assert_eq!(mode(&log), 0o600, "the log file is private");
     let written = std::fs::read_to_string(&log).unwrap();
     assert!(written.contains("listening"), "{written}");
-    assert!(!proc.output().contains("listening"), "the log went to the file, not stderr");
+    assert!(
+        !proc.output().contains("listening"),
+        "the log went to the file, not stderr"
+    );
     let status = proc.terminate(LIMIT);
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     // `status` finds the same directory without being told.
@@ -493,10 +502,13 @@ async fn without_a_data_dir_the_agent_uses_the_xdg_data_directory_and_logs_priva
         .env_remove("XDG_DATA_HOME")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // XDG_DATA_HOME wins over ~/.local/share.
     let xdg = home.path().join("xdg");
-    let mut proc =
-        run_without_data_dir(home.path(), Some(&xdg), &xdg.join("apiary"), &log).await;
+    let mut proc = run_without_data_dir(home.path(), Some(&xdg), &xdg.join("apiary"), &log).await;
     let _ = proc.terminate(LIMIT);
 }

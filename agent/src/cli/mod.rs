@@ -236,7 +236,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(
             !common.data_dir.as_os_str().is_empty(),
             "no data directory: pass --data-dir DIR or set APIARY_DATA_DIR (the default needs {})",
-            if cfg!(windows) { "LOCALAPPDATA" } else { "HOME" }
+            if cfg!(windows) {
+                "LOCALAPPDATA"
+            } else {
+                "HOME"
+            }
         );
     }
     match cli.command {

@@ -23,9 +23,9 @@ use windows_sys::Win32::Security::Authorization::{
     ConvertStringSecurityDescriptorToSecurityDescriptorW, SDDL_REVISION_1,
 };
 use windows_sys::Win32::Security::{
-    GetFileSecurityW, GetTokenInformation, SetFileSecurityW, TokenUser,
-    DACL_SECURITY_INFORMATION, OWNER_SECURITY_INFORMATION, PROTECTED_DACL_SECURITY_INFORMATION,
-    PSECURITY_DESCRIPTOR, TOKEN_QUERY, TOKEN_USER,
+    GetFileSecurityW, GetTokenInformation, SetFileSecurityW, TokenUser, DACL_SECURITY_INFORMATION,
+    OWNER_SECURITY_INFORMATION, PROTECTED_DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR,
+    TOKEN_QUERY, TOKEN_USER,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     GetFileInformationByHandle, BY_HANDLE_FILE_INFORMATION,
@@ -153,7 +153,14 @@ pub fn security_sddl(path: &Path) -> io::Result<String> {
             return Err(io::Error::last_os_error());
         }
         let mut buf = vec![0u64; (need as usize).div_ceil(8)];
-        if GetFileSecurityW(name.as_ptr(), what, buf.as_mut_ptr().cast(), need, &mut need) == 0 {
+        if GetFileSecurityW(
+            name.as_ptr(),
+            what,
+            buf.as_mut_ptr().cast(),
+            need,
+            &mut need,
+        ) == 0
+        {
             return Err(io::Error::last_os_error());
         }
         let mut text: *mut u16 = std::ptr::null_mut();
@@ -330,10 +337,7 @@ pub fn shutdown_finished() {
 /// `Local\`; one pair per data directory, the path compared case-insensitively).
 fn object_names(data_dir: &Path) -> (String, String) {
     let full = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
-    let key = full
-        .to_string_lossy()
-        .trim_end_matches('\\')
-        .to_lowercase();
+    let key = full.to_string_lossy().trim_end_matches('\\').to_lowercase();
     let h = hex::encode(&Sha256::digest(key.as_bytes())[..8]);
     (
         format!("Local\\apiary-agent-stop-{h}"),
@@ -402,7 +406,11 @@ pub fn signal_stop(data_dir: &Path, wait: Duration) -> io::Result<StopOutcome> {
     let (event_name, mutex_name) = object_names(data_dir);
     // SAFETY: names are NUL-terminated and outlive the calls; handles are owned by `OwnedHandle`.
     unsafe {
-        let mutex = OpenMutexW(SYNCHRONIZATION_SYNCHRONIZE, 0, wide(OsStr::new(&mutex_name)).as_ptr());
+        let mutex = OpenMutexW(
+            SYNCHRONIZATION_SYNCHRONIZE,
+            0,
+            wide(OsStr::new(&mutex_name)).as_ptr(),
+        );
         if mutex.is_null() {
             return match GetLastError() {
                 ERROR_FILE_NOT_FOUND => Ok(StopOutcome::NotRunning),
@@ -410,7 +418,11 @@ pub fn signal_stop(data_dir: &Path, wait: Duration) -> io::Result<StopOutcome> {
             };
         }
         let mutex = OwnedHandle(mutex);
-        let event = OpenEventW(EVENT_MODIFY_STATE, 0, wide(OsStr::new(&event_name)).as_ptr());
+        let event = OpenEventW(
+            EVENT_MODIFY_STATE,
+            0,
+            wide(OsStr::new(&event_name)).as_ptr(),
+        );
         if event.is_null() {
             return Err(io::Error::last_os_error());
         }
@@ -438,9 +450,18 @@ mod tests {
 
     #[test]
     fn verbatim_paths_are_shown_as_users_type_them() {
-        assert_eq!(plain_path(PathBuf::from(r"\\?\C:\Users\ann\t")), PathBuf::from(r"C:\Users\ann\t"));
-        assert_eq!(plain_path(PathBuf::from(r"\\?\UNC\srv\share\t")), PathBuf::from(r"\\srv\share\t"));
-        assert_eq!(plain_path(PathBuf::from(r"Z:\tmp\t")), PathBuf::from(r"Z:\tmp\t"));
+        assert_eq!(
+            plain_path(PathBuf::from(r"\\?\C:\Users\ann\t")),
+            PathBuf::from(r"C:\Users\ann\t")
+        );
+        assert_eq!(
+            plain_path(PathBuf::from(r"\\?\UNC\srv\share\t")),
+            PathBuf::from(r"\\srv\share\t")
+        );
+        assert_eq!(
+            plain_path(PathBuf::from(r"Z:\tmp\t")),
+            PathBuf::from(r"Z:\tmp\t")
+        );
     }
 
     #[test]

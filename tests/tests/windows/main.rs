@@ -133,7 +133,11 @@ async fn a_hard_kill_right_after_the_answer_loses_nothing() {
         agent.kill_hard();
         agent.restart().await.unwrap();
         let c = agent.counters().await.unwrap();
-        assert_eq!((c.received, c.pending), (acked, acked), "round {round}: {c:?}");
+        assert_eq!(
+            (c.received, c.pending),
+            (acked, acked),
+            "round {round}: {c:?}"
+        );
         c.assert_balanced();
     }
     assert_eq!(acked, 120);
@@ -175,13 +179,7 @@ async fn the_tailer_follows_a_windows_hive_home_with_crlf_lines_and_a_log_rename
     std::fs::create_dir_all(&sdir).unwrap();
     let log = sdir.join("events.jsonl");
     append(&log, &crlf(synthetic_turns(session, 1, 10)));
-    let agent = start(
-        &wine,
-        &dir.path().join("agent"),
-        Some(&home),
-        &[],
-    )
-    .await;
+    let agent = start(&wine, &dir.path().join("agent"), Some(&home), &[]).await;
     let c = agent
         .wait_counters(WAIT, "the first 10 lines tailed", |c| c.pending == 10)
         .await
@@ -222,7 +220,10 @@ async fn the_settings_page_signs_in_turns_sharing_on_and_refuses_foreign_hosts_a
     let agent = start(&wine, &cloud.dir.path().join("agent"), None, FAST).await;
     post_turns(&agent, "session_win_settings", 1, 12).await;
     let status = agent.status().await.unwrap();
-    assert_eq!(status["sync"]["enabled"], false, "consent is off by default: {status}");
+    assert_eq!(
+        status["sync"]["enabled"], false,
+        "consent is off by default: {status}"
+    );
     let base = format!("http://{}", agent.addr);
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -295,7 +296,11 @@ async fn the_settings_page_signs_in_turns_sharing_on_and_refuses_foreign_hosts_a
         .unwrap();
     c.assert_balanced();
     let status = agent.status().await.unwrap();
-    assert_eq!(status["sync"]["token_file"].as_str(), Some(tf.as_str()), "{status}");
+    assert_eq!(
+        status["sync"]["token_file"].as_str(),
+        Some(tf.as_str()),
+        "{status}"
+    );
     // Off again from the page: nothing more leaves.
     let r = http
         .post(format!("{base}/settings/sync"))
@@ -315,7 +320,8 @@ async fn the_settings_page_signs_in_turns_sharing_on_and_refuses_foreign_hosts_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sharing_turned_on_from_the_windows_command_line_delivers_everything_as_the_tokens_device() {
+async fn sharing_turned_on_from_the_windows_command_line_delivers_everything_as_the_tokens_device()
+{
     let Some(wine) = windows_agent(
         "sharing_turned_on_from_the_windows_command_line_delivers_everything_as_the_tokens_device",
     ) else {
@@ -435,7 +441,12 @@ fn allowed(sddl: &str) -> Vec<String> {
     d.split('(')
         .skip(1)
         .filter(|a| a.starts_with("A;"))
-        .filter_map(|a| a.trim_end_matches(')').rsplit(';').next().map(str::to_string))
+        .filter_map(|a| {
+            a.trim_end_matches(')')
+                .rsplit(';')
+                .next()
+                .map(str::to_string)
+        })
         .collect()
 }
 
@@ -540,29 +551,33 @@ fn wine_local_app_data() -> PathBuf {
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .find(|p| {
-            p.file_name().is_some_and(|n| n != "Public") && p.join("AppData/Local").is_dir()
-        })
+        .find(|p| p.file_name().is_some_and(|n| n != "Public") && p.join("AppData/Local").is_dir())
         .unwrap_or_else(|| panic!("no user profile under {}", users.display()));
     user.join("AppData/Local")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_data_dir_the_agent_uses_local_app_data_and_stop_ends_it_in_order() {
-    let Some(wine) = windows_agent(
-        "without_a_data_dir_the_agent_uses_local_app_data_and_stop_ends_it_in_order",
-    ) else {
+    let Some(wine) =
+        windows_agent("without_a_data_dir_the_agent_uses_local_app_data_and_stop_ends_it_in_order")
+    else {
         return;
     };
     let data = wine_local_app_data().join("Apiary");
     let _ = std::fs::remove_dir_all(&data);
     let log = tempfile::NamedTempFile::new().unwrap();
     let mut cmd = wine.command();
-    cmd.args(["run", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0"])
-        .arg("--log-file")
-        .arg(windows_path(&data.join("agent.log")))
-        .env("RUST_LOG", "info")
-        .env_remove("APIARY_DATA_DIR");
+    cmd.args([
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--otlp-listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--log-file")
+    .arg(windows_path(&data.join("agent.log")))
+    .env("RUST_LOG", "info")
+    .env_remove("APIARY_DATA_DIR");
     let mut proc = tests::procs::Proc::spawn("apiary-agent.exe", cmd, log.path()).unwrap();
     let addr = wait_for(WAIT, || async {
         std::fs::read_to_string(data.join("agent.addr")).ok()
@@ -585,7 +600,13 @@ async fn without_a_data_dir_the_agent_uses_local_app_data_and_stop_ends_it_in_or
     // A second agent on the same data directory is refused.
     let second = wine
         .command()
-        .args(["run", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--otlp-listen",
+            "127.0.0.1:0",
+        ])
         .output()
         .unwrap();
     assert!(!second.status.success());
@@ -597,7 +618,10 @@ async fn without_a_data_dir_the_agent_uses_local_app_data_and_stop_ends_it_in_or
     // `apiary-agent stop` (no --data-dir either): the agent ends in order and says so.
     let out = wine.command().arg("stop").output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && said.contains("stopped the agent"), "{said}");
+    assert!(
+        out.status.success() && said.contains("stopped the agent"),
+        "{said}"
+    );
     let status = proc.wait_exit(Duration::from_secs(30));
     assert!(
         status.is_some_and(|s| s.success()),
