@@ -28,7 +28,8 @@ EXE=$WIN_DIR/$TARGET/dist/apiary-agent.exe
 ZIP=$WIN_DIR/apiary-agent-windows-x86_64.zip
 MSI=$WIN_DIR/apiary-agent-windows-x86_64.msi
 TEST_BIN=$WIN_DIR/test-bin
-export WINEPREFIX=${APIARY_WINEPREFIX:-$WIN_DIR/wine}
+# A Wine prefix of its own (not ~/.wine): made once by `wineboot -i`, reused by later runs.
+export WINEPREFIX=$WIN_DIR/wine
 export WINEDEBUG=${WINEDEBUG:--all}
 export WINEDLLOVERRIDES=${WINEDLLOVERRIDES:-mscoree,mshtml=}
 
