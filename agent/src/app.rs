@@ -311,9 +311,16 @@ async fn bind_otlp(
     }
 }
 
-/// A token cancelled on SIGTERM or Ctrl-C.
+/// A token cancelled on SIGTERM or Ctrl-C; on Windows, on Ctrl-C, Ctrl-Break, console close, logoff
+/// and shutdown ([`crate::platform::windows::shutdown_requested`]).
 pub fn shutdown_on_signals() -> CancellationToken {
     let token = CancellationToken::new();
+    #[cfg(windows)]
+    if let Err(e) = crate::platform::windows::shutdown_requested(token.clone()) {
+        tracing::warn!(error = %e, "cannot install the console control handler; Ctrl-C only");
+    } else {
+        return token;
+    }
     let t = token.clone();
     tokio::spawn(async move {
         let ctrl_c = tokio::signal::ctrl_c();

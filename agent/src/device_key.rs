@@ -60,6 +60,14 @@ pub fn load(data_dir: &Path) -> Result<SigningKey, DeviceKeyError> {
         path: path.clone(),
         source: e,
     })?;
+    // An existing key is made private to this user before the check below reads it.
+    #[cfg(windows)]
+    if path.is_file() {
+        crate::platform::windows::make_private(&path).map_err(|e| DeviceKeyError::Write {
+            path: path.clone(),
+            source: e,
+        })?;
+    }
     let text = match crate::private::read_secret_file(&path) {
         Ok(t) => t,
         Err(SecretFileError::Read { source, .. })

@@ -23,6 +23,8 @@
 //!   settings; mode 0600).
 //! - [`otlp`]: the OTLP/HTTP receiver on its own loopback listener (Claude Code, OpenTelemetry GenAI
 //!   instrumentations), with the same token, bounds, redaction and commit-before-ack as `/v1/events`.
+//! - [`platform`]: what differs between operating systems (default data directory, DACLs on Windows,
+//!   console control and the stop event, file identity), each behind `cfg`.
 //! - [`private`]: private data directory and files, atomic writes, checks of token files handed in.
 //! - [`tail`]: following Hive's own JSONL logs; the outbox implements its [`tail::TailSink`].
 //! - [`identity`]: identity defaults and explicit session registration.
@@ -55,6 +57,7 @@ pub mod http;
 pub mod identity;
 pub mod otlp;
 pub mod outbox;
+pub mod platform;
 pub mod private;
 pub mod push;
 pub mod quota;

@@ -22,8 +22,16 @@
 //! is opened and then checked on the open handle ([`read_secret_file`]), at enable time and at every
 //! read by the push loop, so a file swapped or loosened later is refused too. The error says why.
 //!
-//! Modes and owners are unix concepts: elsewhere these helpers create files with the platform's
-//! defaults and check only that a token file is a regular file (untested on macOS and Windows).
+//! ## Windows
+//! Modes are a unix concept; on Windows the same places set a protected DACL instead
+//! ([`crate::platform::windows::make_private`]): one ACE, full control for the user the agent runs as,
+//! nothing inherited. The data directory's ACE is inherited by what is created in it (so SQLite's
+//! `-wal` and `-shm` are private from their first byte); every file written by [`AtomicFile`] gets the
+//! DACL on its temporary file before anything is written into it (an export bundle may be written
+//! outside the data directory). A token file handed in must be owned by this user and allow nobody else
+//! but SYSTEM and Administrators ([`crate::platform::windows::check_private_file`]).
+//!
+//! macOS follows the unix rules (untested: this project builds no macOS binary).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -41,6 +49,8 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     builder.create(dir)?;
     #[cfg(unix)]
     tighten(dir, 0o700)?;
+    #[cfg(windows)]
+    crate::platform::windows::make_private(dir)?;
     Ok(())
 }
 
@@ -86,13 +96,38 @@ pub fn prepare_database(path: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    #[cfg(unix)]
     for suffix in ["", "-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
+        #[cfg(unix)]
         tighten(Path::new(&p), 0o600)?;
+        #[cfg(windows)]
+        if Path::new(&p).exists() {
+            crate::platform::windows::make_private(Path::new(&p))?;
+        }
     }
     Ok(())
+}
+
+/// Opens the log file `path` for appending: created private (`0600`; on Windows the protected DACL),
+/// an existing one made private.
+pub fn open_log(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        ensure_dir(dir)?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.append(true).create(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
+    #[cfg(unix)]
+    tighten(path, 0o600)?;
+    #[cfg(windows)]
+    crate::platform::windows::make_private(path)?;
+    Ok(file)
 }
 
 /// A file being written under a temporary name beside its target (see the module notes). Dropped
@@ -117,6 +152,8 @@ impl AtomicFile {
             .prefix(&format!(".{name}."))
             .suffix(".tmp")
             .tempfile_in(dir)?;
+        #[cfg(windows)]
+        crate::platform::windows::make_private(temp.path())?;
         Ok(AtomicFile {
             temp,
             target: target.to_path_buf(),
@@ -181,6 +218,10 @@ pub fn load_or_create_secret(data_dir: &Path, name: &str) -> std::io::Result<Str
     let path = data_dir.join(name);
     #[cfg(unix)]
     tighten(&path, 0o600)?;
+    #[cfg(windows)]
+    if path.is_file() {
+        crate::platform::windows::make_private(&path)?;
+    }
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
         Ok(_) => {}
@@ -207,13 +248,18 @@ pub enum SecretFileError {
     NotOwned { path: String, owner: u32, user: u32 },
     #[error("{path} has mode {mode:04o}: group or others may read or change it; make it private with `chmod 600 {path}`")]
     TooOpen { path: String, mode: u32 },
+    #[error("{path} can be opened by {who}; make it private to you with `icacls \"{path}\" /inheritance:r /grant:r \"%USERNAME%:F\"`")]
+    OpenToOthers { path: String, who: String },
+    #[error("{path} is owned by {owner}, not by the user the agent runs as; a token file must be the user's own")]
+    OwnedByOther { path: String, owner: String },
     #[error("{path} is larger than {MAX_SECRET_FILE_BYTES} bytes; it does not hold a token")]
     TooLarge { path: String },
     #[error("{path} is empty")]
     Empty { path: String },
 }
 
-/// Opens `path`, checks the open file (regular, owned by this user, `0600` or stricter on unix) and
+/// Opens `path`, checks the open file (regular, owned by this user, `0600` or stricter on unix; on
+/// Windows its DACL, see the module notes) and
 /// returns its content, trimmed and non-empty.
 pub fn read_secret_file(path: &Path) -> Result<String, SecretFileError> {
     let shown = || path.display().to_string();
@@ -244,6 +290,25 @@ pub fn read_secret_file(path: &Path) -> Result<String, SecretFileError> {
             });
         }
     }
+    #[cfg(windows)]
+    {
+        use crate::platform::windows::{check_private_file, NotPrivate};
+        match check_private_file(path).map_err(read_err)? {
+            Ok(()) => {}
+            Err(NotPrivate::Owner(owner)) => {
+                return Err(SecretFileError::OwnedByOther {
+                    path: shown(),
+                    owner,
+                })
+            }
+            Err(NotPrivate::Open(sids)) => {
+                return Err(SecretFileError::OpenToOthers {
+                    path: shown(),
+                    who: crate::platform::windows::describe_sids(&sids),
+                })
+            }
+        }
+    }
     if meta.len() > MAX_SECRET_FILE_BYTES {
         return Err(SecretFileError::TooLarge { path: shown() });
     }
@@ -265,6 +330,8 @@ pub fn check_token_file(path: &Path) -> Result<PathBuf, SecretFileError> {
         path: path.display().to_string(),
         source,
     })?;
+    #[cfg(windows)]
+    let canonical = crate::platform::windows::plain_path(canonical);
     read_secret_file(&canonical)?;
     Ok(canonical)
 }

@@ -1,4 +1,4 @@
-//! Logging: `tracing` to stderr, text or JSON; `RUST_LOG` wins over the default level (the subscriber
+//! Logging: `tracing` to stderr (or a log file, `run --log-file`), text or JSON; `RUST_LOG` wins over the default level (the subscriber
 //! both binaries share).
 
-pub use apiary_plumbing::logging::init;
+pub use apiary_plumbing::logging::{init, init_file};

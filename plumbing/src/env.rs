@@ -114,6 +114,18 @@ pub const OTHER_VARS: &[(&str, &str)] = &[
         "tests: the browser tests must run (Chromium installed) instead of skipping",
     ),
     (
+        "APIARY_REQUIRE_WINDOWS",
+        "tests: the Windows tests must run (the Windows agent under Wine) instead of skipping",
+    ),
+    (
+        "APIARY_WINDOWS_AGENT",
+        "Windows tests: the `apiary-agent.exe` they run under Wine (set by `scripts/windows.sh test`)",
+    ),
+    (
+        "APIARY_WINDOWS_SDDL",
+        "Windows tests: `sddl.exe`, which prints a file's owner and DACL (set by `scripts/windows.sh test`)",
+    ),
+    (
         "APIARY_CHROMIUM",
         "browser tests: the Chromium binary to drive (default: the one on `PATH`)",
     ),

@@ -45,6 +45,21 @@ pub fn init(format: LogFormat, default_filter: &str) {
     };
 }
 
+/// [`init`], writing to `file` (appended, never coloured) instead of stderr: for a process that has no
+/// terminal or service journal to write to (the Windows agent started at login).
+pub fn init_file(format: LogFormat, default_filter: &str, file: std::fs::File) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::colour;

@@ -7,16 +7,15 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::bins;
 use crate::procs::{run, wait_for, Proc};
 use crate::stack::client;
+use crate::wine::Launcher;
 
 /// The outcome counters of `GET /v1/status` (`counters`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -69,6 +68,8 @@ pub struct Agent {
     env: Vec<(String, String)>,
     log: PathBuf,
     http: reqwest::Client,
+    /// The Linux binary, or the Windows exe under Wine.
+    pub launcher: Launcher,
 }
 
 impl Agent {
@@ -79,6 +80,16 @@ impl Agent {
 
     /// Same, with extra environment (`APIARY_*` settings).
     pub async fn start_with(
+        data_dir: &Path,
+        hive_home: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Agent> {
+        Agent::start_on(Launcher::Native, data_dir, hive_home, env).await
+    }
+
+    /// Same, started by `launcher` (the Windows exe under Wine: paths given in Windows form).
+    pub async fn start_on(
+        launcher: Launcher,
         data_dir: &Path,
         hive_home: Option<&Path>,
         env: &[(&str, &str)],
@@ -97,6 +108,7 @@ impl Agent {
                 .collect(),
             log: data_dir.join("agent-run.log"),
             http: client(),
+            launcher,
         };
         agent.restart().await?;
         Ok(agent)
@@ -108,27 +120,32 @@ impl Agent {
         let addr_file = self.data_dir.join("agent.addr");
         let _ = std::fs::remove_file(&addr_file);
         let _ = std::fs::remove_file(self.data_dir.join("otlp.addr"));
-        let mut cmd = Command::new(bins::path("apiary-agent"));
+        let mut cmd = self.launcher.command();
         cmd.arg("run")
             .arg("--data-dir")
-            .arg(&self.data_dir)
+            .arg(self.launcher.path_arg(&self.data_dir))
             .args(["--listen", "127.0.0.1:0"])
             .args(["--otlp-listen", "127.0.0.1:0"]);
         if let Some(h) = &self.hive_home {
-            cmd.arg("--hive-home").arg(h);
+            cmd.arg("--hive-home").arg(self.launcher.path_arg(h));
         }
         cmd.env("APIARY_ZONE", "UTC")
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut proc = Proc::spawn("apiary-agent", cmd, &self.log)?;
-        let addr = wait_for(Duration::from_secs(30), || {
+        // Under Wine a first start also loads Wine itself: give it longer.
+        let start_timeout = match self.launcher {
+            Launcher::Native => Duration::from_secs(30),
+            Launcher::Wine(_) => Duration::from_secs(90),
+        };
+        let addr = wait_for(start_timeout, || {
             let f = addr_file.clone();
             async move { std::fs::read_to_string(f).ok()?.trim().parse().ok() }
         })
         .await;
         let Some(addr) = addr else {
             anyhow::bail!(
-                "apiary-agent wrote no agent.addr within 30 s (running: {}); log:\n{}",
+                "apiary-agent wrote no agent.addr within {start_timeout:?} (running: {}); log:\n{}",
                 proc.is_running(),
                 proc.output()
             );
@@ -164,6 +181,12 @@ impl Agent {
     /// SIGTERM and wait (up to `timeout`).
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         self.proc.take()?.terminate(timeout)
+    }
+
+    /// Waits up to `timeout` for the agent to end by itself (asked some other way, e.g. `apiary-agent
+    /// stop`); its exit status, None (and killed) when it did not end.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        self.proc.take()?.wait_exit(timeout)
     }
 
     /// The process id (0 when not running).
@@ -250,7 +273,7 @@ impl Agent {
 
     /// Runs `apiary-agent ARGS --data-dir DIR` to completion; its stdout.
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
-        agent_cli(&self.data_dir, args, &self.env)
+        agent_cli_on(&self.launcher, &self.data_dir, args, &self.env)
     }
 
     /// `sync enable --endpoint URL --token-file F [--include-backlog]`.
@@ -260,7 +283,11 @@ impl Agent {
         token_file: &Path,
         include_backlog: bool,
     ) -> anyhow::Result<String> {
-        let tf = token_file.to_string_lossy().into_owned();
+        let tf = self
+            .launcher
+            .path_arg(token_file)
+            .to_string_lossy()
+            .into_owned();
         let mut args = vec![
             "sync",
             "enable",
@@ -316,10 +343,20 @@ pub fn agent_cli(
     args: &[&str],
     env: &[(String, String)],
 ) -> anyhow::Result<String> {
-    let mut cmd = Command::new(bins::path("apiary-agent"));
+    agent_cli_on(&Launcher::Native, data_dir, args, env)
+}
+
+/// [`agent_cli`], started by `launcher`.
+pub fn agent_cli_on(
+    launcher: &Launcher,
+    data_dir: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+) -> anyhow::Result<String> {
+    let mut cmd = launcher.command();
     cmd.args(args)
         .arg("--data-dir")
-        .arg(data_dir)
+        .arg(launcher.path_arg(data_dir))
         .env("APIARY_ZONE", "UTC")
         .env("RUST_LOG", "warn")
         .envs(env.iter().map(|(k, v)| (k, v)));

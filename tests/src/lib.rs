@@ -26,6 +26,8 @@
 //! - [`sse`]: a Server-Sent Events reader (the ingest's and the agent's `GET /v1/stream`).
 //! - [`scan`]: a dump of the cloud database searched for values that must never leave the device.
 //! - [`webdriver`]: a small W3C WebDriver client and `chromedriver` runner (the dashboard's browser test).
+//! - [`wine`]: the Windows agent under Wine (`APIARY_WINDOWS_AGENT`), Windows paths, `sddl.exe`; the
+//!   agent harness starts it through [`wine::Launcher`].
 //! - [`docs`]: the command blocks of the README and `docs/` pages, read into scripts with their checks
 //!   (`tests/docs.rs` runs them).
 //!
@@ -55,6 +57,7 @@ pub mod scan;
 pub mod sse;
 pub mod stack;
 pub mod webdriver;
+pub mod wine;
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for tests on one machine).
 pub fn free_port() -> u16 {

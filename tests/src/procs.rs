@@ -62,6 +62,22 @@ impl Proc {
         None
     }
 
+    /// Waits up to `timeout` for the process to end by itself; its exit status (None, and the process
+    /// killed, when it did not).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+
     /// Whether it is still running.
     pub fn is_running(&mut self) -> bool {
         self.child

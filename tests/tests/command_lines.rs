@@ -1,7 +1,8 @@
 //! Both command lines behave like Unix tools, black box with the real binaries: no command panics when
 //! the reader of its output goes away (`| head -1`), the `text` log format writes no colour codes into a
 //! file or pipe (and colours a terminal unless `NO_COLOR`), `token create` gives a script the id that
-//! `token revoke` takes, and `alert destination create` reads the ingest's configuration like `serve`.
+//! `token revoke` takes, `alert destination create` reads the ingest's configuration like `serve`, and the
+//! agent without `--data-dir` uses the XDG data directory and writes `run --log-file` privately.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -431,4 +432,83 @@ async fn alert_destination_create_reads_the_ingest_configuration() {
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
+}
+
+/// Starts `apiary-agent run` with `HOME` = `home` (and `XDG_DATA_HOME` when given), no data directory
+/// named; waits for `agent.addr` in `expected_dir`.
+async fn run_without_data_dir(
+    home: &std::path::Path,
+    xdg: Option<&std::path::Path>,
+    expected_dir: &std::path::Path,
+    log_file: &std::path::Path,
+) -> tests::procs::Proc {
+    let mut cmd = command(
+        "apiary-agent",
+        &[
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--otlp-listen",
+            "127.0.0.1:0",
+        ],
+        &[("RUST_LOG", "info")],
+    );
+    cmd.arg("--log-file")
+        .arg(log_file)
+        .env("HOME", home)
+        .env_remove("APIARY_DATA_DIR")
+        .env_remove("XDG_DATA_HOME");
+    if let Some(x) = xdg {
+        cmd.env("XDG_DATA_HOME", x);
+    }
+    let out = home.join("run.out");
+    let proc = tests::procs::Proc::spawn("apiary-agent", cmd, &out).unwrap();
+    let up = tests::procs::wait_for(LIMIT, || async {
+        expected_dir.join("agent.addr").exists().then_some(())
+    })
+    .await;
+    assert!(
+        up.is_some(),
+        "no agent.addr in {}; output:\n{}\nlog:\n{}",
+        expected_dir.display(),
+        proc.output(),
+        std::fs::read_to_string(log_file).unwrap_or_default()
+    );
+    proc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_data_dir_the_agent_uses_the_xdg_data_directory_and_logs_privately_to_a_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let default_dir = home.path().join(".local/share/apiary");
+    let log = home.path().join("logs/agent.log");
+    let mut proc = run_without_data_dir(home.path(), None, &default_dir, &log).await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&default_dir), 0o700);
+    assert_eq!(mode(&log), 0o600, "the log file is private");
+    let written = std::fs::read_to_string(&log).unwrap();
+    assert!(written.contains("listening"), "{written}");
+    assert!(
+        !proc.output().contains("listening"),
+        "the log went to the file, not stderr"
+    );
+    let status = proc.terminate(LIMIT);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    // `status` finds the same directory without being told.
+    let out = command("apiary-agent", &["status", "--json"], &[])
+        .env("HOME", home.path())
+        .env_remove("APIARY_DATA_DIR")
+        .env_remove("XDG_DATA_HOME")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // XDG_DATA_HOME wins over ~/.local/share.
+    let xdg = home.path().join("xdg");
+    let mut proc = run_without_data_dir(home.path(), Some(&xdg), &xdg.join("apiary"), &log).await;
+    let _ = proc.terminate(LIMIT);
 }

@@ -15,13 +15,58 @@ use crate::outbox::{OutboxReader, SyncChange};
 use crate::telemetry;
 use apiary_schema::colony::ColonyNames;
 
-pub async fn run(common: &Common, flags: &Overrides) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    common: &Common,
+    flags: &Overrides,
+    log_file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     let settings = settings(common, flags)?;
-    telemetry::init(settings.log_format, "info");
+    match log_file {
+        Some(path) => {
+            let file = crate::private::open_log(path)
+                .with_context(|| format!("opening the log file {}", path.display()))?;
+            telemetry::init_file(settings.log_format, "info", file);
+        }
+        None => telemetry::init(settings.log_format, "info"),
+    }
     apiary_plumbing::env::warn_unknown_vars();
+    let stop = app::shutdown_on_signals();
+    // `apiary-agent stop` on Windows: a named event (there is no SIGTERM).
+    #[cfg(windows)]
+    crate::platform::windows::stop_event(&common.data_dir, stop.clone())?;
     let app = Application::build(&common.data_dir, settings).await?;
-    app.run_until_stopped(app::shutdown_on_signals()).await?;
+    let result = app.run_until_stopped(stop).await;
+    #[cfg(windows)]
+    crate::platform::windows::shutdown_finished();
+    result?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `apiary-agent stop` (Windows): asks the agent on the data directory to stop and waits for its ordered
+/// shutdown.
+#[cfg(windows)]
+pub async fn stop(common: &Common, wait: Duration) -> anyhow::Result<ExitCode> {
+    use crate::platform::windows::{signal_stop, StopOutcome};
+    let dir = common.data_dir.clone();
+    let outcome = tokio::task::spawn_blocking(move || signal_stop(&dir, wait)).await??;
+    let shown = common.data_dir.display();
+    Ok(match outcome {
+        StopOutcome::Stopped => {
+            outln!("stopped the agent on {shown}")?;
+            ExitCode::SUCCESS
+        }
+        StopOutcome::NotRunning => {
+            outln!("no agent is running on {shown}")?;
+            ExitCode::SUCCESS
+        }
+        StopOutcome::StillRunning => {
+            apiary_plumbing::errln!(
+                "error: the agent on {shown} was asked to stop but is still running after {}s",
+                wait.as_secs()
+            );
+            ExitCode::FAILURE
+        }
+    })
 }
 
 pub async fn status(common: &Common, json: bool) -> anyhow::Result<ExitCode> {

@@ -229,6 +229,28 @@ fn check_token_file(r: &mut Report, path: &Path) -> Option<String> {
             );
         }
     }
+    #[cfg(windows)]
+    {
+        use crate::platform::windows::{check_private_file, describe_sids, NotPrivate};
+        match check_private_file(path) {
+            Ok(Ok(())) => {}
+            Ok(Err(NotPrivate::Open(sids))) => r.wrong(
+                format!(
+                    "token file {shown} can be opened by {}",
+                    describe_sids(&sids)
+                ),
+                format!("icacls \"{shown}\" /inheritance:r /grant:r \"%USERNAME%:F\""),
+            ),
+            Ok(Err(NotPrivate::Owner(owner))) => r.wrong(
+                format!("token file {shown} is owned by {owner}, not by you"),
+                "write the token to a file of your own",
+            ),
+            Err(e) => r.wrong(
+                format!("token file {shown}: cannot read its permissions: {e}"),
+                "",
+            ),
+        }
+    }
     let token = std::fs::read_to_string(path)
         .map(|t| t.trim().to_string())
         .unwrap_or_default();

@@ -1,4 +1,5 @@
-//! The command line. Every subcommand takes `--data-dir` (or `APIARY_DATA_DIR`) and `--config`.
+//! The command line. Every subcommand takes `--data-dir` (or `APIARY_DATA_DIR`; default: the platform's
+//! data directory, [`crate::platform::default_data_dir`]) and `--config`.
 //!
 //! Subcommands other than `run` work on the outbox file directly (SQLite serialises them with a running
 //! agent; the running agent re-reads the sync switch at every commit), so they work whether or not the
@@ -29,8 +30,11 @@ pub struct Cli {
 /// Options every subcommand takes.
 #[derive(Debug, Clone, Args)]
 pub struct Common {
-    /// The agent's data directory (outbox.db, agent.token, agent.toml).
-    #[arg(long, env = "APIARY_DATA_DIR", value_name = "DIR")]
+    /// The agent's data directory (outbox.db, agent.token, agent.toml). Default: %LOCALAPPDATA%\Apiary
+    /// on Windows, ~/Library/Application Support/Apiary on macOS, $XDG_DATA_HOME/apiary or
+    /// ~/.local/share/apiary elsewhere.
+    #[arg(long, env = "APIARY_DATA_DIR", value_name = "DIR",
+        default_value_os_t = crate::platform::default_data_dir().unwrap_or_default())]
     pub data_dir: PathBuf,
     /// Config file (default: DIR/agent.toml if it exists). Keys can be overridden by APIARY_* variables.
     #[arg(long, value_name = "FILE")]
@@ -55,6 +59,10 @@ pub enum Command {
         /// OTLP/HTTP receiver address (loopback only); overrides `otlp.listen`.
         #[arg(long, value_name = "ADDR")]
         otlp_listen: Option<SocketAddr>,
+        /// Append the log to FILE (private to the user) instead of standard error: for an agent started
+        /// at login with no terminal (the Windows logon task writes DIR\agent.log).
+        #[arg(long, value_name = "FILE")]
+        log_file: Option<PathBuf>,
     },
     /// Check configuration, consent, token, endpoint, identity and Hive home; one line per check with
     /// the fix; exit status 1 when something is wrong.
@@ -107,6 +115,37 @@ pub enum Command {
         #[command(subcommand)]
         action: PolicyAction,
     },
+    /// Stop the agent running on the data directory (its ordered shutdown, as on Ctrl-C) and wait for it.
+    #[cfg(windows)]
+    Stop {
+        #[command(flatten)]
+        common: Common,
+        /// How long to wait for the agent to finish, in seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        wait: u64,
+    },
+}
+
+impl Command {
+    /// The options every subcommand takes (none for `policy explain`, which has its own).
+    fn common(&self) -> Option<&Common> {
+        match self {
+            Command::Run { common, .. }
+            | Command::Doctor { common }
+            | Command::Status { common, .. }
+            | Command::Export { common, .. }
+            | Command::Follow { common, .. }
+            | Command::Identity {
+                action: IdentityAction::Show { common, .. },
+            }
+            | Command::Sync {
+                action: SyncAction::Enable { common, .. } | SyncAction::Disable { common, .. },
+            } => Some(common),
+            #[cfg(windows)]
+            Command::Stop { common, .. } => Some(common),
+            Command::Policy { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -193,6 +232,17 @@ pub fn settings(common: &Common, flags: &Overrides) -> anyhow::Result<Settings> 
 
 /// Runs one command line to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Some(common) = cli.command.common() {
+        anyhow::ensure!(
+            !common.data_dir.as_os_str().is_empty(),
+            "no data directory: pass --data-dir DIR or set APIARY_DATA_DIR (the default needs {})",
+            if cfg!(windows) {
+                "LOCALAPPDATA"
+            } else {
+                "HOME"
+            }
+        );
+    }
     match cli.command {
         Command::Run {
             common,
@@ -200,6 +250,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             hive_home,
             mode,
             otlp_listen,
+            log_file,
         } => {
             let flags = Overrides {
                 listen,
@@ -207,7 +258,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 mode,
                 otlp_listen,
             };
-            commands::run(&common, &flags).await
+            commands::run(&common, &flags, log_file.as_deref()).await
         }
         Command::Status { common, json } => commands::status(&common, json).await,
         Command::Doctor { common } => doctor::doctor(&common).await,
@@ -232,5 +283,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     config,
                 },
         } => explain::explain(&file, json, zone, data_dir, config),
+        #[cfg(windows)]
+        Command::Stop { common, wait } => {
+            commands::stop(&common, std::time::Duration::from_secs(wait)).await
+        }
     }
 }

@@ -810,6 +810,10 @@ fn try_open_database(path: &Path, settings: &OutboxSettings) -> Result<Connectio
     let mut conn =
         store::open_writer(path, settings).map_err(|e| OutboxError::open_sqlite(path, e))?;
     schema::migrate(&mut conn).map_err(|e| OutboxError::Migrate(Arc::new(e)))?;
+    // Windows: SQLite has now created `-wal` and `-shm` (private already, by the data directory's
+    // inherited ACE); they get the same explicit protected DACL as the database file.
+    #[cfg(windows)]
+    crate::private::prepare_database(path).map_err(io_err)?;
     Ok(conn)
 }
 

@@ -18,16 +18,22 @@ const READ_BUF: usize = 64 * 1024;
 /// What `stat` says about a file, enough to notice any change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileMeta {
-    /// `<dev>:<inode>`.
+    /// `<dev>:<inode>` on unix, `<volume serial>:<file index>` on Windows.
     pub id: String,
     pub len: u64,
     pub modified: Option<SystemTime>,
 }
 
 impl FileMeta {
-    pub fn of(meta: &Metadata) -> FileMeta {
+    /// The open file's identity, length and modification time.
+    pub fn of(file: &File) -> io::Result<FileMeta> {
+        let meta = file.metadata()?;
+        Ok(FileMeta::from_parts(file_id(file, &meta)?, &meta))
+    }
+
+    fn from_parts(id: String, meta: &Metadata) -> FileMeta {
         FileMeta {
-            id: file_id(meta),
+            id,
             len: meta.len(),
             modified: meta.modified().ok(),
         }
@@ -36,24 +42,53 @@ impl FileMeta {
 
 /// The file at `path`, or `None` when there is none.
 pub fn stat(path: &Path) -> io::Result<Option<FileMeta>> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => Ok(Some(FileMeta::of(&m))),
-        Ok(_) => Ok(None),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    let not_found = |e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => Ok(None),
+        _ => Err(e),
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => return Ok(None),
+        Err(e) => return not_found(e),
+    };
+    // Unix: the path's own metadata names the file. Windows: the identity comes from a handle (std's
+    // handles share reading, writing and deletion, so this open never blocks a writer or a rename).
+    #[cfg(unix)]
+    {
+        Ok(Some(FileMeta::from_parts(unix_id(&meta), &meta)))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        match File::open(path) {
+            Ok(f) => FileMeta::of(&f).map(Some),
+            Err(e) => not_found(e),
+        }
     }
 }
 
 #[cfg(unix)]
-fn file_id(meta: &Metadata) -> String {
+fn unix_id(meta: &Metadata) -> String {
     use std::os::unix::fs::MetadataExt;
     format!("{}:{}", meta.dev(), meta.ino())
 }
 
-#[cfg(not(unix))]
-fn file_id(_meta: &Metadata) -> String {
+/// `<dev>:<inode>` on unix.
+#[cfg(unix)]
+fn file_id(_file: &File, meta: &Metadata) -> io::Result<String> {
+    Ok(unix_id(meta))
+}
+
+/// `<volume serial>:<file index>` on Windows.
+#[cfg(windows)]
+fn file_id(file: &File, _meta: &Metadata) -> io::Result<String> {
+    crate::platform::windows::file_id(file)
+}
+
+#[cfg(not(any(unix, windows)))]
+fn file_id(_file: &File, _meta: &Metadata) -> io::Result<String> {
     // No inode here: replacement is then detected by the head hash alone.
-    "0:0".to_string()
+    Ok("0:0".to_string())
 }
 
 #[cfg(unix)]

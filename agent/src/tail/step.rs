@@ -107,7 +107,7 @@ pub fn next_step(job: Job, settings: &TailSettings) -> io::Result<Step> {
         Some(h) => h,
         None => match File::open(&source.path) {
             Ok(f) => {
-                let id = FileMeta::of(&f.metadata()?).id;
+                let id = FileMeta::of(&f)?.id;
                 Handle {
                     file: Arc::new(f),
                     id,
@@ -148,7 +148,7 @@ fn read_chunk(
     settings: &TailSettings,
 ) -> io::Result<Step> {
     let file = &handle.file;
-    let meta = FileMeta::of(&file.metadata()?);
+    let meta = FileMeta::of(file)?;
     let start = checkpoint.offset;
     if meta.len < start {
         return Ok(restart(Restart::Truncated, checkpoint, handle));
