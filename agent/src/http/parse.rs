@@ -2,7 +2,7 @@
 //!
 //! [`super::split`] finds the events of a body (one JSON event, an array, or NDJSON; Hive-native or
 //! canonical) without building values, and refuses a body of more than `intake.max_events` outright.
-//! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_value`]:
+//! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_owned`]:
 //! classify, adapt, redact) and dropped, so at most one event's value is alive at a time. An event longer
 //! than `intake.max_line_bytes` is an error without being parsed; invalid UTF-8, bad JSON and nesting
 //! deeper than 128 levels are errors too. A line the pipeline filters by its type alone (deltas, chatty
