@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The event path's instruction counts against the committed baseline (agent/benches/event-path.baseline).
 #
-#   scripts/event-path-guard.sh            measure, compare, fail past the tolerance
+#   scripts/event-path-guard.sh            measure, compare, fail past the tolerance (up or down)
 #   scripts/event-path-guard.sh --update   measure and write the baseline (commit it, saying why it moved)
 #   EVENT_PATH_BIN=/path/to/event_path scripts/event-path-guard.sh --print
 #                                          measure another build's bench binary, compare nothing
@@ -98,13 +98,14 @@ for part in parse commit; do
     verdict=$(python3 -c 'import sys
 base, now, tol = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 change = (now - base) / base * 100
-print("%+.1f%%" % change, "FAIL" if change > tol else ("lower: update the baseline (--update) in a commit saying why" if change < -tol else "ok"))' \
+print("%+.1f%%" % change, "FAIL" if change > tol else ("FAIL (lower: record the gain with --update, in a commit saying why)" if change < -tol else "ok"))' \
         "$base" "$now" "$tolerance")
     echo "  $part: $now against the baseline's $base: $verdict"
     case "$verdict" in *FAIL*) status=1 ;; esac
 done
 if [ "$status" -ne 0 ]; then
-    echo "the event path costs more than ${tolerance}% over the baseline per line: find the cause (callgrind_annotate on a" >&2
-    echo "run of the bench binary), or, if the cost is wanted, update the baseline in a commit that says why" >&2
+    echo "the event path's instructions per line moved past ${tolerance}% of the baseline. Dearer: find the cause" >&2
+    echo "(callgrind_annotate on a run of the bench binary), or, if the cost is wanted, update the baseline in a" >&2
+    echo "commit that says why. Cheaper: record the gain (--update), so that a later loss cannot hide in the slack." >&2
 fi
 exit "$status"
