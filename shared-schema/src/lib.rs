@@ -70,7 +70,7 @@ pub mod work;
 
 pub use batch::{Batch, BatchResponse, Rejection, SessionBinding};
 pub use event::{AgentRole, CanonicalEvent, EventKind};
-pub use pipeline::{process_otlp, process_value, Outcome, ProcessOptions};
+pub use pipeline::{process_otlp, process_owned, process_value, Outcome, ProcessOptions};
 pub use policy::{Policy, RedactionReport};
 
 /// The schema version this build writes.

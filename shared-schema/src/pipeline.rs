@@ -93,12 +93,7 @@ pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome
             .map_err(|e| ProcessError::Canonical(e.to_string()))?;
         event
     } else {
-        let ctx = hive::Context {
-            zone: opts.zone,
-            source_identity: opts.source_identity,
-            session_hint: opts.session_hint,
-        };
-        match hive::adapt(value, &ctx)? {
+        match hive::adapt(value, &hive_context(opts))? {
             Adapted::Event(e) => e,
             Adapted::Filtered {
                 native_type,
@@ -111,7 +106,37 @@ pub fn process_value(value: &Value, opts: &ProcessOptions<'_>) -> Result<Outcome
             }
         }
     };
-    let mut event = event;
+    finish(event, opts)
+}
+
+/// [`process_value`] of a value the caller no longer needs: a native event's `data` is moved, not copied
+/// ([`hive::adapt_owned`]). The same answer as [`process_value`] for every input.
+pub fn process_owned(value: Value, opts: &ProcessOptions<'_>) -> Result<Outcome, ProcessError> {
+    if is_canonical(&value) {
+        return process_value(&value, opts);
+    }
+    match hive::adapt_owned(value, &hive_context(opts))? {
+        Adapted::Event(e) => finish(e, opts),
+        Adapted::Filtered {
+            native_type,
+            reason,
+        } => Ok(Outcome::Filtered {
+            native_type,
+            reason,
+        }),
+    }
+}
+
+fn hive_context<'a>(opts: &ProcessOptions<'a>) -> hive::Context<'a> {
+    hive::Context {
+        zone: opts.zone,
+        source_identity: opts.source_identity,
+        session_hint: opts.session_hint,
+    }
+}
+
+/// Colony keys, then the policy, then the range check, of an adapted or canonical event.
+fn finish(mut event: CanonicalEvent, opts: &ProcessOptions<'_>) -> Result<Outcome, ProcessError> {
     crate::colony::key_colony_name(&mut event, opts.colony);
     // A keyer that shares names (the tenant chose `names`, the user consented) widens the policy by
     // `colony_name` for the one kind that carries it: a rare event, so the widened copy is made here.
@@ -414,6 +439,57 @@ mod tests {
         ));
         // An escaped quote ends no string: the delta whose content quotes a durable type is sniffed.
         assert!(sniff_filtered(not[4].as_bytes()).is_some());
+    }
+
+    /// Every line of the fixture day's Hive home, and the intake benchmark's mixed stream, comes out of
+    /// [`process_owned`] exactly as out of [`process_value`], read from a file (a source identity) or
+    /// posted (none).
+    #[test]
+    fn the_owned_path_answers_as_process_value_on_the_fixture_day() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = vec![root.join("agent/benches/fixtures/hive-mixed-1000.jsonl")];
+        let mut dirs = vec![root.join("tests/fixtures/hive/day")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                match path.is_dir() {
+                    true => dirs.push(path),
+                    false if path.extension().is_some_and(|e| e == "jsonl") => files.push(path),
+                    false => {}
+                }
+            }
+        }
+        let policy = Policy::default_policy();
+        let (mut lines, mut kept) = (0, 0);
+        for file in &files {
+            for line in std::fs::read_to_string(file).unwrap().lines() {
+                let Ok(v) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                for source in [None, Some("file:1:2:40")] {
+                    let opts = ProcessOptions {
+                        zone: crate::hive::Zone::Utc,
+                        source_identity: source,
+                        session_hint: Some("session_hint"),
+                        ..ProcessOptions::new(&policy)
+                    };
+                    let old = process_value(&v, &opts);
+                    kept += usize::from(matches!(old, Ok(Outcome::Kept { .. })));
+                    assert_eq!(
+                        process_owned(v.clone(), &opts),
+                        old,
+                        "{}: {line}",
+                        file.display()
+                    );
+                }
+                lines += 1;
+            }
+        }
+        assert!(
+            files.len() >= 6 && lines > 1500 && kept > 600,
+            "{} files, {lines} lines, {kept} kept",
+            files.len()
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! [`super::split`] finds the events of a body (one JSON event, an array, or NDJSON; Hive-native or
 //! canonical) without building values, and refuses a body of more than `intake.max_events` outright.
-//! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_value`]:
+//! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_owned`]:
 //! classify, adapt, redact) and dropped, so at most one event's value is alive at a time. An event longer
 //! than `intake.max_line_bytes` is an error without being parsed; invalid UTF-8, bad JSON and nesting
 //! deeper than 128 levels are errors too. A line the pipeline filters by its type alone (deltas, chatty
@@ -17,7 +17,7 @@
 
 use apiary_schema::hive::FilterReason;
 use apiary_schema::pipeline::sniff_filtered;
-use apiary_schema::{process_value, Outcome, ProcessOptions};
+use apiary_schema::{process_owned, Outcome, ProcessOptions};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -85,8 +85,8 @@ impl Parsed {
         self.errors.len() as u64 + self.unlisted
     }
 
-    fn push_value(&mut self, v: &Value, opts: &ProcessOptions<'_>, piece: &Piece) {
-        match process_value(v, opts) {
+    fn push_value(&mut self, v: Value, opts: &ProcessOptions<'_>, piece: &Piece) {
+        match process_owned(v, opts) {
             Ok(outcome) => self.push_outcome(&outcome),
             Err(e) => self.reject(piece.line, piece.index, e.to_string()),
         }
@@ -237,7 +237,7 @@ fn parse_piece(
         return true;
     }
     match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => out.push_value(&v, opts, piece),
+        Ok(v) => out.push_value(v, opts, piece),
         Err(e) => {
             out.reject(piece.line, piece.index, format!("invalid JSON: {e}"));
             return false;

@@ -7,7 +7,7 @@
 
 use apiary_schema::hive::Zone;
 use apiary_schema::pipeline::{sniff_filtered, ProcessError};
-use apiary_schema::{process_value, Outcome, Policy, ProcessOptions};
+use apiary_schema::{process_owned, Outcome, Policy, ProcessOptions};
 
 use super::file::RawLine;
 use super::sink::TailItem;
@@ -77,7 +77,7 @@ pub fn process_line(line: &RawLine, line_no: u64, ctx: &LineContext<'_>) -> Opti
         session_hint: ctx.session_hint,
         colony: ctx.colony,
     };
-    match process_value(&value, &opts) {
+    match process_owned(value, &opts) {
         Ok(outcome) => Some(TailItem::Processed(outcome)),
         Err(e) => malformed(offset, reason_of(&e)),
     }

@@ -166,6 +166,30 @@ pub struct Context<'a> {
 
 /// Adapts one native Hive event.
 pub fn adapt(native: &Value, ctx: &Context<'_>) -> Result<Adapted, AdaptError> {
+    adapt_with(native, ctx, |obj| obj.get("data").cloned())
+}
+
+/// [`adapt`] of an event the caller no longer needs: its `data` is moved into the canonical event
+/// instead of copied (a prompt or a tool result is not copied before the policy drops it). The same
+/// answer as [`adapt`] for every input; an event whose id is derived from its whole content (no `seq`,
+/// no source identity) takes [`adapt`]'s path, since the id needs `data` in place.
+pub fn adapt_owned(mut native: Value, ctx: &Context<'_>) -> Result<Adapted, AdaptError> {
+    let no_seq = matches!(native.get("seq"), None | Some(Value::Null));
+    if no_seq && ctx.source_identity.is_none() {
+        return adapt(&native, ctx);
+    }
+    let data = native.as_object_mut().and_then(|o| o.remove("data"));
+    let mut data = Some(data);
+    adapt_with(&native, ctx, |_| data.take().flatten())
+}
+
+/// [`adapt`], with the event's `data` value from `data` (called once, with the event's object, and only
+/// for a durable type).
+fn adapt_with(
+    native: &Value,
+    ctx: &Context<'_>,
+    data: impl FnOnce(&Map<String, Value>) -> Option<Value>,
+) -> Result<Adapted, AdaptError> {
     let (zone, source_identity) = (ctx.zone, ctx.source_identity);
     let obj = native
         .as_object()
@@ -185,9 +209,9 @@ pub fn adapt(native: &Value, ctx: &Context<'_>) -> Result<Adapted, AdaptError> {
         Some(Classification::Filtered(reason)) => return filtered(reason),
         Some(Classification::Durable(kind, derive)) => (kind, derive),
     };
-    let data = match obj.get("data") {
+    let data = match data(obj) {
         None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
+        Some(Value::Object(m)) => m,
         Some(_) => {
             return Err(AdaptError::BadField {
                 field: "data",
@@ -306,12 +330,45 @@ pub fn event_id(
     whole: &Value,
 ) -> Uuid {
     let name = match (seq, source_identity) {
-        (Some(seq), _) => format!("hive\u{1f}{session}\u{1f}{stream_id}\u{1f}{seq}\u{1f}{native_type}\u{1f}{raw_timestamp}"),
+        // The same bytes as `format!` of the five parts would make, without the formatter (which was most
+        // of an event's id on the intake's path).
+        (Some(seq), _) => {
+            let mut itoa = [0u8; 20];
+            let seq = decimal(seq, &mut itoa);
+            let parts = [session, stream_id, seq, native_type, raw_timestamp];
+            let mut name =
+                String::with_capacity(5 + parts.iter().map(|p| p.len() + 1).sum::<usize>());
+            name.push_str("hive");
+            for part in parts {
+                name.push('\u{1f}');
+                name.push_str(part);
+            }
+            name
+        }
         (None, Some(source)) => format!("hive-source\u{1f}{source}"),
         // serde_json's Map is ordered by key, so this is the same for the same event whatever its key order.
         (None, None) => format!("hive-content\u{1f}{whole}"),
     };
     Uuid::new_v5(&HIVE_NAMESPACE, name.as_bytes())
+}
+
+/// `n` in decimal, as `Display` writes it, in `buf`.
+fn decimal(n: i64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    let mut v = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    std::str::from_utf8(&buf[at..]).expect("ASCII digits")
 }
 
 /// Parses Hive's timestamp: naive local time (resolved in `zone`), or RFC 3339 with an offset.

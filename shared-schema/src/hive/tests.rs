@@ -261,3 +261,68 @@ fn providers_are_recognised_from_model_names() {
     assert_eq!(provider_of("claude-haiku-4-5-20251001"), Some("anthropic"));
     assert_eq!(provider_of("my-finetune"), None);
 }
+
+/// The id of an event with a `seq` is the v5 id of its five parts joined by U+001F, as `format!` writes
+/// them, for every `seq` (the name is now built without the formatter).
+#[test]
+fn the_id_of_a_sequenced_event_is_the_formatted_name_s() {
+    for seq in [0, 7, 41, 10_000_000, -1, -10, i64::MAX, i64::MIN] {
+        let (session, stream, kind, ts) = (
+            "s_1",
+            "worker:w",
+            "tool_call_started",
+            "2026-11-03T10:15:09",
+        );
+        let name = format!("hive\u{1f}{session}\u{1f}{stream}\u{1f}{seq}\u{1f}{kind}\u{1f}{ts}");
+        assert_eq!(
+            event_id(
+                session,
+                stream,
+                Some(seq),
+                kind,
+                ts,
+                Some("file:1:2:3"),
+                &turn()
+            ),
+            Uuid::new_v5(&HIVE_NAMESPACE, name.as_bytes()),
+            "seq {seq}"
+        );
+    }
+}
+
+/// [`adapt_owned`] answers as [`adapt`] does, events and errors alike: with and without `seq`, a source
+/// identity or `data`, and for values that are not events.
+#[test]
+fn adapting_an_owned_value_answers_as_adapting_a_borrowed_one() {
+    let mut cases = vec![turn(), json!(7), json!({"seq": 1}), json!({"type": 7})];
+    for (key, value) in [
+        ("seq", Value::Null),
+        ("seq", json!("x")),
+        ("data", Value::Null),
+        ("data", json!([1])),
+        ("timestamp", json!(1)),
+        ("execution_id", json!(2)),
+        ("type", json!("llm_text_delta")),
+        ("type", json!("no_such_type")),
+    ] {
+        let mut v = turn();
+        v[key] = value;
+        cases.push(v);
+    }
+    let mut no_seq = turn();
+    no_seq.as_object_mut().unwrap().remove("seq");
+    cases.push(no_seq);
+    for source in [None, Some("file:1:2:40")] {
+        let c = Context {
+            source_identity: source,
+            ..ctx()
+        };
+        for v in &cases {
+            assert_eq!(
+                adapt_owned(v.clone(), &c),
+                adapt(v, &c),
+                "{v} from {source:?}"
+            );
+        }
+    }
+}

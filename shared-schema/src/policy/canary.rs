@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value};
 
 use super::DEFAULT_POLICY_TOML;
 use crate::hive::{Classification, Zone, HIVE_EVENT_TYPES};
-use crate::pipeline::{process_value, Outcome, ProcessOptions};
+use crate::pipeline::{process_owned, process_value, Outcome, ProcessOptions};
 use crate::Policy;
 
 const CANARY: &str = "zzcanary";
@@ -389,6 +389,15 @@ pub(super) fn cases() -> u32 {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// The intake's path ([`process_owned`], which moves `data` instead of copying it) answers exactly as
+    /// [`process_value`] on every generated event, with and without a source identity.
+    #[test]
+    fn the_owned_path_answers_as_process_value(native in native_event(), source in proptest::option::of(Just("file:1:2:40"))) {
+        let policy = Policy::default_policy();
+        let opts = ProcessOptions { policy: &policy, zone: Zone::Utc, source_identity: source, session_hint: None, colony: None };
+        prop_assert_eq!(process_owned(native.clone(), &opts), process_value(&native, &opts));
+    }
 
     /// Whatever survives redaction is allowlisted, of its kind, scrubbed, and where it came from —
     /// whether the event arrives native or as a canonical event with the raw payload put back.
