@@ -5,11 +5,13 @@
 # Each package is mutated on its own, tested by its own tests (the fast ones: the library's unit tests, and
 # for the ingest its API tests on Postgres, which need DATABASE_URL), one mutant at a time (-j1: every mutant
 # is a build and a test run, and two builds at once only fight over the cores). Results go to
-# target/mutants/<package>/mutants.out (MUTANTS_OUT=dir for another place) (caught.txt, missed.txt, timeout.txt, unviable.txt); write the
-# summary of a run into docs/mutation/<module>.md (module, mutants, caught, missed, and what was decided for
-# each miss: a test that kills it, or why it is equivalent).
+# target/mutants/<package>/mutants.out (caught.txt, missed.txt, timeout.txt, unviable.txt; MUTANTS_OUT=DIR
+# for another place than target/mutants); write the summary of a run into docs/mutation/<module>.md (module,
+# mutants, caught, missed, and what was decided for each miss: a test that kills it, or why it is
+# equivalent).
 #
-# MUTANTS_TEST_ARGS replaces the test arguments of every package (e.g. `--lib` alone); MUTANTS_ARGS adds
+# MUTANTS_TEST_ARGS replaces the test arguments of every package (e.g. `--lib scrub policy`: the lib tests
+# whose names hold one of the words); MUTANTS_ARGS adds
 # cargo-mutants options (e.g. `--list` to see the mutants without running them, `-F REGEX` to pick some).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
