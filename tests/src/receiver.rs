@@ -17,6 +17,8 @@ pub enum Mode {
     Fail(u16),
     /// 200 after this long (the sender is expected to have given up).
     Slow(Duration),
+    /// 302 to this URL (a sender must not follow it).
+    Redirect(&'static str),
 }
 
 /// One request and what it was answered (0: the answer was not meant to reach the sender in time).
@@ -24,6 +26,8 @@ pub enum Mode {
 pub struct Received {
     pub headers: Vec<(String, String)>,
     pub body: Value,
+    /// The body's bytes as received (what a receiver checks a signature over).
+    pub raw: Vec<u8>,
     pub answered: u16,
 }
 
@@ -119,23 +123,30 @@ async fn serve(
         anyhow::ensure!(n > 0, "closed before the body");
         buf.extend_from_slice(&chunk[..n]);
     }
-    let body: Value =
-        serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null);
+    let raw = buf[head_end..head_end + length].to_vec();
+    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
     let mode = *mode.lock().expect("not poisoned");
     let (status, answered) = match mode {
         Mode::Accept => (200, 200),
         Mode::Fail(s) => (s, s),
         Mode::Slow(_) => (200, 0),
+        Mode::Redirect(_) => (302, 302),
     };
     got.lock().expect("not poisoned").push(Received {
         headers,
         body,
+        raw,
         answered,
     });
     if let Mode::Slow(d) = mode {
         tokio::time::sleep(d).await;
     }
-    let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let location = match mode {
+        Mode::Redirect(to) => format!("location: {to}\r\n"),
+        _ => String::new(),
+    };
+    let reply =
+        format!("HTTP/1.1 {status} X\r\n{location}content-length: 0\r\nconnection: close\r\n\r\n");
     stream.write_all(reply.as_bytes()).await?;
     stream.shutdown().await?;
     Ok(())

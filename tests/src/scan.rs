@@ -6,9 +6,10 @@
 //!   the agent's own log, the token, ...);
 //! - the wire: every request body the proxy captured (gunzipped), re-sends included.
 //!
-//! A clean scan of nothing proves nothing, so [`assert_day_clean`], [`assert_agent_files_clean`] and
-//! [`assert_wire_clean`] also check that what they read holds the fixture day's ids and model names
-//! ([`holds_the_day`]).
+//! A clean scan of nothing proves nothing, so [`assert_day_clean`], [`assert_agent_day_clean`] and
+//! [`assert_wire_day_clean`] also check that what they read holds the fixture day's ids and model names
+//! ([`holds_the_day`]) and a value found only inside stored event bodies ([`BODY_MARKER`]). The cloud and
+//! wire scans also refuse [`HOME_CANARY`], which a test puts in the path of the home directory it tails.
 
 use std::process::Command;
 
@@ -29,6 +30,14 @@ pub const FORBIDDEN: &[&str] = &[
     "-----BEGIN ",
     "eyJ",
 ];
+
+/// In the path of the home directory the fixture day is tailed from: forbidden in the cloud and on the
+/// wire (no path leaves the device), allowed on the device (its tail checkpoints name the files read).
+pub const HOME_CANARY: &str = "zzhomecanary";
+
+/// A value that is only ever inside a stored event's body (a tool call's `tool_use_id` in the fixture
+/// day): a scan that holds it read the bodies, not only the rows derived from them.
+pub const BODY_MARKER: &str = "toolu_01v9FhrHriawSWwIw2p6krRl";
 
 /// The whole stored content of the database at `db_url`, as text.
 pub async fn dump(db_url: &str) -> anyhow::Result<String> {
@@ -109,13 +118,13 @@ pub async fn assert_clean(db_url: &str) -> anyhow::Result<String> {
 /// the `pg_dump` when it can run) holds the day and none of [`FORBIDDEN`].
 pub async fn assert_day_clean(db_url: &str) -> anyhow::Result<()> {
     let selected = select_all(db_url).await?;
-    check_source("the SELECT of every text column", &selected)?;
+    check_source("the SELECT of every text column", &selected, true)?;
     match Command::new("pg_dump")
         .args(["--data-only", "--no-owner", "--dbname", db_url])
         .output()
     {
         Ok(out) if out.status.success() => {
-            check_source("pg_dump", &String::from_utf8_lossy(&out.stdout))?;
+            check_source("pg_dump", &String::from_utf8_lossy(&out.stdout), true)?;
         }
         Ok(out) => eprintln!(
             "scan: pg_dump could not dump this server, only the SELECT scan ran: {}",
@@ -126,14 +135,27 @@ pub async fn assert_day_clean(db_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One scan's text must hold the day and nothing forbidden.
-fn check_source(what: &str, text: &str) -> anyhow::Result<()> {
+/// One scan's text must hold the day (its bodies included) and nothing forbidden; off the device,
+/// nor the [`HOME_CANARY`].
+fn check_source(what: &str, text: &str, off_device: bool) -> anyhow::Result<()> {
     anyhow::ensure!(
         holds_the_day(text),
         "{what} read {} bytes without the fixture day in them: a clean result would mean nothing",
         text.len()
     );
-    let hits = forbidden_in(text);
+    anyhow::ensure!(
+        text.contains(BODY_MARKER),
+        "{what} read {} bytes without an event body's {BODY_MARKER}: the bodies were not scanned",
+        text.len()
+    );
+    let mut hits = forbidden_in(text);
+    if off_device {
+        hits.extend(
+            text.match_indices(HOME_CANARY)
+                .take(3)
+                .map(|(i, _)| format!("{HOME_CANARY} at byte {i}: the home directory's path")),
+        );
+    }
     anyhow::ensure!(
         hits.is_empty(),
         "sensitive values in {what}:\n{}",
@@ -178,7 +200,7 @@ fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> an
 /// [`assert_agent_files_clean`] for an agent holding the fixture day: what it read must hold the day.
 pub fn assert_agent_day_clean(dir: &std::path::Path) -> anyhow::Result<()> {
     let text = assert_agent_files_clean(dir)?;
-    check_source(&format!("the files of {}", dir.display()), &text)
+    check_source(&format!("the files of {}", dir.display()), &text, false)
 }
 
 /// The outbox files of `data_dir` (kept for callers that scan only those; see
@@ -217,7 +239,7 @@ pub fn assert_wire_day_clean(seen: &[crate::proxy::Seen]) -> anyhow::Result<()> 
         );
         all.push_str(body);
     }
-    check_source(&format!("{} request bodies", seen.len()), &all)
+    check_source(&format!("{} request bodies", seen.len()), &all, true)
 }
 
 /// Whether a text holds the fixture day's ids and model names (so a clean scan is not a vacuous one).

@@ -105,7 +105,8 @@ async fn device_id(agent: &Agent) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
     let cloud = Cloud::start().await.unwrap();
-    let home = cloud.dir.path().join("hive");
+    // The home directory's path holds a canary: it may be on the device, never in the cloud or on the wire.
+    let home = cloud.dir.path().join(scan::HOME_CANARY).join("hive");
     std::fs::create_dir_all(&home).unwrap();
     let agent = Agent::start(&cloud.dir.path().join("agent"), Some(&home))
         .await
@@ -150,6 +151,9 @@ async fn hive_day_tailed_by_the_agent_reaches_the_cloud_exactly() {
     scan::assert_day_clean(&cloud.db.url).await.unwrap();
     scan::assert_wire_day_clean(&proxy.seen()).unwrap();
     scan::assert_agent_day_clean(&agent.data_dir).unwrap();
+    // The device does hold the path (its tail checkpoints): the canary was where it could leak from.
+    let on_device = scan::assert_agent_files_clean(&agent.data_dir).unwrap();
+    assert!(on_device.contains(scan::HOME_CANARY));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -323,3 +323,136 @@ async fn notifications_never_go_through_the_environments_proxy_only_through_the_
     );
     drop(b);
 }
+
+/// Checks `X-Apiary-Signature` the way the docs tell a receiver to: `t=<unix>,v1=<hex HMAC-SHA256(secret,
+/// "<t>.<body>")>` over the body's bytes as received, and `t` no older (nor further ahead) than
+/// `window` — `Err` with the reason otherwise.
+fn verify_signature(
+    secret: &str,
+    header: Option<&str>,
+    raw: &[u8],
+    now: i64,
+    window: i64,
+) -> Result<(), String> {
+    use hmac::{Hmac, Mac};
+    let header = header.ok_or("no X-Apiary-Signature")?;
+    let mut t = None;
+    let mut v1 = None;
+    for part in header.split(',') {
+        match part.split_once('=') {
+            Some(("t", v)) => t = v.parse::<i64>().ok(),
+            Some(("v1", v)) => v1 = hex::decode(v).ok(),
+            _ => {}
+        }
+    }
+    let (t, v1) = (t.ok_or("no t")?, v1.ok_or("no v1")?);
+    if (now - t).abs() > window {
+        return Err(format!("t={t} is {}s from now", now - t));
+    }
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(raw);
+    mac.verify_slice(&v1)
+        .map_err(|_| "the HMAC does not match".to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_signed_over_the_raw_body_now_and_a_redirect_is_never_followed() {
+    const SECRET: &str = "whsec-receiver-checks-this-0123456789";
+    const WINDOW: i64 = 300;
+    let db = tests::db::TestDb::create().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(Mode::Accept).await.unwrap();
+    // A receiver that answers 302 towards a second loopback listener, which must receive nothing.
+    let elsewhere = Receiver::start(Mode::Accept).await.unwrap();
+    let to: &'static str = Box::leak(elsewhere.url.clone().into_boxed_str());
+    let redirecting = Receiver::start(Mode::Redirect(to)).await.unwrap();
+    let url = db.url.clone();
+    let tenant = tokio::task::spawn_blocking(move || -> anyhow::Result<Tenant> {
+        migrate(&url)?;
+        Tenant::create(&url, "acme")
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let a = Ingest::start_with(&db.url, dir.path(), &alert_env())
+        .await
+        .unwrap();
+    let admin = Api::new(&a.url(), &tenant.admin_token);
+    let http = tests::stack::client();
+    let mut rules = vec![];
+    for (hook, secret) in [(&receiver.url, Some(SECRET)), (&redirecting.url, None)] {
+        let mut d = serde_json::json!({"kind": "webhook", "url": hook});
+        if let Some(s) = secret {
+            d["secret"] = s.into();
+        }
+        let dest: serde_json::Value = http
+            .post(format!("{}/v1/alerts/destinations", a.url()))
+            .bearer_auth(&admin.token)
+            .json(&d)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let dest = dest["destination_id"].as_str().expect("a destination id");
+        let rule: serde_json::Value = http
+            .post(format!("{}/v1/alerts/rules", a.url()))
+            .bearer_auth(&admin.token)
+            .json(
+                &serde_json::json!({"kind": "session_status", "destination_id": dest,
+                "statuses": ["active", "waiting", "idle", "completed"]}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        rules.push(rule["rule_id"].as_str().expect("a rule id").to_string());
+    }
+    session(&Api::new(&a.url(), &tenant.ingest_token), "s-signed").await;
+    wait("a signed notification delivered", || {
+        !receiver.delivered().is_empty()
+    })
+    .await;
+    wait("the redirecting receiver asked", || {
+        !redirecting.received().is_empty()
+    })
+    .await;
+    // Time for a retry or two (and for a followed redirect to arrive).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let now = chrono::Utc::now().timestamp();
+    for r in receiver.received() {
+        let sig = r.header("x-apiary-signature");
+        verify_signature(SECRET, sig, &r.raw, now, WINDOW).unwrap_or_else(|why| {
+            panic!("{why}: {sig:?} over {}", String::from_utf8_lossy(&r.raw))
+        });
+        // The check itself refuses what it must: another body, another secret, a stale t.
+        let mut tampered = r.raw.clone();
+        tampered.push(b' ');
+        assert!(verify_signature(SECRET, sig, &tampered, now, WINDOW).is_err());
+        assert!(verify_signature("another", sig, &r.raw, now, WINDOW).is_err());
+        assert!(verify_signature(SECRET, sig, &r.raw, now + WINDOW + 60, WINDOW).is_err());
+    }
+    assert!(
+        elsewhere.received().is_empty(),
+        "the 302 was followed to {}",
+        elsewhere.url
+    );
+    let alerts = admin.get_ok("/v1/alerts").await.unwrap();
+    let redirected: Vec<&serde_json::Value> = alerts["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|al| al["rule_id"] == rules[1].as_str())
+        .collect();
+    assert!(!redirected.is_empty(), "{alerts}");
+    for al in redirected {
+        for n in al["notifications"].as_array().unwrap() {
+            assert_ne!(n["state"], "delivered", "a 302 counted as delivered: {al}");
+        }
+    }
+}

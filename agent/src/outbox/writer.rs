@@ -251,8 +251,12 @@ impl Writer {
             delta.usage.keys().map(|(s, _)| s.as_str()).collect();
         self.stream_due = super::live::flush(&tx, touched, now_ms)?;
         let used = store::used_bytes(&tx)?;
-        tx.commit()?;
         let wrote_events = jobs.iter().any(|j| j.writes_events());
+        #[cfg(any(test, feature = "test-hooks"))]
+        if wrote_events {
+            super::test_hooks::park_before_commit();
+        }
+        tx.commit()?;
         self.record_success(used, jobs.len(), wrote_events);
         Ok(delta)
     }
