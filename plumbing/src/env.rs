@@ -134,6 +134,14 @@ pub const OTHER_VARS: &[(&str, &str)] = &[
         "browser tests: where screenshots go (default: under the target directory)",
     ),
     ("APIARY_HOSTILE_SEED", "hostile-input tests: replay this one seed"),
+    (
+        "APIARY_WRITE_COSTS",
+        "write-path guard: `1` runs the statements and WAL count against its baseline (needs a private cluster)",
+    ),
+    (
+        "APIARY_WRITE_COSTS_BLESS",
+        "write-path guard: `1` rewrites the baseline with the figures measured",
+    ),
 ];
 
 /// Prefixes of variables that scripts and tests own (never reported).
