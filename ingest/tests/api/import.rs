@@ -159,8 +159,9 @@ fn every_byte_of_a_sealed_bundle_file_changed_is_refused_with_the_reason() {
     longer.push(0);
     std::fs::write(&path, &longer).unwrap();
     assert!(import::verify(&path).is_err());
-    // Single bits: the only ones that pass are padding bits after deflate's last block (in the byte
-    // before gzip's 8-byte trailer), which no reader reads — the content is the same bytes.
+    // Single bits: the only ones that pass are padding bits after a deflate stream's last block (in the
+    // byte before a gzip member's 8-byte trailer; a bundle is several members), which no reader reads —
+    // the content is the same bytes.
     let content = |b: &[u8]| {
         let mut out = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(b), &mut out).unwrap();
@@ -173,11 +174,10 @@ fn every_byte_of_a_sealed_bundle_file_changed_is_refused_with_the_reason() {
             std::fs::write(&path, &changed).unwrap();
             if import::verify(&path).is_ok() {
                 assert_eq!(
-                    i,
-                    bytes.len() - 9,
-                    "bit {bit} of byte {i} flipped was accepted"
+                    content(&changed),
+                    content(&bytes),
+                    "bit {bit} of byte {i} flipped was accepted with other content"
                 );
-                assert_eq!(content(&changed), content(&bytes));
             }
         }
     }
