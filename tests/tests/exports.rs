@@ -460,7 +460,10 @@ fn check_listing(text: &str, items: &[Value], offset: Option<&str>, what: &str) 
                             .unwrap_or_else(|e| panic!("{what}: {name} {cell:?}: {e}"));
                         assert_eq!(c, t, "{what}: {name} is the same instant");
                         if let Some(o) = offset {
-                            assert!(cell.ends_with(o), "{what}: {name} {cell} in the query's zone");
+                            assert!(
+                                cell.ends_with(o),
+                                "{what}: {name} {cell} in the query's zone"
+                            );
                         } else {
                             assert_eq!(cell, s, "{what}: {name}");
                         }
@@ -538,7 +541,12 @@ async fn the_session_listing_as_csv_pages_like_the_json_and_reads_back_equal() {
     assert!(text.starts_with("session_id,user_id,"), "{text}");
     let json = api.get_ok("/v1/sessions?status=completed").await.unwrap();
     let (_, _, text) = get_text(&api, "/v1/sessions?status=completed&format=csv", None).await;
-    check_listing(&text, json["sessions"].as_array().unwrap(), None, "completed");
+    check_listing(
+        &text,
+        json["sessions"].as_array().unwrap(),
+        None,
+        "completed",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -564,7 +572,10 @@ async fn the_colony_listing_as_csv_reads_back_equal_with_times_in_the_zone() {
     assert!(!colonies.is_empty(), "{json}");
     let key = colonies[0]["colony_key"].as_str().unwrap().to_string();
     let r = client()
-        .put(format!("{}/v1/colonies/{key}/label", cloud.admin_api().base))
+        .put(format!(
+            "{}/v1/colonies/{key}/label",
+            cloud.admin_api().base
+        ))
         .bearer_auth(&cloud.admin_api().token)
         .json(&serde_json::json!({ "label": HOSTILE_LABEL }))
         .send()
@@ -588,6 +599,7 @@ async fn the_colony_listing_as_csv_reads_back_equal_with_times_in_the_zone() {
         .sum();
     assert!(total > 0, "{json}");
 
-    let (_, _, by_accept) = get_text(&api, &format!("/v1/colonies?{query}"), Some("text/csv")).await;
+    let (_, _, by_accept) =
+        get_text(&api, &format!("/v1/colonies?{query}"), Some("text/csv")).await;
     assert_eq!(by_accept, text, "Accept asks for the same CSV");
 }

@@ -104,10 +104,17 @@ pub fn sessions(page: &SessionPage) -> String {
             activity.map(|a| text_cell(&a.kind)).unwrap_or_default(),
             text(&activity.and_then(|a| a.tool_name.clone())),
             at(activity.map(|a| a.since)),
-            activity.map(|a| a.in_flight.to_string()).unwrap_or_default(),
+            activity
+                .map(|a| a.in_flight.to_string())
+                .unwrap_or_default(),
         ];
         for st in Status::ALL {
-            cells.push(s.time_in_state.get(&st).map(f64::to_string).unwrap_or_default());
+            cells.push(
+                s.time_in_state
+                    .get(&st)
+                    .map(f64::to_string)
+                    .unwrap_or_default(),
+            );
         }
         for st in Status::ALL {
             cells.push(s.below.get(&st).map(u64::to_string).unwrap_or_default());
@@ -187,7 +194,10 @@ mod tests {
         };
         let text = sessions(&page);
         assert!(text.starts_with("session_id,user_id,"), "{text}");
-        assert!(text.contains(",below.crashed,totals.input_tokens,"), "{text}");
+        assert!(
+            text.contains(",below.crashed,totals.input_tokens,"),
+            "{text}"
+        );
         assert_eq!(text.matches("\r\n").count(), 1);
     }
 }

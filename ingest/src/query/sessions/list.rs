@@ -13,8 +13,8 @@ use utoipa::IntoParams;
 use super::{SessionRow, SELECT};
 use crate::access::TenantRead;
 use crate::error::ApiError;
-use crate::query::usage::AnswerFormat;
 use crate::query::params::{parsed, Limit, Rfc3339, Statuses, Text};
+use crate::query::usage::AnswerFormat;
 use crate::query::ReadDb;
 
 /// Default page size.
