@@ -12,6 +12,8 @@
 
 use std::collections::BTreeMap;
 
+use chrono::DateTime;
+
 use apiary_schema::CanonicalEvent;
 use serde_json::Value;
 use tests::fixture;
@@ -406,4 +408,198 @@ async fn a_tenant_scrape_equals_usage_over_all_time_and_is_scoped_like_every_rea
         .await
         .unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
+}
+
+/// A session's runtime and a colony label a spreadsheet would evaluate (ids cannot begin so: an id
+/// starts with a letter or digit).
+const HOSTILE_RUNTIME: &str = "-hostile";
+const HOSTILE_LABEL: &str = "=HYPERLINK(\"http://x\",\"y\")";
+
+/// The value at a CSV column's JSON path (`totals.cost_nanos` → `v["totals"]["cost_nanos"]`).
+fn at_path<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |v, k| &v[k])
+}
+
+/// Seconds that grow with the time of the read (a session still open): the CSV, read after the JSON,
+/// may say a little more.
+fn grows_with_now(column: &str) -> bool {
+    column.starts_with("time_in_state.") || column.starts_with("durations.")
+}
+
+/// Reads a listing's CSV back and checks every cell against the JSON item at the same position, the
+/// column naming the item's JSON path; `offset` is the zone the CSV's times must be in (None: as the
+/// JSON). Returns the CSV's lines as maps.
+fn check_listing(text: &str, items: &[Value], offset: Option<&str>, what: &str) {
+    assert!(text.ends_with("\r\n"), "{what}: CRLF line ends");
+    let mut reader = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    let records: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
+    assert_eq!(records.len(), items.len(), "{what}: one line per item");
+    for (rec, item) in records.iter().zip(items) {
+        assert_eq!(rec.len(), header.len(), "{what}");
+        for (name, cell) in header.iter().zip(rec.iter()) {
+            let v = at_path(item, name);
+            if let Some(dollars) = name.strip_suffix("_usd") {
+                let nanos = at_path(item, &format!("{dollars}_nanos")).as_i64().unwrap();
+                assert_eq!(nanos_of_decimal(cell), i128::from(nanos), "{what}: {name}");
+                continue;
+            }
+            match v {
+                Value::Array(a) => assert_eq!(cell, a.len().to_string(), "{what}: {name}"),
+                Value::Number(n) if n.is_f64() || grows_with_now(name) => {
+                    let (c, j) = (cell.parse::<f64>().unwrap(), n.as_f64().unwrap());
+                    if grows_with_now(name) {
+                        assert!((0.0..60.0).contains(&(c - j)), "{what}: {name} {c} vs {j}");
+                    } else {
+                        assert_eq!(c, j, "{what}: {name}");
+                    }
+                }
+                Value::String(s) => match DateTime::parse_from_rfc3339(s) {
+                    Ok(t) => {
+                        let c = DateTime::parse_from_rfc3339(cell)
+                            .unwrap_or_else(|e| panic!("{what}: {name} {cell:?}: {e}"));
+                        assert_eq!(c, t, "{what}: {name} is the same instant");
+                        if let Some(o) = offset {
+                            assert!(
+                                cell.ends_with(o),
+                                "{what}: {name} {cell} in the query's zone"
+                            );
+                        } else {
+                            assert_eq!(cell, s, "{what}: {name}");
+                        }
+                    }
+                    Err(_) => assert_eq!(cell, expected_cell(v, true), "{what}: {name}"),
+                },
+                other => assert_eq!(cell, expected_cell(other, false), "{what}: {name}"),
+            }
+        }
+    }
+}
+
+/// The header `name` of a GET with the read token, and the body.
+async fn get_with_header(api: &Api, path: &str, name: &str) -> (u16, Option<String>, String) {
+    let r = client()
+        .get(format!("{}{path}", api.base))
+        .bearer_auth(&api.token)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let h = r
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string());
+    (status, h, r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_listing_as_csv_pages_like_the_json_and_reads_back_equal() {
+    let cloud = seeded(true).await;
+    let hostile: Vec<CanonicalEvent> = fixture::synthetic_canonical("hostile-runtime", 0, 2)
+        .into_iter()
+        .map(|ev| {
+            let mut v = serde_json::to_value(&ev).unwrap();
+            v["runtime"] = Value::from(HOSTILE_RUNTIME);
+            serde_json::from_value(v).unwrap()
+        })
+        .collect();
+    post(&cloud, &hostile).await;
+    let api = cloud.read_api();
+
+    // Page by page, following the JSON's cursor and the CSV's X-Next-Cursor side by side.
+    let (mut json_cursor, mut pages, mut seen) = (None::<String>, 0, vec![]);
+    loop {
+        let q = match &json_cursor {
+            None => "/v1/sessions?limit=3".to_string(),
+            Some(c) => format!("/v1/sessions?limit=3&cursor={c}"),
+        };
+        let json = api.get_ok(&q).await.unwrap();
+        let (code, csv_cursor, text) =
+            get_with_header(&api, &format!("{q}&format=csv"), "x-next-cursor").await;
+        assert_eq!(code, 200, "{q}: {text}");
+        let items = json["sessions"].as_array().unwrap();
+        check_listing(&text, items, None, &q);
+        seen.extend(items.iter().map(|s| s["session_id"].clone()));
+        assert_eq!(
+            csv_cursor.as_deref(),
+            json["next_cursor"].as_str(),
+            "{q}: the CSV's cursor is the JSON's"
+        );
+        pages += 1;
+        json_cursor = json["next_cursor"].as_str().map(String::from);
+        if json_cursor.is_none() {
+            break;
+        }
+    }
+    assert!(pages > 1, "{pages} pages");
+    assert!(seen.contains(&Value::from("hostile-runtime")), "{seen:?}");
+
+    // The formula-like runtime is text in the raw file; Accept asks for CSV too; filters apply.
+    let (_, ct, text) = get_text(&api, "/v1/sessions?limit=1000", Some("text/csv")).await;
+    assert!(ct.starts_with("text/csv"), "{ct}");
+    assert!(text.contains(",\"'-hostile\","), "{text}");
+    assert!(text.starts_with("session_id,user_id,"), "{text}");
+    let json = api.get_ok("/v1/sessions?status=completed").await.unwrap();
+    let (_, _, text) = get_text(&api, "/v1/sessions?status=completed&format=csv", None).await;
+    check_listing(
+        &text,
+        json["sessions"].as_array().unwrap(),
+        None,
+        "completed",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_colony_listing_as_csv_reads_back_equal_with_times_in_the_zone() {
+    // The fixture day with its colonies keyed as an agent that knows the tenant's secret keys them.
+    let cloud = Cloud::start().await.unwrap();
+    let keyed: Vec<CanonicalEvent> = fixture::canonical_events()
+        .into_iter()
+        .enumerate()
+        .map(|(i, ev)| {
+            let mut v = serde_json::to_value(&ev).unwrap();
+            if v["type"] == "colony.created" {
+                v["data"]["colony_key"] = Value::from(format!("ck_{:032x}", i % 2));
+            }
+            serde_json::from_value(v).unwrap()
+        })
+        .collect();
+    post(&cloud, &keyed).await;
+    let api = cloud.read_api();
+    let query = format!("{SINCE}&tz=Asia/Kolkata");
+    let json = api.get_ok(&format!("/v1/colonies?{query}")).await.unwrap();
+    let colonies = json["colonies"].as_array().unwrap();
+    assert!(!colonies.is_empty(), "{json}");
+    let key = colonies[0]["colony_key"].as_str().unwrap().to_string();
+    let r = client()
+        .put(format!(
+            "{}/v1/colonies/{key}/label",
+            cloud.admin_api().base
+        ))
+        .bearer_auth(&cloud.admin_api().token)
+        .json(&serde_json::json!({ "label": HOSTILE_LABEL }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    let json = api.get_ok(&format!("/v1/colonies?{query}")).await.unwrap();
+    let (code, ct, text) = get_text(&api, &format!("/v1/colonies?{query}&format=csv"), None).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(ct.starts_with("text/csv"), "{ct}");
+    let colonies = json["colonies"].as_array().unwrap();
+    check_listing(&text, colonies, Some("+05:30"), "colonies");
+    assert!(
+        text.contains(",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\","),
+        "the label is text:\n{text}"
+    );
+    let total: i64 = colonies
+        .iter()
+        .map(|c| c["totals"]["cost_nanos"].as_i64().unwrap())
+        .sum();
+    assert!(total > 0, "{json}");
+
+    let (_, _, by_accept) =
+        get_text(&api, &format!("/v1/colonies?{query}"), Some("text/csv")).await;
+    assert_eq!(by_accept, text, "Accept asks for the same CSV");
 }

@@ -17,7 +17,7 @@ use super::overview::{last_30_days, non_empty};
 use super::Viewer;
 use crate::query::colonies::ColonyParams;
 use crate::query::ReadDb;
-use crate::routes::extract::{query_params, Query};
+use crate::routes::extract::query_params;
 
 /// `GET /devices`.
 pub async fn devices_page(State(db): State<ReadDb>, viewer: Viewer) -> Response {
@@ -93,14 +93,8 @@ pub async fn colonies_page(
         let (from, to) = last_30_days(params.tz.as_ref());
         (params.from, params.to) = (Some(from), Some(to));
     }
-    let list = match crate::routes::colonies::list_colonies(
-        State(db),
-        viewer.reader.clone(),
-        Query(params),
-    )
-    .await
-    {
-        Ok(Json(l)) => l,
+    let list = match crate::query::colonies::list(&db, &viewer.reader, params.into()).await {
+        Ok(l) => l,
         Err(e) => return layout::error_page(e),
     };
     let date = |s: &str| s.get(..10).unwrap_or(s).to_string();

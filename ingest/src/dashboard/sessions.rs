@@ -13,7 +13,6 @@
 
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
-use axum::Json;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
@@ -24,7 +23,7 @@ use super::Viewer;
 use crate::query::sessions::body::{needs_a_look, SessionBody};
 use crate::query::sessions::ListParams;
 use crate::query::ReadDb;
-use crate::routes::extract::{query_params, Query};
+use crate::routes::extract::query_params;
 use crate::routes::sessions as api;
 use apiary_schema::status::Status;
 
@@ -48,8 +47,8 @@ pub async fn list_page(
     let filters = Filters::of(&raw);
     // New sessions join the live list only where they belong: the first page, unfiltered.
     let live_add = raw.is_empty() || raw.split('&').all(|p| p.starts_with("limit="));
-    let page = match api::list_sessions(State(db), viewer.reader.clone(), Query(params)).await {
-        Ok(Json(p)) => p,
+    let page = match api::session_page(&db, &viewer.reader, params).await {
+        Ok(p) => p,
         Err(e) => return layout::error_page(e),
     };
     let now = Utc::now();

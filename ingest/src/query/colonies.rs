@@ -241,6 +241,11 @@ pub struct ColonyParams {
     #[serde(default, deserialize_with = "super::params::parsed")]
     #[param(value_type = Option<String>)]
     pub tz: Option<usage::Zone>,
+    /// `json` (the default) or `csv` (one line per colony, times in `tz`; see docs/exports.md). Without
+    /// it, `Accept: text/csv` asks for CSV too.
+    #[serde(default, deserialize_with = "super::params::parsed")]
+    #[param(value_type = Option<usage::AnswerFormat>)]
+    pub format: Option<usage::AnswerFormat>,
 }
 
 impl From<ColonyParams> for UsageParams {

@@ -17,6 +17,7 @@ pub mod budgets;
 pub mod colonies;
 pub mod devices;
 pub mod history;
+pub mod listings_csv;
 pub mod params;
 pub mod sessions;
 pub mod stream;

@@ -4,33 +4,49 @@
 
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::docs::ReadErrors;
 use super::extract::{Path, Query};
+use super::negotiate::{csv_answer, wants_csv};
 use crate::access::TenantRead;
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
 use crate::query::colonies::{self, ColonyLabel, ColonyList, ColonyParams};
-use crate::query::ReadDb;
+use crate::query::{listings_csv, ReadDb};
 use crate::state::AppState;
 
 /// The tenant's colonies by key, most recently seen first: their runs (sessions and workers across
 /// days), usage per day in `tz` over `[from, to)` (exact; the rule of `/v1/usage`) and labels. A `read`
-/// token bound to a user sees only the colonies that user ran, with that user's usage.
+/// token bound to a user sees only the colonies that user ran, with that user's usage. `format=csv` (or
+/// `Accept: text/csv`) answers one line per colony.
 #[utoipa::path(
     get,
     path = "/v1/colonies",
     params(ColonyParams),
     security(("bearer" = [])),
-    responses((status = 200, description = "Colonies by key.", body = ColonyList), ReadErrors)
+    responses((status = 200, description = "Colonies by key (as CSV with `format=csv` or `Accept: text/csv`).", content(
+            (ColonyList = "application/json"),
+            (String = "text/csv")
+        )), ReadErrors)
 )]
 pub async fn list_colonies(
     State(db): State<ReadDb>,
     reader: TenantRead,
+    headers: HeaderMap,
     Query(params): Query<ColonyParams>,
-) -> Result<Json<ColonyList>, ApiError> {
-    Ok(Json(colonies::list(&db, &reader, params.into()).await?))
+) -> Result<Response, ApiError> {
+    let csv = wants_csv(params.format, &headers);
+    let list = colonies::list(&db, &reader, params.into()).await?;
+    if csv {
+        return Ok(csv_answer(
+            listings_csv::colonies(&list),
+            &listings_csv::colonies_file_name(&list),
+        ));
+    }
+    Ok(Json(list).into_response())
 }
 
 fn check_key(key: &str) -> Result<(), ApiError> {

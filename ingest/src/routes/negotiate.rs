@@ -1,4 +1,5 @@
-//! The form of a usage answer: JSON, or CSV ([`crate::query::usage::csv`]) when the query says
+//! The form of a usage or listing answer: JSON, or CSV ([`crate::query::usage::csv`],
+//! [`crate::query::listings_csv`]) when the query says
 //! `format=csv`, or, without a `format`, when the `Accept` header names `text/csv` and not
 //! `application/json` (a browser's or curl's `*/*` still gets JSON). The same rows either way.
 
@@ -43,8 +44,13 @@ pub fn usage_answer<T: Serialize>(
         return Json(json).into_response();
     }
     let u = usage(&json);
-    let disposition = format!("attachment; filename=\"{}\"", csv::file_name(u, what));
-    let mut r = csv::render(u).into_response();
+    csv_answer(csv::render(u), &csv::file_name(u, what))
+}
+
+/// CSV text as a download named `file_name`.
+pub fn csv_answer(text: String, file_name: &str) -> Response {
+    let disposition = format!("attachment; filename=\"{file_name}\"");
+    let mut r = text.into_response();
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

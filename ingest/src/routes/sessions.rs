@@ -4,14 +4,14 @@
 //! a user-bound `read` token) and the [`ReadDb`]. Unknown and other-tenant ids are both 404.
 
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 
 use super::docs::ReadErrors;
 use super::extract::{Path, Query};
-use super::negotiate::{usage_answer, wants_csv};
+use super::negotiate::{csv_answer, usage_answer, wants_csv};
 use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::history::{self, SessionHistory};
@@ -21,7 +21,7 @@ use crate::query::sessions::work;
 use crate::query::sessions::{self, ListFilter, ListParams};
 use crate::query::usage::body::{ColonyUsage, SessionUsage};
 use crate::query::usage::{self, Dim, GroupBy, Part, TimeArg, UsageParams, UsageQuery, Within};
-use crate::query::ReadDb;
+use crate::query::{listings_csv, ReadDb};
 
 fn check_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > 200 {
@@ -48,25 +48,57 @@ fn scoped_usage(mut p: UsageParams, group_by: Dim) -> Result<UsageQuery, ApiErro
 /// The tenant's sessions, most recently active first (last event time, then id), each as
 /// `/v1/sessions/{id}` returns it; `next_cursor` (null at the end) gives the next page. With a status
 /// filter a page may come back short, even empty, with a cursor to go on from. A `read` token bound to
-/// a user sees only that user's sessions.
+/// a user sees only that user's sessions. `format=csv` (or `Accept: text/csv`) answers the same page,
+/// one line per session, with the next page's cursor in the `X-Next-Cursor` header (absent at the end).
 #[utoipa::path(
     get,
     path = "/v1/sessions",
     params(ListParams),
     security(("bearer" = [])),
-    responses((status = 200, description = "A page of sessions.", body = SessionPage), ReadErrors)
+    responses((status = 200, description = "A page of sessions (as CSV with `format=csv` or `Accept: text/csv`).",
+        headers(("X-Next-Cursor" = String, description = "CSV only: the next page's `cursor`; absent at the end.")),
+        content(
+            (SessionPage = "application/json"),
+            (String = "text/csv")
+        )), ReadErrors)
 )]
 pub async fn list_sessions(
     State(db): State<ReadDb>,
     reader: TenantRead,
+    headers: HeaderMap,
     Query(params): Query<ListParams>,
-) -> Result<Json<SessionPage>, ApiError> {
+) -> Result<Response, ApiError> {
+    let csv = wants_csv(params.format, &headers);
+    let page = session_page(&db, &reader, params).await?;
+    if !csv {
+        return Ok(Json(page).into_response());
+    }
+    let mut r = csv_answer(listings_csv::sessions(&page), "sessions.csv");
+    if let Some(v) = page
+        .next_cursor
+        .as_deref()
+        .and_then(|c| HeaderValue::from_str(c).ok())
+    {
+        r.headers_mut().insert(NEXT_CURSOR, v);
+    }
+    Ok(r)
+}
+
+/// The header that carries a CSV page's `next_cursor`.
+const NEXT_CURSOR: HeaderName = HeaderName::from_static("x-next-cursor");
+
+/// The page of sessions `params` ask for (the listing's JSON, also the dashboard's sessions page).
+pub async fn session_page(
+    db: &ReadDb,
+    reader: &TenantRead,
+    params: ListParams,
+) -> Result<SessionPage, ApiError> {
     let filter = ListFilter::from(params);
     let now = Utc::now();
-    let (rows, next) = sessions::list::list(&db, &reader, &filter, now, db.rules()).await?;
+    let (rows, next) = sessions::list::list(db, reader, &filter, now, db.rules()).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.session_id.clone()).collect();
-    let totals = sessions::totals(&db, &reader, &ids).await?;
-    let mut below = sessions::below(&db, &reader, &ids, now, db.rules()).await?;
+    let totals = sessions::totals(db, reader, &ids).await?;
+    let mut below = sessions::below(db, reader, &ids, now, db.rules()).await?;
     let sessions = rows
         .iter()
         .map(|r| {
@@ -76,10 +108,10 @@ pub async fn list_sessions(
             body
         })
         .collect();
-    Ok(Json(SessionPage {
+    Ok(SessionPage {
         sessions,
         next_cursor: next.map(|c| c.encode()),
-    }))
+    })
 }
 
 /// A session: identity, phase, status (the shared health model, see docs/session-status.md) with

@@ -14,6 +14,7 @@ use super::{SessionRow, SELECT};
 use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::params::{parsed, Limit, Rfc3339, Statuses, Text};
+use crate::query::usage::AnswerFormat;
 use crate::query::ReadDb;
 
 /// Default page size.
@@ -56,6 +57,11 @@ pub struct ListParams {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>)]
     pub cursor: Option<Cursor>,
+    /// `json` (the default) or `csv` (one line per session of the page, the next page's cursor in the
+    /// `X-Next-Cursor` header; see docs/exports.md). Without it, `Accept: text/csv` asks for CSV too.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<AnswerFormat>)]
+    pub format: Option<AnswerFormat>,
 }
 
 /// Where a page of [`list`] ended: the sort key of the last session looked at.

@@ -22,7 +22,7 @@ use crate::query::sums::Sum;
 pub const CONTENT_TYPE: &str = "text/csv; charset=utf-8; header=present";
 
 /// The sum columns, in the JSON's order.
-const SUM_COLUMNS: [&str; 19] = [
+pub const SUM_COLUMNS: [&str; 19] = [
     "input_tokens",
     "output_tokens",
     "cached_tokens",
@@ -90,7 +90,7 @@ pub fn file_name(r: &UsageResponse, what: &str) -> String {
 }
 
 /// The cells of the sums, in [`SUM_COLUMNS`] order.
-fn sum_cells(s: &UsageSums) -> Vec<String> {
+pub fn sum_cells(s: &UsageSums) -> Vec<String> {
     let n = |v: Sum| v.0.to_string();
     vec![
         n(s.input_tokens),
@@ -149,7 +149,7 @@ pub fn text_cell(s: &str) -> String {
 }
 
 /// Appends one CSV line (quoting as RFC 4180 asks, and every neutralised formula cell).
-fn line(out: &mut String, cells: impl Iterator<Item = String>) {
+pub fn line(out: &mut String, cells: impl Iterator<Item = String>) {
     for (i, c) in cells.enumerate() {
         if i > 0 {
             out.push(',');
