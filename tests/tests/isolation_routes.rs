@@ -68,6 +68,11 @@ const READS_NOTHING_OF_A_TENANT: &[(&str, &str)] = &[
     ("/assets/app.css", "a static file"),
     ("/assets/live.js", "a static file"),
     (
+        "/v1/exports",
+        "an export lists its id, host and fingerprint: no name or path to carry A's marker (A's export \
+         is aimed at by id, and its row is in the snapshot)",
+    ),
+    (
         "/v1/tenant/settings",
         "one choice (keys or names), no value of A's; a write to A's shows in the rows' snapshot",
     ),
@@ -80,6 +85,7 @@ struct Victim {
     destination: String,
     rule: String,
     colony_key: String,
+    export: String,
 }
 
 /// The value of A's that fills path parameter `param` of `path` (the API's and the dashboard's).
@@ -92,6 +98,7 @@ fn path_value(v: &Victim, path: &str, param: &str) -> Option<String> {
         ("/v1/budgets/{id}", "id") => s(&v.budget),
         ("/v1/alerts/destinations/{id}", "id") => s(&v.destination),
         ("/v1/alerts/rules/{id}", "id") => s(&v.rule),
+        ("/v1/exports/{id}", "id") => s(&v.export),
         _ => None,
     }
 }
@@ -155,6 +162,7 @@ fn bodies(v: &Victim, hook: &str, method: &str, path: &str) -> Option<Vec<Value>
             json!({"kind": "session_status", "destination_id": v.destination,
                    "statuses": ["failed"]}),
         ],
+        ("post", "/v1/exports") => vec![json!({"url": hook, "dimensions": ["user"]})],
         ("put", "/v1/colonies/{key}/label") => vec![json!({"label": "taken"})],
         ("put", "/v1/tenant/settings") => vec![json!({"colony_names": "names"})],
         ("post", "/v1/devices/key") => vec![json!({"public_key": "AAAA", "proof": "AAAA"})],
@@ -368,6 +376,13 @@ async fn seed_victim(cloud: &Cloud, ingest: &Ingest, hook: &str, receiver: &Rece
     )
     .await;
     let (budget, destination) = (id(&budget, "budget_id"), id(&destination, "destination_id"));
+    let export = post_json(
+        &admin,
+        "/v1/exports",
+        json!({"url": hook, "dimensions": ["user"]}),
+    )
+    .await;
+    let export = id(&export, "export_id");
     let rule = post_json(
         &admin,
         "/v1/alerts/rules",
@@ -427,6 +442,7 @@ async fn seed_victim(cloud: &Cloud, ingest: &Ingest, hook: &str, receiver: &Rece
         destination,
         rule: id(&rule, "rule_id"),
         colony_key,
+        export,
     }
 }
 
