@@ -112,6 +112,7 @@ fn queries(path: &str) -> Vec<String> {
             "group_by=session&granularity=hour".to_string(),
         ]),
         "/v1/stream" | "/live" => q.push("after=0-0".to_string()),
+        "/v1/metrics" => q.push("group_by=user,device,colony".to_string()),
         "/v1/status/transitions" => q.push("status=failed,stalled".to_string()),
         "/v1/prices/reprice" => q.clear(),
         _ => {}
