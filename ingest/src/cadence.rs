@@ -17,8 +17,8 @@
 //!   `cadence_max_ms`. A loaded window raises the level by one; [`CALM_WINDOWS`] calm windows in a row
 //!   lower it by one (hysteresis: a fleet that slows down does not rush back at the first quiet second,
 //!   and a level is held through windows that are neither). Bigger batches at a longer interval cost the
-//!   ingest far less per event (a 20-event batch ≈ 3.3 ms of machine time, a 1000-event one ≈ 48 ms), so
-//!   stretching is what restores headroom.
+//!   ingest far less per event (docs/scaling.md, "Small batches from a fleet"), so stretching is what
+//!   restores headroom.
 //! - **Jitter.** Above level 0 each device gets up to +20% on top, from a hash of its id and the level:
 //!   devices that all hear "8 s" at once do not push in step, and a device's own interval is steady.
 //! - **Past capacity.** More than `max_batches_in_flight` batches at once are answered 429 with
@@ -148,11 +148,7 @@ impl Cadence {
     }
 
     fn interval_for_at(&self, device: Option<&str>, now: Instant) -> Duration {
-        let level = {
-            let mut st = self.lock();
-            self.roll(&mut st, now);
-            st.level
-        };
+        let level = self.level_at(now);
         let interval = self.at_level(level);
         if level == 0 {
             return interval;
@@ -164,18 +160,13 @@ impl Cadence {
     }
 
     fn interval_at(&self, now: Instant) -> Duration {
-        let level = {
-            let mut st = self.lock();
-            self.roll(&mut st, now);
-            st.level
-        };
-        self.at_level(level)
+        self.at_level(self.level_at(now))
     }
 
-    /// The current level (0 = at rest), for metrics and tests.
-    pub fn level(&self) -> u32 {
+    /// The level at `now` (0 = at rest), after closing the windows that ended before it.
+    fn level_at(&self, now: Instant) -> u32 {
         let mut st = self.lock();
-        self.roll(&mut st, Instant::now());
+        self.roll(&mut st, now);
         st.level
     }
 

@@ -48,6 +48,15 @@ impl Recorder {
         Recorder { server, seen }
     }
 
+    /// Waits (up to 5 s) until a request was answered — the heartbeat at start — and its answer read.
+    async fn answered_once(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     /// Batches holding outbox events (not only a heartbeat): (arrival, their outbox event ids).
     fn event_batches(&self) -> Vec<(Instant, Vec<uuid::Uuid>)> {
         let seen = self.seen.lock().unwrap();
@@ -172,11 +181,7 @@ async fn the_interval_the_ingest_asks_for_replaces_the_configured_one() {
     let ingest = Recorder::asking(Some(1_500)).await;
     let f = outbox_with_turns(0, Some(&ingest.server.uri())).await;
     let (shutdown, task) = start(&f, bounded(100, 100, 10_000));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while ingest.seen.lock().unwrap().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    ingest.answered_once().await;
     let first = Instant::now();
     for i in 0..5 {
         f.outbox.submit(turns(i..i + 1)).await.unwrap();
@@ -201,11 +206,7 @@ async fn the_agents_ceiling_bounds_the_interval_the_ingest_asks_for() {
     let ingest = Recorder::asking(Some(60_000)).await;
     let f = outbox_with_turns(0, Some(&ingest.server.uri())).await;
     let (shutdown, task) = start(&f, bounded(100, 100, 400));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while ingest.seen.lock().unwrap().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    ingest.answered_once().await;
     let first = Instant::now();
     f.outbox.submit(turns(0..1)).await.unwrap();
     until_delivered(&f, 1).await;
