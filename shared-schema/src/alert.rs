@@ -8,13 +8,15 @@
 //! (`t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`).
 
 use chrono::{DateTime, Utc};
+#[cfg(feature = "json-schema")]
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
 /// What a rule watches (`kind` of a rule, and of each alert it raises).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RuleKind {
@@ -53,7 +55,8 @@ impl RuleKind {
 }
 
 /// What happened to the alert: it began, or its condition no longer holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AlertState {
     Firing,
@@ -71,7 +74,8 @@ impl AlertState {
 }
 
 /// The body of a webhook notification.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 pub struct AlertNotification {
     /// `<alert_id>:<event>`: the same for every retry of this notification (also sent as the
     /// `Idempotency-Key` header).
@@ -85,7 +89,8 @@ pub struct AlertNotification {
 }
 
 /// An alert as a notification carries it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 pub struct AlertBody {
     /// `al_` and 32 hexadecimal digits.
     pub alert_id: String,

@@ -6,6 +6,7 @@
 //! user or device than the token is bound to — refuses the whole batch with 403.
 
 use chrono::{DateTime, Utc};
+#[cfg(feature = "json-schema")]
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -14,7 +15,8 @@ use crate::event::CanonicalEvent;
 use crate::quota::Quota;
 
 /// A batch of canonical events, schema version 1.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Batch {
     /// Schema version of this envelope (1).
@@ -27,7 +29,7 @@ pub struct Batch {
     /// The sending agent.
     pub agent: AgentInfo,
     /// SHA-256 of the redaction policy the agent applied (hex).
-    #[schemars(length(min = 1, max = 128))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 128)))]
     pub policy_hash: String,
     /// Identity of every session the events reference.
     #[serde(default)]
@@ -37,39 +39,41 @@ pub struct Batch {
 }
 
 /// The agent that sent a batch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AgentInfo {
     /// The device id configured on the agent, if any (else the token's device binding is used).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub device_id: Option<String>,
     /// The agent's version, e.g. `0.1.0`.
-    #[schemars(length(min = 1, max = 64))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 64)))]
     pub agent_version: String,
 }
 
 /// Identity bound to a session when the agent first saw (or registered) it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SessionBinding {
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub session_id: String,
     /// The user the session runs for; absent = the user the token is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub user_id: Option<String>,
     /// The tenant the agent believes the session belongs to; must equal the token's tenant when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub tenant_id: Option<String>,
     /// The device the session ran on; absent = the device the token is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub device_id: Option<String>,
     /// The parent session (a worker's queen).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub parent_session_id: Option<String>,
     /// When the agent first saw the session.
     pub first_seen_at: DateTime<Utc>,
@@ -77,7 +81,8 @@ pub struct SessionBinding {
 
 /// The ingest's answer to a batch: per-event verdicts. Replaying a batch changes nothing (all duplicates).
 /// Unknown fields are ignored, so that the ingest can add to its answer without breaking agents.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 pub struct BatchResponse {
     /// Events stored for the first time.
     pub accepted: u64,
@@ -95,12 +100,13 @@ pub struct BatchResponse {
     /// its own floor and ceiling; a full batch or a backlog still goes at once. Absent from an ingest
     /// that does not set the cadence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[cfg_attr(feature = "json-schema", schemars(range(min = 1)))]
     pub push_interval_ms: Option<u64>,
 }
 
 /// One refused event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Rejection {
     pub event_id: Uuid,

@@ -33,6 +33,7 @@
 //! Every other device, and every device of a `keys` tenant, never lets a name out.
 
 use hmac::{Hmac, Mac};
+#[cfg(feature = "json-schema")]
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -50,7 +51,8 @@ pub const KEY_FIELD: &str = "colony_key";
 pub const NAME_FIELD: &str = "colony_name";
 
 /// What a tenant lets its devices send about a colony: its key only (the default), or its name too.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ColonyNames {
     /// Colonies travel as keys only; names never leave a device.

@@ -152,7 +152,8 @@ pub fn registration_message(tenant_id: &str, device_id: &str, key: &PublicKey) -
 }
 
 /// `POST /v1/devices/key`: a device registers its public key, proving it holds the private key.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct KeyRegistration {
     /// `ed25519:BASE64`.

@@ -5,14 +5,14 @@
 //! allowlisted, typed values (numbers, booleans, enums, ids, model and tool names).
 
 use chrono::{DateTime, Utc};
+#[cfg(feature = "json-schema")]
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// The closed set of durable event kinds. Anything a runtime emits maps to one of these or is filtered.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 pub enum EventKind {
     /// One LLM loop iteration with its token usage and cost.
     #[serde(rename = "llm.turn")]
@@ -105,7 +105,8 @@ impl std::fmt::Display for EventKind {
 }
 
 /// Who in the runtime produced the event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AgentRole {
     /// The top-level session (Hive's Queen) the user talks to.
@@ -115,7 +116,8 @@ pub enum AgentRole {
 }
 
 /// A canonical event, schema version 1.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CanonicalEvent {
     /// Schema version of this envelope (1).
@@ -129,41 +131,41 @@ pub struct CanonicalEvent {
     /// When it happened, in UTC (naive producer times are resolved with the producer's zone).
     pub occurred_at: DateTime<Utc>,
     /// The runtime that produced it, e.g. `hive`.
-    #[schemars(length(min = 1, max = 64))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 64)))]
     pub runtime: String,
     /// The session the event belongs to. Absent only on device-level kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub session_id: Option<String>,
     /// The parent session (for a worker: its queen's session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub parent_session_id: Option<String>,
     /// The colony the worker belongs to (in Hive, the id of the queen session that forked it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub colony_id: Option<String>,
     /// The worker's own id, for worker events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub worker_id: Option<String>,
     /// Queen or worker. Absent only on device-level kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_role: Option<AgentRole>,
     /// The runtime's graph node that emitted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub node_id: Option<String>,
     /// The runtime's execution id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub execution_id: Option<String>,
     /// A correlation or trace id, when the runtime has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 200))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 200)))]
     pub trace_id: Option<String>,
     /// The runtime's own type name, e.g. `llm_turn_complete`.
-    #[schemars(length(min = 1, max = 100))]
+    #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 100)))]
     pub native_type: String,
     /// Allowlisted, typed fields only (see the redaction policy for this kind).
     pub data: serde_json::Map<String, serde_json::Value>,

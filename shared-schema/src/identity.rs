@@ -2,11 +2,13 @@
 //! without a configured identity takes the user and device its token is bound to, and a configured one
 //! that contradicts the token is named at once instead of pausing sync at the first batch.
 
+#[cfg(feature = "json-schema")]
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The answer of `GET /v1/whoami`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 pub struct TokenIdentity {
     /// The tenant every event sent with this token belongs to.
     pub tenant_id: String,

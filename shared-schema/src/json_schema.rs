@@ -1,7 +1,7 @@
 //! JSON Schema for the wire contract, generated from the Rust types.
 //!
 //! The files under `shared-schema/schema/v1/` are the published contract. They are written by
-//! `cargo run -p apiary-schema --bin gen-schema` and a test fails when they differ from what the types
+//! `cargo run -p apiary-schema --features json-schema --bin gen-schema` and a test fails when they differ from what the types
 //! generate (drift). [`Validator`] compiles them once; keep one and reuse it.
 
 use std::sync::OnceLock;
@@ -166,7 +166,7 @@ mod tests {
             let on_disk = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
             assert!(
                 on_disk == content,
-                "schema/v1/{name} drifted from the Rust types: run `cargo run -p apiary-schema --bin gen-schema`"
+                "schema/v1/{name} drifted from the Rust types: run `cargo run -p apiary-schema --features json-schema --bin gen-schema`"
             );
         }
     }

@@ -17,9 +17,10 @@
 //! - [`bundle`]: the air-gapped export bundle (manifest, checksum, the device key's seal, writer and
 //!   reader over `Read`/`Write`).
 //! - [`device_key`]: device signing keys (Ed25519): text forms, fingerprints, and what they sign.
-//! - [`json_schema`]: the JSON Schema files under `shared-schema/schema/` are generated from these Rust
-//!   types (`cargo run -p apiary-schema --bin gen-schema`); a test fails when the checked-in files drift.
-//!   [`json_schema::Validator`] compiles them once and is reused for every batch.
+//! - `json_schema` (feature `json-schema`, which the ingest turns on; the agent never links it): the JSON
+//!   Schema files under `shared-schema/schema/` are generated from these Rust types (`cargo run -p
+//!   apiary-schema --features json-schema --bin gen-schema`); a test fails when the checked-in files
+//!   drift. Its `Validator` compiles them once and is reused for every batch.
 //! - [`hive`]: the adapter for the Hive runtime: classifies all 74 native event types, resolves session,
 //!   parent, colony, worker and role, computes the deterministic `event_id`, and converts Hive's naive local
 //!   timestamps to UTC.
@@ -56,6 +57,7 @@ pub mod event;
 pub mod explain;
 pub mod hive;
 pub mod identity;
+#[cfg(feature = "json-schema")]
 pub mod json_schema;
 pub mod otel;
 pub mod pipeline;

@@ -325,14 +325,45 @@ pub fn process_otlp(
         .collect()
 }
 
-/// Describes why a canonical event does not parse by the paths of the offending fields only: serde's and
-/// the validator's own messages quote values, and error texts end up in logs and dead letters.
+/// Describes why a canonical event does not parse by the path of the offending field only (as a JSON
+/// pointer, e.g. `/usage/input_tokens`; `/x (missing)` for a missing field; `(root)` for the object
+/// itself): serde's own messages quote values, and error texts end up in logs and dead letters. Only the
+/// failure path pays for it (the event is deserialised a second time, noting the path).
 fn canonical_error(value: &Value) -> ProcessError {
-    let paths = crate::json_schema::Validator::shared().invalid_paths(value);
-    if paths.is_empty() {
-        ProcessError::Canonical("a field has the wrong type or an out-of-range value".into())
-    } else {
-        ProcessError::Canonical(format!("invalid or missing fields at {}", paths.join(", ")))
+    match serde_path_to_error::deserialize::<_, CanonicalEvent>(value) {
+        Ok(_) => {
+            ProcessError::Canonical("a field has the wrong type or an out-of-range value".into())
+        }
+        Err(e) => ProcessError::Canonical(format!(
+            "invalid or missing fields at {}",
+            error_pointer(e.path(), &e.inner().to_string())
+        )),
+    }
+}
+
+/// The JSON pointer of a deserialisation error's path, with a missing field's name appended (the only
+/// part of serde's message that names no value: a field of the schema).
+fn error_pointer(path: &serde_path_to_error::Path, message: &str) -> String {
+    use serde_path_to_error::Segment;
+    let mut pointer = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => pointer.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                pointer.push_str(&format!("/{}", key.replace('~', "~0").replace('/', "~1")))
+            }
+            Segment::Enum { variant } => pointer.push_str(&format!("/{variant}")),
+            Segment::Unknown => pointer.push_str("/?"),
+        }
+    }
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next())
+        .filter(|field| field.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+    match missing {
+        Some(field) => format!("{pointer}/{field} (missing)"),
+        None if pointer.is_empty() => "(root)".to_string(),
+        None => pointer,
     }
 }
 
@@ -510,5 +541,40 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("/event_id"), "{err}");
+    }
+
+    /// A canonical event that does not parse is described by the pointer of its first bad field: a
+    /// nested value, a missing field by name, an unknown field (whose name may be anything) as the root.
+    #[test]
+    fn a_bad_canonical_event_is_named_by_its_field() {
+        let policy = Policy::default_policy();
+        let opts = ProcessOptions::new(&policy);
+        let good = json!({
+            "schema_version": 1, "event_id": "6a1f5c2e-9b3d-4e7a-8c10-2f4bd5e6a701", "type": "llm.turn",
+            "occurred_at": "2026-11-03T09:15:09.412338Z", "runtime": "hive", "session_id": "s1",
+            "agent_role": "queen", "native_type": "llm_turn_complete", "data": {"input_tokens": 5}
+        });
+        assert!(process_value(&good, &opts).is_ok());
+        let said = |change: &dyn Fn(&mut Value)| {
+            let mut bad = good.clone();
+            change(&mut bad);
+            process_value(&bad, &opts).unwrap_err().to_string()
+        };
+        let err = said(&|v| v["occurred_at"] = "zzcanary yesterday".into());
+        assert!(
+            err.ends_with("at /occurred_at") && !err.contains("zzcanary"),
+            "{err}"
+        );
+        let err = said(&|v| v["agent_role"] = 7.into());
+        assert!(err.ends_with("at /agent_role"), "{err}");
+        let err = said(&|v| {
+            v.as_object_mut().unwrap().remove("runtime");
+        });
+        assert!(err.ends_with("at /runtime (missing)"), "{err}");
+        let err = said(&|v| v["zzcanary_prompt"] = "hello".into());
+        assert!(
+            err.ends_with("at (root)") && !err.contains("zzcanary"),
+            "{err}"
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! or the desktop may read the quota and choose to stop.
 
 use chrono::{DateTime, Utc};
+#[cfg(feature = "json-schema")]
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +17,8 @@ pub const QUOTA_HEADER: &str = "x-apiary-quota";
 
 /// The budgets that apply to the token's user (a budget scoped to the tenant, or to this user), each with
 /// its spend in the current period.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 pub struct Quota {
     /// When the spend was read (it may trail the batch it answers by a few seconds).
     pub as_of: DateTime<Utc>,
@@ -24,7 +26,8 @@ pub struct Quota {
 }
 
 /// One budget in its current period.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 pub struct BudgetState {
     pub budget_id: String,
     /// The budget's name, if it has one.
@@ -52,7 +55,8 @@ pub struct BudgetState {
 }
 
 /// A budget's scope: each present field restricts it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(JsonSchema))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BudgetScope {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@ use tests::agent::Agent;
 use tests::fixture::synthetic_turns;
 use tests::procs::wait_for;
 
-/// The hook's variable (`apiary_agent::outbox::test_hooks::PARK_BEFORE_COMMIT_VAR`).
+/// The hook's variable (`PARK_BEFORE_COMMIT_VAR` of the agent's outbox writer hook).
 const PARK_VAR: &str = "TEST_HOOK_APIARY_PARK_BEFORE_COMMIT";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,56 +34,16 @@ use std::collections::HashMap;
 
 use apiary_schema::policy::{SimpleKind, ValueKind};
 use apiary_schema::usage::MAX_DURATION_MS;
-use apiary_schema::work::call_key;
 use apiary_schema::{CanonicalEvent, EventKind, Policy};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::item::{Item, PreparedEvent};
+use super::item::{Item, PreparedEvent, ToolEdge};
 use super::op::Ctx;
 
 /// An open start is forgotten this long after it was recorded (24 hours).
 pub const START_TTL_MS: i64 = 24 * 3_600_000;
 /// At most this many open starts are kept.
 pub const MAX_OPEN_STARTS: i64 = 10_000;
-
-/// One side of a tool call, as the pairing reads it (taken on the producer's thread).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolEdge {
-    pub session: String,
-    /// [`apiary_schema::work::CallKey::text`].
-    pub key: String,
-    /// A completion (else a start).
-    pub completed: bool,
-    /// The event's time, Unix microseconds.
-    pub at_us: i64,
-    /// A completion that carries `duration_ms` already (the runtime's, or attached here): kept as is.
-    pub timed: bool,
-}
-
-impl ToolEdge {
-    /// The edge of a session's `tool.call` start or completion with a pairing key; None otherwise.
-    pub fn of(e: &CanonicalEvent) -> Option<ToolEdge> {
-        if e.kind != EventKind::ToolCall {
-            return None;
-        }
-        let completed = match e.data_str("status")? {
-            "started" => false,
-            "completed" => true,
-            _ => return None,
-        };
-        let key = call_key(&e.data, e.execution_id.as_deref());
-        if !key.pairs() {
-            return None;
-        }
-        Some(ToolEdge {
-            session: e.session_id.clone()?,
-            key: key.text(),
-            completed,
-            at_us: e.occurred_at.timestamp_micros(),
-            timed: e.data.contains_key("duration_ms"),
-        })
-    }
-}
 
 /// True when `policy` lets the duration this module attaches through (`tool.call`'s `duration_ms`, a
 /// count).

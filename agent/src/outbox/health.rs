@@ -17,7 +17,7 @@ use apiary_schema::status::{
     view, Durations, Input, Liveness, Rules, Status, Tracker, Transition, View,
 };
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use serde::Serialize;
 
 /// Folds a group's new inputs (per session) into the stored trackers and history.
@@ -67,32 +67,7 @@ pub(crate) fn flush(
 /// A session's tracker: its stored row with the fold journal replayed (None: no input of it was ever
 /// committed).
 pub(crate) fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Tracker>> {
-    let json: Option<String> = conn
-        .prepare_cached("SELECT tracker FROM session_health WHERE session_id = ?1")?
-        .query_row([session], |r| r.get(0))
-        .optional()?;
-    let stored = json.map(|j| match serde_json::from_str(&j) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(session, error = %e, "unreadable session_health row; starting it over");
-            Tracker::default()
-        }
-    });
-    let had_row = stored.is_some();
-    let mut tracker = stored.unwrap_or_default();
-    let journaled = super::journal::replay_health(conn, session, &mut tracker)?;
-    Ok((had_row || journaled).then_some(tracker))
-}
-
-/// Writes a session's tracker back (the fold journal's compaction).
-pub(crate) fn store(conn: &Connection, session: &str, tracker: &Tracker) -> rusqlite::Result<()> {
-    let json = serde_json::to_string(tracker).expect("a tracker serialises");
-    conn.prepare_cached(
-        "INSERT INTO session_health (session_id, tracker) VALUES (?1, ?2)
-         ON CONFLICT(session_id) DO UPDATE SET tracker = ?2",
-    )?
-    .execute(params![session, json])?;
-    Ok(())
+    super::journal::tracker(conn, session)
 }
 
 /// The `crashed` transition the runtime found gone at `gone_at` gives `session` at `now` (None when it
@@ -182,6 +157,6 @@ pub fn session_status(
         time_in_state: v.time_in_state,
         durations,
         transitions,
-        work: super::work::load(conn, session)?.unwrap_or_default().view(),
+        work: super::journal::work(conn, session)?.unwrap_or_default().view(),
     }))
 }

@@ -3,6 +3,7 @@
 //! the writer thread only runs SQL.
 
 use apiary_schema::usage::{self, contribution_of, Contribution};
+use apiary_schema::work::call_key;
 use apiary_schema::{CanonicalEvent, EventKind, Outcome};
 use serde::Serialize;
 use uuid::Uuid;
@@ -27,9 +28,9 @@ pub struct PreparedEvent {
     /// What the event means for the session's work (tasks, triggers, tool call in flight); None for the
     /// kinds [`apiary_schema::work::reads`] does not read.
     pub work: Option<Box<apiary_schema::work::OwnedFact>>,
-    /// A tool call's start or completion, for the duration pairing ([`super::durations`]); None for
+    /// A tool call's start or completion, for the duration pairing (the `durations` module); None for
     /// other events. Boxed like `status`.
-    pub tool: Option<Box<super::durations::ToolEdge>>,
+    pub tool: Option<Box<ToolEdge>>,
 }
 
 impl PreparedEvent {
@@ -49,8 +50,47 @@ impl PreparedEvent {
             usage: usage_of(event).map(Box::new),
             status: apiary_schema::status::Input::of(event, event.occurred_at).map(Box::new),
             work: apiary_schema::work::OwnedFact::of(event, event.occurred_at).map(Box::new),
-            tool: super::durations::ToolEdge::of(event).map(Box::new),
+            tool: ToolEdge::of(event).map(Box::new),
         }
+    }
+}
+
+/// One side of a tool call, as the pairing reads it (taken on the producer's thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolEdge {
+    pub session: String,
+    /// [`apiary_schema::work::CallKey::text`].
+    pub key: String,
+    /// A completion (else a start).
+    pub completed: bool,
+    /// The event's time, Unix microseconds.
+    pub at_us: i64,
+    /// A completion that carries `duration_ms` already (the runtime's, or attached here): kept as is.
+    pub timed: bool,
+}
+
+impl ToolEdge {
+    /// The edge of a session's `tool.call` start or completion with a pairing key; None otherwise.
+    pub fn of(e: &CanonicalEvent) -> Option<ToolEdge> {
+        if e.kind != EventKind::ToolCall {
+            return None;
+        }
+        let completed = match e.data_str("status")? {
+            "started" => false,
+            "completed" => true,
+            _ => return None,
+        };
+        let key = call_key(&e.data, e.execution_id.as_deref());
+        if !key.pairs() {
+            return None;
+        }
+        Some(ToolEdge {
+            session: e.session_id.clone()?,
+            key: key.text(),
+            completed,
+            at_us: e.occurred_at.timestamp_micros(),
+            timed: e.data.contains_key("duration_ms"),
+        })
     }
 }
 

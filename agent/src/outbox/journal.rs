@@ -147,6 +147,26 @@ fn parse<T: serde::de::DeserializeOwned>(session: &str, json: &str) -> Option<T>
     }
 }
 
+/// A session's tracker: its stored row ([`super::snapshot`]) with its journaled inputs pushed on top
+/// (None: no input of it was ever committed).
+pub(crate) fn tracker(conn: &Connection, session: &str) -> rusqlite::Result<Option<Tracker>> {
+    let stored = super::snapshot::tracker(conn, session)?;
+    let had_row = stored.is_some();
+    let mut tracker = stored.unwrap_or_default();
+    let journaled = replay_health(conn, session, &mut tracker)?;
+    Ok((had_row || journaled).then_some(tracker))
+}
+
+/// A session's work: its stored row with its journaled facts folded in (None: none of its events was
+/// read by the fold).
+pub(crate) fn work(conn: &Connection, session: &str) -> rusqlite::Result<Option<Work>> {
+    let stored = super::snapshot::work(conn, session)?;
+    let had_row = stored.is_some();
+    let mut work = stored.unwrap_or_default();
+    let journaled = replay_work(conn, session, &mut work)?;
+    Ok((had_row || journaled).then_some(work))
+}
+
 /// Pushes `session`'s journaled health inputs onto `tracker`; false when there were none.
 pub(crate) fn replay_health(
     conn: &Connection,
@@ -275,19 +295,19 @@ fn write_back(
     if health {
         let tracker = match tracker_of(session) {
             Some(t) => Some(t),
-            None => super::health::load(conn, session)?,
+            None => self::tracker(conn, session)?,
         };
         if let Some(t) = tracker {
-            super::health::store(conn, session, &t)?;
+            super::snapshot::store_tracker(conn, session, &t)?;
         }
     }
     if work {
         let w = match work_of(session) {
             Some(w) => Some(w),
-            None => super::work::load(conn, session)?,
+            None => self::work(conn, session)?,
         };
         if let Some(w) = w {
-            super::work::store(conn, session, &w)?;
+            super::snapshot::store_work(conn, session, &w)?;
         }
     }
     Ok(())

@@ -131,7 +131,7 @@ pub(crate) fn prune(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
         return Ok(0);
     };
     let n = conn.execute("DELETE FROM stream_log WHERE id <= ?1", [last])?;
-    super::store::set_meta(conn, "stream_pruned_through", &last.to_string())?;
+    super::meta::set_meta(conn, "stream_pruned_through", &last.to_string())?;
     Ok(n)
 }
 
@@ -176,8 +176,8 @@ pub enum Start {
 
 /// Where a stream asking to resume after `asked` starts.
 pub fn start(conn: &Connection, asked: Option<&Position>) -> rusqlite::Result<Start> {
-    let epoch = super::store::get_meta(conn, "stream_epoch")?.unwrap_or_default();
-    let pruned: i64 = super::store::get_meta(conn, "stream_pruned_through")?
+    let epoch = super::meta::get_meta(conn, "stream_epoch")?.unwrap_or_default();
+    let pruned: i64 = super::meta::get_meta(conn, "stream_pruned_through")?
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     // The sequence's high-water mark: the last id ever given, also when those rows are pruned.

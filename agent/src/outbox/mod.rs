@@ -33,17 +33,20 @@
 //! Each module uses only modules of lower layers, and within its layer only the ones its arrow names.
 //! ```text
 //! 3  handle (Outbox), sink, test_hooks
-//! 2  writer → checkpointer, durations; intake → durations; consent, export, delivery → sessions;
-//!    drops → intake; reader → read
-//! 1  op (Op, Task, the Replying adaptor, Ctx); store
-//! 0  memory (Delta, WriterState) → counters, item, usage_time; settings; error → schema; health → live;
-//!    listing; quota; sent
+//! 2  writer → checkpointer, commit_hook, durations, store; intake → durations; consent, export,
+//!    delivery → sessions; drops → intake; reader → read
+//! 1  op (Op, Task, the Replying adaptor, Ctx) → memory; store → health, work, journal, usage_time
+//! 0  memory (Delta, WriterState) → counters, item, usage_time, journal; health → live, journal;
+//!    work → journal; journal (the folds as read: stored row + journal) → snapshot (the stored rows);
+//!    live → meta; settings; error → schema; listing; quota; sent
 //! ```
 //! `store`, `writer`, `schema` and `checkpointer` are private: callers get [`Outbox`] (the writer's
 //! queue and a read connection) and [`OutboxReader`] (read-only, for other processes), each with named
 //! methods, never a connection.
 
 mod checkpointer;
+#[cfg(any(test, feature = "test-hooks"))]
+mod commit_hook;
 mod colony;
 mod consent;
 mod counters;
@@ -61,6 +64,7 @@ mod journal;
 mod listing;
 mod live;
 mod memory;
+mod meta;
 mod op;
 mod quota;
 mod read;
@@ -70,6 +74,7 @@ mod sent;
 mod sessions;
 mod settings;
 mod sink;
+mod snapshot;
 mod store;
 #[cfg(any(test, feature = "test-hooks"))]
 mod test_hooks;
@@ -81,13 +86,13 @@ pub use colony::{Adoption, ColonyKeys, Names as ColonyNamesState};
 pub use consent::{SyncChange, SyncReport};
 pub use counters::Counters;
 pub use delivery::{ClaimLimits, Claimed, ClaimedEvent, Delivery, Idle, SettleReport};
-pub use durations::{ToolEdge, MAX_OPEN_STARTS, START_TTL_MS};
+pub use durations::{MAX_OPEN_STARTS, START_TTL_MS};
 pub use error::{ExportError, OpenCause, OutboxError};
 pub use export::{read_bundle, Checksum, ExportReport, Manifest, ManifestCounts, MARK_CHUNK};
 pub use handle::{Outbox, Status};
 pub use health::SessionStatus;
 pub use intake::SubmitReport;
-pub use item::{Item, PreparedEvent, UsageAgg};
+pub use item::{Item, PreparedEvent, ToolEdge, UsageAgg};
 pub use listing::{ColonyNode, Cursor as ListCursor, ListFilter, SessionBody, Totals, TreeNode};
 pub use live::{LiveRow, Position as LivePosition, Start as LiveStart};
 pub use quota::{KeptQuota, QuotaView, OUT_OF_ORDER_WINDOW};

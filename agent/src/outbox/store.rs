@@ -97,18 +97,7 @@ pub fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
     Ok(((pages - free).max(0) * size) as u64)
 }
 
-pub fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = ?2",
-    )?
-    .execute(params![key, value])?;
-    Ok(())
-}
-
-pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
-    conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-        .optional()
-}
+pub use super::meta::{get_meta, set_meta};
 
 /// `dedup_recent` is merged into `dedup_keys` at the end of a group once it holds this many keys (see
 /// the schema notes, version 12): ≈ 0.5 MiB of keys, whose leaves a group of random keys dirties nearly

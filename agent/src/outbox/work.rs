@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::work::{OwnedFact, Work};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::Connection;
 
 /// Folds a group's new facts (per session) into the stored work.
 /// `cache` and `written` as for [`super::health::flush`].
@@ -35,30 +35,5 @@ pub(crate) fn flush(
 /// A session's work (its stored row with the fold journal replayed), if any of its events was read by
 /// the fold.
 pub fn load(conn: &Connection, session: &str) -> rusqlite::Result<Option<Work>> {
-    let json: Option<String> = conn
-        .prepare_cached("SELECT work FROM session_work WHERE session_id = ?1")?
-        .query_row([session], |r| r.get(0))
-        .optional()?;
-    let stored = json.map(|j| match serde_json::from_str(&j) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!(session, error = %e, "unreadable session_work row; starting it over");
-            Work::default()
-        }
-    });
-    let had_row = stored.is_some();
-    let mut work = stored.unwrap_or_default();
-    let journaled = super::journal::replay_work(conn, session, &mut work)?;
-    Ok((had_row || journaled).then_some(work))
-}
-
-/// Writes a session's work back (the fold journal's compaction).
-pub(crate) fn store(conn: &Connection, session: &str, work: &Work) -> rusqlite::Result<()> {
-    let json = serde_json::to_string(work).expect("a session's work serialises");
-    conn.prepare_cached(
-        "INSERT INTO session_work (session_id, work) VALUES (?1, ?2)
-         ON CONFLICT(session_id) DO UPDATE SET work = ?2",
-    )?
-    .execute(params![session, json])?;
-    Ok(())
+    super::journal::work(conn, session)
 }

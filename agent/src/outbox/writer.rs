@@ -254,7 +254,7 @@ impl Writer {
         let wrote_events = jobs.iter().any(|j| j.writes_events());
         #[cfg(any(test, feature = "test-hooks"))]
         if wrote_events {
-            super::test_hooks::park_before_commit();
+            super::commit_hook::park_before_commit();
         }
         tx.commit()?;
         self.record_success(used, jobs.len(), wrote_events);
