@@ -300,7 +300,8 @@ async fn a_configured_device_that_contradicts_the_token_is_refused_when_sharing_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_settings_page_refuses_a_token_that_contradicts_the_configured_device_as_sync_enable_does() {
+async fn the_settings_page_refuses_a_token_that_contradicts_the_configured_device_as_sync_enable_does(
+) {
     let cloud = Cloud::start().await.unwrap();
     let dir = cloud.dir.path().join("agent");
     let agent = Agent::start_with(
@@ -325,9 +326,14 @@ async fn the_settings_page_refuses_a_token_that_contradicts_the_configured_devic
         &tf,
     ]);
     let cli = format!("{:#}", cli.expect_err("a contradiction is refused"));
-    let at = cli.find("sync not enabled: ").unwrap_or_else(|| panic!("{cli}"));
+    let at = cli
+        .find("sync not enabled: ")
+        .unwrap_or_else(|| panic!("{cli}"));
     let message = cli[at..].lines().next().unwrap().trim().to_string();
-    assert!(message.contains("identity.device_id is \"old-laptop\""), "{message}");
+    assert!(
+        message.contains("identity.device_id is \"old-laptop\""),
+        "{message}"
+    );
 
     let r = post_settings_form(&agent, &cloud.ingest.url(), &token_file).await;
     assert_eq!(r.status(), 409, "the form is refused, the page shown again");
@@ -343,7 +349,9 @@ async fn the_settings_page_refuses_a_token_that_contradicts_the_configured_devic
     assert_eq!(status["device_id"], "old-laptop", "{status}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(agent.counters().await.unwrap().delivered, 0);
-    assert!(stored_identity(&cloud, "session_page_refused").await.is_empty());
+    assert!(stored_identity(&cloud, "session_page_refused")
+        .await
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

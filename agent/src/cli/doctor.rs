@@ -145,8 +145,12 @@ async fn check_sync(r: &mut Report, settings: &Settings, status: &Value, dir: &s
     }
     let paused = sync["paused_reason"].as_str();
     if let Some(why) = paused {
-        let words = crate::push::pauses::of(why).map_or(String::new(), |p| format!(" ({})", p.words));
-        r.wrong(format!("sync is paused: {why}{words}"), pause_fix(why, &enable));
+        let words =
+            crate::push::pauses::of(why).map_or(String::new(), |p| format!(" ({})", p.words));
+        r.wrong(
+            format!("sync is paused: {why}{words}"),
+            pause_fix(why, &enable),
+        );
     } else {
         r.ok("sync is on");
     }
@@ -238,14 +242,22 @@ fn check_token_file(r: &mut Report, path: &Path) -> Option<String> {
 
 /// Reaches `/healthz` and `/v1/whoami`; the whoami answer when the token is good. The endpoint is
 /// judged by the rule the push loop applies ([`crate::push::target::batches_url`]).
-async fn check_endpoint(r: &mut Report, endpoint: &str, token: &str, enable: &str) -> Option<Value> {
+async fn check_endpoint(
+    r: &mut Report,
+    endpoint: &str,
+    token: &str,
+    enable: &str,
+) -> Option<Value> {
     let base = endpoint.trim_end_matches('/');
     if let Err(e) = crate::push::target::batches_url(endpoint) {
         let why = match &e {
             crate::push::PushError::Endpoint(_, why) => why.clone(),
             other => other.to_string(),
         };
-        problem::ENDPOINT_REFUSED.report(r, &[("endpoint", endpoint), ("why", &why), ("enable", enable)]);
+        problem::ENDPOINT_REFUSED.report(
+            r,
+            &[("endpoint", endpoint), ("why", &why), ("enable", enable)],
+        );
         return None;
     }
     if base.ends_with("/v1/batches") {
@@ -312,7 +324,10 @@ fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &
             .or(status["device_id"].as_str());
         if mine.is_some_and(|m| m != bound) {
             agree = false;
-            let (mine, bound) = (format!("{:?}", mine.unwrap_or_default()), format!("{bound:?}"));
+            let (mine, bound) = (
+                format!("{:?}", mine.unwrap_or_default()),
+                format!("{bound:?}"),
+            );
             problem::OTHER_DEVICE.report(r, &[("mine", &mine), ("bound", &bound)]);
         }
     }

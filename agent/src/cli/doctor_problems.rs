@@ -202,7 +202,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("chmod 600 /t/ingest.token"), "{text}");
-        assert_eq!(literal_parts("{base}/healthz does not answer"), vec!["/healthz does not answer"]);
+        assert_eq!(
+            literal_parts("{base}/healthz does not answer"),
+            vec!["/healthz does not answer"]
+        );
     }
 
     /// Each problem's words and its fix stand on one row of the Troubleshooting page's tables (with

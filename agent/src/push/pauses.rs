@@ -86,9 +86,15 @@ mod tests {
             r.starts_with("the token belongs to another user or device than this agent is set up for: identity.device_id"),
             "{r}"
         );
-        assert!(r.contains("Fix: put a token for this user and device"), "{r}");
+        assert!(
+            r.contains("Fix: put a token for this user and device"),
+            "{r}"
+        );
         assert_eq!(of("re-authenticate").map(|p| p.code), Some(REAUTHENTICATE));
-        assert_eq!(of("re-authenticate: HTTP 401").map(|p| p.code), Some(REAUTHENTICATE));
+        assert_eq!(
+            of("re-authenticate: HTTP 401").map(|p| p.code),
+            Some(REAUTHENTICATE)
+        );
         assert_eq!(of("re-authenticated"), None);
         assert_eq!(explain("something new"), "something new");
     }
@@ -111,10 +117,23 @@ mod tests {
                 .iter()
                 .find(|r| r.contains(&format!("paused: {}", p.code)))
                 .unwrap_or_else(|| {
-                    panic!("docs/troubleshooting.md has no row for the pause `{}`", p.code)
+                    panic!(
+                        "docs/troubleshooting.md has no row for the pause `{}`",
+                        p.code
+                    )
                 });
-            assert!(row.contains(&plain(p.words)), "`{}`: the words {:?} are not in {row:?}", p.code, p.words);
-            assert!(row.contains(&plain(p.fix)), "`{}`: the fix {:?} is not in {row:?}", p.code, p.fix);
+            assert!(
+                row.contains(&plain(p.words)),
+                "`{}`: the words {:?} are not in {row:?}",
+                p.code,
+                p.words
+            );
+            assert!(
+                row.contains(&plain(p.fix)),
+                "`{}`: the fix {:?} is not in {row:?}",
+                p.code,
+                p.fix
+            );
         }
     }
 }
