@@ -1,4 +1,5 @@
-//! The canonical event: one envelope for every runtime (DESIGN.md, "Canonical event").
+//! The canonical event: one envelope for every runtime — the wire contract between agent and ingest,
+//! published as JSON Schema in `shared-schema/schema/v1/`.
 //!
 //! The envelope fields are typed; `data` is an object whose keys are governed by the redaction
 //! [`Policy`](crate::policy::Policy) of the event's kind: after the policy is applied it holds only

@@ -167,7 +167,7 @@ mod tests {
             "mcp__github__create_issue",
             "tool_use",
             // A hex digest of 40 characters is not an AWS secret key; token counts are not secrets.
-            "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+            "digest 3f786850e387550fdab836ed7e6dc881de23001b",
             "input_tokens: 512",
         ] {
             assert!(matches!(scrub(s), Cow::Borrowed(_)), "{s}");

@@ -23,6 +23,40 @@ const QUICKSTART_SESSION: &str = "session_20261103_101433_51be07d2";
 /// The wording of a figure tied to one machine, spelled in two parts so that this file does not hold it.
 const ONE_MACHINE: &str = concat!("this", " machine");
 
+/// Upstream source pins that may follow "commit": Hive's `class EventType` was read at this commit
+/// (`shared-schema/src/hive/types.rs`). A pin names where a fact was read, not a baseline of ours.
+const UPSTREAM_PINS: &[&str] = &["54fd8db4"];
+
+/// Whether `lower` (a lower-cased line) names a commit hash as a baseline: a word such as "commit" or
+/// "against" followed by 7 to 40 hex digits (with a digit and a letter among them, so that words and
+/// plain numbers pass), other than an [`UPSTREAM_PINS`] entry.
+fn names_a_commit_baseline(lower: &str) -> bool {
+    const WORDS: [&str; 7] = [
+        "commit ",
+        "commits ",
+        "against ",
+        "baseline ",
+        "since ",
+        "compared with ",
+        "relative to ",
+    ];
+    WORDS.iter().any(|word| {
+        lower.match_indices(word).any(|(at, _)| {
+            let rest = lower[at + word.len()..].trim_start_matches(['`', '@']);
+            let hex: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+            let ends = rest[hex.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| !c.is_ascii_alphanumeric());
+            (7..=40).contains(&hex.len())
+                && ends
+                && hex.chars().any(|c| c.is_ascii_digit())
+                && hex.chars().any(|c| c.is_ascii_alphabetic())
+                && !UPSTREAM_PINS.contains(&hex.as_str())
+        })
+    })
+}
+
 /// Longest a page's script may run.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -91,10 +125,27 @@ fn the_readme_is_short_and_ci_runs_its_test_command() {
 }
 
 /// Files that speak to users and maintainers: no "issue N" or "session N" (history belongs in commit
-/// messages), and no figures tied to the one machine they came from (the phrase [`ONE_MACHINE`]). Landed
-/// migrations stay byte-identical, so `migrations/` is left out.
+/// messages), no commit hash as a baseline ([`names_a_commit_baseline`]), and no figures tied to the one
+/// machine they came from (the phrase [`ONE_MACHINE`]). Landed migrations stay byte-identical, so
+/// `migrations/` is left out.
 #[test]
 fn no_page_source_or_script_carries_development_history() {
+    // The hash detector itself: baselines are found, the Hive pin, words and numbers are not.
+    for line in [
+        format!("about 6% faster than commit {}", "d57f4cb"),
+        format!("measured against `{}`", "c7d4e4e2a1"),
+        format!("p99 relative to {}.", "e507d6d0"),
+    ] {
+        assert!(names_a_commit_baseline(&line), "{line}");
+    }
+    for line in [
+        "class eventtype at hive commit 54fd8db4",
+        "compared with deadbeef and with 20261103",
+        "since 1234567 events",
+        "commit 3f786850e387550fdab836ed7e6dc881de23001bff (longer than a hash)",
+    ] {
+        assert!(!names_a_commit_baseline(line), "{line}");
+    }
     let root = root();
     let mut found = Vec::new();
     let mut stack = vec![root.clone()];
@@ -134,7 +185,11 @@ fn no_page_source_or_script_carries_development_history() {
                             .is_some_and(|c| c.is_ascii_digit())
                     })
                 };
-                if numbered("issue ") || numbered("session ") || lower.contains(ONE_MACHINE) {
+                if numbered("issue ")
+                    || numbered("session ")
+                    || lower.contains(ONE_MACHINE)
+                    || names_a_commit_baseline(&lower)
+                {
                     found.push(format!("{name}:{}: {}", i + 1, line.trim()));
                 }
             }

@@ -291,6 +291,7 @@ async fn agent_files_are_private_whatever_the_umask() {
         "agent.addr",
         "agent.token",
         "settings.token",
+        "device.key",
     ] {
         assert_eq!(mode(&data.join(f)), 0o600, "{f}: {:?}", names_in(&data));
     }

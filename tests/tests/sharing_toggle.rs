@@ -5,7 +5,10 @@
 //! token's identity with no restart: the backlog is delivered, nothing pauses, and the ingest's rows
 //! carry the token's device and user. Then the advice the agent gives for a pause, followed verbatim,
 //! lifts it with nothing else done: a token file readable by others (`chmod 600`), a refused token
-//! (a valid token put in the token file).
+//! (a valid token put in the token file), a token for another device (a token for this one), a stored
+//! endpoint the rules refuse (the `sync enable` command doctor and `status` name). A token that
+//! contradicts the configured identity is refused by the settings page's form with the words
+//! `sync enable` uses, and sharing stays as it was.
 
 use std::time::Duration;
 
@@ -69,6 +72,68 @@ fn settings_token(agent: &Agent) -> String {
         .to_string()
 }
 
+/// Signs in to the settings page with the settings token, as a browser does, and posts its sharing form
+/// (sharing on, with the backlog); the answer, redirects not followed.
+async fn post_settings_form(
+    agent: &Agent,
+    endpoint: &str,
+    token_file: &std::path::Path,
+) -> reqwest::Response {
+    let base = format!("http://{}", agent.addr);
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = http
+        .post(format!("{base}/settings/sign-in"))
+        .header("Origin", &base)
+        .form(&[("token", settings_token(agent))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let tf = token_file.display().to_string();
+    http.post(format!("{base}/settings/sync"))
+        .header("Origin", &base)
+        .header("Cookie", &cookie)
+        .form(&[
+            ("enabled", "true"),
+            ("endpoint", endpoint),
+            ("token_file", tf.as_str()),
+            ("include_backlog", "on"),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The text of an HTML page: tags dropped, maud's entities decoded, whitespace collapsed.
+fn page_text(html: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                text.push(' ');
+            }
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    let text = text
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Turns sharing on (with the backlog) the way `way` does it, against the running `agent`.
 async fn turn_on(way: Way, agent: &Agent, endpoint: &str, token_file: &std::path::Path) {
     let tf = token_file.display().to_string();
@@ -88,34 +153,7 @@ async fn turn_on(way: Way, agent: &Agent, endpoint: &str, token_file: &std::path
             assert_eq!(status, 200, "{}", r.text().await.unwrap());
         }
         Way::SettingsPage => {
-            let http = reqwest::Client::builder()
-                .no_proxy()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap();
-            let r = http
-                .post(format!("{base}/settings/sign-in"))
-                .header("Origin", &base)
-                .form(&[("token", settings_token(agent))])
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 303);
-            let cookie = r.headers()["set-cookie"].to_str().unwrap();
-            let cookie = cookie.split(';').next().unwrap().to_string();
-            let r = http
-                .post(format!("{base}/settings/sync"))
-                .header("Origin", &base)
-                .header("Cookie", &cookie)
-                .form(&[
-                    ("enabled", "true"),
-                    ("endpoint", endpoint),
-                    ("token_file", tf.as_str()),
-                    ("include_backlog", "on"),
-                ])
-                .send()
-                .await
-                .unwrap();
+            let r = post_settings_form(agent, endpoint, token_file).await;
             let location = r.headers()["location"].to_str().unwrap().to_string();
             assert!(location.starts_with("/settings?done=on"), "{location}");
         }
@@ -259,6 +297,138 @@ async fn a_configured_device_that_contradicts_the_token_is_refused_when_sharing_
     );
     let status = agent.status().await.unwrap();
     assert_eq!(status["sync"]["enabled"], false, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_page_refuses_a_token_that_contradicts_the_configured_device_as_sync_enable_does(
+) {
+    let cloud = Cloud::start().await.unwrap();
+    let dir = cloud.dir.path().join("agent");
+    let agent = Agent::start_with(
+        &dir,
+        None,
+        &[FAST, &[("APIARY_IDENTITY_DEVICE_ID", "old-laptop")]].concat(),
+    )
+    .await
+    .unwrap();
+    post_turns(&agent, "session_page_refused", 5).await;
+    let token = device_token(&cloud, "bob", "bob-desk");
+    let token_file = cloud.dir.path().join("bob.token");
+    write_private(&token_file, &format!("{token}\n")).unwrap();
+    // What `sync enable` says to the same contradiction.
+    let tf = token_file.display().to_string();
+    let cli = agent.cli(&[
+        "sync",
+        "enable",
+        "--endpoint",
+        &cloud.ingest.url(),
+        "--token-file",
+        &tf,
+    ]);
+    let cli = format!("{:#}", cli.expect_err("a contradiction is refused"));
+    let at = cli
+        .find("sync not enabled: ")
+        .unwrap_or_else(|| panic!("{cli}"));
+    let message = cli[at..].lines().next().unwrap().trim().to_string();
+    assert!(
+        message.contains("identity.device_id is \"old-laptop\""),
+        "{message}"
+    );
+
+    let r = post_settings_form(&agent, &cloud.ingest.url(), &token_file).await;
+    assert_eq!(r.status(), 409, "the form is refused, the page shown again");
+    let page = page_text(&r.text().await.unwrap());
+    assert!(
+        page.contains(&message),
+        "the page does not say what `sync enable` says ({message:?}):\n{page}"
+    );
+    // Sharing is as it was: off, not paused, this device's identity kept, nothing sent.
+    let status = agent.status().await.unwrap();
+    assert_eq!(status["sync"]["enabled"], false, "{status}");
+    assert!(status["sync"]["paused_reason"].is_null(), "{status}");
+    assert_eq!(status["device_id"], "old-laptop", "{status}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(agent.counters().await.unwrap().delivered, 0);
+    assert!(stored_identity(&cloud, "session_page_refused")
+        .await
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_the_rules_refuse_pauses_sync_and_its_advice_followed_verbatim_resumes_it() {
+    let cloud = Cloud::start().await.unwrap();
+    let mut agent = Agent::start_with(&cloud.dir.path().join("agent"), None, FAST)
+        .await
+        .unwrap();
+    let token_file = cloud.tenant.write_ingest_token(cloud.dir.path()).unwrap();
+    agent
+        .sync_enable(&cloud.ingest.url(), &token_file, false)
+        .unwrap();
+    post_turns(&agent, "session_endpoint", 5).await;
+    agent
+        .wait_counters(Duration::from_secs(30), "first events delivered", |c| {
+            c.delivered == 5
+        })
+        .await
+        .unwrap();
+    // The outbox as an older agent left it: the ingest named `localhost`, which the endpoint rule
+    // refuses for plain http:// (only a loopback address is allowed).
+    agent.terminate(Duration::from_secs(20));
+    let port = cloud.ingest.url().rsplit(':').next().unwrap().to_string();
+    let stale = format!("http://localhost:{port}");
+    let db = rusqlite::Connection::open(agent.data_dir.join("outbox.db")).unwrap();
+    let changed = db
+        .execute("UPDATE sync_state SET endpoint = ?1 WHERE id = 1", [&stale])
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+    agent.restart().await.unwrap();
+    post_turns(&agent, "session_endpoint_2", 5).await;
+    let reason = wait_for(Duration::from_secs(20), || async {
+        let s = agent.status().await.ok()?;
+        s["sync"]["paused_reason"].as_str().map(str::to_string)
+    })
+    .await
+    .expect("sync paused over the stored endpoint");
+    assert_eq!(reason, "invalid-endpoint");
+    // The advice, as doctor gives it: the command in the fix line under the pause.
+    let doctor = doctor_output(&agent);
+    let mut lines = doctor.lines();
+    lines
+        .find(|l| l.contains("sync is paused: invalid-endpoint"))
+        .unwrap_or_else(|| panic!("{doctor}"));
+    let fix = lines.next().unwrap_or_else(|| panic!("{doctor}"));
+    let command = fix
+        .split('`')
+        .nth(1)
+        .filter(|c| c.starts_with("apiary-agent "))
+        .unwrap_or_else(|| panic!("the fix names no command: {fix}"));
+    // `status` gives the same advice.
+    let status_text = agent.cli(&["status"]).unwrap();
+    assert!(status_text.contains(command), "{status_text}");
+    // Followed verbatim, with this ingest and this token file for its placeholders; nothing else.
+    let tf = token_file.display().to_string();
+    let url = cloud.ingest.url();
+    let args: Vec<&str> = command
+        .split_whitespace()
+        .skip(1)
+        .map(|a| match a {
+            "https://INGEST" => url.as_str(),
+            "FILE" => tf.as_str(),
+            other => other,
+        })
+        .collect();
+    let out = agent.cli(&args).unwrap();
+    assert!(out.contains("sync enabled"), "{out}");
+    let c = agent
+        .wait_counters(Duration::from_secs(30), "delivery resumed", |c| {
+            c.delivered == 10
+        })
+        .await
+        .unwrap();
+    c.assert_balanced();
+    let s = agent.status().await.unwrap();
+    assert!(s["sync"]["paused_reason"].is_null(), "{s}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -141,7 +141,14 @@ pub fn render_status(v: &serde_json::Value) -> String {
     );
     out += &format!("sync:      {sync}");
     if let Some(p) = v.pointer("/sync/paused_reason").and_then(|x| x.as_str()) {
-        out += &format!(" (paused: {p})");
+        match crate::push::pauses::of(p) {
+            // The code, then the reason in words with its detail and fix on a line of its own.
+            Some(known) => {
+                let explained = crate::push::pauses::explain(p);
+                out += &format!(" (paused: {})\n           {explained}", known.code);
+            }
+            None => out += &format!(" (paused: {p})"),
+        }
     }
     out += "\n";
     if running {

@@ -20,6 +20,7 @@ use serde_json::Value;
 use apiary_plumbing::doctor::Report;
 
 use super::commands::live_status;
+use super::doctor_problems as problem;
 use super::Common;
 use crate::config::{Mode, Overrides, Settings};
 use crate::outbox::OutboxReader;
@@ -42,10 +43,8 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
             Some(s)
         }
         Err(e) => {
-            r.wrong(
-                format!("configuration: {}", apiary_plumbing::error::chain(&e)),
-                "fix the key or variable named (every key: deploy/config/agent.toml)",
-            );
+            let error = apiary_plumbing::error::chain(&e);
+            problem::CONFIGURATION.report(&mut r, &[("error", &error)]);
             None
         }
     };
@@ -76,10 +75,7 @@ pub async fn doctor(common: &Common) -> anyhow::Result<ExitCode> {
 async fn check_outbox(r: &mut Report, data_dir: &Path, dir: &str) -> Option<Value> {
     let db = data_dir.join("outbox.db");
     if !db.exists() {
-        r.wrong(
-            format!("no outbox in {dir}"),
-            format!("start the agent once: apiary-agent run --data-dir {dir}"),
-        );
+        problem::NO_OUTBOX.report(r, &[("dir", dir)]);
         return None;
     }
     let (status, running) = match live_status(data_dir).await {
@@ -100,10 +96,7 @@ async fn check_outbox(r: &mut Report, data_dir: &Path, dir: &str) -> Option<Valu
     if status["balanced"].as_bool() == Some(true) {
         r.ok("outbox counters add up");
     } else {
-        r.wrong(
-            "outbox counters do not add up (received ≠ the sum of outcomes)",
-            "a bug: please report it with `apiary-agent status --json`",
-        );
+        problem::UNBALANCED.report(r, &[]);
     }
     if let Some(state) = status.pointer("/health/state").and_then(Value::as_str) {
         if state == "ok" {
@@ -113,10 +106,7 @@ async fn check_outbox(r: &mut Report, data_dir: &Path, dir: &str) -> Option<Valu
                 .pointer("/health/last_error")
                 .and_then(Value::as_str)
                 .unwrap_or("");
-            r.wrong(
-                format!("outbox health: {state} {why}"),
-                "free disk space for the data directory; the agent recovers by itself",
-            );
+            problem::OUTBOX_HEALTH.report(r, &[("state", state), ("why", why)]);
         }
     }
     let (used, max) = (
@@ -155,12 +145,17 @@ async fn check_sync(r: &mut Report, settings: &Settings, status: &Value, dir: &s
     }
     let paused = sync["paused_reason"].as_str();
     if let Some(why) = paused {
-        r.wrong(format!("sync is paused: {why}"), pause_fix(why, &enable));
+        let words =
+            crate::push::pauses::of(why).map_or(String::new(), |p| format!(" ({})", p.words));
+        r.wrong(
+            format!("sync is paused: {why}{words}"),
+            pause_fix(why, &enable),
+        );
     } else {
         r.ok("sync is on");
     }
     let Some(token_file) = sync["token_file"].as_str() else {
-        r.wrong("sync is on but no token file is recorded", enable);
+        problem::NO_TOKEN_FILE_RECORDED.report(r, &[("enable", &enable)]);
         return;
     };
     let token = match check_token_file(r, Path::new(token_file)) {
@@ -168,54 +163,43 @@ async fn check_sync(r: &mut Report, settings: &Settings, status: &Value, dir: &s
         None => return,
     };
     let Some(endpoint) = sync["endpoint"].as_str() else {
-        r.wrong("sync is on but no endpoint is recorded", enable);
+        problem::NO_ENDPOINT_RECORDED.report(r, &[("enable", &enable)]);
         return;
     };
-    if let Some(whoami) = check_endpoint(r, endpoint, &token).await {
+    if let Some(whoami) = check_endpoint(r, endpoint, &token, &enable).await {
         check_identity(r, settings, status, &whoami);
     }
-    if let Some(problem) = status.pointer("/last_push/error").and_then(Value::as_str) {
-        let kept = if paused.is_some() {
-            "events are kept; nothing is sent while sync is paused (see above)"
+    if let Some(error) = status.pointer("/last_push/error").and_then(Value::as_str) {
+        let failed = if paused.is_some() {
+            problem::LAST_PUSH_FAILED_PAUSED
         } else {
-            "events are kept and retried with backoff; fix what the message names"
+            problem::LAST_PUSH_FAILED
         };
-        r.wrong(format!("the last push failed: {problem}"), kept);
+        failed.report(r, &[("error", error)]);
     }
 }
 
-/// The fix for a pause reason: exactly what lifts it (see `crate::push::settle`).
+/// The fix for a pause reason: exactly what lifts it ([`crate::push::pauses`]).
 fn pause_fix(reason: &str, enable: &str) -> String {
-    if reason.starts_with(crate::push::REAUTHENTICATE) {
-        "put a valid ingest token in the token file (mode 0600, e.g. `chmod 600 FILE`): sharing resumes \
-         by itself within seconds"
-            .into()
-    } else if reason.starts_with(crate::identity::IDENTITY_MISMATCH) {
-        "put a token for this user and device in the token file (sharing resumes by itself), or change \
-         the [identity] setting named above and restart the agent"
-            .into()
-    } else if reason.starts_with(crate::push::INVALID_ENDPOINT) {
-        format!("give a correct endpoint: {enable}")
-    } else {
-        format!("fix what the reason names, then: {enable}")
+    match crate::push::pauses::of(reason) {
+        Some(p) => p.fix.to_string(),
+        None => format!("fix what the reason names, then: {enable}"),
     }
 }
 
 /// The token file: exists, regular, non-empty, private. Its trimmed content when usable.
 fn check_token_file(r: &mut Report, path: &Path) -> Option<String> {
-    let shown = path.display();
+    let shown = path.display().to_string();
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) => {
-            r.wrong(
-                format!("token file {shown}: {e}"),
-                "write the ingest token (from `apiary-ingest token create`) to it, mode 0600",
-            );
+            let error = e.to_string();
+            problem::TOKEN_FILE_UNREADABLE.report(r, &[("file", &shown), ("error", &error)]);
             return None;
         }
     };
     if !meta.is_file() {
-        r.wrong(format!("token file {shown} is not a regular file"), "");
+        problem::TOKEN_FILE_NOT_REGULAR.report(r, &[("file", &shown)]);
         return None;
     }
     #[cfg(unix)]
@@ -223,10 +207,8 @@ fn check_token_file(r: &mut Report, path: &Path) -> Option<String> {
         use std::os::unix::fs::PermissionsExt;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            r.wrong(
-                format!("token file {shown} is readable by others (mode {mode:o})"),
-                format!("chmod 600 {shown}"),
-            );
+            let mode = format!("{mode:o}");
+            problem::TOKEN_FILE_OPEN.report(r, &[("file", &shown), ("mode", &mode)]);
         }
     }
     #[cfg(windows)]
@@ -234,63 +216,52 @@ fn check_token_file(r: &mut Report, path: &Path) -> Option<String> {
         use crate::platform::windows::{check_private_file, describe_sids, NotPrivate};
         match check_private_file(path) {
             Ok(Ok(())) => {}
-            Ok(Err(NotPrivate::Open(sids))) => r.wrong(
-                format!(
-                    "token file {shown} can be opened by {}",
-                    describe_sids(&sids)
-                ),
-                format!("icacls \"{shown}\" /inheritance:r /grant:r \"%USERNAME%:F\""),
-            ),
-            Ok(Err(NotPrivate::Owner(owner))) => r.wrong(
-                format!("token file {shown} is owned by {owner}, not by you"),
-                "write the token to a file of your own",
-            ),
-            Err(e) => r.wrong(
-                format!("token file {shown}: cannot read its permissions: {e}"),
-                "",
-            ),
+            Ok(Err(NotPrivate::Open(sids))) => {
+                let who = describe_sids(&sids);
+                problem::TOKEN_FILE_DACL.report(r, &[("file", &shown), ("who", &who)])
+            }
+            Ok(Err(NotPrivate::Owner(owner))) => {
+                problem::TOKEN_FILE_OWNER.report(r, &[("file", &shown), ("owner", &owner)])
+            }
+            Err(e) => {
+                let error = e.to_string();
+                problem::TOKEN_FILE_PERMISSIONS.report(r, &[("file", &shown), ("error", &error)])
+            }
         }
     }
     let token = std::fs::read_to_string(path)
         .map(|t| t.trim().to_string())
         .unwrap_or_default();
     if token.is_empty() {
-        r.wrong(
-            format!("token file {shown} is empty"),
-            "write the ingest token (from `apiary-ingest token create`) to it",
-        );
+        problem::TOKEN_FILE_EMPTY.report(r, &[("file", &shown)]);
         return None;
     }
     r.ok(format!("token file {shown} is present and not empty"));
     Some(token)
 }
 
-/// Reaches `/healthz` and `/v1/whoami`; the whoami answer when the token is good.
-async fn check_endpoint(r: &mut Report, endpoint: &str, token: &str) -> Option<Value> {
+/// Reaches `/healthz` and `/v1/whoami`; the whoami answer when the token is good. The endpoint is
+/// judged by the rule the push loop applies ([`crate::push::target::batches_url`]).
+async fn check_endpoint(
+    r: &mut Report,
+    endpoint: &str,
+    token: &str,
+    enable: &str,
+) -> Option<Value> {
     let base = endpoint.trim_end_matches('/');
-    let url = match reqwest::Url::parse(base) {
-        Ok(u) if u.scheme() == "https" => u,
-        Ok(u) if u.scheme() == "http" && is_loopback(&u) => u,
-        Ok(u) => {
-            r.wrong(
-                format!("endpoint {endpoint}: {} is not https", u.scheme()),
-                "use the ingest's https:// base URL (plain http only on loopback, for testing)",
-            );
-            return None;
-        }
-        Err(e) => {
-            r.wrong(
-                format!("endpoint {endpoint:?} is not a URL ({e})"),
-                "give the ingest's base URL, e.g. https://ingest.example",
-            );
-            return None;
-        }
-    };
-    if url.path().trim_end_matches('/').ends_with("/v1/batches") {
-        r.wrong(
-            format!("endpoint {endpoint} ends in /v1/batches"),
-            "give the base URL only; the agent appends /v1/batches",
+    if let Err(e) = crate::push::target::batches_url(endpoint) {
+        let why = match &e {
+            crate::push::PushError::Endpoint(_, why) => why.clone(),
+            other => other.to_string(),
+        };
+        problem::ENDPOINT_REFUSED.report(
+            r,
+            &[("endpoint", endpoint), ("why", &why), ("enable", enable)],
         );
+        return None;
+    }
+    if base.ends_with("/v1/batches") {
+        problem::ENDPOINT_ROUTE.report(r, &[("endpoint", endpoint)]);
     }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
@@ -300,32 +271,21 @@ async fn check_endpoint(r: &mut Report, endpoint: &str, token: &str) -> Option<V
     let health = match client.get(format!("{base}/healthz")).send().await {
         Ok(resp) => resp,
         Err(e) => {
-            r.wrong(
-                format!(
-                    "cannot reach {base}/healthz: {}",
-                    crate::push::error_chain(&e)
-                ),
-                "check the endpoint URL, the network, and (for https) the certificate",
-            );
+            let error = crate::push::error_chain(&e);
+            problem::UNREACHABLE.report(r, &[("base", base), ("error", &error)]);
             return None;
         }
     };
     if let Some(skew) = clock_skew(&health, sent) {
         if skew.abs() > 60 {
-            r.wrong(
-                format!("this clock is {skew} s off the ingest's"),
-                "the ingest corrects batch times, but set the clock right (e.g. timedatectl set-ntp true)",
-            );
+            problem::CLOCK.report(r, &[("skew", &skew.to_string())]);
         } else {
             r.ok(format!("clock within {} s of the ingest's", skew.abs()));
         }
     }
     let body: Value = health.json().await.unwrap_or(Value::Null);
     if body["service"] != "apiary-ingest" {
-        r.wrong(
-            format!("{base}/healthz does not answer as an Apiary ingest"),
-            "the endpoint must be the ingest's base URL",
-        );
+        problem::NOT_AN_INGEST.report(r, &[("base", base)]);
         return None;
     }
     r.ok(format!("{base} is an Apiary ingest"));
@@ -338,11 +298,7 @@ async fn check_endpoint(r: &mut Report, endpoint: &str, token: &str) -> Option<V
     match resp.status().as_u16() {
         200 => resp.json().await.ok(),
         s @ (401 | 403) => {
-            r.wrong(
-                format!("the ingest refused the token ({s}): it is unknown to this ingest, revoked, or mistyped"),
-                "check the token in the token file, or create one with `apiary-ingest token create --tenant T \
-                 --scope ingest --user U --device D` and write it there",
-            );
+            problem::TOKEN_REFUSED.report(r, &[("status", &s.to_string())]);
             None
         }
         s => {
@@ -357,10 +313,7 @@ fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &
         .as_array()
         .is_some_and(|s| s.iter().any(|x| x == "ingest"))
     {
-        r.wrong(
-            "the token lacks the `ingest` scope",
-            "create an ingest token: apiary-ingest token create --tenant T --scope ingest",
-        );
+        problem::NO_INGEST_SCOPE.report(r, &[]);
     }
     let mut agree = true;
     if let Some(bound) = whoami["device_id"].as_str() {
@@ -371,13 +324,11 @@ fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &
             .or(status["device_id"].as_str());
         if mine.is_some_and(|m| m != bound) {
             agree = false;
-            r.wrong(
-                format!(
-                    "this device is {:?} but the token is bound to device {bound:?}",
-                    mine.unwrap_or_default()
-                ),
-                format!("set identity.device_id = \"{bound}\" in agent.toml, or use a token for this device"),
+            let (mine, bound) = (
+                format!("{:?}", mine.unwrap_or_default()),
+                format!("{bound:?}"),
             );
+            problem::OTHER_DEVICE.report(r, &[("mine", &mine), ("bound", &bound)]);
         }
     }
     if let (Some(bound), Some(mine)) = (
@@ -386,10 +337,8 @@ fn check_identity(r: &mut Report, settings: &Settings, status: &Value, whoami: &
     ) {
         if mine != bound {
             agree = false;
-            r.wrong(
-                format!("identity.user_id is {mine:?} but the token is bound to user {bound:?}"),
-                format!("set identity.user_id = \"{bound}\" or leave it out"),
-            );
+            let (mine, bound) = (format!("{mine:?}"), format!("{bound:?}"));
+            problem::OTHER_USER.report(r, &[("mine", &mine), ("bound", &bound)]);
         }
     }
     if agree {
@@ -419,12 +368,7 @@ fn check_disk(r: &mut Report, data_dir: &Path) {
     };
     let mib = free >> 20;
     if free < DISK_WRONG_BYTES {
-        r.wrong(
-            format!(
-                "only {mib} MiB free on the data directory's disk: the outbox will refuse events"
-            ),
-            "free disk space there, or move the data directory (--data-dir) to a larger disk",
-        );
+        problem::DISK_FULL.report(r, &[("mib", &mib.to_string())]);
     } else if free < DISK_NOTE_BYTES {
         r.note(
             format!("{mib} MiB free on the data directory's disk"),
@@ -446,10 +390,8 @@ fn check_hive_home(r: &mut Report, home: Option<&std::path::PathBuf>) {
         return;
     };
     if !home.is_dir() {
-        r.wrong(
-            format!("hive_home {} does not exist", home.display()),
-            "point it at Hive's home (HIVE_HOME, usually ~/.hive)",
-        );
+        let home = home.display().to_string();
+        problem::NO_HIVE_HOME.report(r, &[("home", &home)]);
         return;
     }
     let sources = crate::tail::discover_logs(home).unwrap_or_default();
@@ -471,16 +413,6 @@ fn check_hive_home(r: &mut Report, home: Option<&std::path::PathBuf>) {
             ));
         }
     }
-}
-
-fn is_loopback(u: &reqwest::Url) -> bool {
-    let host = u.host_str().unwrap_or("");
-    host == "localhost"
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|a| a.is_loopback())
 }
 
 /// Seconds our clock is ahead (+) of the server's, from its `Date` header (1 s resolution).

@@ -8,6 +8,7 @@
 
 mod commands;
 mod doctor;
+pub mod doctor_problems;
 mod explain;
 mod identity;
 

@@ -39,6 +39,7 @@ mod backoff;
 mod cadence;
 mod client;
 mod heartbeat;
+pub mod pauses;
 pub mod register_key;
 mod run;
 mod settle;

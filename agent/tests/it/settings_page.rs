@@ -422,7 +422,11 @@ async fn a_paused_sync_is_told_in_plain_words_with_both_ways_out() {
         .unwrap();
     let html = p.html(&cookie).await;
     assert!(html.contains(r#"data-field="sync">Paused<"#), "{html}");
-    assert!(html.contains("the server refused this device"), "{html}");
+    assert!(html.contains("the ingest refused the token"), "{html}");
+    assert!(
+        html.contains("put a valid ingest token in the token file"),
+        "{html}"
+    );
     assert_eq!(html.matches(r#"id="sync-button""#).count(), 1, "{html}");
     assert!(html.contains(r#"id="sync-again-button""#), "{html}");
     // On again (the remembered target) lifts the pause.

@@ -28,8 +28,9 @@ fn event(v: &Value, c: &Context<'_>) -> CanonicalEvent {
     }
 }
 
-/// The 74 names of `class EventType` at Hive commit 54fd8db4, as DESIGN.md lists them by group.
-const DESIGN_MD_TYPES: &str = "llm_text_delta llm_reasoning_delta client_output_delta context_usage_updated \
+/// The 74 names of `class EventType` at Hive commit 54fd8db4, written out by group (deltas, chatty, usage and
+/// lifecycle, status and health, session/queen/colony, tasks and triggers, other) independently of `types.rs`.
+const EVENT_TYPE_NAMES: &str = "llm_text_delta llm_reasoning_delta client_output_delta context_usage_updated \
     node_loop_iteration loop_state_changed reminder_injected judge_verdict session_snapshot llm_turn_complete \
     tool_call_started tool_call_completed execution_started execution_completed execution_failed execution_paused \
     execution_resumed execution_resurrected payment_required stream_started stream_stopped node_loop_started \
@@ -46,7 +47,7 @@ const DESIGN_MD_TYPES: &str = "llm_text_delta llm_reasoning_delta client_output_
 
 #[test]
 fn every_one_of_hives_74_types_is_classified_exactly_once() {
-    let names: Vec<&str> = DESIGN_MD_TYPES.split_whitespace().collect();
+    let names: Vec<&str> = EVENT_TYPE_NAMES.split_whitespace().collect();
     assert_eq!(names.len(), 74);
     let table: HashSet<&str> = HIVE_EVENT_TYPES.iter().map(|(n, _)| *n).collect();
     assert_eq!(table.len(), 74, "duplicate names in HIVE_EVENT_TYPES");

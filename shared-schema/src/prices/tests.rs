@@ -195,7 +195,7 @@ fn the_catalog_reproduces_the_fixture_generators_costs() {
             "{model}: {est} vs {micro}"
         );
     }
-    // DESIGN.md's example turn: 6250 uncached + 12000 cache reads + 412 output of Sonnet 4.5.
+    // A typical Hive turn of a worker: 6250 uncached + 12000 cache reads + 412 output of Sonnet 4.5.
     let sonnet = TurnTokens {
         input: 18250,
         output: 412,

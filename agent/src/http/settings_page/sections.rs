@@ -87,22 +87,10 @@ fn endpoint_host(endpoint: &str) -> Option<String> {
     })
 }
 
-/// A pause reason (a code the push loop sets) in plain words.
+/// A pause reason (a code the push loop sets) in plain words, with its fix ([`crate::push::pauses`]);
+/// the backticks that mark commands on a terminal are left out of the page.
 fn paused_words(reason: &str) -> String {
-    if reason == crate::push::REAUTHENTICATE {
-        "the server refused this device's token, or the token file is readable by others. Put a valid \
-         token in the token file, readable by you only (chmod 600): sharing resumes by itself within \
-         seconds."
-            .into()
-    } else if reason == crate::push::INVALID_ENDPOINT {
-        "the stored server address is not allowed (it must be https://). Enter a correct one and turn \
-         sharing on again."
-            .into()
-    } else if let Some(rest) = reason.strip_prefix(crate::identity::IDENTITY_MISMATCH) {
-        format!("the token belongs to another user or device than this agent is set up for{rest}")
-    } else {
-        reason.to_string()
-    }
+    crate::push::pauses::explain(reason).replace('`', "")
 }
 
 /// The toggle: the form that turns sharing on or off, or why it cannot.
