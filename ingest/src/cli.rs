@@ -1,13 +1,15 @@
 //! The command line: `migrate`, `serve`, `tenant create|set`, `token create`, `operator-token create`,
 //! `token revoke`, `import`, `device register|revoke|keys`, `retention`, `price add|list|reprice`,
-//! `budget create|list`, `alert destination create|list`, `alert rule create|list`.
+//! `budget create|list`, `alert destination create|list`, `alert rule create|list`,
+//! `exports create|list|delete`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
 //! and `operator-token create` print `token_id: <uuid>` (what `token revoke --token-id` takes), then the
 //! token alone on the last line (once: only its hash is stored); `import` prints a JSON summary on stdout
-//! and progress on stderr. Logs go to stderr. Exit code 0 on success, 1 on failure, 2 on bad usage
-//! (clap). A reader that closes stdout early (`| head -1`) ends a command quietly with 0 (see
-//! `apiary_plumbing::output`).
+//! and progress on stderr; `exports create` prints the export as JSON on stderr (with its URL and
+//! headers, once) and its id alone on the last line of stdout. Logs go to stderr. Exit code 0 on
+//! success, 1 on failure, 2 on bad usage (clap). A reader that closes stdout early (`| head -1`) ends
+//! a command quietly with 0 (see `apiary_plumbing::output`).
 
 use std::path::PathBuf;
 

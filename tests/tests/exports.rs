@@ -521,7 +521,10 @@ fn check_histograms(samples: &Samples, tools: &Value) -> f64 {
         assert_eq!(buckets.len(), 28, "27 bounds and +Inf: {buckets:?}");
         assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, timed), "{row}");
         assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
-        for (p, field) in [(0.5, "tool_duration_p50_ms"), (0.95, "tool_duration_p95_ms")] {
+        for (p, field) in [
+            (0.5, "tool_duration_p50_ms"),
+            (0.95, "tool_duration_p95_ms"),
+        ] {
             let Some(ms) = row[field].as_f64() else {
                 assert_eq!(timed, 0.0, "{row}");
                 continue;
@@ -530,7 +533,10 @@ fn check_histograms(samples: &Samples, tools: &Value) -> f64 {
             let at = buckets.iter().position(|(_, c)| *c >= rank).unwrap();
             let low = if at == 0 { -1.0 } else { buckets[at - 1].0 };
             let s = ms / 1000.0;
-            assert!(low < s && s <= buckets[at].0, "{field} {ms} ms in bucket {at}: {buckets:?}");
+            assert!(
+                low < s && s <= buckets[at].0,
+                "{field} {ms} ms in bucket {at}: {buckets:?}"
+            );
         }
     }
     assert_eq!(
@@ -574,7 +580,11 @@ async fn the_scrape_gauges_and_duration_histogram_equal_what_the_api_serves() {
             .map(|(k, v)| (k.clone(), *v))
             .collect();
         assert_eq!(nonzero, statuses);
-        assert_eq!(sessions.len() % 10, 0, "every status of every user: {sessions:?}");
+        assert_eq!(
+            sessions.len() % 10,
+            0,
+            "every status of every user: {sessions:?}"
+        );
         assert!(statuses.values().sum::<f64>() >= 3.0, "{statuses:?}");
         assert_eq!(samples["apiary_devices_online"], online);
         assert!(!online.is_empty());
@@ -588,7 +598,14 @@ async fn the_scrape_gauges_and_duration_histogram_equal_what_the_api_serves() {
     let bob = ingest_cli(
         &cloud.db.url,
         &[
-            "token", "create", "--tenant", &cloud.tenant.id, "--scope", "read", "--user", "bob",
+            "token",
+            "create",
+            "--tenant",
+            &cloud.tenant.id,
+            "--scope",
+            "read",
+            "--user",
+            "bob",
         ],
     )
     .unwrap();

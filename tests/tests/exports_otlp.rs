@@ -172,7 +172,12 @@ fn points(r: &ExportMetricsServiceRequest) -> Points {
 fn attrs(kv: &[KeyValue]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = kv
         .iter()
-        .map(|a| (a.key.clone(), text(std::slice::from_ref(a), &a.key).unwrap()))
+        .map(|a| {
+            (
+                a.key.clone(),
+                text(std::slice::from_ref(a), &a.key).unwrap(),
+            )
+        })
         .collect();
     out.sort();
     out
@@ -182,7 +187,12 @@ fn attrs(kv: &[KeyValue]) -> Vec<(String, String)> {
 /// count and sum in milliseconds, as "count/ms"), with the checks of their form.
 fn others(r: &ExportMetricsServiceRequest) -> BTreeMap<(String, Vec<(String, String)>), String> {
     let mut out = BTreeMap::new();
-    for m in r.resource_metrics.iter().flat_map(|rm| &rm.scope_metrics).flat_map(|sm| &sm.metrics) {
+    for m in r
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+    {
         match &m.data {
             Some(metric::Data::Histogram(h)) => {
                 assert_eq!(m.name, "apiary.tool.call.duration");
@@ -197,7 +207,10 @@ fn others(r: &ExportMetricsServiceRequest) -> BTreeMap<(String, Vec<(String, Str
                     assert_eq!(p.bucket_counts.iter().sum::<u64>(), p.count, "{p:?}");
                     assert!(p.start_time_unix_nano > 0);
                     let ms = (p.sum.unwrap() * 1000.0).round() as i64;
-                    out.insert((m.name.clone(), attrs(&p.attributes)), format!("{}/{ms}", p.count));
+                    out.insert(
+                        (m.name.clone(), attrs(&p.attributes)),
+                        format!("{}/{ms}", p.count),
+                    );
                 }
             }
             Some(metric::Data::Gauge(g)) => {
@@ -216,7 +229,9 @@ fn others(r: &ExportMetricsServiceRequest) -> BTreeMap<(String, Vec<(String, Str
 
 /// What the API serves for the pushed histogram and gauges (grouped by user, as the export is), in the
 /// form of [`others`]; the gauges' zero points are left out of both.
-async fn others_from_api(read: &tests::stack::Api) -> BTreeMap<(String, Vec<(String, String)>), String> {
+async fn others_from_api(
+    read: &tests::stack::Api,
+) -> BTreeMap<(String, Vec<(String, String)>), String> {
     let mut out = BTreeMap::new();
     let user = |v: &Value| -> Vec<(String, String)> {
         v["user_id"]
@@ -267,7 +282,9 @@ async fn others_from_api(read: &tests::stack::Api) -> BTreeMap<(String, Vec<(Str
 }
 
 /// [`others`] without the gauges' zero points.
-fn others_nonzero(r: &ExportMetricsServiceRequest) -> BTreeMap<(String, Vec<(String, String)>), String> {
+fn others_nonzero(
+    r: &ExportMetricsServiceRequest,
+) -> BTreeMap<(String, Vec<(String, String)>), String> {
     others(r)
         .into_iter()
         .filter(|((name, _), v)| name == "apiary.tool.call.duration" || v != "0")
@@ -564,14 +581,26 @@ async fn the_command_line_creates_lists_and_deletes_exports_as_the_api_does() {
     let (ok, out, err) = exports_cli(
         &url,
         &[
-            "create", "--tenant", &tenant, "--url", endpoint, "--header", "api-key=k-cli-secret-9",
-            "--interval-secs", "30", "--dimensions", "user,model",
+            "create",
+            "--tenant",
+            &tenant,
+            "--url",
+            endpoint,
+            "--header",
+            "api-key=k-cli-secret-9",
+            "--interval-secs",
+            "30",
+            "--dimensions",
+            "user,model",
         ],
     );
     assert!(ok, "{out}{err}");
     let id = tests::procs::last_line(&out);
     assert!(id.starts_with("ex_"), "{out}");
-    assert!(err.contains("k-cli-secret-9"), "the header is shown once: {err}");
+    assert!(
+        err.contains("k-cli-secret-9"),
+        "the header is shown once: {err}"
+    );
     assert!(!out.contains("k-cli-secret-9"), "{out}");
 
     // Listed by the command line and by the API alike: host and status, never the header.
@@ -591,17 +620,33 @@ async fn the_command_line_creates_lists_and_deletes_exports_as_the_api_does() {
     // Refused like the API refuses, naming the field; a header without a value is refused first.
     let (ok, _, err) = exports_cli(
         &url,
-        &["create", "--tenant", &tenant, "--url", "http://10.0.0.1/v1/metrics"],
+        &[
+            "create",
+            "--tenant",
+            &tenant,
+            "--url",
+            "http://10.0.0.1/v1/metrics",
+        ],
     );
     assert!(!ok && err.contains("url:"), "{err}");
     let (ok, _, err) = exports_cli(
         &url,
-        &["create", "--tenant", &tenant, "--url", endpoint, "--header", "api-key"],
+        &[
+            "create", "--tenant", &tenant, "--url", endpoint, "--header", "api-key",
+        ],
     );
     assert!(!ok && err.contains("NAME=VALUE"), "{err}");
     let (ok, _, err) = exports_cli(
         &url,
-        &["create", "--tenant", &tenant, "--url", endpoint, "--dimensions", "session"],
+        &[
+            "create",
+            "--tenant",
+            &tenant,
+            "--url",
+            endpoint,
+            "--dimensions",
+            "session",
+        ],
     );
     assert!(!ok && err.contains("dimensions"), "{err}");
 

@@ -6,13 +6,13 @@
 //! `GET /v1/usage?…&format=csv` (and its `Content-Disposition`, and for sessions the `X-Next-Cursor`
 //! of the next page), under the same tenant / user scope, with the same 400s.
 //!
-//! They are the dashboard's routes, not links to `/v1/…`, because the API ignores the sign-in cookie
-//! (see [`super`]): a browser following a link to the API would have no token to send.
+//! The pages link here with [`super::format::csv_link`]. These are the dashboard's routes, not links
+//! to `/v1/…`, because the API ignores the sign-in cookie (see [`super`]): a browser following a link
+//! to the API would have no token to send.
 
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use maud::{html, Markup};
 
 use super::layout;
 use super::overview::{last_30_days, non_empty, page_params};
@@ -25,21 +25,6 @@ use crate::query::usage::AnswerFormat;
 use crate::query::ReadDb;
 use crate::routes::extract::{query_params, Query};
 use crate::state::AppState;
-
-/// The "Download CSV" link of a page: `path` with the page's own query string.
-pub fn link(path: &str, raw: Option<&str>, what: &str) -> Markup {
-    let q = non_empty(raw.unwrap_or(""));
-    let href = if q.is_empty() {
-        path.to_string()
-    } else {
-        format!("{path}?{q}")
-    };
-    html! {
-        p.download {
-            a href=(href) download aria-label={ "Download " (what) " as CSV" } { "Download CSV" }
-        }
-    }
-}
 
 fn answer(r: Result<Response, crate::error::ApiError>) -> Response {
     r.unwrap_or_else(layout::error_page)

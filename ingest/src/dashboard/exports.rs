@@ -219,7 +219,9 @@ pub async fn create(
     };
     let bytes = Bytes::from(serde_json::to_vec(&body).expect("a JSON value"));
     match api::post_export(State(state.clone()), viewer.principal.clone(), bytes).await {
-        Ok((_, Json(created))) => show(state, &viewer, StatusCode::CREATED, Some(&created), None).await,
+        Ok((_, Json(created))) => {
+            show(state, &viewer, StatusCode::CREATED, Some(&created), None).await
+        }
         Err(ApiError::BadRequest { message, .. }) => {
             show(state, &viewer, StatusCode::BAD_REQUEST, None, Some(message)).await
         }
@@ -256,7 +258,9 @@ mod tests {
             json!({"url": "https://o.example.com/v1/metrics", "headers": {"api-key": "k1", "x-team": "ops"},
                    "interval_secs": 30, "dimensions": ["user", "model"]})
         );
-        assert!(body_of(b"headers=no-separator").unwrap_err().starts_with("headers"));
+        assert!(body_of(b"headers=no-separator")
+            .unwrap_err()
+            .starts_with("headers"));
         assert_eq!(body_of(b"").unwrap()["url"], "");
     }
 }

@@ -55,7 +55,7 @@ pub async fn list_page(
     let body = html! {
         h1 { "Sessions" }
         (filters.form())
-        (super::downloads::link("/sessions.csv", Some(&raw), "this page of sessions"))
+        (super::format::csv_link("/sessions.csv", Some(&raw), "this page of sessions"))
         p #live-note role="status" aria-live="polite" {}
         @if page.sessions.is_empty() {
             p.empty { "No sessions match." }

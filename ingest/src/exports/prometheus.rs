@@ -167,8 +167,8 @@ fn histogram(registry: &mut Registry, tools: &Grouped<UsageRow>) {
         .filter_map(|r| {
             let t = r.tool.as_ref()?;
             let counts = bucket_counts(&t.hist);
-            let count = counts.iter().sum();
-            let buckets = bounds.iter().copied().zip(counts).collect();
+            let count: u64 = counts.iter().sum();
+            let buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts).collect();
             let sum = t.duration_ms as f64 / 1000.0;
             Some((label_set(&tools.dims, &r.keys), sum, count, buckets))
         })

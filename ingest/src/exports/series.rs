@@ -208,7 +208,21 @@ mod tests {
         assert_eq!(bounds.len(), 27, "{bounds:?}");
         assert_eq!(&bounds[..4], &[0, 1, 3, 7]);
         assert_eq!(*bounds.last().unwrap(), 67_108_863);
-        for ms in [0, 1, 2, 3, 4, 7, 8, 1000, 1023, 1024, 67_108_863, 67_108_864, i64::MAX] {
+        for ms in [
+            0,
+            1,
+            2,
+            3,
+            4,
+            7,
+            8,
+            1000,
+            1023,
+            1024,
+            67_108_863,
+            67_108_864,
+            i64::MAX,
+        ] {
             let mut hist = vec![0i128; SLOTS];
             hist[slot(ms)] += 1;
             let counts = bucket_counts(&hist);

@@ -14,7 +14,9 @@ use super::MAX_LABEL_SETS;
 use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::gauges::{self, Count, DEVICE_DIMS, SESSION_DIMS};
-use crate::query::usage::{self, Dim, GroupBy, Part, TimeArg, UsageParams, UsageQuery, UsageRow, Within};
+use crate::query::usage::{
+    self, Dim, GroupBy, Part, TimeArg, UsageParams, UsageQuery, UsageRow, Within,
+};
 use crate::query::ReadDb;
 
 /// Rows of one kind and the dimensions their keys are of, in order.

@@ -850,15 +850,35 @@ async fn the_exports_page_adds_lists_and_deletes_exports_for_admins_only(pool: s
     assert_eq!(p.status, StatusCode::OK);
     assert!(!p.body.contains("k-dash-secret-1"), "{}", p.body);
     assert!(!p.body.contains("/v1/metrics\""), "{}", p.body);
-    assert!(p.body.contains(&format!("data-export=\"{id}\" data-status=\"pending\"")));
-    for shown in ["otlp.example.com", e["url_fingerprint"].as_str().unwrap(), "user, model"] {
+    assert!(p
+        .body
+        .contains(&format!("data-export=\"{id}\" data-status=\"pending\"")));
+    for shown in [
+        "otlp.example.com",
+        e["url_fingerprint"].as_str().unwrap(),
+        "user, model",
+    ] {
         assert!(p.body.contains(shown), "{shown}: {}", p.body);
     }
 
     // Refused: another site's form, bad input (the API's words), a read token's cookie.
-    let p = post_form(&app, &cookie, "/exports", &form, Some("https://evil.example")).await;
+    let p = post_form(
+        &app,
+        &cookie,
+        "/exports",
+        &form,
+        Some("https://evil.example"),
+    )
+    .await;
     assert_eq!(p.status, StatusCode::FORBIDDEN);
-    let p = post_form(&app, &cookie, "/exports", &[("url", "ftp://x.example.com/")], Some(&origin)).await;
+    let p = post_form(
+        &app,
+        &cookie,
+        "/exports",
+        &[("url", "ftp://x.example.com/")],
+        Some(&origin),
+    )
+    .await;
     assert_eq!(p.status, StatusCode::BAD_REQUEST);
     assert!(p.body.contains("url: scheme"), "{}", p.body);
     let reader = app.cookie(&t.read).await;
@@ -870,7 +890,13 @@ async fn the_exports_page_adds_lists_and_deletes_exports_for_admins_only(pool: s
     assert_eq!(p.status, StatusCode::FORBIDDEN);
     let p = post_form(&app, &cookie, &delete, &[], None).await;
     assert_eq!(p.status, StatusCode::FORBIDDEN, "no Origin");
-    assert_eq!(app.get(&admin, "/v1/exports").await.1["exports"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        app.get(&admin, "/v1/exports").await.1["exports"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 
     // Deleted: back to the page, gone from the API; a second delete is the API's 404.
     let p = post_form(&app, &cookie, &delete, &[], Some(&origin)).await;
@@ -917,7 +943,13 @@ fn steady(text: &str) -> Vec<Vec<String>> {
         .map(|h| !h.starts_with("durations.") && !h.starts_with("time_in_state."))
         .collect();
     rows.iter()
-        .map(|r| r.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c.clone()).collect())
+        .map(|r| {
+            r.iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c.clone())
+                .collect()
+        })
         .collect()
 }
 
@@ -971,7 +1003,9 @@ async fn download_csv_links_answer_the_apis_csv_for_what_each_page_shows(pool: s
         ),
     ];
     for (page_path, query, link, api_path) in cases {
-        let p = app.page(Some(&cookie), &format!("{page_path}?{query}")).await;
+        let p = app
+            .page(Some(&cookie), &format!("{page_path}?{query}"))
+            .await;
         assert_eq!(p.status, StatusCode::OK, "{}", p.body);
         let href = format!("href=\"{link}?{}\"", query.replace('&', "&amp;"));
         assert!(p.body.contains(&href), "{href} in {}", p.body);
@@ -989,7 +1023,14 @@ async fn download_csv_links_answer_the_apis_csv_for_what_each_page_shows(pool: s
     let p = app.page(Some(&cookie), "/").await;
     assert!(p.body.contains("href=\"/usage.csv\""), "{}", p.body);
     let file = app.page(Some(&cookie), "/usage.csv").await;
-    assert!(file.body.contains("m-a") && file.body.contains("m-b"), "{}", file.body);
+    assert!(
+        file.body.contains("m-a") && file.body.contains("m-b"),
+        "{}",
+        file.body
+    );
     // Without a cookie: the sign-in redirect, as every page.
-    assert_eq!(app.page(None, "/sessions.csv").await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        app.page(None, "/sessions.csv").await.status,
+        StatusCode::SEE_OTHER
+    );
 }
