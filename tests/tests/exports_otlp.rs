@@ -615,7 +615,11 @@ async fn the_command_line_creates_lists_and_deletes_exports_as_the_api_does() {
     assert_eq!(e["host"], "otlp.example.com:4318");
     assert_eq!(e["interval_secs"], 30);
     assert_eq!(e["dimensions"], json!(["user", "model"]));
-    assert_eq!(e["status"], "pending");
+    // The server may have tried it already (the example's host does not resolve here).
+    assert!(
+        ["pending", "failing"].contains(&e["status"].as_str().unwrap()),
+        "{e}"
+    );
 
     // Refused like the API refuses, naming the field; a header without a value is refused first.
     let (ok, _, err) = exports_cli(

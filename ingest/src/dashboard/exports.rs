@@ -142,7 +142,7 @@ fn form() -> Markup {
             form.new-export method="post" action="/exports" {
                 div {
                     label for="url" { "OTLP/HTTP metrics endpoint" }
-                    input #url name="url" type="url" required placeholder="https://otlp.example.com/v1/metrics" autocomplete="off" spellcheck="false";
+                    input #url name="url" type="url" required placeholder="https://collector.example.net/v1/metrics" autocomplete="off" spellcheck="false";
                 }
                 div {
                     label for="headers" { "Headers, one " code { "name: value" } " a line (shown once)" }

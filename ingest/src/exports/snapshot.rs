@@ -20,10 +20,19 @@ use crate::query::usage::{
 use crate::query::ReadDb;
 
 /// Rows of one kind and the dimensions their keys are of, in order.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Grouped<T> {
     pub dims: Vec<Dim>,
     pub rows: Vec<T>,
+}
+
+impl<T> Default for Grouped<T> {
+    fn default() -> Self {
+        Grouped {
+            dims: vec![],
+            rows: vec![],
+        }
+    }
 }
 
 /// Everything exported at one instant.
