@@ -382,10 +382,12 @@ async fn seed_victim(cloud: &Cloud, ingest: &Ingest, hook: &str, receiver: &Rece
     )
     .await;
     let (budget, destination) = (id(&budget, "budget_id"), id(&destination, "destination_id"));
+    // Sent once, at creation: a day's interval, so the sender's own bookkeeping of a later send does not
+    // change A's row while the test runs.
     let export = post_json(
         &admin,
         "/v1/exports",
-        json!({"url": hook, "dimensions": ["user"]}),
+        json!({"url": hook, "dimensions": ["user"], "interval_secs": 86_400}),
     )
     .await;
     let export = id(&export, "export_id");
