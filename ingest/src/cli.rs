@@ -1,13 +1,15 @@
 //! The command line: `migrate`, `serve`, `tenant create|set`, `token create`, `operator-token create`,
 //! `token revoke`, `import`, `device register|revoke|keys`, `retention`, `price add|list|reprice`,
-//! `budget create|list`, `alert destination create|list`, `alert rule create|list`.
+//! `budget create|list`, `alert destination create|list`, `alert rule create|list`,
+//! `exports create|list|delete`.
 //!
 //! Output contract: `tenant create` prints the tenant id alone on the last line of stdout; `token create`
 //! and `operator-token create` print `token_id: <uuid>` (what `token revoke --token-id` takes), then the
 //! token alone on the last line (once: only its hash is stored); `import` prints a JSON summary on stdout
-//! and progress on stderr. Logs go to stderr. Exit code 0 on success, 1 on failure, 2 on bad usage
-//! (clap). A reader that closes stdout early (`| head -1`) ends a command quietly with 0 (see
-//! `apiary_plumbing::output`).
+//! and progress on stderr; `exports create` prints the export as JSON on stderr (with its URL and
+//! headers, once) and its id alone on the last line of stdout. Logs go to stderr. Exit code 0 on
+//! success, 1 on failure, 2 on bad usage (clap). A reader that closes stdout early (`| head -1`) ends
+//! a command quietly with 0 (see `apiary_plumbing::output`).
 
 use std::path::PathBuf;
 
@@ -103,6 +105,12 @@ pub enum Command {
     Alert {
         #[command(subcommand)]
         action: AlertAction,
+    },
+    /// Manage a tenant's usage exports (OTLP/HTTP metrics pushes to its collector).
+    #[command(visible_alias = "export")]
+    Exports {
+        #[command(subcommand)]
+        action: ExportAction,
     },
     /// Drop event partitions older than the retention window now.
     Retention {
@@ -587,6 +595,98 @@ fn private_destination_hint(kind: &str, url: &str, allowed: bool) -> Option<&'st
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ExportAction {
+    /// Add an export; prints it as JSON on stderr, with its URL and headers (shown this once: keep
+    /// them), and its id on the last line of stdout.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// The OTLP/HTTP metrics endpoint, e.g. https://otlp.example.com/v1/metrics.
+        #[arg(long)]
+        url: String,
+        /// A request header as NAME=VALUE (e.g. api-key=…); repeatable.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// Seconds between sends (5 to 86400, default 60).
+        #[arg(long)]
+        interval_secs: Option<i32>,
+        /// Attributes of every point, comma-separated: user, model, colony, runtime, device.
+        #[arg(long, value_delimiter = ',')]
+        dimensions: Vec<String>,
+    },
+    /// Print the tenant's exports as JSON: host, URL fingerprint and send status, never the headers.
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Delete an export: nothing more is sent.
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        /// The export's id (`ex_…`).
+        export_id: String,
+    },
+}
+
+async fn exports(
+    pool: &sqlx::PgPool,
+    settings: &IngestSettings,
+    action: ExportAction,
+) -> anyhow::Result<()> {
+    use crate::exports::store;
+    let fail = |e: crate::error::ApiError| anyhow::anyhow!("{e}");
+    match action {
+        ExportAction::Create {
+            tenant,
+            url,
+            headers,
+            interval_secs,
+            dimensions,
+        } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let headers = headers
+                .iter()
+                .map(|h| {
+                    h.split_once('=')
+                        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                        .with_context(|| format!("--header {h:?}: give NAME=VALUE"))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let allowed = settings.alerts.allow_private_destinations;
+            let hint = private_destination_hint("webhook", &url, allowed);
+            let asked = store::NewExport {
+                url,
+                headers,
+                interval_secs,
+                dimensions,
+            };
+            let created = store::create(pool, tenant_id, asked, allowed)
+                .await
+                .map_err(|e| match hint {
+                    Some(hint) => anyhow::anyhow!("{e}; {hint}"),
+                    None => fail(e),
+                })?;
+            errln!("{}", serde_json::to_string_pretty(&created)?);
+            errln!("the URL and headers are shown this once: keep them");
+            outln!("{}", created.export.export_id)?;
+        }
+        ExportAction::List { tenant } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            let list = store::list(pool, tenant_id).await.map_err(fail)?;
+            outln!("{}", serde_json::to_string_pretty(&list)?)?;
+        }
+        ExportAction::Delete { tenant, export_id } => {
+            let tenant_id = admin::resolve_tenant(pool, &tenant).await?;
+            store::delete(pool, tenant_id, &export_id)
+                .await
+                .map_err(fail)?;
+            outln!("deleted {export_id}")?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
 pub enum OperatorTokenAction {
     /// Create an operator token; prints `token_id: ID` (for `token revoke --token-id`), then the token
     /// (once) alone on the last line.
@@ -754,6 +854,7 @@ pub async fn run(cli: Cli, settings: IngestSettings) -> anyhow::Result<()> {
         Command::Price { action } => price(&pool, action).await?,
         Command::Budget { action } => budget(&pool, &settings, action).await?,
         Command::Alert { action } => alert(&pool, &settings, action).await?,
+        Command::Exports { action } => exports(&pool, &settings, action).await?,
         Command::Retention { .. } => {
             let store = Store::new(pool.clone());
             let cutoff = IntakeRules::from_settings(&settings)

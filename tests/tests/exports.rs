@@ -9,6 +9,10 @@
 //!   counter of every label set equals `/v1/usage` over all time with the same `group_by`; the same
 //!   batch sent again changes nothing, new events add exactly theirs; a user-bound read token scrapes its
 //!   user's usage only; a session label (unbounded) and a scrape without a token are refused.
+//! - The scrape's other series against the API that serves each: the tool duration histogram (a
+//!   duration on every completed tool call of the day) against `/v1/usage?group_by=tool,user` (count,
+//!   sum, the API's p50/p95 inside the bucket their rank falls in), sessions by status against every
+//!   page of `/v1/sessions`, devices online against `/v1/devices`; all scoped to a user-bound token.
 
 use std::collections::BTreeMap;
 
@@ -232,12 +236,6 @@ async fn scrape(api: &Api, query: &str) -> Samples {
     let parsed = prometheus_parse::Scrape::parse(lines).unwrap();
     let mut out = Samples::new();
     for s in parsed.samples {
-        let value = match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => v,
-            other => panic!("{}: {other:?}", s.metric),
-        };
         let labels: Vec<(String, String)> = s
             .labels
             .iter()
@@ -246,6 +244,23 @@ async fn scrape(api: &Api, query: &str) -> Samples {
             .collect::<BTreeMap<_, _>>()
             .into_iter()
             .collect();
+        let value = match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            // A histogram's buckets as samples of `NAME_bucket` labelled `le`, as the text says them.
+            prometheus_parse::Value::Histogram(buckets) => {
+                let series = out.entry(format!("{}_bucket", s.metric)).or_default();
+                for b in buckets {
+                    let mut set = labels.clone();
+                    set.push(("le".into(), b.less_than.to_string()));
+                    set.sort();
+                    series.insert(set, b.count);
+                }
+                continue;
+            }
+            other => panic!("{}: {other:?}", s.metric),
+        };
         out.entry(s.metric).or_default().insert(labels, value);
     }
     out
@@ -408,6 +423,198 @@ async fn a_tenant_scrape_equals_usage_over_all_time_and_is_scoped_like_every_rea
         .await
         .unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
+}
+
+/// The fixture day with a duration on every completed tool call (cycling through [`DURATIONS_MS`]:
+/// both ends of buckets, and past a minute).
+fn timed_fixture() -> Vec<CanonicalEvent> {
+    let mut i = 0;
+    fixture::canonical_events()
+        .into_iter()
+        .map(|ev| {
+            let mut v = serde_json::to_value(&ev).unwrap();
+            if v["type"] == "tool.call" && v["data"]["status"] == "completed" {
+                v["data"]["duration_ms"] = DURATIONS_MS[i % DURATIONS_MS.len()].into();
+                i += 1;
+            }
+            serde_json::from_value(v).unwrap()
+        })
+        .collect()
+}
+
+const DURATIONS_MS: [i64; 8] = [0, 1, 2, 3, 4, 700, 1024, 90_000];
+
+/// Every session of every page of `/v1/sessions` counted by its user and status, labelled as the
+/// scrape labels them.
+async fn listed_statuses(api: &Api) -> BTreeMap<Vec<(String, String)>, f64> {
+    let mut out = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/sessions?limit=1000&cursor={c}"),
+            None => "/v1/sessions?limit=1000".to_string(),
+        };
+        let page = api.get_ok(&path).await.unwrap();
+        for s in page["sessions"].as_array().unwrap() {
+            let status = s["status"].as_str().unwrap().to_string();
+            let mut set = vec![("apiary_session_status".to_string(), status)];
+            if let Some(u) = s["user_id"].as_str().filter(|u| !u.is_empty()) {
+                set.push(("user".into(), u.into()));
+            }
+            set.sort();
+            *out.entry(set).or_insert(0.0) += 1.0;
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return out,
+        }
+    }
+}
+
+/// `/v1/devices` counted as online per user (users with only offline devices at 0).
+async fn listed_online(api: &Api) -> BTreeMap<Vec<(String, String)>, f64> {
+    let devices = api.get_ok("/v1/devices").await.unwrap();
+    let mut out = BTreeMap::new();
+    for d in devices["devices"].as_array().unwrap() {
+        let set: Vec<(String, String)> = d["user_id"]
+            .as_str()
+            .map(|u| ("user".to_string(), u.to_string()))
+            .into_iter()
+            .collect();
+        *out.entry(set).or_insert(0.0) += if d["online"] == true { 1.0 } else { 0.0 };
+    }
+    out
+}
+
+/// Checks the scrape's tool duration histograms against `/v1/usage?group_by=tool,user`: the count is
+/// the timed calls, the sum their summed duration, the +Inf bucket the count, buckets never fall, and
+/// the API's p50 and p95 lie in the bucket where the cumulative count first reaches their rank.
+/// Returns the timed calls seen.
+fn check_histograms(samples: &Samples, tools: &Value) -> f64 {
+    let name = "apiary_tool_call_duration_seconds";
+    let mut timed_total = 0.0;
+    let rows = tools["rows"].as_array().unwrap();
+    for row in rows {
+        let mut set = vec![(
+            "gen_ai_tool_name".to_string(),
+            row["tool_name"].as_str().unwrap().to_string(),
+        )];
+        if let Some(u) = row["user_id"].as_str() {
+            set.push(("user".into(), u.into()));
+        }
+        set.sort();
+        let get = |metric: &str| samples[metric].get(&set).copied();
+        let timed = row["tool_calls_timed"].as_f64().unwrap();
+        timed_total += timed;
+        assert_eq!(get(&format!("{name}_count")), Some(timed), "{row}");
+        let seconds = row["tool_duration_ms"].as_f64().unwrap() / 1000.0;
+        assert_eq!(get(&format!("{name}_sum")), Some(seconds), "{row}");
+        let mut buckets: Vec<(f64, f64)> = samples[&format!("{name}_bucket")]
+            .iter()
+            .filter(|(l, _)| l.iter().filter(|(k, _)| k != "le").eq(set.iter()))
+            .map(|(l, v)| {
+                let le = &l.iter().find(|(k, _)| k == "le").unwrap().1;
+                (le.parse::<f64>().unwrap(), *v)
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert_eq!(buckets.len(), 28, "27 bounds and +Inf: {buckets:?}");
+        assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, timed), "{row}");
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
+        for (p, field) in [
+            (0.5, "tool_duration_p50_ms"),
+            (0.95, "tool_duration_p95_ms"),
+        ] {
+            let Some(ms) = row[field].as_f64() else {
+                assert_eq!(timed, 0.0, "{row}");
+                continue;
+            };
+            let rank = (p * timed).ceil().max(1.0);
+            let at = buckets.iter().position(|(_, c)| *c >= rank).unwrap();
+            let low = if at == 0 { -1.0 } else { buckets[at - 1].0 };
+            let s = ms / 1000.0;
+            assert!(
+                low < s && s <= buckets[at].0,
+                "{field} {ms} ms in bucket {at}: {buckets:?}"
+            );
+        }
+    }
+    assert_eq!(
+        samples.get(&format!("{name}_count")).map_or(0, |m| m.len()),
+        rows.len(),
+        "one histogram per tool row"
+    );
+    timed_total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scrape_gauges_and_duration_histogram_equal_what_the_api_serves() {
+    let cloud = Cloud::start().await.unwrap();
+    post(&cloud, &timed_fixture()).await;
+    let api = cloud.read_api();
+
+    // The histogram: per tool and user (model is not a tool call's dimension, so it is left out).
+    let tools = api
+        .get_ok(&format!("/v1/usage?{SINCE}&group_by=tool,user"))
+        .await
+        .unwrap();
+    let samples = scrape(&api, "?group_by=model,user").await;
+    let timed = check_histograms(&samples, &tools);
+    assert!(timed >= DURATIONS_MS.len() as f64, "{tools}");
+
+    // The gauges equal the listings read around the scrape (statuses can move with time: retried
+    // until the listing reads the same before and after).
+    let mut agreed = false;
+    for _ in 0..5 {
+        let (statuses, online) = (listed_statuses(&api).await, listed_online(&api).await);
+        let samples = scrape(&api, "?group_by=user").await;
+        if (statuses.clone(), online.clone())
+            != (listed_statuses(&api).await, listed_online(&api).await)
+        {
+            continue;
+        }
+        let sessions = &samples["apiary_sessions"];
+        let nonzero: BTreeMap<_, _> = sessions
+            .iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        assert_eq!(nonzero, statuses);
+        assert_eq!(
+            sessions.len() % 10,
+            0,
+            "every status of every user: {sessions:?}"
+        );
+        assert!(statuses.values().sum::<f64>() >= 3.0, "{statuses:?}");
+        assert_eq!(samples["apiary_devices_online"], online);
+        assert!(!online.is_empty());
+        agreed = true;
+        break;
+    }
+    assert!(agreed, "the listings kept moving");
+
+    // Scoped like every read: a token bound to another user scrapes no session, device or tool of
+    // alice's.
+    let bob = ingest_cli(
+        &cloud.db.url,
+        &[
+            "token",
+            "create",
+            "--tenant",
+            &cloud.tenant.id,
+            "--scope",
+            "read",
+            "--user",
+            "bob",
+        ],
+    )
+    .unwrap();
+    let bob = Api::new(&cloud.ingest.url(), tests::procs::last_line(&bob).as_str());
+    let theirs = scrape(&bob, "?group_by=user").await;
+    assert!(theirs.values().all(|m| m.is_empty()), "{theirs:?}");
+    assert!(samples["apiary_tool_call_duration_seconds_count"]
+        .keys()
+        .all(|l| l.contains(&("user".to_string(), USER.to_string()))));
 }
 
 /// A session's runtime and a colony label a spreadsheet would evaluate (ids cannot begin so: an id

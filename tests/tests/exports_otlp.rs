@@ -132,8 +132,9 @@ fn points(r: &ExportMetricsServiceRequest) -> Points {
     for rm in &r.resource_metrics {
         for sm in &rm.scope_metrics {
             for m in &sm.metrics {
+                // The histogram and the gauges: see `others`.
                 let Some(metric::Data::Sum(sum)) = &m.data else {
-                    panic!("{}: not a sum", m.name)
+                    continue;
                 };
                 assert!(sum.is_monotonic, "{}", m.name);
                 assert_eq!(
@@ -166,6 +167,128 @@ fn points(r: &ExportMetricsServiceRequest) -> Points {
         }
     }
     out
+}
+
+fn attrs(kv: &[KeyValue]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = kv
+        .iter()
+        .map(|a| {
+            (
+                a.key.clone(),
+                text(std::slice::from_ref(a), &a.key).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The points of the histogram and the gauges: (metric, sorted attributes) → value (a histogram's
+/// count and sum in milliseconds, as "count/ms"), with the checks of their form.
+fn others(r: &ExportMetricsServiceRequest) -> BTreeMap<(String, Vec<(String, String)>), String> {
+    let mut out = BTreeMap::new();
+    for m in r
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+    {
+        match &m.data {
+            Some(metric::Data::Histogram(h)) => {
+                assert_eq!(m.name, "apiary.tool.call.duration");
+                assert_eq!(m.unit, "s");
+                assert_eq!(
+                    h.aggregation_temporality,
+                    AggregationTemporality::Cumulative as i32
+                );
+                for p in &h.data_points {
+                    assert_eq!(p.explicit_bounds.len(), 27, "{p:?}");
+                    assert_eq!(p.bucket_counts.len(), 28, "{p:?}");
+                    assert_eq!(p.bucket_counts.iter().sum::<u64>(), p.count, "{p:?}");
+                    assert!(p.start_time_unix_nano > 0);
+                    let ms = (p.sum.unwrap() * 1000.0).round() as i64;
+                    out.insert(
+                        (m.name.clone(), attrs(&p.attributes)),
+                        format!("{}/{ms}", p.count),
+                    );
+                }
+            }
+            Some(metric::Data::Gauge(g)) => {
+                for p in &g.data_points {
+                    let Some(number_data_point::Value::AsInt(v)) = p.value else {
+                        panic!("{}: an integer gauge", m.name)
+                    };
+                    out.insert((m.name.clone(), attrs(&p.attributes)), v.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What the API serves for the pushed histogram and gauges (grouped by user, as the export is), in the
+/// form of [`others`]; the gauges' zero points are left out of both.
+async fn others_from_api(
+    read: &tests::stack::Api,
+) -> BTreeMap<(String, Vec<(String, String)>), String> {
+    let mut out = BTreeMap::new();
+    let user = |v: &Value| -> Vec<(String, String)> {
+        v["user_id"]
+            .as_str()
+            .filter(|u| !u.is_empty())
+            .map(|u| ("user.id".to_string(), u.to_string()))
+            .into_iter()
+            .collect()
+    };
+    let tools = read
+        .get_ok("/v1/usage?from=2026-11-01&group_by=tool,user")
+        .await
+        .unwrap();
+    for row in tools["rows"].as_array().unwrap() {
+        let mut a = user(row);
+        a.push((
+            "gen_ai.tool.name".to_string(),
+            row["tool_name"].as_str().unwrap().to_string(),
+        ));
+        a.sort();
+        let v = format!("{}/{}", row["tool_calls_timed"], row["tool_duration_ms"]);
+        out.insert(("apiary.tool.call.duration".to_string(), a), v);
+    }
+    let sessions = read.get_ok("/v1/sessions?limit=1000").await.unwrap();
+    assert!(sessions["next_cursor"].is_null(), "one page");
+    let mut counts: BTreeMap<Vec<(String, String)>, i64> = BTreeMap::new();
+    for s in sessions["sessions"].as_array().unwrap() {
+        let mut a = user(s);
+        a.push((
+            "apiary.session.status".to_string(),
+            s["status"].as_str().unwrap().to_string(),
+        ));
+        a.sort();
+        *counts.entry(a).or_default() += 1;
+    }
+    for (a, n) in counts {
+        out.insert(("apiary.sessions".to_string(), a), n.to_string());
+    }
+    let devices = read.get_ok("/v1/devices").await.unwrap();
+    let mut online: BTreeMap<Vec<(String, String)>, i64> = BTreeMap::new();
+    for d in devices["devices"].as_array().unwrap() {
+        *online.entry(user(d)).or_default() += i64::from(d["online"] == true);
+    }
+    for (a, n) in online.into_iter().filter(|(_, n)| *n > 0) {
+        out.insert(("apiary.devices.online".to_string(), a), n.to_string());
+    }
+    out
+}
+
+/// [`others`] without the gauges' zero points.
+fn others_nonzero(
+    r: &ExportMetricsServiceRequest,
+) -> BTreeMap<(String, Vec<(String, String)>), String> {
+    others(r)
+        .into_iter()
+        .filter(|((name, _), v)| name == "apiary.tool.call.duration" || v != "0")
+        .collect()
 }
 
 /// The (metric, token type, JSON field) of every integer counter.
@@ -338,6 +461,19 @@ async fn exported_cumulative_counters_equal_usage_across_restarts_replicas_and_l
     let u = usage().await;
     assert_eq!(mismatch(&points(&first.request), &u), None);
     assert!(u["rows"].as_array().unwrap().len() >= 3, "{u}");
+    // The histogram and the gauges equal what the API serves (the fixture day's statuses are settled).
+    let pushed = others_nonzero(&first.request);
+    assert_eq!(pushed, others_from_api(&read).await);
+    assert!(
+        pushed.keys().any(|(n, _)| n == "apiary.sessions")
+            && pushed.keys().any(|(n, _)| n == "apiary.tool.call.duration"),
+        "{pushed:?}"
+    );
+    let sessions_points = others(&first.request)
+        .keys()
+        .filter(|(n, _)| n == "apiary.sessions")
+        .count();
+    assert_eq!(sessions_points % 10, 0, "every status of every user");
 
     // The listing: status, never the headers.
     let listed = admin.get_ok("/v1/exports").await.unwrap();
@@ -415,4 +551,117 @@ async fn exported_cumulative_counters_equal_usage_across_restarts_replicas_and_l
         json!([])
     );
     replica.kill();
+}
+
+/// `apiary-ingest exports …` with `DATABASE_URL` → (exit success, stdout, stderr).
+fn exports_cli(db_url: &str, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(tests::bins::path("apiary-ingest"))
+        .arg("exports")
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_creates_lists_and_deletes_exports_as_the_api_does() {
+    let cloud = Cloud::start().await.unwrap();
+    let url = cloud.db.url.clone();
+    let tenant = cloud.tenant.id.clone();
+    let endpoint = "https://otlp.example.com:4318/v1/metrics";
+
+    // Created: the headers shown once, on stderr, the id alone on stdout's last line.
+    let (ok, out, err) = exports_cli(
+        &url,
+        &[
+            "create",
+            "--tenant",
+            &tenant,
+            "--url",
+            endpoint,
+            "--header",
+            "api-key=k-cli-secret-9",
+            "--interval-secs",
+            "30",
+            "--dimensions",
+            "user,model",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let id = tests::procs::last_line(&out);
+    assert!(id.starts_with("ex_"), "{out}");
+    assert!(
+        err.contains("k-cli-secret-9"),
+        "the header is shown once: {err}"
+    );
+    assert!(!out.contains("k-cli-secret-9"), "{out}");
+
+    // Listed by the command line and by the API alike: host and status, never the header.
+    let (ok, out, err) = exports_cli(&url, &["list", "--tenant", &tenant]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("k-cli-secret-9"), "{out}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let api = cloud.admin_api().get_ok("/v1/exports").await.unwrap();
+    assert_eq!(listed, api);
+    let e = &api["exports"][0];
+    assert_eq!(e["export_id"], id.as_str());
+    assert_eq!(e["host"], "otlp.example.com:4318");
+    assert_eq!(e["interval_secs"], 30);
+    assert_eq!(e["dimensions"], json!(["user", "model"]));
+    // The server may have tried it already (the example's host does not resolve here).
+    assert!(
+        ["pending", "failing"].contains(&e["status"].as_str().unwrap()),
+        "{e}"
+    );
+
+    // Refused like the API refuses, naming the field; a header without a value is refused first.
+    let (ok, _, err) = exports_cli(
+        &url,
+        &[
+            "create",
+            "--tenant",
+            &tenant,
+            "--url",
+            "http://10.0.0.1/v1/metrics",
+        ],
+    );
+    assert!(!ok && err.contains("url:"), "{err}");
+    let (ok, _, err) = exports_cli(
+        &url,
+        &[
+            "create", "--tenant", &tenant, "--url", endpoint, "--header", "api-key",
+        ],
+    );
+    assert!(!ok && err.contains("NAME=VALUE"), "{err}");
+    let (ok, _, err) = exports_cli(
+        &url,
+        &[
+            "create",
+            "--tenant",
+            &tenant,
+            "--url",
+            endpoint,
+            "--dimensions",
+            "session",
+        ],
+    );
+    assert!(!ok && err.contains("dimensions"), "{err}");
+
+    // Deleted: gone from the API's listing; a second delete fails.
+    let (ok, out, err) = exports_cli(&url, &["delete", "--tenant", &tenant, &id]);
+    assert!(ok, "{err}");
+    assert_eq!(tests::procs::last_line(&out), format!("deleted {id}"));
+    assert_eq!(
+        cloud.admin_api().get_ok("/v1/exports").await.unwrap()["exports"],
+        json!([])
+    );
+    let (ok, _, err) = exports_cli(&url, &["delete", "--tenant", &tenant, &id]);
+    assert!(!ok && err.contains("not found"), "{err}");
 }

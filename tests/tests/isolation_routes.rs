@@ -73,6 +73,11 @@ const READS_NOTHING_OF_A_TENANT: &[(&str, &str)] = &[
          is aimed at by id, and its row is in the snapshot)",
     ),
     (
+        "/exports",
+        "the dashboard's page of /v1/exports: ids, hosts and fingerprints only (A's export is aimed at \
+         by id, and its row is in the snapshot)",
+    ),
+    (
         "/v1/tenant/settings",
         "one choice (keys or names), no value of A's; a write to A's shows in the rows' snapshot",
     ),
@@ -98,7 +103,7 @@ fn path_value(v: &Victim, path: &str, param: &str) -> Option<String> {
         ("/v1/budgets/{id}", "id") => s(&v.budget),
         ("/v1/alerts/destinations/{id}", "id") => s(&v.destination),
         ("/v1/alerts/rules/{id}", "id") => s(&v.rule),
-        ("/v1/exports/{id}", "id") => s(&v.export),
+        ("/v1/exports/{id}", "id") | ("/exports/{id}/delete", "id") => s(&v.export),
         _ => None,
     }
 }
@@ -107,7 +112,7 @@ fn path_value(v: &Victim, path: &str, param: &str) -> Option<String> {
 fn queries(path: &str) -> Vec<String> {
     let mut q = vec![String::new()];
     match path {
-        "/v1/usage" => q.extend([
+        "/v1/usage" | "/usage.csv" => q.extend([
             "group_by=tenant,user,session,device,model,colony".to_string(),
             "group_by=session&granularity=hour".to_string(),
         ]),
@@ -377,10 +382,12 @@ async fn seed_victim(cloud: &Cloud, ingest: &Ingest, hook: &str, receiver: &Rece
     )
     .await;
     let (budget, destination) = (id(&budget, "budget_id"), id(&destination, "destination_id"));
+    // Sent once, at creation: a day's interval, so the sender's own bookkeeping of a later send does not
+    // change A's row while the test runs.
     let export = post_json(
         &admin,
         "/v1/exports",
-        json!({"url": hook, "dimensions": ["user"]}),
+        json!({"url": hook, "dimensions": ["user"], "interval_secs": 86_400}),
     )
     .await;
     let export = id(&export, "export_id");

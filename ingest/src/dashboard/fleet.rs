@@ -107,6 +107,7 @@ pub async fn colonies_page(
             div { label for="tz" { "Time zone" } input #tz name="tz" value=(list.tz) autocomplete="off" spellcheck="false"; }
             div { button type="submit" { "Show" } }
         }
+        (super::format::csv_link("/colonies.csv", raw.as_deref(), "these colonies"))
         @if list.colonies.is_empty() {
             p.empty { "No colonies in this range." }
         } @else {

@@ -126,3 +126,17 @@ mod tests {
         assert_eq!(millis(1_250), "1.2 s");
     }
 }
+
+/// The "Download CSV" link of a page: `path` (a download route of the dashboard) with the page's own
+/// query string `raw` (its empty pairs are dropped by the download, as by the page).
+pub fn csv_link(path: &str, raw: Option<&str>, what: &str) -> maud::Markup {
+    let href = match raw.filter(|q| !q.is_empty()) {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    maud::html! {
+        p.download {
+            a href=(href) download aria-label={ "Download " (what) " as CSV" } { "Download CSV" }
+        }
+    }
+}

@@ -31,17 +31,19 @@ pub enum Nav {
     Colonies,
     Budgets,
     Alerts,
+    Exports,
     Prices,
 }
 
 impl Nav {
-    const ALL: [(Nav, &'static str, &'static str); 7] = [
+    const ALL: [(Nav, &'static str, &'static str); 8] = [
         (Nav::Overview, "/", "Overview"),
         (Nav::Sessions, "/sessions", "Sessions"),
         (Nav::Devices, "/devices", "Devices"),
         (Nav::Colonies, "/colonies", "Colonies"),
         (Nav::Budgets, "/budgets", "Budgets"),
         (Nav::Alerts, "/alerts", "Alerts"),
+        (Nav::Exports, "/exports", "Exports"),
         (Nav::Prices, "/prices", "Prices"),
     ];
 }

@@ -1,7 +1,10 @@
 //! # The dashboard: pages for people, served by the ingest itself
 //!
 //! Server-rendered HTML at `/` (overview), `/sessions`, `/sessions/{id}`, `/devices`, `/colonies`,
-//! `/budgets`, `/alerts` and `/prices`, with `/sign-in` and `/sign-out`. No separate server, no build
+//! `/budgets`, `/alerts`, `/exports` (admin: usage exports, with forms to add and delete) and `/prices`,
+//! with `/sign-in` and `/sign-out`; and the CSV of what the overview, the sessions list and the
+//! colonies page show, as the API answers it (`/usage.csv`, `/sessions.csv`, `/colonies.csv`,
+//! [`downloads`]). No separate server, no build
 //! step, nothing fetched from elsewhere: the templates are [`maud`] macros compiled into the binary
 //! (every spliced value is HTML-escaped), the one stylesheet is embedded with `include_str!`, the charts
 //! are SVG drawn here ([`chart`]), the budgets' progress bars native `<meter>`s. Filters and pickers are
@@ -33,9 +36,10 @@
 //! Every dashboard answer carries a Content-Security-Policy without `unsafe-inline` or `unsafe-eval`
 //! (`default-src 'none'`; scripts, styles, images and connections from this origin only, forms post here
 //! only, `frame-ancestors 'none'`), `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`,
-//! `Referrer-Policy: same-origin` and `Cache-Control: no-store`. The two POSTs (sign-in, sign-out) also
+//! `Referrer-Policy: same-origin` and `Cache-Control: no-store`. The POSTs (sign-in, sign-out) also
 //! require an `Origin` (or `Sec-Fetch-Site: same-origin`) naming this host: login CSRF and forced
-//! sign-out from another site are refused (403) on top of `SameSite=Strict`.
+//! sign-out from another site are refused (403) on top of `SameSite=Strict`; so are the exports page's
+//! forms (add, delete).
 //!
 //! Pages, the stylesheet and the script are sent gzip-compressed to browsers that accept it (the
 //! overview's default month for a tenant of 10M events, `--bench rollups`: 50 KiB of HTML, 8 KiB gzip).
@@ -43,6 +47,8 @@
 mod alerts;
 mod budgets;
 mod chart;
+mod downloads;
+mod exports;
 mod fleet;
 mod format;
 mod layout;
@@ -87,6 +93,11 @@ pub fn router() -> Router<AppState> {
         .route("/colonies", get(fleet::colonies_page))
         .route("/budgets", get(budgets::page))
         .route("/alerts", get(alerts::page))
+        .route("/exports", get(exports::page).post(exports::create))
+        .route("/exports/{id}/delete", axum::routing::post(exports::delete))
+        .route("/usage.csv", get(downloads::usage))
+        .route("/sessions.csv", get(downloads::sessions))
+        .route("/colonies.csv", get(downloads::colonies))
         .route("/prices", get(prices::page))
         .route("/sign-in", get(signin::form).post(signin::sign_in))
         .route("/sign-out", axum::routing::post(signin::sign_out))

@@ -73,6 +73,7 @@ pub async fn page(
     let body = html! {
         h1 { "Overview" }
         (pickers(&usage, dim))
+        (super::format::csv_link("/usage.csv", raw.as_deref(), "this usage"))
         (totals(&usage.totals))
         @if !budgets.is_empty() {
             section aria-labelledby="budgets-title" {

@@ -28,7 +28,7 @@ use crate::routes::sessions as api;
 use apiary_schema::status::Status;
 
 /// Sessions per page unless `limit` says otherwise.
-const PAGE: &str = "50";
+pub(super) const PAGE: &str = "50";
 
 /// `GET /sessions`.
 pub async fn list_page(
@@ -55,6 +55,7 @@ pub async fn list_page(
     let body = html! {
         h1 { "Sessions" }
         (filters.form())
+        (super::format::csv_link("/sessions.csv", Some(&raw), "this page of sessions"))
         p #live-note role="status" aria-live="polite" {}
         @if page.sessions.is_empty() {
             p.empty { "No sessions match." }

@@ -114,7 +114,7 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-fn cross_site() -> Response {
+pub(super) fn cross_site() -> Response {
     layout::error_page(ApiError::Forbidden(
         "this form must be sent from a page of this dashboard (Origin check)".into(),
     ))

@@ -4,7 +4,8 @@
 //! are sent ([`crate::alerts::deliver::post_checked`]: the URL checked again, the host resolved and
 //! checked now and the request pinned to those addresses, no redirect, no proxy of the environment),
 //! then records the outcome while it still holds the claim (the claim number fences a replica whose
-//! lease lapsed).
+//! lease lapsed). A snapshot past the label-set bound (see [`super::MAX_LABEL_SETS`]) is a failed send
+//! whose error names the count.
 //!
 //! Next send: a success or a refusal (4xx) after the interval; a retryable failure (timeout, 408, 429,
 //! 5xx) after the alerts' backoff (`Retry-After` as a floor), never later than the interval. Every send
@@ -24,12 +25,12 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::snapshot::Snapshot;
 use super::{otlp, store};
 use crate::access::TenantRead;
 use crate::alerts::deliver::{post_checked, Outcome};
 use crate::alerts::destination::{self, Kind};
 use crate::config::AlertSettings;
-use crate::query::usage::{self, GroupBy, Part, TimeArg, UsageParams, UsageQuery, Within};
 use crate::query::ReadDb;
 
 /// Exports claimed per round.
@@ -92,20 +93,15 @@ pub async fn claim(pool: &PgPool, lease: Duration) -> Result<Vec<Claimed>, sqlx:
     Ok(out)
 }
 
-/// The request body of one send: the tenant's usage now, encoded and gzipped.
+/// The request body of one send: the tenant's usage, tool durations, sessions and devices now ([`Snapshot`]),
+/// encoded and gzipped.
 pub async fn body(db: &ReadDb, c: &Claimed, now: DateTime<Utc>) -> Result<Vec<u8>, String> {
     let dims = store::dimensions(&c.dimensions)?;
-    let params = UsageParams {
-        from: Some(TimeArg::Instant(usage::all_time_from())),
-        group_by: Some(GroupBy(dims.clone())),
-        ..UsageParams::default()
-    };
-    let q = UsageQuery::from_params(params, now).map_err(|e| e.to_string())?;
     let reader = TenantRead::tenant_wide(c.tenant_id);
-    let rows = usage::run(db, Within::Tenant(&reader, &Part::Whole), &q)
+    let snapshot = Snapshot::read(db, &reader, &dims, now)
         .await
         .map_err(|e| format!("reading usage: {e}"))?;
-    let request = otlp::request(c.tenant_id, c.start_at, now, &dims, &rows);
+    let request = otlp::request(c.tenant_id, c.start_at, now, &snapshot);
     let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&request.encode_to_vec())
         .and_then(|_| gz.finish())

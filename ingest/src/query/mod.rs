@@ -16,6 +16,7 @@ pub mod buckets;
 pub mod budgets;
 pub mod colonies;
 pub mod devices;
+pub mod gauges;
 pub mod history;
 pub mod listings_csv;
 pub mod params;

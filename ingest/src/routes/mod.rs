@@ -16,7 +16,7 @@ pub(crate) mod colonies;
 mod device_keys;
 pub(crate) mod devices;
 mod docs;
-mod exports;
+pub(crate) mod exports;
 pub mod extract;
 mod negotiate;
 pub mod openapi;

@@ -13,9 +13,10 @@ use super::docs::ReadErrors;
 use super::extract::Query;
 use crate::access::TenantRead;
 use crate::error::ApiError;
-use crate::exports::{prometheus, MAX_LABEL_SETS};
+use crate::exports::prometheus;
+use crate::exports::snapshot::Snapshot;
 use crate::query::params::parsed;
-use crate::query::usage::{self, GroupBy, Part, TimeArg, UsageParams, UsageQuery, Within};
+use crate::query::usage::GroupBy;
 use crate::query::ReadDb;
 
 /// The scrape's query string (a scrape config's `params`).
@@ -32,8 +33,10 @@ pub struct MetricsParams {
 }
 
 /// The tenant's usage since its first event as cumulative counters (OpenMetrics text): tokens by type,
-/// cost (USD, and exactly in nano-dollars), LLM calls, tool calls, errors and durations, events. The
-/// same sums as `GET /v1/usage` over all time with the same `group_by`.
+/// cost (USD, and exactly in nano-dollars), LLM calls, tool calls, errors and durations, events — the
+/// same sums as `GET /v1/usage` over all time with the same `group_by`; tool call durations as a
+/// histogram per tool (`GET /v1/usage?group_by=tool`); and two gauges of now: sessions by status (as
+/// `GET /v1/sessions` derives it) and devices online (as `GET /v1/devices` says).
 #[utoipa::path(
     get,
     path = "/v1/metrics",
@@ -56,22 +59,7 @@ pub async fn get_tenant_metrics(
             "a scrape is labelled by user, model, colony, runtime or device only",
         ));
     }
-    let params = UsageParams {
-        from: Some(TimeArg::Instant(usage::all_time_from())),
-        group_by: Some(GroupBy(dims.clone())),
-        ..UsageParams::default()
-    };
-    let q = UsageQuery::from_params(params, Utc::now())?;
-    let rows = usage::run(&db, Within::Tenant(&reader, &Part::Whole), &q).await?;
-    if rows.len() > MAX_LABEL_SETS {
-        return Err(ApiError::bad_param(
-            "group_by",
-            format!(
-                "{} label sets exceed the bound of {MAX_LABEL_SETS}: choose fewer dimensions",
-                rows.len()
-            ),
-        ));
-    }
-    let text = prometheus::render(&prometheus::label_names(&dims), &rows);
+    let snapshot = Snapshot::read(&db, &reader, &dims, Utc::now()).await?;
+    let text = prometheus::render(&snapshot);
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }

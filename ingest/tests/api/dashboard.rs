@@ -795,3 +795,248 @@ async fn the_prices_page_lists_the_tenants_entries_then_the_catalog_to_any_reade
         );
     }
 }
+
+/// `POST path` with the `form` body and the cookie, from a page of this host unless `origin` is None.
+async fn post_form(
+    app: &TestApp,
+    cookie: &str,
+    path: &str,
+    form: &[(&str, &str)],
+    origin: Option<&str>,
+) -> Page {
+    let mut req = browser()
+        .post(format!("{}{path}", app.base))
+        .header("cookie", cookie)
+        .form(form);
+    if let Some(o) = origin {
+        req = req.header("origin", o);
+    }
+    page(req.send().await.unwrap()).await
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_exports_page_adds_lists_and_deletes_exports_for_admins_only(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let admin = app.token(t.id, &["admin"]).await;
+    let cookie = app.cookie(&admin).await;
+    let origin = app.origin();
+    let p = app.page(Some(&cookie), "/exports").await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert!(p.body.contains("No exports."), "{}", p.body);
+    assert!(p.body.contains("href=\"/exports\" aria-current=\"page\""));
+
+    // Added: the URL and the header shown on the answer, once.
+    let form = [
+        ("url", "https://otlp.example.com/v1/metrics"),
+        ("headers", "api-key: k-dash-secret-1"),
+        ("interval_secs", "30"),
+        ("dimensions", "user"),
+        ("dimensions", "model"),
+    ];
+    let p = post_form(&app, &cookie, "/exports", &form, Some(&origin)).await;
+    assert_eq!(p.status, StatusCode::CREATED, "{}", p.body);
+    assert!(p.body.contains("k-dash-secret-1"), "{}", p.body);
+    assert!(p.body.contains("https://otlp.example.com/v1/metrics"));
+    let (s, listed) = app.get(&admin, "/v1/exports").await;
+    assert_eq!(s, StatusCode::OK, "{listed}");
+    let e = &listed["exports"][0];
+    let id = e["export_id"].as_str().unwrap().to_string();
+    assert_eq!(e["dimensions"], json!(["user", "model"]));
+    assert_eq!(e["interval_secs"], 30);
+
+    // Listed as the API lists it, never with the header or the URL.
+    let p = app.page(Some(&cookie), "/exports").await;
+    assert_eq!(p.status, StatusCode::OK);
+    assert!(!p.body.contains("k-dash-secret-1"), "{}", p.body);
+    assert!(
+        !p.body.contains("https://otlp.example.com/v1/metrics"),
+        "{}",
+        p.body
+    );
+    assert!(
+        p.body.contains(&format!("data-export=\"{id}\"")),
+        "{}",
+        p.body
+    );
+    for shown in [
+        "otlp.example.com",
+        e["url_fingerprint"].as_str().unwrap(),
+        "user, model",
+    ] {
+        assert!(p.body.contains(shown), "{shown}: {}", p.body);
+    }
+
+    // Refused: another site's form, bad input (the API's words), a read token's cookie.
+    let p = post_form(
+        &app,
+        &cookie,
+        "/exports",
+        &form,
+        Some("https://evil.example"),
+    )
+    .await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+    let p = post_form(
+        &app,
+        &cookie,
+        "/exports",
+        &[("url", "ftp://x.example.com/")],
+        Some(&origin),
+    )
+    .await;
+    assert_eq!(p.status, StatusCode::BAD_REQUEST);
+    assert!(p.body.contains("url: scheme"), "{}", p.body);
+    let reader = app.cookie(&t.read).await;
+    let p = app.page(Some(&reader), "/exports").await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+    assert!(!p.body.contains(&id), "{}", p.body);
+    let delete = format!("/exports/{id}/delete");
+    let p = post_form(&app, &reader, &delete, &[], Some(&origin)).await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+    let p = post_form(&app, &cookie, &delete, &[], None).await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN, "no Origin");
+    assert_eq!(
+        app.get(&admin, "/v1/exports").await.1["exports"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Deleted: back to the page, gone from the API; a second delete is the API's 404.
+    let p = post_form(&app, &cookie, &delete, &[], Some(&origin)).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    assert_eq!(p.location.as_deref(), Some("/exports"));
+    assert_eq!(app.get(&admin, "/v1/exports").await.1["exports"], json!([]));
+    let p = post_form(&app, &cookie, &delete, &[], Some(&origin)).await;
+    assert_eq!(p.status, StatusCode::NOT_FOUND);
+}
+
+/// The cells of a CSV text (RFC 4180: quoted cells with doubled quotes), by line.
+fn cells(text: &str) -> Vec<Vec<String>> {
+    let mut rows = vec![];
+    let (mut row, mut cell, mut quoted) = (vec![], String::new(), false);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cell.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => row.push(std::mem::take(&mut cell)),
+            ('\r', false) => {}
+            ('\n', false) => {
+                row.push(std::mem::take(&mut cell));
+                rows.push(std::mem::take(&mut row));
+            }
+            (c, _) => cell.push(c),
+        }
+    }
+    rows
+}
+
+/// A CSV's cells without the columns that grow with the time of reading (a session's durations and
+/// time in each state), which two reads a moment apart cannot share.
+fn steady(text: &str) -> Vec<Vec<String>> {
+    let rows = cells(text);
+    let Some(header) = rows.first() else {
+        return rows;
+    };
+    let keep: Vec<bool> = header
+        .iter()
+        .map(|h| !h.starts_with("durations.") && !h.starts_with("time_in_state."))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c.clone())
+                .collect()
+        })
+        .collect()
+}
+
+/// The answer to `path` with a bearer token: (status, content type, body).
+async fn get_text(app: &TestApp, token: &str, path: &str) -> (StatusCode, String, String) {
+    let r = browser()
+        .get(format!("{}{path}", app.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+    (r.status(), ct, r.text().await.unwrap())
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn download_csv_links_answer_the_apis_csv_for_what_each_page_shows(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let day = Utc::now().duration_trunc(Duration::days(1)).unwrap();
+    let events = vec![
+        llm("q-1", day + Duration::hours(1), "m-a", 1_234, 56, 0.5),
+        llm("q-2", day - Duration::days(2), "m-b", 7_000, 800, 2.5),
+    ];
+    let sessions = vec![binding("q-1", "alice"), binding("q-2", "bob")];
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, sessions)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let cookie = app.cookie(&t.read).await;
+    let from = (day - Duration::days(5)).format("%Y-%m-%d").to_string();
+    let to = (day + Duration::days(1)).format("%Y-%m-%d").to_string();
+    let ranged = format!("from={from}&to={to}&tz=UTC");
+    // (page, its query, the link's path, the API's equal query).
+    let cases = [
+        (
+            "/".to_string(),
+            format!("{ranged}&granularity=day&group_by=user"),
+            "/usage.csv",
+            format!("/v1/usage?{ranged}&granularity=day&group_by=user&format=csv"),
+        ),
+        (
+            "/sessions".to_string(),
+            "user=alice&limit=10".to_string(),
+            "/sessions.csv",
+            "/v1/sessions?user=alice&limit=10&format=csv".to_string(),
+        ),
+        (
+            "/colonies".to_string(),
+            ranged.clone(),
+            "/colonies.csv",
+            format!("/v1/colonies?{ranged}&format=csv"),
+        ),
+    ];
+    for (page_path, query, link, api_path) in cases {
+        let p = app
+            .page(Some(&cookie), &format!("{page_path}?{query}"))
+            .await;
+        assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+        let href = format!("href=\"{link}?{}\"", query.replace('&', "&amp;"));
+        assert!(p.body.contains(&href), "{href} in {}", p.body);
+        let file = app.page(Some(&cookie), &format!("{link}?{query}")).await;
+        assert_eq!(file.status, StatusCode::OK, "{}", file.body);
+        let (s, ct, api) = get_text(&app, &t.read, &api_path).await;
+        assert_eq!(s, StatusCode::OK, "{api}");
+        assert!(ct.starts_with("text/csv"), "{ct}");
+        assert_eq!(steady(&file.body), steady(&api), "{link}?{query}");
+        if link != "/colonies.csv" {
+            assert!(api.lines().count() >= 2, "{api_path}: {api}");
+        }
+    }
+    // The overview's defaults (the last 30 days by model and day) are the file's too.
+    let p = app.page(Some(&cookie), "/").await;
+    assert!(p.body.contains("href=\"/usage.csv\""), "{}", p.body);
+    let file = app.page(Some(&cookie), "/usage.csv").await;
+    assert!(
+        file.body.contains("m-a") && file.body.contains("m-b"),
+        "{}",
+        file.body
+    );
+    // Without a cookie: the sign-in redirect, as every page.
+    assert_eq!(
+        app.page(None, "/sessions.csv").await.status,
+        StatusCode::SEE_OTHER
+    );
+}

@@ -86,7 +86,7 @@ impl Cursor {
         })
     }
 
-    pub(super) fn of(r: &SessionRow) -> Cursor {
+    pub(crate) fn of(r: &SessionRow) -> Cursor {
         Cursor {
             at: r.last_event_at.unwrap_or(r.first_seen_at),
             session_id: r.session_id.clone(),
