@@ -75,7 +75,12 @@ fn opts() -> Opts {
         match a.as_str() {
             "--scale" => o.scale = args.next().and_then(|v| v.parse().ok()).expect("--scale X"),
             "--seed" => o.seed = args.next().and_then(|v| v.parse().ok()).expect("--seed N"),
-            "--repeat" => o.repeat = args.next().and_then(|v| v.parse().ok()).expect("--repeat N"),
+            "--repeat" => {
+                o.repeat = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--repeat N")
+            }
             "--restart" => o.restart = args.next(),
             "--only" => o.only = args.next(),
             "--reload" => o.reload = true,
@@ -128,8 +133,18 @@ impl Shape {
 const DAYS: i64 = 365;
 const RUNTIMES: [&str; 4] = ["hive", "claude_code", "codex", "otel"];
 const TOOLS: [&str; 12] = [
-    "read_file", "write_file", "edit", "bash", "grep", "glob", "web_fetch", "web_search", "task", "todo",
-    "notebook", "ls",
+    "read_file",
+    "write_file",
+    "edit",
+    "bash",
+    "grep",
+    "glob",
+    "web_fetch",
+    "web_search",
+    "task",
+    "todo",
+    "notebook",
+    "ls",
 ];
 /// Slots of a tool row's duration histogram (`crate::tool_rollups::SLOTS`).
 const SLOTS: usize = 53;
@@ -276,11 +291,13 @@ async fn generate_tenant(
             }
         };
         let quarters = 1 + skewed(rng, 12, 2.2);
-        let models: Vec<usize> = if rng.gen_bool(0.3) {
-            vec![skewed(rng, shape.models, 2.0), skewed(rng, shape.models, 2.0)]
-        } else {
-            vec![skewed(rng, shape.models, 2.0)]
-        };
+        let mut models = vec![skewed(rng, shape.models, 2.0)];
+        if rng.gen_bool(0.3) {
+            let second = skewed(rng, shape.models, 2.0);
+            if second != models[0] {
+                models.push(second);
+            }
+        }
         let role = roles.get(&s);
         let colony = role.map_or("", |r| r.colony.as_str());
         let sid = format!("s{s:08}");
@@ -294,13 +311,19 @@ async fn generate_tenant(
                 break;
             }
             last = (bucket + quarter - TimeDelta::seconds(1)).min(end - TimeDelta::seconds(1));
-            let n = (events_per_quarter * rng.gen_range(0.5..1.5)).round().max(1.0) as i64;
+            let n = (events_per_quarter * rng.gen_range(0.5..1.5))
+                .round()
+                .max(1.0) as i64;
             let turns = (n * 6 / 10).max(1);
             let calls = n - turns;
             // Turns split between the models; the '' row holds the tool calls and active time.
             let mut left = turns;
             for (i, &m) in models.iter().enumerate() {
-                let k = if i + 1 == models.len() { left } else { left / 2 };
+                let k = if i + 1 == models.len() {
+                    left
+                } else {
+                    left / 2
+                };
                 left -= k;
                 if k == 0 {
                     continue;
@@ -324,8 +347,16 @@ async fn generate_tenant(
             let mut tool_ms = 0i64;
             let mut left = calls;
             let mut t = rng.gen_range(0..TOOLS.len());
-            while left > 0 {
-                let k = if left > 2 { rng.gen_range(1..=left) } else { left };
+            for i in 0..TOOLS.len() {
+                if left == 0 {
+                    break;
+                }
+                // Each tool once per row key: the last one takes what is left.
+                let k = if left > 2 && i + 1 < TOOLS.len() {
+                    rng.gen_range(1..=left)
+                } else {
+                    left
+                };
                 left -= k;
                 let mut hist = [0i64; SLOTS];
                 let mut ms = 0i64;
@@ -527,7 +558,10 @@ async fn generate(pool: &PgPool, o: &Opts, end: DateTime<Utc>) -> anyhow::Result
     for q in DERIVED {
         sqlx::query(q).execute(pool).await?;
     }
-    eprintln!("hourly and narrow sums in {:.0} s", t1.elapsed().as_secs_f64());
+    eprintln!(
+        "hourly and narrow sums in {:.0} s",
+        t1.elapsed().as_secs_f64()
+    );
     sqlx::query("VACUUM ANALYZE").execute(pool).await?;
     eprintln!("loaded in {:.0} s", t0.elapsed().as_secs_f64());
     Ok(())
@@ -542,7 +576,11 @@ struct Read {
 
 fn reads(end: DateTime<Utc>, queen: &str, colony: &str) -> Vec<Read> {
     let mut out = vec![];
-    let day = |d: i64| (end - TimeDelta::days(d)).format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let day = |d: i64| {
+        (end - TimeDelta::days(d))
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    };
     let to = day(0);
     let groups = [
         "",
@@ -557,7 +595,11 @@ fn reads(end: DateTime<Utc>, queen: &str, colony: &str) -> Vec<Read> {
         "user,tool",
         "device,runtime",
     ];
-    let spans: [(i64, &[&str]); 3] = [(1, &["hour"]), (30, &["hour", "day"]), (365, &["day", "month"])];
+    let spans: [(i64, &[&str]); 3] = [
+        (1, &["hour"]),
+        (30, &["hour", "day"]),
+        (365, &["day", "month"]),
+    ];
     for g in groups {
         for (days, grans) in spans {
             for gran in grans {
@@ -671,13 +713,19 @@ async fn main() -> anyhow::Result<()> {
             .execute(&mut admin)
             .await?;
         let end = Utc::now().duration_trunc(TimeDelta::days(1))? + TimeDelta::days(1);
-        let pool = PgPoolOptions::new().max_connections(4).connect(&db_url).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&db_url)
+            .await?;
         apiary_ingest::store::migrate(&pool).await?;
         generate(&pool, &o, end).await?;
         pool.close().await;
-        sqlx::query(&format!("COMMENT ON DATABASE {db} IS '{tag} end {}'", end.to_rfc3339()))
-            .execute(&mut admin)
-            .await?;
+        sqlx::query(&format!(
+            "COMMENT ON DATABASE {db} IS '{tag} end {}'",
+            end.to_rfc3339()
+        ))
+        .execute(&mut admin)
+        .await?;
         end
     } else {
         let d: String = sqlx::query_scalar(&format!(
@@ -685,16 +733,25 @@ async fn main() -> anyhow::Result<()> {
         ))
         .fetch_one(&mut admin)
         .await?;
-        d.rsplit_once(" end ").expect("a tagged database").1.parse()?
+        d.rsplit_once(" end ")
+            .expect("a tagged database")
+            .1
+            .parse()?
     };
     drop(admin);
-    let pool = PgPoolOptions::new().max_connections(2).connect(&db_url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&db_url)
+        .await?;
     // A kept database may gain tables by migration here (their backfill is part of the upgrade).
     let t0 = Instant::now();
     apiary_ingest::store::migrate(&pool).await?;
     if t0.elapsed() > Duration::from_secs(2) {
         sqlx::query("VACUUM ANALYZE").execute(&pool).await?;
-        eprintln!("migrated the kept database in {:.0} s", t0.elapsed().as_secs_f64());
+        eprintln!(
+            "migrated the kept database in {:.0} s",
+            t0.elapsed().as_secs_f64()
+        );
     }
     let size: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
         .fetch_one(&pool)
@@ -706,7 +763,10 @@ async fn main() -> anyhow::Result<()> {
     )
     .fetch_all(&pool)
     .await?;
-    println!("year of reads, {tag}, data until {end}: database {:.2} GB", size as f64 / 1e9);
+    println!(
+        "year of reads, {tag}, data until {end}: database {:.2} GB",
+        size as f64 / 1e9
+    );
     for (t, n, b) in &counts {
         println!("  {t:<24} {n:>12} rows {:>8.2} GB", *b as f64 / 1e9);
     }
@@ -740,8 +800,13 @@ async fn main() -> anyhow::Result<()> {
         user_id: None,
         device_id: None,
     };
-    let token = apiary_ingest::store::admin::create_token(&pool, &spec).await?.1;
-    let server_pool = PgPoolOptions::new().max_connections(8).connect(&db_url).await?;
+    let token = apiary_ingest::store::admin::create_token(&pool, &spec)
+        .await?
+        .1;
+    let server_pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&db_url)
+        .await?;
     let settings = apiary_ingest::config::IngestSettings {
         listen: "127.0.0.1:0".into(),
         rate_limit_per_sec: 1e9,
@@ -788,12 +853,24 @@ async fn main() -> anyhow::Result<()> {
     for r in chosen {
         let mut cold = None;
         if let Some(cmd) = &o.restart {
-            let st = std::process::Command::new("sh").arg("-c").arg(cmd).output()?;
-            anyhow::ensure!(st.status.success(), "restart: {}", String::from_utf8_lossy(&st.stderr));
+            let st = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .output()?;
+            anyhow::ensure!(
+                st.status.success(),
+                "restart: {}",
+                String::from_utf8_lossy(&st.stderr)
+            );
             // The server's pool finds its connections closed and opens new ones: readyz asks the
             // database, so the timed read meets a connected pool and a cold cache.
             for _ in 0..50 {
-                if client.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+                if client
+                    .get(format!("{base}/readyz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

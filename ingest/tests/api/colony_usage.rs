@@ -21,7 +21,9 @@ async fn usage_by_colony_equals_the_events_resolved_by_hand(pool: sqlx::PgPool) 
     let app = spawn_app(pool).await;
     let t = app.tenant("acme").await;
     let mut rng = StdRng::seed_from_u64(11);
-    let keys: Vec<String> = (0..3).map(|i| format!("ck_{}", format!("{i}").repeat(32))).collect();
+    let keys: Vec<String> = (0..3)
+        .map(|i| format!("ck_{}", format!("{i}").repeat(32)))
+        .collect();
     let now = Utc::now();
     let base = now - Duration::days(3);
     // Six runs of three colonies: run-i forked from queen q{i % 2}.
@@ -41,7 +43,11 @@ async fn usage_by_colony_equals_the_events_resolved_by_hand(pool: sqlx::PgPool) 
     // Queens, a colony id that no run names, and plain sessions.
     sessions.push(("q0".into(), String::new(), String::new()));
     sessions.push(("q1".into(), String::new(), String::new()));
-    sessions.push(("orphan".into(), "unknown-queen".into(), "unknown-queen".into()));
+    sessions.push((
+        "orphan".into(),
+        "unknown-queen".into(),
+        "unknown-queen".into(),
+    ));
     sessions.push(("plain".into(), String::new(), String::new()));
 
     let mut usage = vec![];
@@ -50,7 +56,14 @@ async fn usage_by_colony_equals_the_events_resolved_by_hand(pool: sqlx::PgPool) 
         let (sid, colony, key) = &sessions[rng.gen_range(0..sessions.len())];
         let at = base + Duration::seconds(rng.gen_range(0..3 * 86_400 - 600));
         let mut e = if rng.gen_bool(0.6) {
-            llm(sid, at, "m1", rng.gen_range(1..5000), rng.gen_range(0..500), 0.001)
+            llm(
+                sid,
+                at,
+                "m1",
+                rng.gen_range(1..5000),
+                rng.gen_range(0..500),
+                0.001,
+            )
         } else {
             tool(sid, at, rng.gen_bool(0.2))
         };
