@@ -399,11 +399,12 @@ async fn generate_tenant(
         };
         writeln!(
             out.sessions,
-            "{tenant}\t{sid}\tuser_{user:04}\tdevice_{device:05}\t{}\t{}\t{}\t{runtime}\t{}\t{}\t{}\t{status}\t{}\t{total_events}",
+            "{tenant}\t{sid}\tuser_{user:04}\tdevice_{device:05}\t{}\t{}\t{}\t{runtime}\t{}\t{}\t{}\t{}\t{status}\t{}\t{total_events}",
             role.and_then(|r| r.parent.clone()).unwrap_or_else(|| "\\N".into()),
             if colony.is_empty() { "\\N" } else { colony },
             role.map_or("\\N", |r| r.role),
             ts(begin),
+            ts(last),
             ts(last),
             ts(last),
             ts(last),
