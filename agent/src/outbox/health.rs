@@ -157,6 +157,8 @@ pub fn session_status(
         time_in_state: v.time_in_state,
         durations,
         transitions,
-        work: super::journal::work(conn, session)?.unwrap_or_default().view(),
+        work: super::journal::work(conn, session)?
+            .unwrap_or_default()
+            .view(),
     }))
 }

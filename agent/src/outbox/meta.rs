@@ -17,4 +17,3 @@ pub fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>
     conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
         .optional()
 }
-

@@ -45,9 +45,9 @@
 //! methods, never a connection.
 
 mod checkpointer;
+mod colony;
 #[cfg(any(test, feature = "test-hooks"))]
 mod commit_hook;
-mod colony;
 mod consent;
 mod counters;
 mod delivery;

@@ -102,6 +102,20 @@ pub fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
+/// The "Download CSV" link of a page: `path` (a download route of the dashboard) with the page's own
+/// query string `raw` (its empty pairs are dropped by the download, as by the page).
+pub fn csv_link(path: &str, raw: Option<&str>, what: &str) -> maud::Markup {
+    let href = match raw.filter(|q| !q.is_empty()) {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    maud::html! {
+        p.download {
+            a href=(href) download aria-label={ "Download " (what) " as CSV" } { "Download CSV" }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,19 +138,5 @@ mod tests {
         assert_eq!(duration(65.0), "1m 05s");
         assert_eq!(millis(850), "850 ms");
         assert_eq!(millis(1_250), "1.2 s");
-    }
-}
-
-/// The "Download CSV" link of a page: `path` (a download route of the dashboard) with the page's own
-/// query string `raw` (its empty pairs are dropped by the download, as by the page).
-pub fn csv_link(path: &str, raw: Option<&str>, what: &str) -> maud::Markup {
-    let href = match raw.filter(|q| !q.is_empty()) {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_string(),
-    };
-    maud::html! {
-        p.download {
-            a href=(href) download aria-label={ "Download " (what) " as CSV" } { "Download CSV" }
-        }
     }
 }

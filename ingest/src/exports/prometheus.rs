@@ -136,9 +136,13 @@ fn gauge(registry: &mut Registry, g: series::Gauge, counts: &Grouped<Count>) {
     registry.register(g.prometheus, g.help, f);
 }
 
-/// One histogram per tool row: its sum and count, and its buckets folded from the rollup slots.
+/// One tool row's histogram: its labels, sum (seconds), count, and cumulative buckets (upper bound,
+/// count) folded from the rollup slots.
+type HistogramPoint = (Labels, f64, u64, Vec<(f64, u64)>);
+
+/// One histogram per tool row.
 #[derive(Debug)]
-struct Histograms(Vec<(Labels, f64, u64, Vec<(f64, u64)>)>);
+struct Histograms(Vec<HistogramPoint>);
 
 impl EncodeMetric for Histograms {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
