@@ -12,7 +12,9 @@
 #
 # MUTANTS_TEST_ARGS replaces the test arguments of every package (e.g. `--lib scrub policy`: the lib tests
 # whose names hold one of the words); MUTANTS_ARGS adds
-# cargo-mutants options (e.g. `--list` to see the mutants without running them, `-F REGEX` to pick some).
+# cargo-mutants options (e.g. `--list` to see the mutants without running them, `-F REGEX` to pick some,
+# `--in-place` to mutate and build in this tree: its target directory's dependencies are reused instead
+# of built again in a copy, and the tree must be left alone until the run ends).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_INCREMENTAL=0
@@ -71,7 +73,10 @@ for p in "${!by_package[@]}"; do
     mkdir -p "$out"
     echo "mutants: $p:${by_package[$p]} (tests: ${test_args[*]})"
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of options
-    cargo mutants --package "$p" "${file_args[@]}" "${diff_args[@]}" --jobs 1 \
+    # One mutant at a time (an in-place run has only the one tree, and refuses --jobs).
+    jobs=(--jobs 1)
+    case " ${MUTANTS_ARGS:-} " in *" --in-place "*) jobs=() ;; esac
+    cargo mutants --package "$p" "${file_args[@]}" "${diff_args[@]}" "${jobs[@]}" \
         --output "$out" ${MUTANTS_ARGS:-} -- "${test_args[@]}" || status=$?
 done
 exit $status

@@ -338,6 +338,27 @@ fn overlays_apply_to_open_sessions_only() {
 }
 
 #[test]
+fn a_device_is_offline_only_past_offline_after_and_the_time_there_counts_as_offline() {
+    let r = Rules::default();
+    let (h, _) = run(&[llm(false)]);
+    let heard = |secs| Liveness {
+        device_heard_at: Some(t(secs)),
+        runtime_gone_at: None,
+    };
+    // Heard at t(10): exactly `offline_after` (180 s) later it is not offline yet; a millisecond past
+    // that it is, since the edge.
+    assert_eq!(view(&h, t(190), &heard(10), &r).status, Status::Active);
+    let v = view(&h, t(190) + Duration::milliseconds(1), &heard(10), &r);
+    assert_eq!((v.status, v.since), (Status::Offline, Some(t(190))));
+    // Active from the turn to the edge, offline since: 190 s and 60 s at t(250).
+    let v = view(&h, t(250), &heard(10), &r);
+    assert_eq!(
+        v.time_in_state,
+        [(Status::Active, 190.0), (Status::Offline, 60.0)].into()
+    );
+}
+
+#[test]
 fn a_later_event_clears_a_crash_and_a_slow_session_is_not_crashed() {
     let r = Rules::default();
     // Events at t(0), t(1), t(2): the runtime found gone at t(1) is contradicted by the event at t(2).
