@@ -11,7 +11,6 @@ mod budgets;
 mod cadence;
 mod citus;
 mod colony_names;
-mod colony_usage;
 mod cross_tenant;
 mod dashboard;
 mod dashboard_tree;

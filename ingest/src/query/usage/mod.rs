@@ -135,19 +135,11 @@ impl Dim {
 /// A rollup row's colony: the key of the colony run its `colony_id` (a worker's colony session) is, or
 /// that its own session is when that session is a colony's forked session (a run with a parent: the
 /// colony's own queen session); else the stored `colony_id` (the queen session of a colony whose key is
-/// not known, or "" for none). See `crate::store::colonies`. Over rollup rows `r` joined with
-/// [`COLONY_KEY_JOINS`]: two hash joins against the tenant's runs (a subquery per row, an index probe for
-/// each of a month's hundreds of thousands of rows, took seconds).
-pub(crate) const COLONY_KEY_OF_ROW: &str = "COALESCE(k1.colony_key, k2.colony_key, r.colony_id)";
-
-/// The joins [`COLONY_KEY_OF_ROW`] reads: `k1`, the run that the row's `colony_id` is; `k2`, the run
-/// with a parent that the row's own session is. A run's session is its key in `colony_runs`, so each
-/// join finds at most one row and every row is summed once.
-pub(crate) const COLONY_KEY_JOINS: &str =
-    " LEFT JOIN colony_runs k1 ON k1.tenant_id = r.tenant_id \
-    AND k1.session_id = r.colony_id \
-    LEFT JOIN colony_runs k2 ON k2.tenant_id = r.tenant_id AND k2.session_id = r.session_id \
-    AND k2.parent_session_id IS NOT NULL";
+/// not known, or "" for none). See `crate::store::colonies`.
+pub(crate) const COLONY_KEY_OF_ROW: &str = "COALESCE((SELECT cr.colony_key FROM colony_runs cr \
+    WHERE cr.tenant_id = r.tenant_id AND (cr.session_id = r.colony_id \
+    OR (cr.session_id = r.session_id AND cr.parent_session_id IS NOT NULL)) \
+    ORDER BY cr.session_id = r.colony_id DESC LIMIT 1), r.colony_id)";
 
 /// Where "all time" starts for the reads without a range of their own (a session's or colony's usage, the
 /// cumulative metrics): before any event an agent can have recorded.

@@ -13,7 +13,7 @@ use sqlx::{Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::split::Split;
-use super::{Dim, Granularity, Part, UsageQuery, Within, COLONY_KEY_JOINS, OPERATOR_DIMS};
+use super::{Dim, Granularity, Part, UsageQuery, Within, OPERATOR_DIMS};
 use crate::error::ApiError;
 use crate::query::buckets::{self, Buckets, Unit};
 use crate::query::sums;
@@ -115,9 +115,7 @@ impl Filter {
                     .push_bind(t)
                     .push(" AND colony_key = ")
                     .push_bind(k.clone())
-                    .push(" AND parent_session_id IS NOT NULL) AND colony_id NOT IN (SELECT session_id FROM colony_runs WHERE tenant_id = ")
-                    .push_bind(t)
-                    .push("))");
+                    .push(" AND parent_session_id IS NOT NULL))");
             }
         }
         if let Some(u) = &self.user {
@@ -240,11 +238,7 @@ impl Plan {
         };
         q.push(", ").push(sums).push(" FROM (");
         self.push_source(&mut q);
-        q.push(") AS r");
-        if self.group_by.contains(&Dim::Colony) {
-            q.push(COLONY_KEY_JOINS);
-        }
-        q.push(" GROUP BY 1");
+        q.push(") AS r GROUP BY 1");
         for (i, d) in Dim::ALL.iter().enumerate() {
             if self.group_by.contains(d) {
                 q.push(format!(", {}", i + 2));
@@ -368,11 +362,6 @@ mod tests {
             let sql = plan.query(false).into_sql();
             assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
             assert!(!sql.contains("usage_rollups_narrow"), "{sql}");
-            assert_eq!(
-                sql.contains("LEFT JOIN colony_runs k1"),
-                wide == Dim::Colony,
-                "{sql}"
-            );
         }
     }
 
