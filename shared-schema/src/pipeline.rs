@@ -346,7 +346,16 @@ fn canonical_error(value: &Value) -> ProcessError {
 fn error_pointer(path: &serde_path_to_error::Path, message: &str) -> String {
     use serde_path_to_error::Segment;
     let mut pointer = String::new();
-    for segment in path.iter() {
+    let segments: Vec<&Segment> = path.iter().collect();
+    // An unknown field's name is the input's, not the schema's (it may carry anything): its parent is
+    // named instead.
+    let unknown = message.starts_with("unknown field");
+    let named = if unknown {
+        &segments[..segments.len().saturating_sub(1)]
+    } else {
+        &segments[..]
+    };
+    for segment in named {
         match segment {
             Segment::Seq { index } => pointer.push_str(&format!("/{index}")),
             Segment::Map { key } => {
