@@ -259,4 +259,77 @@ mod tests {
         assert_eq!(forecast(10, s, e, at("2026-12-05T00:00:00Z")), 10);
         assert_eq!(forecast(10, s, e, s), 10);
     }
+
+    #[test]
+    fn periods_and_units_read_back_the_words_they_are_stored_as() {
+        for p in [Period::Day, Period::Week, Period::Month] {
+            assert_eq!(Period::parse(p.as_str()), Some(p));
+        }
+        assert_eq!(
+            [Period::Day, Period::Week, Period::Month].map(Period::as_str),
+            ["day", "week", "month"]
+        );
+        for u in [Unit::Usd, Unit::Tokens] {
+            assert_eq!(Unit::parse(u.as_str()), Some(u));
+        }
+        assert_eq!([Unit::Usd, Unit::Tokens].map(Unit::as_str), ["usd", "tokens"]);
+        for no in ["", "Day", "year", "usd ", "USD"] {
+            assert_eq!((Period::parse(no), Unit::parse(no)), (None, None), "{no:?}");
+        }
+    }
+
+    fn budget(user: Option<&str>) -> Budget {
+        Budget {
+            budget_id: "bu_1".into(),
+            name: Some("team".into()),
+            scope: BudgetScope {
+                user: user.map(str::to_string),
+                ..BudgetScope::default()
+            },
+            period: Period::Week,
+            tz: "Europe/Paris".parse().unwrap(),
+            unit: Unit::Tokens,
+            limit: 3,
+            thresholds: vec![50, 100],
+            created_at: at("2026-11-01T00:00:00Z"),
+            updated_at: at("2026-11-01T00:00:00Z"),
+        }
+    }
+
+    #[test]
+    fn a_budget_of_one_user_counts_only_that_user_and_one_without_counts_everyone() {
+        let everyone = budget(None);
+        assert!(everyone.applies_to_user(None));
+        assert!(everyone.applies_to_user(Some("ana")));
+        let ana = budget(Some("ana"));
+        assert!(ana.applies_to_user(Some("ana")));
+        assert!(!ana.applies_to_user(Some("bob")));
+        assert!(!ana.applies_to_user(None));
+    }
+
+    #[test]
+    fn the_state_a_device_sees_is_the_evaluation_in_the_wire_words() {
+        let e = Evaluated {
+            budget: budget(Some("ana")),
+            period_start: at("2026-11-01T23:00:00Z"),
+            period_end: at("2026-11-08T23:00:00Z"),
+            spent: 2,
+            crossed: vec![(50, at("2026-11-03T10:00:00Z"))],
+            new_crossings: vec![],
+            now: at("2026-11-04T00:00:00Z"),
+        };
+        assert_eq!(e.percent(), 66.66);
+        let s = e.state();
+        assert_eq!(
+            (s.budget_id.as_str(), s.name.as_deref(), s.scope.user.as_deref()),
+            ("bu_1", Some("team"), Some("ana"))
+        );
+        assert_eq!(
+            (s.period.as_str(), s.tz.as_str(), s.unit.as_str()),
+            ("week", "Europe/Paris", "tokens")
+        );
+        assert_eq!((s.period_start, s.period_end), (e.period_start, e.period_end));
+        assert_eq!((s.limit, s.spent, s.percent), (3, 2, 66.66));
+        assert_eq!((s.thresholds, s.crossed), (vec![50, 100], vec![50]));
+    }
 }

@@ -401,6 +401,32 @@ mod tests {
         );
     }
 
+    /// A direct delivery connects to the addresses checked before it, not to what its host resolves to
+    /// when the request is made (DNS rebinding): here the name resolves to nothing at all (`.invalid`
+    /// never does), and the request still reaches the checked address.
+    #[tokio::test]
+    async fn a_pinned_delivery_connects_to_the_checked_addresses_not_a_fresh_lookup() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let answer = "HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            s.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let host = "hook.apiary.invalid";
+        let c = client(host, Route::Pinned(vec![addr]), &AlertSettings::default()).unwrap();
+        let r = c
+            .post(format!("http://{host}:{}/hook", addr.port()))
+            .send()
+            .await
+            .map_err(|e| error_chain(&e))
+            .unwrap();
+        assert_eq!(r.status(), 204);
+    }
+
     #[test]
     fn slack_messages_say_what_fired() {
         let alert = apiary_schema::alert::AlertBody {
