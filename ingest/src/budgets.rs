@@ -272,7 +272,10 @@ mod tests {
         for u in [Unit::Usd, Unit::Tokens] {
             assert_eq!(Unit::parse(u.as_str()), Some(u));
         }
-        assert_eq!([Unit::Usd, Unit::Tokens].map(Unit::as_str), ["usd", "tokens"]);
+        assert_eq!(
+            [Unit::Usd, Unit::Tokens].map(Unit::as_str),
+            ["usd", "tokens"]
+        );
         for no in ["", "Day", "year", "usd ", "USD"] {
             assert_eq!((Period::parse(no), Unit::parse(no)), (None, None), "{no:?}");
         }
@@ -321,14 +324,21 @@ mod tests {
         assert_eq!(e.percent(), 66.66);
         let s = e.state();
         assert_eq!(
-            (s.budget_id.as_str(), s.name.as_deref(), s.scope.user.as_deref()),
+            (
+                s.budget_id.as_str(),
+                s.name.as_deref(),
+                s.scope.user.as_deref()
+            ),
             ("bu_1", Some("team"), Some("ana"))
         );
         assert_eq!(
             (s.period.as_str(), s.tz.as_str(), s.unit.as_str()),
             ("week", "Europe/Paris", "tokens")
         );
-        assert_eq!((s.period_start, s.period_end), (e.period_start, e.period_end));
+        assert_eq!(
+            (s.period_start, s.period_end),
+            (e.period_start, e.period_end)
+        );
         assert_eq!((s.limit, s.spent, s.percent), (3, 2, 66.66));
         assert_eq!((s.thresholds, s.crossed), (vec![50, 100], vec![50]));
     }

@@ -413,7 +413,8 @@ mod tests {
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = vec![0u8; 4096];
             let _ = s.read(&mut buf).await;
-            let answer = "HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            let answer =
+                "HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
             s.write_all(answer.as_bytes()).await.unwrap();
         });
         let host = "hook.apiary.invalid";
