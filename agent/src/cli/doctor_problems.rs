@@ -167,14 +167,7 @@ pub const ALL: [Problem; 26] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `text` without Markdown's backticks and escapes, whitespace collapsed.
-    fn plain(text: &str) -> String {
-        text.replace(['`', '\\'], "")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    use crate::push::pauses::page::{plain, rows};
 
     /// The parts of a text said as written: the pieces between its `{name}`s, trimmed, non-empty.
     fn literal_parts(text: &str) -> Vec<String> {
@@ -212,15 +205,7 @@ mod tests {
     /// the page's own values, e.g. `F` for the file, where doctor fills one in).
     #[test]
     fn the_troubleshooting_page_lists_every_doctor_problem_with_its_fix() {
-        let page = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/troubleshooting.md"),
-        )
-        .unwrap();
-        let rows: Vec<String> = page
-            .lines()
-            .filter(|l| l.starts_with('|'))
-            .map(plain)
-            .collect();
+        let rows = rows();
         let mut missing = vec![];
         for p in ALL {
             let what = literal_parts(p.what);

@@ -66,18 +66,35 @@ pub fn explain(reason: &str) -> String {
     }
 }
 
+/// The Troubleshooting page read as the tables' tests read it (this table's and doctor's problems').
 #[cfg(test)]
-mod tests {
-    use super::*;
-
+pub(crate) mod page {
     /// `text` with Markdown's backticks and escapes removed and its whitespace collapsed, so a sentence
     /// wrapped or marked up on the page still matches.
-    fn plain(text: &str) -> String {
+    pub(crate) fn plain(text: &str) -> String {
         text.replace(['`', '\\'], "")
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ")
     }
+
+    /// Every table row of `docs/troubleshooting.md`, [`plain`].
+    pub(crate) fn rows() -> Vec<String> {
+        let page = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/troubleshooting.md"),
+        )
+        .unwrap();
+        page.lines()
+            .filter(|l| l.starts_with('|'))
+            .map(plain)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page::{plain, rows};
+    use super::*;
 
     #[test]
     fn every_pause_reads_with_its_detail_and_its_fix() {
@@ -103,15 +120,7 @@ mod tests {
     /// its fix, on one line of the table.
     #[test]
     fn the_troubleshooting_page_lists_every_pause_with_its_fix() {
-        let page = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/troubleshooting.md"),
-        )
-        .unwrap();
-        let rows: Vec<String> = page
-            .lines()
-            .filter(|l| l.starts_with('|'))
-            .map(plain)
-            .collect();
+        let rows = rows();
         for p in PAUSES {
             let row = rows
                 .iter()
