@@ -5,11 +5,13 @@
 //! ## Colours
 //! Colours come from the stylesheet (classes `c0`…`c11`, `cx` for "other"), so they follow the theme:
 //! the same class is the same hue in the light and the dark palette. A series' class is decided by its
-//! key, not by its rank in a chart ([`Colours`]): each key prefers the slot its FNV-1a hash names, and a
-//! page assigns one map over every key it draws, so a model keeps its colour in "Spend" and "Tokens",
-//! on every range and granularity that shows the same keys, and on every page. Two keys that prefer the
-//! same slot on one page are told apart: the one that sorts first keeps it, the other takes the next
-//! free slot (so no two series of one page share a colour while there are at most twelve).
+//! key, not by its rank in a chart, nor by the other keys a view happens to show: the first time a chart
+//! draws a key, the key takes the slot its FNV-1a hash names if no key of that dimension holds it yet,
+//! else the next such slot ([`assign`]), and the tenant keeps that slot for good
+//! ([`crate::store::series_colours`]). So a model has one colour in "Spend" and "Tokens", on every range,
+//! granularity and page, whichever models a range shows beside it. Two keys of one page that hold the
+//! same slot (only when a dimension has more than twelve keys) are told apart on that page: the one that
+//! sorts first keeps it, the other takes the next slot free on the page ([`Colours::resolve`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -85,14 +87,32 @@ pub const SLOTS: usize = 12;
 pub struct Colours(BTreeMap<String, usize>);
 
 impl Colours {
-    /// One slot per key: its preferred slot ([`preferred_slot`]) unless a key sorting before it took
-    /// that one, then the next free one. Depends only on the set of keys.
+    /// One slot per key from the keys alone: each key's preferred slot ([`preferred_slot`]) unless a
+    /// key sorting before it took that one, then the next free one. What a page shows when the stored
+    /// slots cannot be read.
     pub fn of<'a>(keys: impl IntoIterator<Item = &'a str>) -> Colours {
+        Colours::resolve(&BTreeMap::new(), keys)
+    }
+
+    /// One slot per key of a page: keys with a `stored` slot first (in key order), each keeping its slot
+    /// unless a key before it on this page took it; then the others, from their preferred slot; either
+    /// moves on to the next slot free on the page. No two keys of a page share a slot while there are at
+    /// most [`SLOTS`].
+    pub fn resolve<'a>(
+        stored: &BTreeMap<String, usize>,
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> Colours {
         let keys: BTreeSet<&str> = keys.into_iter().filter(|k| !is_other(k)).collect();
+        let (known, new): (Vec<&str>, Vec<&str>) =
+            keys.into_iter().partition(|k| stored.contains_key(*k));
         let mut taken = [false; SLOTS];
         let mut map = BTreeMap::new();
-        for key in keys {
-            let first = preferred_slot(key);
+        for key in known.into_iter().chain(new) {
+            let first = stored
+                .get(key)
+                .copied()
+                .filter(|s| *s < SLOTS)
+                .unwrap_or_else(|| preferred_slot(key));
             let slot = (0..SLOTS)
                 .map(|step| (first + step) % SLOTS)
                 .find(|s| !taken[*s])
@@ -116,6 +136,30 @@ impl Colours {
             .unwrap_or_else(|| preferred_slot(name));
         format!("c{slot}")
     }
+}
+
+/// Slots for keys a tenant's charts never drew, given how many keys of the dimension hold each slot
+/// (`held`): each key, in order, takes its preferred slot if it is among the least held, else the next
+/// least-held slot after it — so the first twelve keys of a dimension get twelve different slots.
+pub fn assign(held: &BTreeMap<usize, u64>, new_keys: &[&str]) -> Vec<(String, usize)> {
+    let mut count = [0u64; SLOTS];
+    for (slot, n) in held {
+        if let Some(c) = count.get_mut(*slot) {
+            *c = *n;
+        }
+    }
+    let mut out = Vec::with_capacity(new_keys.len());
+    for key in new_keys.iter().filter(|k| !is_other(k)) {
+        let least = count.iter().copied().min().unwrap_or(0);
+        let first = preferred_slot(key);
+        let slot = (0..SLOTS)
+            .map(|step| (first + step) % SLOTS)
+            .find(|s| count[*s] == least)
+            .unwrap_or(first);
+        count[slot] += 1;
+        out.push((key.to_string(), slot));
+    }
+    out
 }
 
 /// True for the "other (n)" series [`Stacked::top`] makes.
@@ -327,5 +371,39 @@ mod tests {
         let all = Colours::of(many.iter().map(String::as_str));
         let used: BTreeSet<String> = many.iter().map(|m| all.class(m)).collect();
         assert_eq!(used.len(), SLOTS);
+    }
+
+    #[test]
+    fn new_keys_take_free_slots_and_keep_them_whatever_a_page_shows() {
+        // Two models that prefer the same slot.
+        let (a, b) = ("claude-sonnet-4-5-20250929", "gpt-5-mini");
+        assert_eq!(preferred_slot(a), preferred_slot(b), "the premise");
+        // b is drawn first, alone: it takes its preferred slot; a, drawn later, the next free one.
+        let first = assign(&BTreeMap::new(), &[b]);
+        assert_eq!(first, vec![(b.to_string(), preferred_slot(b))]);
+        let held: BTreeMap<usize, u64> = first.iter().map(|(_, s)| (*s, 1)).collect();
+        let second = assign(&held, &[a]);
+        assert_eq!(
+            second,
+            vec![(a.to_string(), (preferred_slot(a) + 1) % SLOTS)]
+        );
+        let stored: BTreeMap<String, usize> = first.into_iter().chain(second).collect();
+        let both = Colours::resolve(&stored, [a, b]);
+        let only_a = Colours::resolve(&stored, [a]);
+        let only_b = Colours::resolve(&stored, [b]);
+        assert_eq!(both.class(a), only_a.class(a));
+        assert_eq!(both.class(b), only_b.class(b));
+        assert_ne!(both.class(a), both.class(b));
+        // Thirteen keys: twelve different slots, then the least held again.
+        let keys: Vec<String> = (0..=SLOTS).map(|i| format!("m-{i}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let slots = assign(&BTreeMap::new(), &refs);
+        let distinct: BTreeSet<usize> = slots[..SLOTS].iter().map(|(_, s)| *s).collect();
+        assert_eq!(distinct.len(), SLOTS);
+        // On a page, two keys holding one slot are still told apart.
+        let clash: BTreeMap<String, usize> = [("x".to_string(), 3), ("y".to_string(), 3)].into();
+        let page = Colours::resolve(&clash, ["x", "y"]);
+        assert_eq!(page.class("x"), "c3");
+        assert_eq!(page.class("y"), "c4");
     }
 }

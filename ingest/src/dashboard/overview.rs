@@ -70,6 +70,14 @@ pub async fn page(
         Ok(l) => l.budgets,
         Err(e) => return layout::error_page(e),
     };
+    let data = chart_data(&usage, dim);
+    let colours = series_colours(
+        &state.pool,
+        viewer.principal.tenant_id,
+        dim,
+        &drawn_keys(&data),
+    )
+    .await;
     let body = html! {
         h1 { "Overview" }
         (pickers(&usage, dim))
@@ -84,7 +92,7 @@ pub async fn page(
                 p { a href="/budgets" { "All budgets, with their thresholds" } }
             }
         }
-        (charts(&usage, dim))
+        (charts(&usage, dim, &data, &colours))
     };
     layout::page("Overview", Nav::Overview, &viewer, body)
 }
@@ -294,21 +302,79 @@ fn stacked(u: &UsageResponse, dim: Dim, value: fn(&UsageRowBody) -> f64) -> Stac
     .top()
 }
 
-fn charts(u: &UsageResponse, dim: Dim) -> Markup {
+/// The two charts' series, coarsened to [`chart::MAX_BARS`] (and how many buckets a bar sums).
+fn chart_data(u: &UsageResponse, dim: Dim) -> (Stacked, Stacked, usize) {
     let mut spend = stacked(u, dim, |r| r.sums.cost_nanos.0 as f64);
     let mut tokens = stacked(u, dim, |r| {
         (r.sums.input_tokens.0 + r.sums.output_tokens.0) as f64
     });
     let k = spend.coarsen(chart::MAX_BARS);
     tokens.coarsen(chart::MAX_BARS);
-    // One colour map for the page: a series has the same colour in both charts.
-    let colours = chart::Colours::of(
-        spend
-            .series
+    (spend, tokens, k)
+}
+
+/// The series keys the page's charts draw (both charts, "other" left out).
+fn drawn_keys((spend, tokens, _): &(Stacked, Stacked, usize)) -> Vec<String> {
+    let keys: std::collections::BTreeSet<String> = spend
+        .series
+        .iter()
+        .chain(&tokens.series)
+        .map(|(name, _)| name.clone())
+        .filter(|name| !name.starts_with("other ("))
+        .collect();
+    keys.into_iter().collect()
+}
+
+/// The colour map of a page drawing `keys` of `dim`: the tenant's stored slots, new keys assigned and
+/// stored first (see [`chart`]'s notes). Should the store fail, the page still draws, from the keys alone.
+async fn series_colours(
+    pool: &sqlx::PgPool,
+    tenant_id: uuid::Uuid,
+    dim: Dim,
+    keys: &[String],
+) -> chart::Colours {
+    use crate::store::series_colours as store;
+    let dimension = dim_word(dim);
+    let resolved = async {
+        let mut stored = store::stored(pool, tenant_id, dimension, keys).await?;
+        let new: Vec<&str> = keys
             .iter()
-            .chain(&tokens.series)
-            .map(|(name, _)| name.as_str()),
-    );
+            .map(String::as_str)
+            .filter(|k| !stored.contains_key(*k))
+            .collect();
+        if !new.is_empty() {
+            let held = store::slot_counts(pool, tenant_id, dimension).await?;
+            store::insert(pool, tenant_id, dimension, &chart::assign(&held, &new)).await?;
+            stored = store::stored(pool, tenant_id, dimension, keys).await?;
+        }
+        Ok::<_, sqlx::Error>(stored)
+    }
+    .await;
+    match resolved {
+        Ok(stored) => chart::Colours::resolve(&stored, keys.iter().map(String::as_str)),
+        Err(e) => {
+            tracing::warn!(error = %e, "series colours could not be read or stored; colouring by key");
+            chart::Colours::of(keys.iter().map(String::as_str))
+        }
+    }
+}
+
+/// The word `series_colours` stores a dimension under (the overview stacks by these three only).
+fn dim_word(dim: Dim) -> &'static str {
+    match dim {
+        Dim::User => "user",
+        Dim::Colony => "colony",
+        _ => "model",
+    }
+}
+
+fn charts(
+    u: &UsageResponse,
+    dim: Dim,
+    (spend, tokens, k): &(Stacked, Stacked, usize),
+    colours: &chart::Colours,
+) -> Markup {
+    let k = *k;
     let by = STACK_BY
         .iter()
         .find(|d| d.0 == dim)
@@ -320,13 +386,13 @@ fn charts(u: &UsageResponse, dim: Dim) -> Markup {
         }
         section aria-labelledby="spend-title" {
             h2 #spend-title { "Spend by " (by) }
-            (chart::stacked_bars("spend", &format!("Spend per bucket, stacked by {by}"), &spend,
-                &colours, |v| format::money(v as i128)))
+            (chart::stacked_bars("spend", &format!("Spend per bucket, stacked by {by}"), spend,
+                colours, |v| format::money(v as i128)))
         }
         section aria-labelledby="tokens-title" {
             h2 #tokens-title { "Tokens (input + output) by " (by) }
-            (chart::stacked_bars("tokens", &format!("Tokens per bucket, stacked by {by}"), &tokens,
-                &colours, |v| format::count(v as i128)))
+            (chart::stacked_bars("tokens", &format!("Tokens per bucket, stacked by {by}"), tokens,
+                colours, |v| format::count(v as i128)))
         }
         section aria-labelledby="rows-title" {
             h2 #rows-title { "By " (by) }
@@ -416,7 +482,7 @@ mod tests {
             })
             .collect();
         let u = UsageResponse::new(&q, &rows);
-        let page = html! { (pickers(&u, Dim::User)) (totals(&u.totals)) (charts(&u, Dim::User)) }
+        let page = html! { (pickers(&u, Dim::User)) (totals(&u.totals)) (charts(&u, Dim::User, &chart_data(&u, Dim::User), &chart::Colours::default())) }
             .into_string();
         assert!(page.len() < 300 * 1024, "{} bytes", page.len());
         assert!(

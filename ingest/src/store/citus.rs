@@ -75,6 +75,7 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "alerts",
     "notifications",
     "usage_exports",
+    "series_colours",
 ];
 
 /// Functions and aggregates that statements run on the workers call.

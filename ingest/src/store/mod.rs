@@ -27,6 +27,7 @@ pub mod owners;
 pub mod prices;
 pub mod reprice;
 pub mod runtime;
+pub mod series_colours;
 pub mod sessions;
 pub mod stream;
 pub mod work;

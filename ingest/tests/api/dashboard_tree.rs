@@ -1,7 +1,8 @@
 //! A queen with a colony of two workers, read on the dashboard: the session page's spend with
 //! everything below is the tree's (its own beside it), model rows of zeros are left out, a worker's page
 //! shows its queen and colony above it, the list shows the worst status below a queen and the runtime,
-//! and a series has one colour in both charts of the overview.
+//! and a series has one colour in both charts of the overview and in every view, whichever other series
+//! a view shows beside it.
 
 use chrono::{Duration, Utc};
 use reqwest::StatusCode;
@@ -225,5 +226,103 @@ async fn a_series_has_one_colour_in_both_charts(pool: sqlx::PgPool) {
         first(tokens).as_deref(),
         Some("m-cheap"),
         "most tokens first"
+    );
+}
+
+/// The one colour class of `series`' bars on a page (None when the page draws none).
+fn colour_of<'a>(body: &'a str, series: &str) -> Option<&'a str> {
+    let classes: std::collections::BTreeSet<&str> =
+        tags_with(body, &format!("data-series=\"{series}\""))
+            .into_iter()
+            .filter(|t| t.starts_with("rect"))
+            .map(class_of)
+            .collect();
+    assert!(classes.len() <= 1, "{series}: {classes:?}");
+    classes.into_iter().next()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_model_keeps_its_colour_in_views_that_show_other_models_beside_it(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    // Two models whose names prefer the same colour slot (FNV-1a of the name modulo 12): a view that
+    // shows both must tell them apart, and neither may then change colour in a view showing one.
+    let (gpt, claude) = ("gpt-5-mini", "claude-sonnet-4-5-20250929");
+    let slot = |k: &str| {
+        k.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        }) % 12
+    };
+    assert_eq!(
+        slot(gpt),
+        slot(claude),
+        "the premise: the two share a preferred slot"
+    );
+    let today = Utc::now();
+    let events = vec![
+        llm("s1", today - Duration::days(5), gpt, 1_000, 10, 0.5),
+        llm("s2", today - Duration::minutes(30), claude, 1_000, 10, 0.7),
+        llm("s2", today - Duration::minutes(20), gpt, 1_000, 10, 0.2),
+    ];
+    let sessions = vec![binding("s1", "alice"), binding("s2", "bob")];
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, sessions)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let cookie = app.cookie(&t.read).await;
+    let day = |d: i64| (today - Duration::days(d)).format("%Y-%m-%d").to_string();
+    // First a view of gpt alone (the day five days ago), then the last 30 days (both), then yesterday
+    // and today by the hour (both); at the end a view of claude alone (two days ago).
+    let alone = app
+        .page(
+            Some(&cookie),
+            &format!("/?from={}&to={}&tz=UTC", day(5), day(4)),
+        )
+        .await;
+    let both = app.page(Some(&cookie), "/").await;
+    let hours = app
+        .page(
+            Some(&cookie),
+            &format!("/?from={}&to={}&tz=UTC&granularity=hour", day(1), day(-1)),
+        )
+        .await;
+    let gpt_colour = colour_of(&alone.body, gpt).expect("gpt is drawn");
+    assert_eq!(
+        colour_of(&alone.body, claude),
+        None,
+        "claude is outside the first view"
+    );
+    assert_eq!(
+        colour_of(&both.body, gpt),
+        Some(gpt_colour),
+        "gpt changed colour"
+    );
+    let claude_colour = colour_of(&both.body, claude).expect("claude is drawn");
+    assert_ne!(
+        claude_colour, gpt_colour,
+        "two models of one view share a colour"
+    );
+    assert_eq!(colour_of(&hours.body, gpt), Some(gpt_colour));
+    assert_eq!(colour_of(&hours.body, claude), Some(claude_colour));
+    // A later view without gpt: claude keeps the colour it had beside gpt.
+    let (s, v) = app
+        .post_batch(
+            &t.ingest,
+            &batch(
+                vec![llm("s3", today - Duration::days(2), claude, 1, 1, 0.1)],
+                vec![binding("s3", "bob")],
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let claude_alone = app
+        .page(
+            Some(&cookie),
+            &format!("/?from={}&to={}&tz=UTC", day(2), day(1)),
+        )
+        .await;
+    assert_eq!(colour_of(&claude_alone.body, gpt), None);
+    assert_eq!(
+        colour_of(&claude_alone.body, claude),
+        Some(claude_colour),
+        "claude changed colour"
     );
 }
