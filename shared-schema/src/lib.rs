@@ -65,6 +65,7 @@ pub mod policy;
 pub mod prices;
 pub mod quota;
 pub mod scrub;
+pub mod session;
 pub mod status;
 pub mod timefmt;
 pub mod usage;

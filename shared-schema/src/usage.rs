@@ -32,6 +32,9 @@
 
 use crate::event::{CanonicalEvent, EventKind};
 
+mod totals;
+pub use totals::{CostBasis, Sum, Usage, UsageSums, COLUMNS};
+
 /// Largest token count accepted in one event (a bigger one is a producer bug, refused).
 pub const MAX_TOKENS: u64 = 1_000_000_000_000;
 /// Largest cost accepted in one event, in USD.

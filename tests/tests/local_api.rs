@@ -163,6 +163,25 @@ async fn the_local_list_tree_and_stream_work_with_sync_off() {
     assert_eq!(list["sessions"][0]["status"], "stalled");
     assert_eq!(list["sessions"][0]["parent_session_id"], QUEEN);
     assert_eq!(list["sessions"][0]["totals"]["input_tokens"], 200);
+    // The ingest's session type, field for field: durations, the statuses below, the usage sums.
+    let queen = &list["sessions"][1];
+    assert_eq!(queen["below"], json!({ "stalled": 1 }), "{queen}");
+    assert_eq!(list["sessions"][0]["below"], json!({}));
+    assert!(queen["durations"]["started_at"].is_string(), "{queen}");
+    assert!(
+        queen["durations"]["wall_clock_seconds"].as_f64() > Some(0.0),
+        "{queen}"
+    );
+    assert_eq!(
+        queen["durations"]["active_seconds"],
+        queen["totals"]["active_seconds"]
+    );
+    assert_eq!(queen["totals"]["cost_basis"], "reported", "{queen}");
+    assert_eq!(
+        queen["totals"]["cost_reported_nanos"],
+        queen["totals"]["cost_nanos"]
+    );
+    assert_eq!(queen["totals"]["cost_estimated_nanos"], 0);
     let (_, page1) = get(&agent, "/v1/sessions?limit=1").await;
     let cursor = page1["next_cursor"]
         .as_str()
@@ -188,6 +207,8 @@ async fn the_local_list_tree_and_stream_work_with_sync_off() {
     assert_eq!(tree["colonies"][0]["colony_id"], QUEEN);
     assert_eq!(tree["colonies"][0]["workers"][0]["session_id"], WORKER);
     assert_eq!(tree["colonies"][0]["workers"][0]["status"], "stalled");
+    assert_eq!(tree["below"], json!({ "stalled": 1 }));
+    assert_eq!(tree["colonies"][0]["totals"]["input_tokens"], 200);
     assert_eq!(get(&agent, "/v1/sessions/nope/tree").await.0, 404);
 
     // Resume: reconnect after the first status event; exactly the rest, then what came meanwhile.

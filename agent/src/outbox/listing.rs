@@ -1,7 +1,10 @@
 //! The local session listing and tree (`GET /v1/sessions`, `GET /v1/sessions/{id}/tree` on the agent):
-//! the ingest's body shapes, derived from this outbox alone (so they answer with sync off and
-//! air-gapped). Status is the shared health model at `now` with the runtime liveness overlay; totals
-//! are the local usage table's sums; work is the shared work fold's summary.
+//! the ingest's body type ([`SessionBody`], shared), derived from this outbox alone (so they answer with
+//! sync off and air-gapped). Status and durations are the shared health model at `now` with the runtime
+//! liveness overlay; totals are the local usage table's sums in the shared usage type (costs as the
+//! runtimes reported them: the device does not estimate, see [`apiary_schema::usage::UsageSums`]), with
+//! the session's active time; `below` counts the statuses of the sessions below it (by parent, at most
+//! [`MAX_DEPTH`] levels, as the tree shows them); work is the shared work fold's summary.
 //!
 //! Fields the agent does not keep per session (`colony_id`, `agent_role`, `worker_id`, `runtime`,
 //! `phase`, `lifecycle`, `input_state`, the last health signal) are null. `last_event_at` is the
@@ -12,79 +15,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use apiary_schema::status::{view, Liveness, Rules, Status, Tracker};
-use apiary_schema::work::{Work, WorkSummary};
+use apiary_schema::status::{view, Durations, Liveness, Rules, Status, Tracker};
+use apiary_schema::usage::{Usage, UsageSums};
+use apiary_schema::work::Work;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection};
 use serde::Serialize;
 
-/// Usage sums as the ingest's session bodies show them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Totals {
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    pub cached_tokens: i64,
-    pub cache_creation_tokens: i64,
-    pub cost_usd: f64,
-    pub cost_nanos: i64,
-    pub llm_calls: i64,
-    pub unpriced_turns: i64,
-    pub tool_calls: i64,
-    pub tool_errors: i64,
-    pub events: i64,
-}
-
-impl Totals {
-    fn add(&mut self, o: &Totals) {
-        self.input_tokens += o.input_tokens;
-        self.output_tokens += o.output_tokens;
-        self.cached_tokens += o.cached_tokens;
-        self.cache_creation_tokens += o.cache_creation_tokens;
-        self.cost_nanos = self.cost_nanos.saturating_add(o.cost_nanos);
-        self.cost_usd = self.cost_nanos as f64 / 1e9;
-        self.llm_calls += o.llm_calls;
-        self.unpriced_turns += o.unpriced_turns;
-        self.tool_calls += o.tool_calls;
-        self.tool_errors += o.tool_errors;
-        self.events += o.events;
-    }
-}
-
-/// The last health signal (the agent does not keep it: both null).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct HealthSignal {
-    pub signal: Option<String>,
-    pub at: Option<DateTime<Utc>>,
-}
-
-/// A session as the local list and tree show it (the ingest's `SessionBody` fields).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SessionBody {
-    pub session_id: String,
-    pub user_id: Option<String>,
-    pub device_id: Option<String>,
-    pub parent_session_id: Option<String>,
-    pub colony_id: Option<String>,
-    pub agent_role: Option<String>,
-    pub worker_id: Option<String>,
-    pub runtime: Option<String>,
-    pub phase: Option<String>,
-    pub status: Status,
-    pub status_since: Option<DateTime<Utc>>,
-    pub status_cause: String,
-    pub time_in_state: BTreeMap<Status, f64>,
-    pub lifecycle: Option<String>,
-    pub input_state: Option<String>,
-    pub health: HealthSignal,
-    pub first_seen_at: DateTime<Utc>,
-    pub last_event_at: Option<DateTime<Utc>>,
-    pub last_progress_at: Option<DateTime<Utc>>,
-    pub device_last_heard_at: Option<DateTime<Utc>>,
-    /// All-time usage (in a tree: of the session and everything below it).
-    pub totals: Totals,
-    #[serde(flatten)]
-    pub work: WorkSummary,
-}
+pub use apiary_schema::session::{HealthSignal, SessionBody};
 
 /// A session row with what its body is built from.
 #[derive(Debug, Clone)]
@@ -98,16 +36,18 @@ pub(crate) struct Row {
     /// The stored folds with the fold journal replayed ([`with_journal`]).
     tracker: Tracker,
     work: Work,
-    own: Totals,
+    /// The session's own usage (its active time is added at read time, [`Row::own_at`]).
+    own: Usage,
 }
 
 const SELECT: &str = "SELECT s.session_id, s.user_id, s.device_id, s.parent_session_id, s.first_seen_at,
-    u.last_at, h.tracker, w.work, u.i, u.o, u.c, u.cc, u.cost, u.llm, u.unpriced, u.tools, u.errors, u.events
+    u.last_at, h.tracker, w.work, u.i, u.o, u.c, u.cc, u.cost, u.llm, u.unpriced, u.tools, u.errors, u.events,
+    u.tool_ms
   FROM sessions s
   LEFT JOIN (SELECT session_id, max(last_at) AS last_at, sum(input_tokens) AS i, sum(output_tokens) AS o,
         sum(cached_tokens) AS c, sum(cache_creation_tokens) AS cc, sum(cost_nanos) AS cost,
         sum(llm_calls) AS llm, sum(unpriced_turns) AS unpriced, sum(tool_calls) AS tools,
-        sum(tool_errors) AS errors, sum(events) AS events
+        sum(tool_errors) AS errors, sum(events) AS events, sum(tool_duration_ms) AS tool_ms
       FROM usage GROUP BY session_id) u ON u.session_id = s.session_id
   LEFT JOIN session_health h ON h.session_id = s.session_id
   LEFT JOIN session_work w ON w.session_id = s.session_id";
@@ -130,18 +70,21 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
             .get::<_, Option<String>>(7)?
             .and_then(|w| serde_json::from_str(&w).ok())
             .unwrap_or_default(),
-        own: Totals {
-            input_tokens: n(8)?,
-            output_tokens: n(9)?,
-            cached_tokens: n(10)?,
-            cache_creation_tokens: n(11)?,
-            cost_nanos: cost,
-            cost_usd: cost as f64 / 1e9,
-            llm_calls: n(13)?,
-            unpriced_turns: n(14)?,
-            tool_calls: n(15)?,
-            tool_errors: n(16)?,
-            events: n(17)?,
+        // The device's costs are the runtimes' own: reported, never estimated here.
+        own: Usage {
+            input_tokens: n(8)?.into(),
+            output_tokens: n(9)?.into(),
+            cached_tokens: n(10)?.into(),
+            cache_creation_tokens: n(11)?.into(),
+            cost_nanos: cost.into(),
+            cost_reported_nanos: cost.into(),
+            llm_calls: n(13)?.into(),
+            unpriced_turns: n(14)?.into(),
+            tool_calls: n(15)?.into(),
+            tool_errors: n(16)?.into(),
+            events: n(17)?.into(),
+            tool_duration_ms: n(18)?.into(),
+            ..Usage::default()
         },
     })
 }
@@ -174,24 +117,40 @@ impl Row {
         &self,
         now: DateTime<Utc>,
         gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
-    ) -> (apiary_schema::status::View, Option<DateTime<Utc>>) {
+    ) -> (
+        apiary_schema::status::View,
+        Durations,
+        Option<DateTime<Utc>>,
+    ) {
         let rules = Rules::default();
         let h = self.tracker.current(&rules);
         let live = Liveness {
             runtime_gone_at: gone(&self.session_id),
             ..Liveness::local(now)
         };
-        (view(&h, now, &live, &rules), h.progress_at)
+        let v = view(&h, now, &live, &rules);
+        let d = Durations::of(&h, &v, now);
+        (v, d, h.progress_at)
+    }
+
+    /// The session's own usage with its active time at `now` (the ingest's rollups hold active time
+    /// too).
+    fn own_at(&self, now: DateTime<Utc>, gone: &dyn Fn(&str) -> Option<DateTime<Utc>>) -> Usage {
+        let (_, d, _) = self.view(now, gone);
+        Usage {
+            active_ms: (d.active_seconds * 1000.0).round() as i128,
+            ..self.own
+        }
     }
 
     fn body(
         &self,
-        totals: Totals,
+        totals: &Usage,
+        below: BTreeMap<Status, u64>,
         now: DateTime<Utc>,
         gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
     ) -> SessionBody {
-        let (v, progress_at) = self.view(now, gone);
-        let work = &self.work;
+        let (v, durations, progress_at) = self.view(now, gone);
         SessionBody {
             session_id: self.session_id.clone(),
             user_id: self.user_id.clone(),
@@ -206,15 +165,20 @@ impl Row {
             status_since: v.since,
             status_cause: v.cause,
             time_in_state: v.time_in_state,
+            durations: durations.into(),
             lifecycle: None,
             input_state: None,
-            health: HealthSignal::default(),
+            health: HealthSignal {
+                signal: None,
+                at: None,
+            },
             first_seen_at: ms(self.first_seen_ms),
             last_event_at: self.last_ms.map(ms),
             last_progress_at: progress_at,
             device_last_heard_at: Some(now),
-            totals,
-            work: work.summary(),
+            totals: UsageSums::from(totals),
+            work: self.work.summary(),
+            below,
         }
     }
 }
@@ -261,6 +225,26 @@ pub fn list(
     now: DateTime<Utc>,
     gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
 ) -> rusqlite::Result<(Vec<SessionBody>, Option<Cursor>)> {
+    let (page, cursor) = page(conn, f, now, gone)?;
+    let ids: Vec<&str> = page.iter().map(|r| r.session_id.as_str()).collect();
+    let mut below = below(conn, &ids, now, gone)?;
+    let bodies = page
+        .iter()
+        .map(|r| {
+            let b = below.remove(&r.session_id).unwrap_or_default();
+            r.body(&r.own_at(now, gone), b, now, gone)
+        })
+        .collect();
+    Ok((bodies, cursor))
+}
+
+/// The rows of a page and the cursor to go on from.
+fn page(
+    conn: &Connection,
+    f: &ListFilter,
+    now: DateTime<Utc>,
+    gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
+) -> rusqlite::Result<(Vec<Row>, Option<Cursor>)> {
     let mut out = Vec::new();
     let mut after = f.after.clone();
     let mut scanned = 0;
@@ -300,7 +284,7 @@ pub fn list(
                 .as_ref()
                 .is_none_or(|s| s.contains(&r.status(now, gone)))
             {
-                out.push(r.body(r.own, now, gone));
+                out.push(r);
             }
         }
         if exhausted {
@@ -313,13 +297,70 @@ pub fn list(
     }
 }
 
+/// For each of `ids`, the statuses at `now` of the sessions below it (children by parent at any depth,
+/// at most [`MAX_DEPTH`] levels: what its tree shows), counted; sessions with nothing below are left out.
+fn below(
+    conn: &Connection,
+    ids: &[&str],
+    now: DateTime<Utc>,
+    gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
+) -> rusqlite::Result<HashMap<String, BTreeMap<Status, u64>>> {
+    let mut out: HashMap<String, BTreeMap<Status, u64>> = HashMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    // The page's ids as a JSON array (one statement whatever the page's size).
+    let ids_json = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
+    let sql = format!(
+        "WITH RECURSIVE t(above, session_id, depth) AS (
+            SELECT value, value, 0 FROM json_each(?1)
+          UNION
+            SELECT t.above, s.session_id, t.depth + 1 FROM sessions s JOIN t
+              ON s.parent_session_id = t.session_id AND s.session_id <> t.session_id
+            WHERE t.depth < {MAX_DEPTH})
+         SELECT DISTINCT t.above, s.session_id FROM t JOIN sessions s ON s.session_id = t.session_id
+         WHERE t.session_id <> t.above"
+    );
+    let pairs: Vec<(String, String)> = conn
+        .prepare_cached(&sql)?
+        .query_map([ids_json], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    if pairs.is_empty() {
+        return Ok(out);
+    }
+    let mut below_ids: Vec<&str> = pairs.iter().map(|(_, s)| s.as_str()).collect();
+    below_ids.sort_unstable();
+    below_ids.dedup();
+    let below_json = serde_json::to_string(&below_ids).unwrap_or_else(|_| "[]".into());
+    let rows: Vec<Row> = conn
+        .prepare_cached(&format!(
+            "{SELECT} WHERE s.session_id IN (SELECT value FROM json_each(?1))"
+        ))?
+        .query_map([below_json], row)?
+        .collect::<rusqlite::Result<_>>()?;
+    let rows = with_journal(conn, rows)?;
+    let status: HashMap<&str, Status> = rows
+        .iter()
+        .map(|r| (r.session_id.as_str(), r.status(now, gone)))
+        .collect();
+    for (above, session) in &pairs {
+        if let Some(st) = status.get(session.as_str()) {
+            *out.entry(above.clone())
+                .or_default()
+                .entry(*st)
+                .or_default() += 1;
+        }
+    }
+    Ok(out)
+}
+
 /// A session in the tree: the session (`totals` of it and everything below), its own `usage`, and its
 /// children grouped by colony (the ingest's `TreeNode`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TreeNode {
     #[serde(flatten)]
     pub session: SessionBody,
-    pub usage: Totals,
+    pub usage: UsageSums,
     pub colonies: Vec<ColonyNode>,
 }
 
@@ -328,7 +369,7 @@ pub struct TreeNode {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ColonyNode {
     pub colony_id: String,
-    pub totals: Totals,
+    pub totals: UsageSums,
     pub workers: Vec<TreeNode>,
 }
 
@@ -382,10 +423,27 @@ struct Build<'a> {
     gone: &'a dyn Fn(&str) -> Option<DateTime<Utc>>,
 }
 
+/// What a subtree adds up to: its usage and the statuses of its sessions (its root included).
+#[derive(Default)]
+struct Sub {
+    usage: Usage,
+    statuses: BTreeMap<Status, u64>,
+}
+
+impl Sub {
+    fn add(&mut self, o: &Sub) {
+        self.usage.add(&o.usage);
+        for (st, n) in &o.statuses {
+            *self.statuses.entry(*st).or_default() += n;
+        }
+    }
+}
+
 impl Build<'_> {
-    fn node(&self, r: &Row, depth: usize) -> (TreeNode, Totals) {
-        let mut total = r.own;
-        let mut colonies: BTreeMap<String, (Vec<TreeNode>, Totals)> = BTreeMap::new();
+    fn node(&self, r: &Row, depth: usize) -> (TreeNode, Sub) {
+        let own = r.own_at(self.now, self.gone);
+        let mut below = Sub::default();
+        let mut colonies: BTreeMap<String, (Vec<TreeNode>, Usage)> = BTreeMap::new();
         for c in self
             .children
             .get(r.session_id.as_str())
@@ -396,23 +454,28 @@ impl Build<'_> {
                 break;
             }
             let (v, sub) = self.node(c, depth + 1);
-            total.add(&sub);
+            below.add(&sub);
             let entry = colonies.entry(r.session_id.clone()).or_default();
             entry.0.push(v);
-            entry.1.add(&sub);
+            entry.1.add(&sub.usage);
         }
+        let mut total = own;
+        total.add(&below.usage);
         let node = TreeNode {
-            session: r.body(total, self.now, self.gone),
-            usage: r.own,
+            session: r.body(&total, below.statuses.clone(), self.now, self.gone),
+            usage: UsageSums::from(&own),
             colonies: colonies
                 .into_iter()
                 .map(|(colony_id, (workers, totals))| ColonyNode {
                     colony_id,
-                    totals,
+                    totals: UsageSums::from(&totals),
                     workers,
                 })
                 .collect(),
         };
-        (node, total)
+        let mut sub = below;
+        sub.usage = total;
+        *sub.statuses.entry(node.session.status).or_default() += 1;
+        (node, sub)
     }
 }

@@ -93,7 +93,7 @@ pub use handle::{Outbox, Status};
 pub use health::SessionStatus;
 pub use intake::SubmitReport;
 pub use item::{Item, PreparedEvent, ToolEdge, UsageAgg};
-pub use listing::{ColonyNode, Cursor as ListCursor, ListFilter, SessionBody, Totals, TreeNode};
+pub use listing::{ColonyNode, Cursor as ListCursor, ListFilter, SessionBody, TreeNode};
 pub use live::{LiveRow, Position as LivePosition, Start as LiveStart};
 pub use quota::{KeptQuota, QuotaView, OUT_OF_ORDER_WINDOW};
 pub use read::{DeadLetter, FollowRow, SessionTotals, SessionUsage, StoredStatus, SyncStatus};

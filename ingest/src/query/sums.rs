@@ -14,12 +14,9 @@
 //! billion USD in nano-dollars) it is written as a floating-point number, the nearest JSON can carry
 //! without a string.
 
-use serde::{Serialize, Serializer};
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgTypeInfo, PgValueRef};
 use sqlx::{Decode, Postgres, Type, ValueRef};
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type as SchemaType};
-use utoipa::openapi::RefOr;
 
 use crate::rollups::Usage;
 use crate::tool_rollups::SLOTS;
@@ -182,34 +179,8 @@ impl SumColumns {
     }
 }
 
-/// A sum in JSON: exact within 64 bits, else the nearest float.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sum(pub i128);
-
-impl Serialize for Sum {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if let Ok(n) = i64::try_from(self.0) {
-            s.serialize_i64(n)
-        } else if let Ok(n) = u64::try_from(self.0) {
-            s.serialize_u64(n)
-        } else {
-            s.serialize_f64(self.0 as f64)
-        }
-    }
-}
-
-impl utoipa::PartialSchema for Sum {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(SchemaType::Number)
-            .description(Some(
-                "An exact sum: an integer within the 64-bit range, the nearest floating-point number beyond it.",
-            ))
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for Sum {}
+/// A sum in JSON (exact within 64 bits, else the nearest float): the contract's.
+pub use apiary_schema::usage::Sum;
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ use super::negotiate::{csv_answer, usage_answer, wants_csv};
 use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::history::{self, SessionHistory};
-use crate::query::sessions::body::{self, SessionBody, SessionPage, TreeNode};
+use crate::query::sessions::body::{self, SessionPage, TreeNode};
 use crate::query::sessions::detail::SessionDetail;
 use crate::query::sessions::work;
 use crate::query::sessions::{self, ListFilter, ListParams};
@@ -103,7 +103,7 @@ pub async fn session_page(
         .iter()
         .map(|r| {
             let t = totals.get(&r.session_id).copied().unwrap_or_default();
-            let mut body = SessionBody::new(r, now, db.rules(), &t);
+            let mut body = r.body(now, db.rules(), &t);
             body.below = below.remove(&r.session_id).unwrap_or_default();
             body
         })
@@ -137,7 +137,7 @@ pub async fn get_session(
     let totals = sessions::totals(&db, &reader, one).await?;
     let t = totals.get(&id).copied().unwrap_or_default();
     let now = Utc::now();
-    let mut body = SessionBody::new(&row, now, db.rules(), &t);
+    let mut body = row.body(now, db.rules(), &t);
     body.below = sessions::below(&db, &reader, one, now, db.rules())
         .await?
         .remove(&id)

@@ -5,143 +5,28 @@
 use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::status::{Rules, Status};
-use apiary_schema::work::WorkSummary;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
-use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
 use super::SessionRow;
 use crate::query::usage::UsageSums;
 use crate::rollups::Usage;
 
-/// The schema of a status (its wire names).
-pub fn status_schema() -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .enum_values(Some(Status::ALL.iter().map(|s| s.as_str())))
-}
-
-/// The schema of a status or null (the `from` of a first transition).
-pub fn nullable_status_schema() -> ObjectBuilder {
-    let names = Status::ALL
-        .iter()
-        .map(|s| serde_json::Value::from(s.as_str()));
-    ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
-        .enum_values(Some(names.chain([serde_json::Value::Null])))
-}
-
-/// The schema of `time_in_state`: seconds per status.
-pub fn time_in_state_schema() -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(Type::Object)
-        .description(Some("Seconds spent in each status, up to now."))
-        .additional_properties(Some(RefOr::<Schema>::from(
-            ObjectBuilder::new().schema_type(Type::Number).build(),
-        )))
-}
-
-/// The schema of `below`: sessions per status.
-pub fn below_schema() -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(Type::Object)
-        .description(Some(
-            "The sessions below this one (its colonies' runs and workers, at any depth), counted by \
-             status at the time of the read; empty when nothing is below.",
-        ))
-        .additional_properties(Some(RefOr::<Schema>::from(
-            ObjectBuilder::new()
-                .schema_type(Type::Integer)
-                .minimum(Some(0))
-                .build(),
-        )))
-}
-
-/// A session's clock: wall-clock and active time (the shared rule, `apiary_schema::status::durations`;
-/// the agent's local session shows the same).
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-pub struct DurationsBody {
-    /// The session's first event; null for a session without events.
-    pub started_at: Option<DateTime<Utc>>,
-    /// When the session completed or failed (its latest execution completed/failed or worker
-    /// finished); null while it is open.
-    pub ended_at: Option<DateTime<Utc>>,
-    /// From `started_at` to `ended_at`, or to now while open: a worker session's wall-clock, a queen's
-    /// execution's.
-    pub wall_clock_seconds: f64,
-    /// Time in status `active` up to now (`time_in_state.active`).
-    pub active_seconds: f64,
-}
-
-impl From<apiary_schema::status::Durations> for DurationsBody {
-    fn from(d: apiary_schema::status::Durations) -> DurationsBody {
-        DurationsBody {
-            started_at: d.started_at,
-            ended_at: d.ended_at,
-            wall_clock_seconds: d.wall_clock_seconds,
-            active_seconds: d.active_seconds,
-        }
-    }
-}
-
-/// The session's last health signal from the runtime.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct HealthSignal {
-    pub signal: Option<String>,
-    pub at: Option<DateTime<Utc>>,
-}
-
-/// A session: identity, phase, derived status (the shared health model at the time of the read, the
-/// device's liveness applied), lifecycle, last health signal, totals.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct SessionBody {
-    pub session_id: String,
-    pub user_id: Option<String>,
-    pub device_id: Option<String>,
-    pub parent_session_id: Option<String>,
-    pub colony_id: Option<String>,
-    pub agent_role: Option<String>,
-    pub worker_id: Option<String>,
-    pub runtime: Option<String>,
-    pub phase: Option<String>,
-    #[schema(schema_with = status_schema)]
-    pub status: Status,
-    /// When the current status began (null for a session with no events).
-    pub status_since: Option<DateTime<Utc>>,
-    pub status_cause: String,
-    #[schema(schema_with = time_in_state_schema)]
-    pub time_in_state: BTreeMap<Status, f64>,
-    /// Wall-clock and active time, up to now.
-    pub durations: DurationsBody,
-    /// The lifecycle the runtime reported (`running`, `completed`, ...).
-    pub lifecycle: Option<String>,
-    pub input_state: Option<String>,
-    pub health: HealthSignal,
-    pub first_seen_at: DateTime<Utc>,
-    pub last_event_at: Option<DateTime<Utc>>,
-    pub last_progress_at: Option<DateTime<Utc>>,
-    pub device_last_heard_at: Option<DateTime<Utc>>,
-    /// All-time usage (in a tree: of the session and everything below it), tool durations and active
-    /// time as the usage rollups hold them included.
-    pub totals: UsageSums,
-    /// Task counts, next wake and activity ([`super::work`]).
-    #[serde(flatten)]
-    pub work: WorkSummary,
-    /// The statuses of the sessions below it, counted: a queen that reads `completed` while a worker
-    /// below is `stalled` says so here.
-    #[schema(schema_with = below_schema)]
-    pub below: BTreeMap<Status, u64>,
-}
+pub use apiary_schema::session::{
+    below_schema, nullable_status_schema, status_schema, time_in_state_schema, DurationsBody,
+    HealthSignal, SessionBody,
+};
 
 fn none_if_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
-impl SessionBody {
-    /// The session at `now` with the given totals.
-    pub fn new(r: &SessionRow, now: DateTime<Utc>, rules: &Rules, totals: &Usage) -> SessionBody {
+impl SessionRow {
+    /// The session's body at `now` with the given totals (`below` empty: the callers that show it fill
+    /// it in).
+    pub fn body(&self, now: DateTime<Utc>, rules: &Rules, totals: &Usage) -> SessionBody {
+        let r = self;
         let (view, durations) = r.view_and_durations(now, rules);
         SessionBody {
             session_id: r.session_id.clone(),
@@ -271,7 +156,7 @@ impl Tree<'_> {
             entry.0.push(v);
             entry.1.add(&sub);
         }
-        let mut session = SessionBody::new(r, self.now, self.rules, &total);
+        let mut session = r.body(self.now, self.rules, &total);
         for (workers, _) in colonies.values() {
             workers
                 .iter()

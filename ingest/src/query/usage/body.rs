@@ -6,72 +6,11 @@ use utoipa::ToSchema;
 
 use super::{Dim, Granularity, UsageQuery, UsageRow};
 use crate::query::sums::Sum;
-use crate::rollups::{CostBasis, Usage};
+use crate::rollups::Usage;
 use crate::tool_rollups::percentile;
 
-/// The usage sums: tokens, cost (in USD, and exactly in nano-dollars), calls, errors, tool durations,
-/// events, active time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
-pub struct UsageSums {
-    pub input_tokens: Sum,
-    pub output_tokens: Sum,
-    pub cached_tokens: Sum,
-    pub cache_creation_tokens: Sum,
-    /// `cost_nanos` in USD (a float: for display; `cost_nanos` is exact).
-    pub cost_usd: f64,
-    /// The cost: each turn's reported cost where it has one, else the price catalog's estimate.
-    pub cost_nanos: Sum,
-    /// `cost_reported_nanos` in USD (for display).
-    pub cost_reported_usd: f64,
-    /// The turns' costs as their producers reported them (as sent).
-    pub cost_reported_nanos: Sum,
-    /// `cost_estimated_nanos` in USD (for display).
-    pub cost_estimated_usd: f64,
-    /// The price catalog's estimates of every turn a price matched (reported or not).
-    pub cost_estimated_nanos: Sum,
-    /// Where `cost_nanos` comes from: `reported`, `estimated`, `mixed` or `none`.
-    pub cost_basis: CostBasis,
-    pub llm_calls: Sum,
-    /// LLM turns without a reported cost whose cost is the estimate.
-    pub estimated_turns: Sum,
-    /// LLM turns with neither a reported cost nor an estimate.
-    pub unpriced_turns: Sum,
-    pub tool_calls: Sum,
-    pub tool_errors: Sum,
-    /// Summed durations of the completed tool calls that have one (computed on the device by pairing
-    /// each call's start and completion, or reported by the runtime), in milliseconds.
-    pub tool_duration_ms: Sum,
-    pub events: Sum,
-    /// Seconds spent in status `active` (the sessions' status histories; an active stretch still open
-    /// counts up to when the no-progress rule would end it).
-    pub active_seconds: f64,
-}
-
-impl From<&Usage> for UsageSums {
-    fn from(u: &Usage) -> UsageSums {
-        UsageSums {
-            input_tokens: Sum(u.input_tokens),
-            output_tokens: Sum(u.output_tokens),
-            cached_tokens: Sum(u.cached_tokens),
-            cache_creation_tokens: Sum(u.cache_creation_tokens),
-            cost_usd: u.cost_nanos as f64 / 1e9,
-            cost_nanos: Sum(u.cost_nanos),
-            cost_reported_usd: u.cost_reported_nanos as f64 / 1e9,
-            cost_reported_nanos: Sum(u.cost_reported_nanos),
-            cost_estimated_usd: u.cost_estimated_nanos as f64 / 1e9,
-            cost_estimated_nanos: Sum(u.cost_estimated_nanos),
-            cost_basis: u.cost_basis(),
-            llm_calls: Sum(u.llm_calls),
-            estimated_turns: Sum(u.estimated_turns),
-            unpriced_turns: Sum(u.unpriced_turns),
-            tool_calls: Sum(u.tool_calls),
-            tool_errors: Sum(u.tool_errors),
-            tool_duration_ms: Sum(u.tool_duration_ms),
-            events: Sum(u.events),
-            active_seconds: u.active_ms as f64 / 1000.0,
-        }
-    }
-}
+/// The usage sums every usage and session answer carries: the contract's.
+pub use apiary_schema::usage::UsageSums;
 
 /// One row: its bucket, the key of each grouped dimension (a field is present only when grouped by
 /// it; null stands for "none"), and the sums.
