@@ -29,7 +29,7 @@ use apiary_schema::{process_value, Outcome, Policy, ProcessOptions};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use common::{env_usize, pct, Agent};
+use common::{env_usize, percentile, Agent};
 use rand::Rng;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -217,8 +217,8 @@ fn print(f: &Figures) {
         (f64::NAN, f64::NAN, f64::NAN)
     } else {
         (
-            pct(&f.fresh_ms, 0.5),
-            pct(&f.fresh_ms, 0.95),
+            percentile(&f.fresh_ms, 0.5),
+            percentile(&f.fresh_ms, 0.95),
             f.fresh_ms[f.fresh_ms.len() - 1],
         )
     };
@@ -266,7 +266,7 @@ async fn main() {
     println!(
         "default / immediate: requests/min {:.3}, freshness p95 {:.0} ms vs {:.0} ms",
         new.requests_per_min / old.requests_per_min.max(1e-9),
-        pct(&new.fresh_ms, 0.95),
-        pct(&old.fresh_ms, 0.95),
+        percentile(&new.fresh_ms, 0.95),
+        percentile(&old.fresh_ms, 0.95),
     );
 }

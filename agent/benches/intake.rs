@@ -21,7 +21,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{bodies, env_usize, median, pct, post_to, Agent};
+use common::{bodies, env_usize, median, percentile, post_to, Agent};
 
 use apiary_agent::outbox::{open_raw_writer, Item, PreparedEvent};
 use apiary_schema::hive::Zone;
@@ -367,7 +367,7 @@ fn otlp_part(rt: &tokio::runtime::Runtime, lines: &[String], runs: usize, base: 
     ));
     println!(
         "ack latency at 10k ev/s offered: OTLP p50 {:.2} ms, p99 {:.2} ms; NDJSON p50 {:.2} ms, p99 {:.2} ms (same agent, one after the other)",
-        pct(&lo, 0.5), pct(&lo, 0.99), pct(&lh, 0.5), pct(&lh, 0.99)
+        percentile(&lo, 0.5), percentile(&lo, 0.99), percentile(&lh, 0.5), percentile(&lh, 0.99)
     );
     agent.stop();
 }
@@ -395,8 +395,8 @@ fn latency_part(rt: &tokio::runtime::Runtime, lines: &[String], base: &Path) {
     let floor = fsync_floor(dir.path());
     println!(
         "device floor: 16 KiB write + fsync p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        pct(&floor, 0.5),
-        pct(&floor, 0.99),
+        percentile(&floor, 0.5),
+        percentile(&floor, 0.99),
         floor[floor.len() - 1]
     );
     let agent = Agent::start(dir.path());
@@ -404,7 +404,7 @@ fn latency_part(rt: &tokio::runtime::Runtime, lines: &[String], base: &Path) {
     let lat = rt.block_on(latencies(&agent, offered, 20, Duration::from_millis(2)));
     println!(
         "ack latency at 10k ev/s offered (20 ev/request every 2 ms, {} requests): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        lat.len(), pct(&lat, 0.5), pct(&lat, 0.99), lat[lat.len() - 1]
+        lat.len(), percentile(&lat, 0.5), percentile(&lat, 0.99), lat[lat.len() - 1]
     );
     let status = rt.block_on(agent.status());
     let health = &status["health"];

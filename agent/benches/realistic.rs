@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use apiary_schema::hive::{FilterReason, Zone};
 use apiary_schema::{process_value, Outcome, Policy, ProcessOptions};
-use common::{bodies, env_usize, median, pct, post_to, Agent};
+use common::{bodies, env_usize, median, percentile, post_to, Agent};
 use serde_json::Value;
 
 const BODY_LINES: usize = 1000;
@@ -323,7 +323,7 @@ fn main() {
                     connections,
                 ));
                 agent.stop();
-                let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
+                let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
                 println!(
                     "  mixed run {} {:<10}: {rate:>9.0} lines/s, ack p50 {p50:.1} ms, p99 {p99:.1} ms",
                     run + 1,
@@ -364,9 +364,9 @@ fn main() {
                     "  backfill run {} {:<10}: new {new:>9.0} ev/s (ack p99 {:.1} ms), all duplicates {dup:>9.0} ev/s",
                     run + 1,
                     arm.name,
-                    pct(&lat, 0.99)
+                    percentile(&lat, 0.99)
                 );
-                fig.push(a, &[new, dup, pct(&lat, 0.99)]);
+                fig.push(a, &[new, dup, percentile(&lat, 0.99)]);
             }
         }
         println!(

@@ -11,6 +11,10 @@
 //! BENCH_CLIENTS (default 4). Batches: 1000 new events each (60% LLM turns, 40% tool calls), 50 sessions
 //! of 4 users per client. Uses a fresh database and drops it at the end.
 
+#[path = "../../bench-support/stats.rs"]
+mod stats;
+use stats::median;
+
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -98,11 +102,6 @@ async fn round(base: &str, tokens: &[String], bodies: Vec<Vec<Vec<u8>>>) -> f64 
         t.await.unwrap();
     }
     (n * 1000) as f64 / started.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 #[tokio::main]

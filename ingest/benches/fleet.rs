@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use apiary_ingest::config::IngestSettings;
 use apiary_schema::device::{Heartbeat, RuntimeLiveness};
 use chrono::Utc;
-use common::{env_usize, gzip, median, pct, BenchDb};
+use common::{env_usize, gzip, median, percentile, BenchDb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -299,8 +299,8 @@ async fn run(
     Run {
         events_per_sec: events as f64 / wall,
         batches_per_sec: batches as f64 / wall,
-        p50: pct(&lat, 0.5),
-        p99: pct(&lat, 0.99),
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
         xacts_per_batch: xacts as f64 / batches as f64,
         statements_per_batch: stmts as f64 / batches as f64,
     }
@@ -308,9 +308,9 @@ async fn run(
 
 /// The medians of an arm's runs.
 fn summary(runs: &[Run]) -> Run {
-    let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+    let m = |f: fn(&Run) -> f64| median(runs.iter().map(f));
     let d = |f: fn(&Run) -> Duration| {
-        Duration::from_secs_f64(median(runs.iter().map(|r| f(r).as_secs_f64()).collect()))
+        Duration::from_secs_f64(median(runs.iter().map(|r| f(r).as_secs_f64())))
     };
     Run {
         events_per_sec: m(|r| r.events_per_sec),

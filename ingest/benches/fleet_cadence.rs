@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use apiary_ingest::config::IngestSettings;
 use chrono::Utc;
-use common::{env_usize, gzip, pct, BenchDb};
+use common::{env_usize, gzip, percentile, BenchDb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -390,12 +390,12 @@ async fn main() -> anyhow::Result<()> {
             accepted as f64 / wall,
             batches as f64 / wall,
             accepted as f64 / batches.max(1) as f64,
-            ms(pct(&lat, 0.5)),
-            ms(pct(&lat, 0.99)),
+            ms(percentile(&lat, 0.5)),
+            ms(percentile(&lat, 0.99)),
             tally.too_many.load(Ordering::Relaxed),
             tally.server_errors.load(Ordering::Relaxed),
-            ms(pct(&fresh, 0.5)),
-            ms(pct(&fresh, 0.99)),
+            ms(percentile(&fresh, 0.5)),
+            ms(percentile(&fresh, 0.99)),
             tally.asked_ms.load(Ordering::Relaxed),
             cpu(cpu0, cpu1),
             cpu(pg0, pg1),

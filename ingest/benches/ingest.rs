@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use apiary_ingest::config::IngestSettings;
 use chrono::Utc;
-use common::{env_usize, gzip, median, pct, BenchDb};
+use common::{env_usize, gzip, median, percentile, BenchDb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -328,12 +328,12 @@ async fn run(url: &str, input: &Input) -> anyhow::Result<Figures> {
     let bytes_per_million = (bytes - empty_bytes) as f64 * 1e6 / stored.max(1) as f64;
     let f = Figures {
         eps,
-        p50: pct(&lat, 0.5),
-        p95: pct(&lat, 0.95),
-        p99: pct(&lat, 0.99),
+        p50: percentile(&lat, 0.5),
+        p95: percentile(&lat, 0.95),
+        p99: percentile(&lat, 0.99),
         copy_rps,
-        usage_p50: pct(&usage_lat, 0.5),
-        usage_p95: pct(&usage_lat, 0.95),
+        usage_p50: percentile(&usage_lat, 0.5),
+        usage_p95: percentile(&usage_lat, 0.95),
         bytes_per_million,
         cpu,
     };
@@ -355,7 +355,7 @@ async fn run(url: &str, input: &Input) -> anyhow::Result<Figures> {
         })
         .collect();
     println!("  CPU ms per 1000 events: {}", shown.join(", "));
-    println!("  raw COPY of the same {} rows (900-row chunks, one connection): {copy_rps:.0} rows/s; chunk p50 {:?}", input.rows_for_copy.len(), pct(&copy_lat, 0.5));
+    println!("  raw COPY of the same {} rows (900-row chunks, one connection): {copy_rps:.0} rows/s; chunk p50 {:?}", input.rows_for_copy.len(), percentile(&copy_lat, 0.5));
     println!("  ratio ingest / raw COPY: {:.2}", eps / copy_rps);
     println!(
         "  GET /v1/usage (30 days by day and model), {} queries: p50 {:?}  p95 {:?}",
@@ -387,7 +387,7 @@ type Pick<'a> = &'a dyn Fn(&Figures) -> f64;
 
 /// The medians of both engines side by side, and Citus / PostgreSQL.
 fn summary(engines: &[(&str, String)], figures: &[Vec<Figures>]) {
-    let med = |e: usize, f: &dyn Fn(&Figures) -> f64| median(figures[e].iter().map(f).collect());
+    let med = |e: usize, f: &dyn Fn(&Figures) -> f64| median(figures[e].iter().map(f));
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let rows: [(&str, Pick); 8] = [
         ("ingest events/s", &|f| f.eps),

@@ -17,6 +17,10 @@
 //! 20 users and 20 devices per tenant, 3 models, 40% of sessions are colony workers; 60% llm.turn, 30%
 //! tool.call, 10% health.signal.
 
+#[path = "../../bench-support/stats.rs"]
+mod stats;
+use stats::percentile;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -25,10 +29,6 @@ use chrono::{DurationRound, TimeDelta, Utc};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 use uuid::Uuid;
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
 
 const GENERATE: &str = "
 INSERT INTO events (tenant_id, effective_at, event_id, occurred_at, received_at, kind, runtime, native_type,
@@ -289,8 +289,8 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "  first pass (cold cache), {} queries: p50 {:?}  p95 {:?}  max {:?}",
         first.len(),
-        pct(&first, 0.5),
-        pct(&first, 0.95),
+        percentile(&first, 0.5),
+        percentile(&first, 0.95),
         first[first.len() - 1]
     );
     let mut all = vec![];
@@ -319,18 +319,26 @@ async fn main() -> anyhow::Result<()> {
     println!("  second pass, {} tenant-scoped queries over the whole 30 days (7 group_by x 4 granularities x 4 zones x 5 tenants):", all.len());
     println!(
         "  ALL: p50 {:?}  p95 {:?}  max {:?}",
-        pct(&all, 0.5),
-        pct(&all, 0.95),
+        percentile(&all, 0.5),
+        percentile(&all, 0.95),
         all[all.len() - 1]
     );
     for (k, mut v) in by_group {
         v.sort();
-        println!("  {k}: p50 {:?}  p95 {:?}", pct(&v, 0.5), pct(&v, 0.95));
+        println!(
+            "  {k}: p50 {:?}  p95 {:?}",
+            percentile(&v, 0.5),
+            percentile(&v, 0.95)
+        );
     }
     println!("  by zone x granularity (all group_bys):");
     for (k, mut v) in by_zone {
         v.sort();
-        println!("  {k}: p50 {:?}  p95 {:?}", pct(&v, 0.5), pct(&v, 0.95));
+        println!(
+            "  {k}: p50 {:?}  p95 {:?}",
+            percentile(&v, 0.5),
+            percentile(&v, 0.95)
+        );
     }
     // The same question answered by scanning raw events (what the rollups save).
     let mut raw = vec![];
@@ -347,7 +355,7 @@ async fn main() -> anyhow::Result<()> {
     }
     raw.sort();
     println!("  raw scan of events (tenant, day in Asia/Kolkata x model): p50 {:?}; ratio raw / rollup p50 = {:.0}x",
-        pct(&raw, 0.5), pct(&raw, 0.5).as_secs_f64() / pct(&all, 0.5).as_secs_f64());
+        percentile(&raw, 0.5), percentile(&raw, 0.5).as_secs_f64() / percentile(&all, 0.5).as_secs_f64());
     dashboard(&pool, &db_url).await?;
     pool.close().await;
     if !keep {
@@ -444,11 +452,11 @@ async fn dashboard(pool: &PgPool, db_url: &str) -> anyhow::Result<()> {
     println!(
         "  first load {:?}; then p50 {:?}  p95 {:?} (20 loads); GET /v1/usage for the same query p50 {:?}  p95 {:?}; ratio page / API p50 {:.2}",
         first.expect("one load"),
-        pct(&page_times, 0.5),
-        pct(&page_times, 0.95),
-        pct(&api_times, 0.5),
-        pct(&api_times, 0.95),
-        pct(&page_times, 0.5).as_secs_f64() / pct(&api_times, 0.5).as_secs_f64()
+        percentile(&page_times, 0.5),
+        percentile(&page_times, 0.95),
+        percentile(&api_times, 0.5),
+        percentile(&api_times, 0.95),
+        percentile(&page_times, 0.5).as_secs_f64() / percentile(&api_times, 0.5).as_secs_f64()
     );
     println!(
         "  page weight: {} KiB raw, {} KiB gzip (assets are separate, cached files)",

@@ -19,6 +19,9 @@
 //! The subscribers run in this process too, on the same cores: their reading is part of what B costs.
 //! Uses a fresh database `apiary_bench_stream_<random>` and drops it at the end.
 
+#[path = "../../bench-support/stats.rs"]
+mod stats;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +37,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Connection;
+use stats::{median, percentile};
 use tokio::sync::{watch, Mutex};
 use uuid::Uuid;
 
@@ -42,15 +46,6 @@ fn env_usize(k: &str, d: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(d)
-}
-
-fn pct<T: Copy + Ord>(sorted: &[T], p: f64) -> T {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn gzip(b: &[u8]) -> Vec<u8> {
@@ -407,9 +402,9 @@ async fn main() -> anyhow::Result<()> {
         }
         println!(
             "  {what}: commit → delivered p50 {} ms  p95 {} ms  p99 {} ms  max {} ms  ({} samples, {missing} missing)",
-            pct(l, 0.5),
-            pct(l, 0.95),
-            pct(l, 0.99),
+            percentile(l, 0.5),
+            percentile(l, 0.95),
+            percentile(l, 0.99),
             l[l.len() - 1],
             l.len()
         );
@@ -427,7 +422,7 @@ async fn main() -> anyhow::Result<()> {
         "  ingest B ({n_subs} subscribers): {} events/s",
         fmt(&b_eps)
     );
-    let (a, b) = (median(&mut a_eps), median(&mut b_eps));
+    let (a, b) = (median(a_eps.iter().copied()), median(b_eps.iter().copied()));
     println!(
         "  medians: A {a:.0} events/s, B {b:.0} events/s, B/A {:.3}",
         b / a

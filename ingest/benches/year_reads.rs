@@ -47,7 +47,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 use uuid::Uuid;
 
-use common::pct;
+use common::percentile;
 
 /// Command-line options (see the module notes).
 struct Opts {
@@ -918,8 +918,8 @@ async fn main() -> anyhow::Result<()> {
         println!(
             "{:<36} {:>9} {:>9} {:>9} {:>10} {:>8}",
             r.name,
-            ms(pct(&times, 0.5)),
-            ms(pct(&times, 0.95)),
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.95)),
             cold.map_or("-".into(), ms),
             touched.map_or("-".into(), |p| p.to_string()),
             bytes

@@ -184,12 +184,8 @@ pub fn bodies(lines: &[String], per_body: usize) -> Vec<bytes::Bytes> {
         .collect()
 }
 
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// The `p` quantile of sorted `v`.
-pub fn pct(v: &[f64], p: f64) -> f64 {
-    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
-}
+#[path = "../../../bench-support/stats.rs"]
+mod stats;
+// Not every benchmark uses both.
+#[allow(unused_imports)]
+pub use stats::{median, percentile};

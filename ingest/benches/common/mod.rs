@@ -20,21 +20,11 @@ pub fn env_usize(k: &str, d: usize) -> usize {
         .unwrap_or(d)
 }
 
-/// The `p` quantile of sorted latencies.
-pub fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// The median of some figures.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+#[path = "../../../bench-support/stats.rs"]
+mod stats;
+// Not every benchmark uses both.
+#[allow(unused_imports)]
+pub use stats::{median, percentile};
 
 pub fn gzip(b: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

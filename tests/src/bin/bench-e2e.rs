@@ -14,6 +14,10 @@
 //!
 //! Each measure runs R times on a fresh stack (the backlog once); the medians are printed.
 
+#[path = "../../../bench-support/stats.rs"]
+mod stats;
+use stats::median;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,11 +136,6 @@ fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 async fn end_to_end(n: u64) -> anyhow::Result<(f64, f64)> {
