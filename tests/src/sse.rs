@@ -34,7 +34,13 @@ impl SseClient {
         token: &str,
         last_id: Option<&str>,
     ) -> Result<SseClient, reqwest::Response> {
-        let mut req = crate::stack::client().get(url).bearer_auth(token);
+        // No total timeout (a stream is long-lived): each read is bounded by its own `wait`.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .expect("reqwest client");
+        let mut req = client.get(url).bearer_auth(token);
         if let Some(id) = last_id {
             req = req.header("Last-Event-ID", id);
         }
@@ -115,5 +121,30 @@ impl SseClient {
                 return Some(out);
             }
         }
+    }
+
+    /// Events until `done` says the list is complete; panics, showing what came, when it is not
+    /// within 10 s.
+    pub async fn collect_until(&mut self, done: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut out = vec![];
+        while !done(&out) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next(left).await {
+                Some(e) => out.push(e),
+                None => panic!("the stream stopped short: {out:#?}"),
+            }
+        }
+        out
+    }
+
+    /// The first event, which must be `ready`: its id (the stream's position).
+    pub async fn ready(&mut self) -> String {
+        let e = self
+            .next(Duration::from_secs(5))
+            .await
+            .expect("the stream's ready event");
+        assert_eq!(e.event, "ready", "{e:?}");
+        e.id
     }
 }

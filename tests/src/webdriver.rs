@@ -144,6 +144,25 @@ impl Browser {
         Ok(v.as_str().unwrap_or_default().to_string())
     }
 
+    /// Waits (up to 10 s) until the element `css` exists and its text contains `want`; the error names
+    /// the text it last read.
+    pub async fn wait_text(&self, css: &str, want: &str) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut last = String::new();
+        while std::time::Instant::now() < deadline {
+            if let Ok(e) = self.find(css).await {
+                if let Ok(text) = self.text(&e).await {
+                    if text.contains(want) {
+                        return Ok(());
+                    }
+                    last = text;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        anyhow::bail!("{css} never read {want:?} (last: {last:?})")
+    }
+
     /// An attribute as written in the HTML.
     pub async fn attr(&self, e: &Element, name: &str) -> anyhow::Result<Option<String>> {
         let v = self

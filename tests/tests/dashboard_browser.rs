@@ -69,24 +69,6 @@ async fn h1(c: &Browser, want: &str) -> anyhow::Result<()> {
     anyhow::bail!("the heading never read {want:?} (last: {last:?})")
 }
 
-/// Waits (up to 10 s) until the element `css` exists and its text contains `want`.
-async fn wait_text(c: &Browser, css: &str, want: &str) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut last = String::new();
-    while std::time::Instant::now() < deadline {
-        if let Ok(e) = c.find(css).await {
-            if let Ok(text) = c.text(&e).await {
-                if text.contains(want) {
-                    return Ok(());
-                }
-                last = text;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    anyhow::bail!("{css} never read {want:?} (last: {last:?})")
-}
-
 async fn value_of(c: &Browser, css: &str, what: &str) -> anyhow::Result<String> {
     let e = c.find(css).await?;
     c.attr(&e, what)
@@ -204,7 +186,7 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
 
     // Live: the queen going stalled, and a new session, show in the list within 2 s, without a
     // reload; then the queen failing.
-    wait_text(c, "#live-note", "Live:").await?;
+    c.wait_text("#live-note", "Live:").await?;
     c.execute("window.apiaryMarker = 42; return true").await?;
     // (events, session bindings, the badges they must show)
     let steps: [LiveStep; 2] = [
@@ -220,7 +202,8 @@ async fn drive(c: &Browser, cloud: &Cloud, ingest: &Api) -> anyhow::Result<()> {
         anyhow::ensure!(status == 200, "batch: {status} {v}");
         let posted = std::time::Instant::now();
         for (session, badge) in expect {
-            wait_text(c, &format!("tr[data-session='{session}'] .badge"), badge).await?;
+            c.wait_text(&format!("tr[data-session='{session}'] .badge"), badge)
+                .await?;
         }
         let took = posted.elapsed();
         anyhow::ensure!(

@@ -614,7 +614,7 @@ async fn share_names(
 ) -> anyhow::Result<()> {
     let cloud = &day.cloud;
     let base = settings_sign_in(c, agent).await?;
-    wait_text(c, "dd[data-field='sync']", "Off").await?;
+    c.wait_text("dd[data-field='sync']", "Off").await?;
     c.type_into(&c.find("#endpoint").await?, &cloud.ingest.url())
         .await?;
     c.type_into(
@@ -624,14 +624,15 @@ async fn share_names(
     .await?;
     c.click(&c.find("#sync-button").await?).await?;
     // Before anything is switched: the tenant's choice and the person's own.
-    wait_text(c, "#notice", "Your organisation shares colony names").await?;
+    c.wait_text("#notice", "Your organisation shares colony names")
+        .await?;
     let names = c.find("#colony-names").await?;
     anyhow::ensure!(c.attr(&names, "data-tenant").await?.as_deref() == Some("names"));
-    wait_text(c, "dd[data-field='sync']", "Off").await?;
+    c.wait_text("dd[data-field='sync']", "Off").await?;
     c.find("#share_colony_names:checked").await?;
     c.save_screenshot(&shots(), "settings-colony-names").await?;
     c.click(&c.find("#sync-button").await?).await?;
-    wait_text(c, "dd[data-field='sync']", "On").await?;
+    c.wait_text("dd[data-field='sync']", "On").await?;
     // The tenant's keys in force (within a heartbeat), names shared: then a colony is created.
     let local = wait_for(Duration::from_secs(30), || {
         let get = agent_colonies(agent);
@@ -667,10 +668,10 @@ async fn share_names(
     );
     c.goto(&format!("{}/colonies", cloud.ingest.url())).await?;
     h1(c, "Colonies").await?;
-    wait_text(c, "table", "name: release_train").await?;
+    c.wait_text("table", "name: release_train").await?;
     c.save_screenshot(&shots(), "colonies-named").await?;
     c.goto(&format!("{base}/settings")).await?;
-    wait_text(c, "#colony-names", "you agreed").await?;
+    c.wait_text("#colony-names", "you agreed").await?;
     Ok(())
 }
 
@@ -710,23 +711,5 @@ fn write_colony_day(home: &Path) -> anyhow::Result<()> {
 
 /// Waits until the page's `h1` contains `want`.
 async fn h1(c: &Browser, want: &str) -> anyhow::Result<()> {
-    wait_text(c, "h1", want).await
-}
-
-/// Waits (up to 10 s) until the element `css` exists and its text contains `want`.
-async fn wait_text(c: &Browser, css: &str, want: &str) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut last = String::new();
-    while std::time::Instant::now() < deadline {
-        if let Ok(e) = c.find(css).await {
-            if let Ok(text) = c.text(&e).await {
-                if text.contains(want) {
-                    return Ok(());
-                }
-                last = text;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::bail!("{css} never read {want:?} (last: {last:?})")
+    c.wait_text("h1", want).await
 }

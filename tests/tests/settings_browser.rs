@@ -51,24 +51,6 @@ async fn tab_to(c: &Browser, want: &str) -> anyhow::Result<()> {
     anyhow::bail!("Tab never reaches {want}: {seen:?}")
 }
 
-/// Waits (up to 10 s) until the element `css` exists and its text contains `want`.
-async fn wait_text(c: &Browser, css: &str, want: &str) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut last = String::new();
-    while std::time::Instant::now() < deadline {
-        if let Ok(e) = c.find(css).await {
-            if let Ok(text) = c.text(&e).await {
-                if text.contains(want) {
-                    return Ok(());
-                }
-                last = text;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    anyhow::bail!("{css} never read {want:?} (last: {last:?})")
-}
-
 #[tokio::test]
 async fn the_settings_page_works_in_a_real_browser() -> anyhow::Result<()> {
     let Some((chromium, driver)) = browser_tools("settings") else {
@@ -109,15 +91,15 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     c.type_into(&c.find("#token").await?, settings_token)
         .await?;
     c.press(ENTER).await?;
-    wait_text(c, "h1", "Telemetry sharing").await?;
+    c.wait_text("h1", "Telemetry sharing").await?;
     anyhow::ensure!(c.path().await? == "/settings");
     let cookie = c.execute("return document.cookie").await?;
     anyhow::ensure!(cookie == json!(""), "scripts can read the cookie: {cookie}");
     let source = c.source().await?;
     anyhow::ensure!(!source.contains(settings_token) && !source.contains(&agent.token));
-    wait_text(c, "dd[data-field='sync']", "Off").await?;
-    wait_text(c, "#never-sent", "tool arguments").await?;
-    wait_text(c, "dd[data-field='held_events']", "1").await?;
+    c.wait_text("dd[data-field='sync']", "Off").await?;
+    c.wait_text("#never-sent", "tool arguments").await?;
+    c.wait_text("dd[data-field='held_events']", "1").await?;
     c.save_screenshot(&shots(), "settings-off").await?;
 
     // On, by keyboard: the server, the token file, the backlog box (Space), the button (Enter).
@@ -135,8 +117,8 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     c.press(" ").await?;
     tab_to(c, "#sync-button").await?;
     c.press(ENTER).await?;
-    wait_text(c, "dd[data-field='sync']", "On").await?;
-    wait_text(c, "[role='status']", "Sharing is on").await?;
+    c.wait_text("dd[data-field='sync']", "On").await?;
+    c.wait_text("[role='status']", "Sharing is on").await?;
     let status = agent.status().await?;
     anyhow::ensure!(status["sync"]["enabled"] == json!(true), "{status}");
     anyhow::ensure!(
@@ -155,7 +137,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     .await;
     anyhow::ensure!(arrived.is_some(), "the event never reached the ingest");
     c.goto(&format!("{base}/settings")).await?;
-    wait_text(c, "dd[data-field='last_push']", "Sent").await?;
+    c.wait_text("dd[data-field='last_push']", "Sent").await?;
     c.save_screenshot(&shots(), "settings-on").await?;
 
     // Another site's page posting to the agent in this very browser: refused, nothing changes.
@@ -166,7 +148,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     );
     c.goto(&evil).await?;
     c.execute("document.forms[0].submit(); return true").await?;
-    wait_text(c, "[role='alert']", "Origin check").await?;
+    c.wait_text("[role='alert']", "Origin check").await?;
     let status = agent.status().await?;
     anyhow::ensure!(
         status["sync"]["enabled"] == json!(true),
@@ -177,7 +159,7 @@ async fn drive(c: &Browser, cloud: &Cloud, agent: &Agent, token_file: &Path) -> 
     c.goto(&format!("{base}/settings")).await?;
     tab_to(c, "#sync-button").await?;
     c.press(ENTER).await?;
-    wait_text(c, "dd[data-field='sync']", "Off").await?;
+    c.wait_text("dd[data-field='sync']", "Off").await?;
     let status = agent.status().await?;
     anyhow::ensure!(status["sync"]["enabled"] == json!(false), "{status}");
 

@@ -9,99 +9,19 @@ use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use tests::sse::{Sse, SseClient};
+
 use crate::helpers::*;
 
-/// One Server-Sent Event.
-#[derive(Debug, Clone)]
-struct Sse {
-    event: String,
-    id: String,
-    data: Value,
-}
-
-/// A client reading one `text/event-stream` answer.
-struct SseClient {
-    resp: reqwest::Response,
-    buf: String,
-}
-
-impl SseClient {
-    async fn open(app: &TestApp, token: &str, last_id: Option<&str>, query: &str) -> SseClient {
-        let mut req = app
-            .client
-            .get(format!("{}/v1/stream{query}", app.base))
-            .bearer_auth(token);
-        if let Some(id) = last_id {
-            req = req.header("Last-Event-ID", id);
-        }
-        let resp = req.send().await.unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        assert_eq!(resp.headers()["content-type"], "text/event-stream");
-        SseClient {
-            resp,
-            buf: String::new(),
-        }
-    }
-
-    /// The next event within `wait`, or None.
-    async fn next(&mut self, wait: Duration) -> Option<Sse> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                let (mut event, mut id, mut data) = (String::new(), String::new(), String::new());
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        event = v.trim().to_string();
-                    } else if let Some(v) = line.strip_prefix("id:") {
-                        id = v.trim().to_string();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim());
-                    }
-                }
-                if event.is_empty() {
-                    continue; // a heartbeat comment
-                }
-                let data = serde_json::from_str(&data).unwrap();
-                return Some(Sse { event, id, data });
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk()).await;
-            match chunk {
-                Ok(Ok(Some(bytes))) => self.buf.push_str(std::str::from_utf8(&bytes).unwrap()),
-                Ok(Ok(None)) => return None,
-                Ok(Err(e)) => panic!("stream failed: {e}"),
-                Err(_) => return None,
-            }
-        }
-    }
-
-    /// Events until none comes for `quiet`.
-    async fn drain(&mut self, quiet: Duration) -> Vec<Sse> {
-        let mut out = vec![];
-        while let Some(e) = self.next(quiet).await {
-            out.push(e);
-        }
-        out
-    }
-
-    /// Events until `done` says the list is complete (panics after 10 s).
-    async fn until(&mut self, done: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
-        let mut out = vec![];
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !done(&out) {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.next(left).await {
-                Some(e) => out.push(e),
-                None => panic!("the stream stopped short: {out:#?}"),
-            }
-        }
-        out
-    }
-
-    async fn ready(&mut self) -> String {
-        let e = self.next(Duration::from_secs(5)).await.expect("ready");
-        assert_eq!(e.event, "ready", "{e:?}");
-        e.id
+/// Opens the stream at `query` with `token` (and `Last-Event-ID`); it must answer a 200 event stream.
+async fn open(app: &TestApp, token: &str, last_id: Option<&str>, query: &str) -> SseClient {
+    match SseClient::open(&format!("{}/v1/stream{query}", app.base), token, last_id).await {
+        Ok(s) => s,
+        Err(resp) => panic!(
+            "not an event stream: {} {:?}",
+            resp.status(),
+            resp.headers()
+        ),
     }
 }
 
@@ -136,7 +56,7 @@ fn position(id: &str) -> (i64, i64) {
 async fn a_batch_streams_its_transition_usage_totals_and_device(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
     let t = app.tenant("acme").await;
-    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let mut s = open(&app, &t.read, None, "").await;
     s.ready().await;
     let now = Utc::now();
     let events = vec![
@@ -148,7 +68,9 @@ async fn a_batch_streams_its_transition_usage_totals_and_device(pool: sqlx::PgPo
         .await;
     assert_eq!(code, StatusCode::OK, "{v}");
     let got = s
-        .until(|e| has(e, "status", "q1") && has(e, "usage", "q1") && has(e, "device", "dev-1"))
+        .collect_until(|e| {
+            has(e, "status", "q1") && has(e, "usage", "q1") && has(e, "device", "dev-1")
+        })
         .await;
     let status = got.iter().find(|e| e.event == "status").unwrap();
     assert_eq!(status.data["session_id"], "q1");
@@ -211,9 +133,9 @@ async fn readers_see_only_their_tenant_and_a_user_bound_reader_only_its_user(poo
     let t = app.tenant("acme").await;
     let other = app.tenant("globex").await;
     let alice = app.tenant_token_for_user(t.id, "alice").await;
-    let mut all = SseClient::open(&app, &t.read, None, "").await;
-    let mut mine = SseClient::open(&app, &alice, None, "").await;
-    let mut theirs = SseClient::open(&app, &other.read, None, "").await;
+    let mut all = open(&app, &t.read, None, "").await;
+    let mut mine = open(&app, &alice, None, "").await;
+    let mut theirs = open(&app, &other.read, None, "").await;
     for s in [&mut all, &mut mine, &mut theirs] {
         s.ready().await;
     }
@@ -230,7 +152,7 @@ async fn readers_see_only_their_tenant_and_a_user_bound_reader_only_its_user(poo
         .await;
     assert_eq!(code, StatusCode::OK);
     let mut got = all
-        .until(|e| {
+        .collect_until(|e| {
             ["a1", "b1"]
                 .iter()
                 .all(|s| has(e, "status", s) && has(e, "usage", s))
@@ -256,7 +178,7 @@ async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
     let t = app.tenant("acme").await;
     let now = Utc::now();
-    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let mut s = open(&app, &t.read, None, "").await;
     let start = s.ready().await;
     let post = |sessions: [&'static str; 2]| {
         let events = sessions
@@ -272,7 +194,7 @@ async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
     };
     post(["s1", "s2"]).await;
     let mut first = s
-        .until(|e| ["s1", "s2"].iter().all(|x| has(e, "usage", x)))
+        .collect_until(|e| ["s1", "s2"].iter().all(|x| has(e, "usage", x)))
         .await;
     first.extend(s.drain(Duration::from_millis(500)).await);
     let last_seen = first.last().unwrap().id.clone();
@@ -282,10 +204,10 @@ async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
     post(["s3", "s4"]).await;
     post(["s5", "s6"]).await;
     // Let every row become deliverable (the next reader waits for nothing).
-    let mut witness = SseClient::open(&app, &t.read, Some(&last_seen), "").await;
+    let mut witness = open(&app, &t.read, Some(&last_seen), "").await;
     witness.ready().await;
     let missed = witness
-        .until(|e| ["s3", "s4", "s5", "s6"].iter().all(|x| has(e, "usage", x)))
+        .collect_until(|e| ["s3", "s4", "s5", "s6"].iter().all(|x| has(e, "usage", x)))
         .await;
     assert!(missed
         .iter()
@@ -301,7 +223,7 @@ async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
         // The header wins over a stale query (a browser's EventSource keeps the first URL).
         (Some(last_seen.as_str()), format!("?after={start}")),
     ] {
-        let mut again = SseClient::open(&app, &t.read, header, &query).await;
+        let mut again = open(&app, &t.read, header, &query).await;
         assert_eq!(again.ready().await, last_seen);
         let got = again.drain(Duration::from_millis(1500)).await;
         assert_eq!(brief(&got), brief(&missed), "{header:?} {query}");
@@ -310,7 +232,7 @@ async fn a_resume_gets_exactly_the_missed_events(pool: sqlx::PgPool) {
         assert_eq!(ids, want);
     }
     // From the very start: the first batch too.
-    let mut from_start = SseClient::open(&app, &t.read, Some(&start), "").await;
+    let mut from_start = open(&app, &t.read, Some(&start), "").await;
     from_start.ready().await;
     let everything = from_start.drain(Duration::from_millis(1500)).await;
     let mut want = brief(&first);
@@ -354,7 +276,7 @@ async fn write_batch(
 async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: sqlx::PgPool) {
     let app = spawn_app(pool.clone()).await;
     let t = app.tenant("acme").await;
-    let mut live = SseClient::open(&app, &t.read, None, "").await;
+    let mut live = open(&app, &t.read, None, "").await;
     let start = live.ready().await;
     let owners = Default::default();
 
@@ -381,11 +303,11 @@ async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: 
         brief(&held)
     );
     // A reader resuming now has nothing yet either (it would never see A's row otherwise).
-    let mut early = SseClient::open(&app, &t.read, Some(&start), "").await;
+    let mut early = open(&app, &t.read, Some(&start), "").await;
     early.ready().await;
     assert!(early.drain(Duration::from_millis(300)).await.is_empty());
     a.commit().await.unwrap();
-    let got = live.until(|e| e.len() == 2).await;
+    let got = live.collect_until(|e| e.len() == 2).await;
     assert_eq!(
         brief(&got),
         vec![
@@ -393,7 +315,7 @@ async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: 
             ("status".into(), "sb".into(), "\"active\"".into())
         ]
     );
-    let resumed = early.until(|e| e.len() == 2).await;
+    let resumed = early.collect_until(|e| e.len() == 2).await;
     assert_eq!(brief(&resumed), brief(&got));
     assert!(live.drain(Duration::from_millis(800)).await.is_empty());
 
@@ -422,7 +344,7 @@ async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: 
     );
     first.commit().await.unwrap();
     blocked.await.unwrap();
-    let got = live.until(|e| e.len() == 2).await;
+    let got = live.collect_until(|e| e.len() == 2).await;
     assert_eq!(
         brief(&got),
         vec![
@@ -436,7 +358,7 @@ async fn transactions_committing_out_of_order_are_delivered_without_a_gap(pool: 
 async fn a_busy_sessions_usage_is_coalesced_to_one_event_a_second_of_totals(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
     let t = app.tenant("acme").await;
-    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let mut s = open(&app, &t.read, None, "").await;
     s.ready().await;
     let now = Utc::now();
     for i in 0..5 {
@@ -459,7 +381,7 @@ async fn a_busy_sessions_usage_is_coalesced_to_one_event_a_second_of_totals(pool
         assert_eq!(code, StatusCode::OK);
     }
     let got = s
-        .until(|e| {
+        .collect_until(|e| {
             e.iter()
                 .any(|x| x.event == "usage" && x.data["events"] == 5)
         })
@@ -482,7 +404,7 @@ async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool
     };
     let app = spawn_app_with(pool, settings).await;
     let t = app.tenant("acme").await;
-    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let mut s = open(&app, &t.read, None, "").await;
     s.ready().await;
     let beat = || {
         batch(
@@ -497,7 +419,7 @@ async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool
     };
     assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
     let got = s
-        .until(|e| e.iter().filter(|x| x.event == "device").count() == 2)
+        .collect_until(|e| e.iter().filter(|x| x.event == "device").count() == 2)
         .await;
     let online: Vec<&Value> = got
         .iter()
@@ -506,7 +428,9 @@ async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool
         .collect();
     assert_eq!(online, [&json!(true), &json!(false)]);
     assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
-    let back = s.until(|e| e.iter().any(|x| x.event == "device")).await;
+    let back = s
+        .collect_until(|e| e.iter().any(|x| x.event == "device"))
+        .await;
     assert_eq!(back.last().unwrap().data["online"], true);
 }
 
@@ -514,7 +438,7 @@ async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool
 async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) {
     let app = spawn_app(pool.clone()).await;
     let t = app.tenant("acme").await;
-    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let mut s = open(&app, &t.read, None, "").await;
     let start = s.ready().await;
     let (code, _) = app
         .post_batch(
@@ -523,14 +447,14 @@ async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) 
         )
         .await;
     assert_eq!(code, StatusCode::OK);
-    let mut got = s.until(|e| has(e, "usage", "old")).await;
+    let mut got = s.collect_until(|e| has(e, "usage", "old")).await;
     got.extend(s.drain(Duration::from_millis(500)).await);
     let last = got.last().unwrap().id.clone();
     // Everything so far falls out of the window.
     apiary_ingest::store::stream::prune(&pool, Utc::now() + chrono::Duration::seconds(60))
         .await
         .unwrap();
-    let mut stale = SseClient::open(&app, &t.read, Some(&start), "").await;
+    let mut stale = open(&app, &t.read, Some(&start), "").await;
     let reset = stale.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(reset.event, "reset");
     assert!(
@@ -540,7 +464,7 @@ async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) 
         last
     );
     // A position at the edge of the window is still good.
-    let mut fine = SseClient::open(&app, &t.read, Some(&last), "").await;
+    let mut fine = open(&app, &t.read, Some(&last), "").await;
     assert_eq!(fine.ready().await, last);
 }
 
@@ -551,7 +475,7 @@ async fn a_position_older_than_the_window_is_told_to_reload(pool: sqlx::PgPool) 
 async fn a_position_the_stream_never_gave_is_told_to_reload(pool: sqlx::PgPool) {
     let app = spawn_app(pool.clone()).await;
     let t = app.tenant("acme").await;
-    let mut now = SseClient::open(&app, &t.read, None, "").await;
+    let mut now = open(&app, &t.read, None, "").await;
     let head = now.ready().await;
     // A transaction held open keeps the head at or below its id: a position just past that id is
     // ahead of the head (yet below the snapshot's xmax, which the stream once compared with).
@@ -565,7 +489,7 @@ async fn a_position_the_stream_never_gave_is_told_to_reload(pool: sqlx::PgPool) 
             (Some(asked.as_str()), String::new()),
             (None, format!("?after={asked}")),
         ] {
-            let mut s = SseClient::open(&app, &t.read, last_id, &query).await;
+            let mut s = open(&app, &t.read, last_id, &query).await;
             let first = s.next(Duration::from_secs(5)).await.unwrap();
             assert_eq!(first.event, "reset", "{asked} ({query}): {first:?}");
             assert!(
@@ -578,7 +502,7 @@ async fn a_position_the_stream_never_gave_is_told_to_reload(pool: sqlx::PgPool) 
     }
     pin.rollback().await.unwrap();
     // After the reset, what follows arrives.
-    let mut s = SseClient::open(&app, &t.read, Some("99999999999999-1"), "").await;
+    let mut s = open(&app, &t.read, Some("99999999999999-1"), "").await;
     assert_eq!(s.next(Duration::from_secs(5)).await.unwrap().event, "reset");
     let (code, _) = app
         .post_batch(
@@ -587,9 +511,9 @@ async fn a_position_the_stream_never_gave_is_told_to_reload(pool: sqlx::PgPool) 
         )
         .await;
     assert_eq!(code, StatusCode::OK);
-    s.until(|e| has(e, "usage", "after-reset")).await;
+    s.collect_until(|e| has(e, "usage", "after-reset")).await;
     // The head itself is still a position to resume from.
-    let mut again = SseClient::open(&app, &t.read, Some(&head), "").await;
+    let mut again = open(&app, &t.read, Some(&head), "").await;
     assert_eq!(again.ready().await, head);
 }
 
@@ -631,7 +555,7 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     // An admin token reads its tenant, like the other reads.
-    let mut s = SseClient::open(&app, &admin, None, "").await;
+    let mut s = open(&app, &admin, None, "").await;
     s.ready().await;
 }
 
@@ -639,9 +563,9 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
 async fn a_subscriber_that_falls_behind_still_gets_every_event_in_order(pool: sqlx::PgPool) {
     let app = spawn_app(pool.clone()).await;
     let t = app.tenant("acme").await;
-    let mut slow = SseClient::open(&app, &t.read, None, "").await;
+    let mut slow = open(&app, &t.read, None, "").await;
     slow.ready().await;
-    let mut quick = SseClient::open(&app, &t.read, None, "").await;
+    let mut quick = open(&app, &t.read, None, "").await;
     quick.ready().await;
     // More rows than the replica's channel holds, large enough to fill the slow client's socket while
     // it does not read, so its stream falls behind the channel and has to read the table instead.
@@ -664,10 +588,10 @@ async fn a_subscriber_that_falls_behind_still_gets_every_event_in_order(pool: sq
         .unwrap();
     tx.commit().await.unwrap();
     // The other subscriber is not held up by the slow one.
-    let got = quick.until(|e| e.len() as i64 == n).await;
+    let got = quick.collect_until(|e| e.len() as i64 == n).await;
     assert_eq!(got.last().unwrap().data["seq"], n);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let got = slow.until(|e| e.len() as i64 == n).await;
+    let got = slow.collect_until(|e| e.len() as i64 == n).await;
     let seqs: Vec<i64> = got
         .iter()
         .map(|e| e.data["seq"].as_i64().unwrap())
@@ -690,9 +614,9 @@ async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_free
     let globex = app.tenant("globex").await;
     let initech = app.tenant("initech").await;
 
-    let mut a1 = SseClient::open(&app, &acme.read, None, "").await;
+    let mut a1 = open(&app, &acme.read, None, "").await;
     a1.ready().await;
-    let mut a2 = SseClient::open(&app, &acme.read, None, "").await;
+    let mut a2 = open(&app, &acme.read, None, "").await;
     a2.ready().await;
     // acme's third is over its tenant's limit; globex still gets one (the server has room for one more).
     let (code, v, retry) = try_open(&app, &acme.read).await;
@@ -706,7 +630,7 @@ async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_free
         "{v}"
     );
     assert_eq!(retry.as_deref(), Some("5"));
-    let mut g1 = SseClient::open(&app, &globex.read, None, "").await;
+    let mut g1 = open(&app, &globex.read, None, "").await;
     g1.ready().await;
     // The server is full: even a tenant with no stream open is refused.
     let (code, v, retry) = try_open(&app, &initech.read).await;
@@ -781,7 +705,7 @@ async fn on_citus_the_stream_waits_for_transactions_still_prepared_on_a_worker(p
     }
     let app = spawn_app(pool.clone()).await;
     let t = app.tenant("acme").await;
-    let mut s = SseClient::open(&app, &t.read, None, "").await;
+    let mut s = open(&app, &t.read, None, "").await;
     s.ready().await;
 
     let (host, port): (String, i32) = sqlx::query_as(
@@ -833,7 +757,7 @@ async fn on_citus_the_stream_waits_for_transactions_still_prepared_on_a_worker(p
         "delivered while a transaction was prepared: {early:?}"
     );
     let got = s
-        .until(|e| has(e, "status", "q1") && has(e, "usage", "q1"))
+        .collect_until(|e| has(e, "status", "q1") && has(e, "usage", "q1"))
         .await;
     assert!(held_for.elapsed() < Duration::from_secs(5), "{got:?}");
 }
