@@ -19,11 +19,12 @@
 //! The subscribers run in this process too, on the same cores: their reading is part of what B costs.
 //! Uses a fresh database `apiary_bench_stream_<random>` and drops it at the end.
 
-#[path = "../../bench-support/stats.rs"]
-mod stats;
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{gzip, median, percentile};
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +38,6 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Connection;
-use stats::{median, percentile};
 use tokio::sync::{watch, Mutex};
 use uuid::Uuid;
 
@@ -46,12 +46,6 @@ fn env_usize(k: &str, d: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(d)
-}
-
-fn gzip(b: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    enc.write_all(b).unwrap();
-    enc.finish().unwrap()
 }
 
 /// One 1000-event batch of client `c` (its own device and 200 sessions, 20 active per batch).

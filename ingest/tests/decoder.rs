@@ -4,8 +4,6 @@
 //! sent plain, gzip or zstd. `PROPTEST_CASES` raises the case count for a longer local run (CI uses the
 //! defaults below).
 
-use std::io::Write;
-
 use apiary_ingest::auth::Principal;
 use apiary_ingest::error::ApiError;
 use apiary_ingest::intake::{check_batch, decode_body, IntakeError, IntakeRules};
@@ -47,11 +45,7 @@ fn client_error_or<T>(r: Result<T, IntakeError>) -> Option<T> {
     }
 }
 
-fn gzip(b: &[u8]) -> Vec<u8> {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(b).unwrap();
-    gz.finish().unwrap()
-}
+use tests::hostile::gzip;
 
 /// Any JSON value, nested a few levels, with hostile strings (NUL, escapes, long runs) among them.
 fn any_json() -> impl Strategy<Value = Value> {

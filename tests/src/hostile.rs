@@ -30,6 +30,14 @@ pub fn reset_peak(pid: u32) -> bool {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
+/// `bytes` gzip-compressed (fast level): a request body with `Content-Encoding: gzip`.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(bytes).expect("writing to a Vec cannot fail");
+    enc.finish().expect("finishing a Vec cannot fail")
+}
+
 /// gzip (best compression) of `head`, then `unit` repeated until the text is `size` bytes, then `tail`.
 /// Streams, so building a 64 MiB bomb needs only its compressed size in memory.
 pub fn gzip_bomb(head: &str, unit: &str, tail: &str, size: usize) -> Vec<u8> {

@@ -4,7 +4,6 @@
 //! spans.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -144,9 +143,7 @@ pub async fn post(
         .timeout(Duration::from_secs(60));
     let body = if gzip {
         req = req.header("content-encoding", "gzip");
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(body)?;
-        enc.finish()?
+        crate::hostile::gzip(body)
     } else {
         body.to_vec()
     };

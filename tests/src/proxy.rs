@@ -439,12 +439,9 @@ mod tests {
 
     #[tokio::test]
     async fn captured_bodies_are_gunzipped() {
-        use std::io::Write;
         let proxy = FaultProxy::start(echo_upstream().await).await.unwrap();
         proxy.capture_bodies(true);
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(b"{\"events\":[]}").unwrap();
-        let body = gz.finish().unwrap();
+        let body = crate::hostile::gzip(b"{\"events\":[]}");
         let s = TcpStream::connect(proxy.addr).await.unwrap();
         let (rx, mut tx) = s.into_split();
         let head = format!(

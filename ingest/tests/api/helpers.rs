@@ -1,7 +1,5 @@
 //! Spawning the app and typed request helpers.
 
-use std::io::Write;
-
 use apiary_ingest::config::IngestSettings;
 use apiary_ingest::startup::Application;
 use chrono::{DateTime, Utc};
@@ -214,11 +212,7 @@ impl TestApp {
     }
 }
 
-pub fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    enc.write_all(bytes).unwrap();
-    enc.finish().unwrap()
-}
+pub use tests::hostile::gzip;
 
 /// A batch envelope around `events`, sent now.
 pub fn batch(events: Vec<Value>, sessions: Vec<Value>) -> Value {
