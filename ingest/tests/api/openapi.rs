@@ -61,6 +61,127 @@ struct Call<'a> {
 /// A colony key as the agent derives it (`ck_` + 32 hex digits).
 const COLONY_KEY: &str = "ck_0123456789abcdef0123456789abcdef";
 
+/// Who sends a [`Step`]: the tenant's read token, its admin token, or a device-bound ingest token.
+#[derive(Debug, Clone, Copy)]
+enum Who {
+    Read,
+    Admin,
+    Device,
+}
+
+/// One request of the writes-and-reads table: `path` is the document's, `url` (and `body`) may name an
+/// id kept from an earlier answer (`{bid}`), `keep` keeps a field of this answer as such an id.
+struct Step {
+    method: &'static str,
+    path: &'static str,
+    url: String,
+    who: Who,
+    body: Option<Value>,
+    want: u16,
+    keep: Option<(&'static str, &'static str)>,
+}
+
+impl Step {
+    fn new(method: &'static str, path: &'static str, url: &str, who: Who, want: u16) -> Step {
+        Step {
+            method,
+            path,
+            url: url.to_string(),
+            who,
+            body: None,
+            want,
+            keep: None,
+        }
+    }
+
+    fn body(mut self, body: &Value) -> Step {
+        self.body = Some(body.clone());
+        self
+    }
+
+    fn keep(mut self, id: &'static str, field: &'static str) -> Step {
+        self.keep = Some((id, field));
+        self
+    }
+}
+
+/// Runs [`Step`]s in order: each answer's status must be the one wanted and its body must match the
+/// document's schema for it; a 2xx marks its path exercised.
+struct Steps<'a> {
+    app: &'a TestApp,
+    doc: &'a Value,
+    /// By [`Who`]: read, admin, device.
+    tokens: [String; 3],
+    ids: std::collections::HashMap<&'static str, String>,
+    /// The last answer of each `METHOD path`.
+    answers: std::collections::HashMap<String, Value>,
+    /// The document's paths answered with a 2xx.
+    documented: std::collections::BTreeSet<&'static str>,
+}
+
+impl Steps<'_> {
+    /// `text` with each kept id's `{name}` replaced.
+    fn fill(&self, text: &str) -> String {
+        self.ids.iter().fold(text.to_string(), |t, (name, id)| {
+            t.replace(&format!("{{{name}}}"), id)
+        })
+    }
+
+    async fn all(&mut self, steps: Vec<Step>) {
+        for step in steps {
+            let url = self.fill(&step.url);
+            let method = reqwest::Method::from_bytes(step.method.as_bytes()).unwrap();
+            let token = &self.tokens[step.who as usize];
+            let mut req = self
+                .app
+                .client
+                .request(method, format!("{}{url}", self.app.base))
+                .bearer_auth(token);
+            if let Some(b) = &step.body {
+                let b: Value = serde_json::from_str(&self.fill(&b.to_string())).unwrap();
+                req = req.json(&b);
+            }
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            let what = format!("{} {url} as {:?} ({status})", step.method, step.who);
+            assert_eq!(status, step.want, "{what}: {text}");
+            let body = if status == 204 {
+                assert!(text.is_empty(), "{what}: {text}");
+                Value::Null
+            } else {
+                let body: Value = serde_json::from_str(&text).unwrap();
+                let m = step.method.to_ascii_lowercase();
+                check(
+                    self.doc,
+                    &what,
+                    &schema_pointer(self.doc, step.path, &m, status),
+                    &body,
+                );
+                body
+            };
+            if (200..300).contains(&status) {
+                self.documented.insert(step.path);
+            }
+            if let Some((id, field)) = step.keep {
+                let value = body[field]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{what}: no {field}"));
+                self.ids.insert(id, value.to_string());
+            }
+            self.answers
+                .insert(format!("{} {}", step.method, step.path), body);
+        }
+    }
+
+    /// The last answer of `METHOD path`.
+    fn answer(&self, call: &str) -> &Value {
+        self.answers
+            .get(call)
+            .unwrap_or_else(|| panic!("no answer of {call}"))
+    }
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
@@ -304,7 +425,8 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
             documented.insert(c.path);
         }
     }
-    // The label (a PUT, admin scope), then the listing that shows it.
+    // Every write, refused to a read token where it needs the admin's, and the reads that show it:
+    // one table of steps, each answer checked against the document.
     let admin = apiary_ingest::store::admin::create_token(
         &app.pool,
         &apiary_ingest::store::admin::TokenSpec {
@@ -317,330 +439,7 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
     .await
     .unwrap()
     .1;
-    for (token, want) in [(&t.read, 403), (&admin, 200)] {
-        let r = app
-            .client
-            .put(format!("{}/v1/colonies/{COLONY_KEY}/label", app.base))
-            .bearer_auth(token)
-            .json(&json!({ "label": "Billing" }))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        assert_eq!(status, want);
-        let body: Value = r.json().await.unwrap();
-        let path = "/v1/colonies/{key}/label";
-        check(
-            &doc,
-            &format!("PUT {path} ({status})"),
-            &schema_pointer(&doc, path, "put", status),
-            &body,
-        );
-        documented.insert(path);
-    }
-    // The tenant's settings (a PUT, admin scope).
-    for (token, want) in [(&t.read, 403), (&admin, 200)] {
-        let r = app
-            .client
-            .put(format!("{}/v1/tenant/settings", app.base))
-            .bearer_auth(token)
-            .json(&json!({ "colony_names": "names" }))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        assert_eq!(status, want);
-        let body: Value = r.json().await.unwrap();
-        let path = "/v1/tenant/settings";
-        check(
-            &doc,
-            &format!("PUT {path} ({status})"),
-            &schema_pointer(&doc, path, "put", status),
-            &body,
-        );
-    }
-    // A tenant price (a POST, admin scope), then the list that shows it.
-    for (token, want) in [(&t.read, 403), (&admin, 200)] {
-        let r = app
-            .client
-            .post(format!("{}/v1/prices", app.base))
-            .bearer_auth(token)
-            .json(
-                &json!({"models": ["m*"], "from": "2026-01-01", "input": "1.00", "output": "2.00",
-                "tiers": [{"above_input_tokens": 200000, "input": "2.00", "output": "4.00"}]}),
-            )
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        assert_eq!(status, want);
-        let body: Value = r.json().await.unwrap();
-        let path = "/v1/prices";
-        check(
-            &doc,
-            &format!("POST {path} ({status})"),
-            &schema_pointer(&doc, path, "post", status),
-            &body,
-        );
-    }
-    let (s, prices) = app.get(&t.read, "/v1/prices").await;
-    assert_eq!(s, StatusCode::OK);
-    check(
-        &doc,
-        "GET /v1/prices",
-        &schema_pointer(&doc, "/v1/prices", "get", 200),
-        &prices,
-    );
-    assert_eq!(prices["prices"][0]["owner"], "tenant", "{prices}");
-    documented.insert("/v1/prices");
-    for (token, want) in [(&t.read, 403), (&admin, 200)] {
-        let r = app
-            .client
-            .post(format!(
-                "{}/v1/prices/reprice?from=2026-01-01&to=2026-02-01",
-                app.base
-            ))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        assert_eq!(status, want);
-        let body: Value = r.json().await.unwrap();
-        let path = "/v1/prices/reprice";
-        check(
-            &doc,
-            &format!("POST {path} ({status})"),
-            &schema_pointer(&doc, path, "post", status),
-            &body,
-        );
-    }
-    documented.insert("/v1/prices/reprice");
-    // Budgets and alerts: each write refused to a read token and accepted for the admin, each answer
-    // checked against the document; the alert list holds a fired alert.
-    let exchange = |method: reqwest::Method,
-                    path: &'static str,
-                    url: String,
-                    token: String,
-                    body: Option<Value>,
-                    want: u16| {
-        let (client, base, doc) = (app.client.clone(), app.base.clone(), doc.clone());
-        async move {
-            let mut req = client
-                .request(method.clone(), format!("{base}{url}"))
-                .bearer_auth(token);
-            if let Some(b) = body {
-                req = req.json(&b);
-            }
-            let r = req.send().await.unwrap();
-            let status = r.status().as_u16();
-            let text = r.text().await.unwrap();
-            assert_eq!(status, want, "{method} {url}: {text}");
-            if status == 204 {
-                assert!(text.is_empty(), "{method} {url}: {text}");
-                return Value::Null;
-            }
-            let body: Value = serde_json::from_str(&text).unwrap();
-            let m = method.as_str().to_ascii_lowercase();
-            check(
-                &doc,
-                &format!("{method} {url} ({status})"),
-                &schema_pointer(&doc, path, &m, status),
-                &body,
-            );
-            body
-        }
-    };
-    use reqwest::Method;
-    let budget_body =
-        json!({"name": "team", "period": "month", "tz": "Europe/Berlin", "limit_usd": "0.40"});
-    exchange(
-        Method::POST,
-        "/v1/budgets",
-        "/v1/budgets".into(),
-        t.read.clone(),
-        Some(budget_body.clone()),
-        403,
-    )
-    .await;
-    let budget = exchange(
-        Method::POST,
-        "/v1/budgets",
-        "/v1/budgets".into(),
-        admin.clone(),
-        Some(budget_body),
-        201,
-    )
-    .await;
-    let bid = budget["budget_id"].as_str().unwrap().to_string();
-    let list = exchange(
-        Method::GET,
-        "/v1/budgets",
-        "/v1/budgets".into(),
-        t.read.clone(),
-        None,
-        200,
-    )
-    .await;
-    assert_eq!(list["budgets"][0]["crossed"][0]["threshold"], 50, "{list}");
-    exchange(
-        Method::GET,
-        "/v1/budgets/{id}",
-        format!("/v1/budgets/{bid}"),
-        t.read.clone(),
-        None,
-        200,
-    )
-    .await;
-    exchange(
-        Method::PUT,
-        "/v1/budgets/{id}",
-        format!("/v1/budgets/{bid}"),
-        admin.clone(),
-        Some(json!({"period": "day", "limit_tokens": 1000})),
-        422,
-    )
-    .await;
-    exchange(
-        Method::PUT,
-        "/v1/budgets/{id}",
-        format!("/v1/budgets/{bid}"),
-        admin.clone(),
-        Some(json!({"scope": {}, "period": "day", "limit_tokens": 1000})),
-        200,
-    )
-    .await;
-    exchange(
-        Method::PATCH,
-        "/v1/budgets/{id}",
-        format!("/v1/budgets/{bid}"),
-        admin.clone(),
-        Some(json!({"name": "renamed", "limit_tokens": 2000})),
-        200,
-    )
-    .await;
-    let dest = exchange(
-        Method::POST,
-        "/v1/alerts/destinations",
-        "/v1/alerts/destinations".into(),
-        admin.clone(),
-        Some(json!({"kind": "slack", "url": "https://hooks.slack.com/services/T0/B0/x"})),
-        201,
-    )
-    .await;
-    let did = dest["destination_id"].as_str().unwrap().to_string();
-    let listed = exchange(
-        Method::GET,
-        "/v1/alerts/destinations",
-        "/v1/alerts/destinations".into(),
-        admin.clone(),
-        None,
-        200,
-    )
-    .await;
-    // The URL is answered once, at creation; the document says so too.
-    assert!(dest["url"].is_string() && listed["destinations"][0].get("url").is_none());
-    let schemas = &doc["components"]["schemas"];
-    assert!(schemas["DestinationBody"]["properties"]
-        .get("url")
-        .is_none());
-    assert!(schemas["DestinationBody"]["properties"]["url_fingerprint"].is_object());
-    assert!(schemas["CreatedDestination"]
-        .to_string()
-        .contains("\"url\""));
-    // A usage export: its headers are answered once, at creation, never listed.
-    let export = exchange(
-        Method::POST,
-        "/v1/exports",
-        "/v1/exports".into(),
-        admin.clone(),
-        Some(json!({"url": "https://otlp.example.com/v1/metrics", "headers": {"api-key": "k"}, "dimensions": ["model"]})),
-        201,
-    )
-    .await;
-    let eid = export["export_id"].as_str().unwrap().to_string();
-    let listed = exchange(
-        Method::GET,
-        "/v1/exports",
-        "/v1/exports".into(),
-        admin.clone(),
-        None,
-        200,
-    )
-    .await;
-    assert_eq!(export["headers"]["api-key"], "k");
-    assert!(listed["exports"][0].get("headers").is_none(), "{listed}");
-    exchange(
-        Method::DELETE,
-        "/v1/exports/{id}",
-        format!("/v1/exports/{eid}"),
-        admin.clone(),
-        None,
-        204,
-    )
-    .await;
-    let rule = exchange(Method::POST, "/v1/alerts/rules", "/v1/alerts/rules".into(), admin.clone(),
-        Some(json!({"kind": "session_status", "destination_id": did, "statuses": ["active", "waiting", "idle", "degraded", "stalled", "needs_attention", "failed", "completed"]})), 201).await;
-    let rid = rule["rule_id"].as_str().unwrap().to_string();
-    exchange(
-        Method::GET,
-        "/v1/alerts/rules",
-        "/v1/alerts/rules".into(),
-        t.read.clone(),
-        None,
-        200,
-    )
-    .await;
-    let db = apiary_ingest::query::ReadDb::new(
-        app.pool.clone(),
-        apiary_ingest::status::rules(&test_settings()),
-    );
-    let fired = apiary_ingest::alerts::evaluate::tenant(&app.pool, &db, t.id, 180, Utc::now())
-        .await
-        .unwrap();
-    assert!(fired.fired > 0, "{fired:?}");
-    let alerts = exchange(
-        Method::GET,
-        "/v1/alerts",
-        "/v1/alerts".into(),
-        t.read.clone(),
-        None,
-        200,
-    )
-    .await;
-    assert_eq!(
-        alerts["alerts"][0]["notifications"][0]["event"], "firing",
-        "{alerts}"
-    );
-    exchange(
-        Method::DELETE,
-        "/v1/alerts/rules/{id}",
-        format!("/v1/alerts/rules/{rid}"),
-        admin.clone(),
-        None,
-        204,
-    )
-    .await;
-    exchange(
-        Method::DELETE,
-        "/v1/alerts/destinations/{id}",
-        format!("/v1/alerts/destinations/{did}"),
-        admin.clone(),
-        None,
-        204,
-    )
-    .await;
-    exchange(
-        Method::DELETE,
-        "/v1/budgets/{id}",
-        format!("/v1/budgets/{bid}"),
-        admin.clone(),
-        None,
-        204,
-    )
-    .await;
-    // A device registers its key with its device-bound token (201), then again (200).
-    let device_token = apiary_ingest::store::admin::create_token(
+    let device = apiary_ingest::store::admin::create_token(
         &app.pool,
         &apiary_ingest::store::admin::TokenSpec {
             tenant: t.id.to_string(),
@@ -652,6 +451,73 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
     .await
     .unwrap()
     .1;
+    let mut run = Steps {
+        app: &app,
+        doc: &doc,
+        tokens: [t.read.clone(), admin, device],
+        ids: Default::default(),
+        answers: Default::default(),
+        documented: Default::default(),
+    };
+    use Who::{Admin, Read};
+    let label = json!({ "label": "Billing" });
+    let price = json!({"models": ["m*"], "from": "2026-01-01", "input": "1.00", "output": "2.00",
+        "tiers": [{"above_input_tokens": 200000, "input": "2.00", "output": "4.00"}]});
+    let budget =
+        json!({"name": "team", "period": "month", "tz": "Europe/Berlin", "limit_usd": "0.40"});
+    let label_url = format!("/v1/colonies/{COLONY_KEY}/label");
+    let reprice = "/v1/prices/reprice?from=2026-01-01&to=2026-02-01";
+    run.all(vec![
+        Step::new("PUT", "/v1/colonies/{key}/label", &label_url, Read, 403).body(&label),
+        Step::new("PUT", "/v1/colonies/{key}/label", &label_url, Admin, 200).body(&label),
+        Step::new("PUT", "/v1/tenant/settings", "/v1/tenant/settings", Read, 403)
+            .body(&json!({ "colony_names": "names" })),
+        Step::new("PUT", "/v1/tenant/settings", "/v1/tenant/settings", Admin, 200)
+            .body(&json!({ "colony_names": "names" })),
+        Step::new("POST", "/v1/prices", "/v1/prices", Read, 403).body(&price),
+        Step::new("POST", "/v1/prices", "/v1/prices", Admin, 200).body(&price),
+        Step::new("GET", "/v1/prices", "/v1/prices", Read, 200),
+        Step::new("POST", "/v1/prices/reprice", reprice, Read, 403),
+        Step::new("POST", "/v1/prices/reprice", reprice, Admin, 200),
+        Step::new("POST", "/v1/budgets", "/v1/budgets", Read, 403).body(&budget),
+        Step::new("POST", "/v1/budgets", "/v1/budgets", Admin, 201)
+            .body(&budget)
+            .keep("bid", "budget_id"),
+        Step::new("GET", "/v1/budgets", "/v1/budgets", Read, 200),
+        Step::new("GET", "/v1/budgets/{id}", "/v1/budgets/{bid}", Read, 200),
+        // A PUT replaces the whole budget: without a scope it is refused.
+        Step::new("PUT", "/v1/budgets/{id}", "/v1/budgets/{bid}", Admin, 422)
+            .body(&json!({"period": "day", "limit_tokens": 1000})),
+        Step::new("PUT", "/v1/budgets/{id}", "/v1/budgets/{bid}", Admin, 200)
+            .body(&json!({"scope": {}, "period": "day", "limit_tokens": 1000})),
+        Step::new("PATCH", "/v1/budgets/{id}", "/v1/budgets/{bid}", Admin, 200)
+            .body(&json!({"name": "renamed", "limit_tokens": 2000})),
+        Step::new("POST", "/v1/alerts/destinations", "/v1/alerts/destinations", Admin, 201)
+            .body(&json!({"kind": "slack", "url": "https://hooks.slack.com/services/T0/B0/x"}))
+            .keep("did", "destination_id"),
+        Step::new("GET", "/v1/alerts/destinations", "/v1/alerts/destinations", Admin, 200),
+        Step::new("POST", "/v1/exports", "/v1/exports", Admin, 201)
+            .body(&json!({"url": "https://otlp.example.com/v1/metrics", "headers": {"api-key": "k"},
+                "dimensions": ["model"]}))
+            .keep("eid", "export_id"),
+        Step::new("GET", "/v1/exports", "/v1/exports", Admin, 200),
+        Step::new("DELETE", "/v1/exports/{id}", "/v1/exports/{eid}", Admin, 204),
+        Step::new("POST", "/v1/alerts/rules", "/v1/alerts/rules", Admin, 201)
+            .body(&json!({"kind": "session_status", "destination_id": "{did}", "statuses": ["active",
+                "waiting", "idle", "degraded", "stalled", "needs_attention", "failed", "completed"]}))
+            .keep("rid", "rule_id"),
+        Step::new("GET", "/v1/alerts/rules", "/v1/alerts/rules", Read, 200),
+    ])
+    .await;
+    let db = apiary_ingest::query::ReadDb::new(
+        app.pool.clone(),
+        apiary_ingest::status::rules(&test_settings()),
+    );
+    let fired = apiary_ingest::alerts::evaluate::tenant(&app.pool, &db, t.id, 180, Utc::now())
+        .await
+        .unwrap();
+    assert!(fired.fired > 0, "{fired:?}");
+    // A device registers its key with its device-bound token (201), then again (200).
     let key = apiary_schema::device_key::SigningKey::from_seed(&[4; 32]);
     let public = key.public();
     let registration = json!({
@@ -659,32 +525,88 @@ async fn every_endpoint_answers_what_the_served_document_says(pool: sqlx::PgPool
         "proof": key.sign(&apiary_schema::device_key::registration_message(
             &t.id.to_string(), "alice-desk", &public)),
     });
-    for want in [201, 200] {
-        let body = exchange(
-            Method::POST,
+    run.all(vec![
+        Step::new("GET", "/v1/alerts", "/v1/alerts", Read, 200),
+        Step::new(
+            "DELETE",
+            "/v1/alerts/rules/{id}",
+            "/v1/alerts/rules/{rid}",
+            Admin,
+            204,
+        ),
+        Step::new(
+            "DELETE",
+            "/v1/alerts/destinations/{id}",
+            "/v1/alerts/destinations/{did}",
+            Admin,
+            204,
+        ),
+        Step::new(
+            "DELETE",
+            "/v1/budgets/{id}",
+            "/v1/budgets/{bid}",
+            Admin,
+            204,
+        ),
+        Step::new(
+            "POST",
             "/v1/devices/key",
-            "/v1/devices/key".into(),
-            device_token.clone(),
-            Some(registration.clone()),
-            want,
+            "/v1/devices/key",
+            Who::Device,
+            201,
         )
-        .await;
-        assert_eq!(body["fingerprint"], public.fingerprint(), "{body}");
-    }
-    for p in [
+        .body(&registration),
+    ])
+    .await;
+    assert_eq!(
+        run.answer("POST /v1/devices/key")["fingerprint"],
+        public.fingerprint()
+    );
+    run.all(vec![Step::new(
+        "POST",
         "/v1/devices/key",
-        "/v1/budgets",
-        "/v1/budgets/{id}",
-        "/v1/alerts",
-        "/v1/alerts/destinations",
-        "/v1/alerts/destinations/{id}",
-        "/v1/alerts/rules",
-        "/v1/alerts/rules/{id}",
-        "/v1/exports",
-        "/v1/exports/{id}",
-    ] {
-        documented.insert(p);
-    }
+        "/v1/devices/key",
+        Who::Device,
+        200,
+    )
+    .body(&registration)])
+        .await;
+    assert_eq!(
+        run.answer("POST /v1/devices/key")["fingerprint"],
+        public.fingerprint()
+    );
+    // The answers said what was done.
+    let prices = run.answer("GET /v1/prices");
+    assert_eq!(prices["prices"][0]["owner"], "tenant", "{prices}");
+    let list = run.answer("GET /v1/budgets");
+    assert_eq!(list["budgets"][0]["crossed"][0]["threshold"], 50, "{list}");
+    // The URL is answered once, at creation; the document says so too.
+    let (dest, listed) = (
+        run.answer("POST /v1/alerts/destinations"),
+        run.answer("GET /v1/alerts/destinations"),
+    );
+    assert!(dest["url"].is_string() && listed["destinations"][0].get("url").is_none());
+    let schemas = &doc["components"]["schemas"];
+    assert!(schemas["DestinationBody"]["properties"]
+        .get("url")
+        .is_none());
+    assert!(schemas["DestinationBody"]["properties"]["url_fingerprint"].is_object());
+    assert!(schemas["CreatedDestination"]
+        .to_string()
+        .contains("\"url\""));
+    // A usage export: its headers are answered once, at creation, never listed.
+    let (export, listed) = (
+        run.answer("POST /v1/exports"),
+        run.answer("GET /v1/exports"),
+    );
+    assert_eq!(export["headers"]["api-key"], "k");
+    assert!(listed["exports"][0].get("headers").is_none(), "{listed}");
+    let alerts = run.answer("GET /v1/alerts");
+    assert_eq!(
+        alerts["alerts"][0]["notifications"][0]["event"], "firing",
+        "{alerts}"
+    );
+    documented.extend(run.documented.iter().copied());
     let (_, colonies) = app.get(&t.read, "/v1/colonies").await;
     assert_eq!(colonies["colonies"][0]["label"], "Billing", "{colonies}");
     assert_eq!(colonies["colonies"][0]["workers"], 1, "{colonies}");
