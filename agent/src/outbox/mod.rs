@@ -105,5 +105,3 @@ pub use store::sanitize_reason;
 pub use test_hooks::open_raw_writer;
 pub use usage_time::UsageWindow;
 pub use writer::{Health, HealthState};
-
-pub use crate::identity::IdentityDefaults;

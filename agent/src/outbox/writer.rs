@@ -393,7 +393,8 @@ impl Op for Close {
 
 #[cfg(test)]
 mod tests {
-    use crate::outbox::{IdentityDefaults, Item, Outbox, OutboxSettings, PreparedEvent};
+    use crate::identity::IdentityDefaults;
+    use crate::outbox::{Item, Outbox, OutboxSettings, PreparedEvent};
     use apiary_schema::{EventKind, Policy};
     use uuid::Uuid;
 
