@@ -11,7 +11,7 @@ use apiary_schema::colony::ColonyNames;
 use apiary_schema::{BatchResponse, Policy, SessionBinding};
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::checkpointer::{self, WalControl};
@@ -109,7 +109,10 @@ impl Task for RuntimeGone {
 }
 
 /// `GET /v1/status` and `apiary-agent status`: what is stored plus the writer's live health.
-#[derive(Debug, Clone, Serialize)]
+/// Deserialized by `status` and `doctor` from a running agent that may be older: a field it does not
+/// send reads as its default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Status {
     #[serde(flatten)]
     pub stored: StoredStatus,

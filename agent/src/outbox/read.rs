@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::counters::{Counters, FILTERED_PREFIX, UNREPORTED_PREFIX};
@@ -15,7 +15,8 @@ use super::store;
 use crate::tail::sink::Checkpoint;
 
 /// The sync switch as stored.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SyncStatus {
     pub enabled: bool,
     pub endpoint: Option<String>,
@@ -28,8 +29,10 @@ pub struct SyncStatus {
     pub paused_reason: Option<String>,
 }
 
-/// Everything `status` shows that lives in the database.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// Everything `status` shows that lives in the database (read back from a running agent's status,
+/// which may be older: a field it does not send reads as its default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StoredStatus {
     pub device_id: Option<String>,
     pub sync: SyncStatus,

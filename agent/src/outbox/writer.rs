@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::checkpointer::{self, WalControl};
 use super::error::OutboxError;
@@ -42,7 +42,7 @@ const IDLE_TICK: Duration = Duration::from_secs(5);
 const STREAM_TICK: Duration = Duration::from_millis(200);
 
 /// Whether the writer's last write committed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthState {
     /// The last group committed.
@@ -65,7 +65,8 @@ impl HealthState {
 }
 
 /// The writer's health, readable without going through the queue.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Health {
     pub state: HealthState,
     /// Since when the current error state holds.
