@@ -1,6 +1,6 @@
 //! Read-only queries: status, local usage, follow, checkpoints. They run on a separate read connection
 //! (WAL: never blocked by the writer), in the agent or in a CLI process, through the named methods of
-//! [`super::OutboxReader`] and [`super::Outbox`].
+//! [`crate::outbox::OutboxReader`] and [`crate::outbox::Outbox`].
 
 use std::collections::BTreeMap;
 
@@ -9,9 +9,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::counters::{Counters, FILTERED_PREFIX, UNREPORTED_PREFIX};
-use super::item::UsageAgg;
-use super::store;
+use crate::outbox::record::counters::{Counters, FILTERED_PREFIX, UNREPORTED_PREFIX};
+use crate::outbox::record::item::UsageAgg;
+use crate::outbox::write::store;
 use crate::tail::sink::Checkpoint;
 
 /// The sync switch as stored.
