@@ -18,7 +18,8 @@ use std::path::Path;
 
 use apiary_agent::config::IntakeSettings;
 use apiary_agent::http::parse::{parse_body, Limits};
-use apiary_agent::outbox::{IdentityDefaults, Item, Outbox, OutboxSettings};
+use apiary_agent::identity::IdentityDefaults;
+use apiary_agent::outbox::{Item, Outbox, OutboxSettings};
 use apiary_schema::hive::Zone;
 use apiary_schema::{Policy, ProcessOptions};
 

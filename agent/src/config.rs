@@ -109,6 +109,16 @@ pub enum Mode {
     Airgapped,
 }
 
+impl Mode {
+    /// The mode's word, as the configuration and the status JSON spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Online => "online",
+            Mode::Airgapped => "airgapped",
+        }
+    }
+}
+
 /// `text` or `json` (the words both binaries use).
 pub use apiary_plumbing::LogFormat;
 
@@ -292,6 +302,13 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mode_word_is_its_serialized_name() {
+        for mode in [Mode::Online, Mode::Airgapped] {
+            assert_eq!(serde_json::json!(mode), mode.as_str());
+        }
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

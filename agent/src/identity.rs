@@ -1,4 +1,4 @@
-//! Session identity: who a session runs for. See `outbox::sessions` for the binding rules.
+//! Session identity: who a session runs for. See `outbox::write::sessions` for the binding rules.
 //!
 //! A leaf of the agent's modules: the identity types and the pure rules that reconcile them with a token's
 //! binding. Asking the ingest (`GET /v1/whoami`) is the push side's ([`crate::push::whoami`]).
@@ -12,8 +12,8 @@
 //! - a setting that contradicts the token is a [`Contradiction`], naming the setting to change: an error
 //!   at `sync enable`, a paused sync with that text at start;
 //! - an unreachable ingest changes nothing: the agent says so and adopts at the next start that reaches it.
-//!   Nothing is lost meanwhile: events stay pending, and sessions whose binding the ingest never accepted
-//!   are rebound to the adopted identity when the outbox opens (`outbox::sessions::rebind_undelivered`).
+//!   Nothing is lost meanwhile: events stay pending, and sessions whose binding the ingest never accepted are
+//!   rebound to the adopted identity when the outbox opens (`outbox::write::sessions::rebind_undelivered`).
 
 use apiary_schema::identity::TokenIdentity;
 use serde::{Deserialize, Serialize};

@@ -8,10 +8,13 @@ use std::time::Duration;
 use anyhow::Context;
 use apiary_plumbing::{out, outln};
 
+use serde::Serialize;
+
 use super::{settings, Common, SyncAction};
 use crate::app::{self, Application};
 use crate::config::{LogFormat, Mode, Overrides, Settings};
-use crate::outbox::{OutboxReader, SyncChange};
+use crate::http::StatusBody;
+use crate::outbox::{Health, OutboxReader, StoredStatus, SyncChange};
 use crate::telemetry;
 use apiary_schema::colony::ColonyNames;
 
@@ -69,6 +72,82 @@ pub async fn stop(common: &Common, wait: Duration) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What `apiary-agent status` shows (and prints as is with `--json`): the running agent's answer
+/// when it gives one, else the outbox as stored with the configured mode and cap.
+#[derive(Debug, Clone, Serialize)]
+pub struct CliStatus {
+    #[serde(flatten)]
+    pub shown: Shown,
+    /// Whether the status is the running agent's (its health is known only then).
+    pub agent_running: bool,
+}
+
+/// Where a [`CliStatus`] comes from.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Shown {
+    /// The running agent's `GET /v1/status`.
+    Live(StatusBody),
+    /// Read from the outbox file: no agent answered.
+    Stored {
+        #[serde(flatten)]
+        stored: StoredStatus,
+        /// The configured mode.
+        mode: Mode,
+        /// The configured cap (`outbox.max_bytes`).
+        max_bytes: u64,
+    },
+}
+
+impl CliStatus {
+    fn live(body: StatusBody) -> CliStatus {
+        CliStatus {
+            shown: Shown::Live(body),
+            agent_running: true,
+        }
+    }
+
+    fn stored(stored: StoredStatus, settings: &Settings) -> CliStatus {
+        CliStatus {
+            shown: Shown::Stored {
+                stored,
+                mode: settings.mode,
+                max_bytes: settings.outbox.max_bytes,
+            },
+            agent_running: false,
+        }
+    }
+
+    fn stored_status(&self) -> &StoredStatus {
+        match &self.shown {
+            Shown::Live(body) => &body.status.stored,
+            Shown::Stored { stored, .. } => stored,
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        match &self.shown {
+            Shown::Live(body) => body.mode,
+            Shown::Stored { mode, .. } => *mode,
+        }
+    }
+
+    fn max_bytes(&self) -> u64 {
+        match &self.shown {
+            Shown::Live(body) => body.status.max_bytes,
+            Shown::Stored { max_bytes, .. } => *max_bytes,
+        }
+    }
+
+    /// The writer's health: the running agent's only.
+    fn health(&self) -> Option<&Health> {
+        match &self.shown {
+            Shown::Live(body) => Some(&body.status.health),
+            Shown::Stored { .. } => None,
+        }
+    }
+}
+
 pub async fn status(common: &Common, json: bool) -> anyhow::Result<ExitCode> {
     telemetry::init(LogFormat::Text, "warn");
     let settings = settings(common, &Overrides::default())?;
@@ -78,29 +157,24 @@ pub async fn status(common: &Common, json: bool) -> anyhow::Result<ExitCode> {
         "no outbox at {} (has the agent run yet?)",
         db.display()
     );
-    let live = live_status(&common.data_dir).await;
-    let mut v = match live {
-        Some(v) => v,
+    let status = match live_status(&common.data_dir).await {
+        Some(body) => CliStatus::live(body),
         None => {
             let reader = OutboxReader::open(&db).context("opening the outbox")?;
             let stored = reader.stored_status().context("reading the outbox")?;
-            let mut v = serde_json::to_value(stored)?;
-            v["mode"] = serde_json::json!(settings.mode);
-            v["max_bytes"] = serde_json::json!(settings.outbox.max_bytes);
-            v
+            CliStatus::stored(stored, &settings)
         }
     };
-    v["agent_running"] = serde_json::json!(v.get("health").is_some());
     if json {
-        outln!("{}", serde_json::to_string_pretty(&v)?)?;
+        outln!("{}", serde_json::to_string_pretty(&status)?)?;
     } else {
-        out!("{}", super::commands::render_status(&v))?;
+        out!("{}", render_status(&status))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Asks the running agent, if any, for its status (1 s budget).
-pub(super) async fn live_status(data_dir: &Path) -> Option<serde_json::Value> {
+pub(super) async fn live_status(data_dir: &Path) -> Option<StatusBody> {
     let addr = std::fs::read_to_string(data_dir.join("agent.addr")).ok()?;
     let token = std::fs::read_to_string(data_dir.join("agent.token")).ok()?;
     let client = reqwest::Client::builder()
@@ -117,30 +191,25 @@ pub(super) async fn live_status(data_dir: &Path) -> Option<serde_json::Value> {
     resp.error_for_status().ok()?.json().await.ok()
 }
 
-/// A readable summary of a status JSON.
-pub fn render_status(v: &serde_json::Value) -> String {
-    let n = |p: &str| v.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0);
-    let s = |p: &str| {
-        v.pointer(p)
-            .and_then(|x| x.as_str())
-            .unwrap_or("-")
-            .to_string()
-    };
+/// A readable summary of a status.
+pub fn render_status(status: &CliStatus) -> String {
+    let v = status.stored_status();
+    let c = &v.counters;
     let mut out = String::new();
-    let running = v["agent_running"].as_bool().unwrap_or(false);
-    let sync = if v.pointer("/sync/enabled").and_then(|x| x.as_bool()) == Some(true) {
-        format!("on → {}", s("/sync/endpoint"))
+    let running = status.agent_running;
+    let sync = if v.sync.enabled {
+        format!("on → {}", v.sync.endpoint.as_deref().unwrap_or("-"))
     } else {
         "off".into()
     };
     out += &format!(
         "agent:     {} (mode {}, device {})\n",
         if running { "running" } else { "not running" },
-        s("/mode"),
-        s("/device_id")
+        status.mode().as_str(),
+        v.device_id.as_deref().unwrap_or("-")
     );
     out += &format!("sync:      {sync}");
-    if let Some(p) = v.pointer("/sync/paused_reason").and_then(|x| x.as_str()) {
+    if let Some(p) = v.sync.paused_reason.as_deref() {
         match crate::push::pauses::of(p) {
             // The code, then the reason in words with its detail and fix on a line of its own.
             Some(known) => {
@@ -151,54 +220,43 @@ pub fn render_status(v: &serde_json::Value) -> String {
         }
     }
     out += "\n";
-    if running {
-        out += &format!("health:    {}", s("/health/state"));
-        if let Some(e) = v.pointer("/health/last_error").and_then(|x| x.as_str()) {
+    if let Some(health) = status.health().filter(|_| running) {
+        out += &format!("health:    {}", health.state.as_str());
+        if let Some(e) = &health.last_error {
             out += &format!(" — {e}");
         }
         out += "\n";
     }
-    let age = v["oldest_pending_age_seconds"]
-        .as_f64()
+    let age = v
+        .oldest_pending_age_seconds
         .map_or("-".into(), |a| format!("{a:.0}s"));
     out += &format!(
         "pending:   {} events ({} bytes; {} uploadable, {} held from before consent), oldest {age}\n",
-        n("/pending_events"),
-        n("/pending_bytes"),
-        n("/uploadable_events"),
-        n("/held_events")
+        v.pending_events, v.pending_bytes, v.uploadable_events, v.held_events
     );
     out += &format!(
         "disk:      {} of {} bytes used (+ {} bytes of write-ahead log)\n",
-        n("/used_bytes"),
-        n("/max_bytes"),
-        n("/wal_bytes")
+        v.used_bytes,
+        status.max_bytes(),
+        v.wal_bytes
     );
     out += &format!(
         "outcomes:  received {} = delivered {} + duplicate {} + rejected {} + filtered {} + evicted {} + purged {} + exported {} + pending {} ({})\n",
-        n("/counters/received"), n("/counters/delivered"), n("/counters/duplicate"), n("/counters/rejected"),
-        n("/counters/filtered"), n("/counters/evicted"), n("/counters/purged"), n("/counters/exported"),
-        n("/counters/pending"),
-        if v["balanced"].as_bool() == Some(true) { "balanced" } else { "NOT BALANCED" }
+        c.received, c.delivered, c.duplicate, c.rejected, c.filtered, c.evicted, c.purged, c.exported,
+        c.pending,
+        if v.balanced { "balanced" } else { "NOT BALANCED" }
     );
     out += &format!(
         "sessions:  {}    dead letters: {}    refused at cap: {}\n",
-        n("/sessions"),
-        n("/dead_letters"),
-        n("/counters/refused")
+        v.sessions, v.dead_letters, c.refused
     );
-    if let Some(p) = v.get("last_push").filter(|p| !p.is_null()) {
+    if let Some(p) = v.last_push.as_ref().filter(|p| !p.is_null()) {
         out += &format!("last push: {p}\n");
         if let Some(e) = p.get("error").and_then(|e| e.as_str()) {
             out += &format!("problem:   {e}\n");
         }
     }
-    // An older running agent's status has no `quota`: shown as none reported.
-    let quota: crate::outbox::QuotaView = v
-        .get("quota")
-        .and_then(|q| serde_json::from_value(q.clone()).ok())
-        .unwrap_or_default();
-    out += &crate::quota::status_lines(&quota);
+    out += &crate::quota::status_lines(&v.quota);
     out
 }
 

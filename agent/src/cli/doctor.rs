@@ -79,7 +79,7 @@ async fn check_outbox(r: &mut Report, data_dir: &Path, dir: &str) -> Option<Valu
         return None;
     }
     let (status, running) = match live_status(data_dir).await {
-        Some(v) => (v, true),
+        Some(body) => (serde_json::to_value(body).ok()?, true),
         None => {
             let stored = OutboxReader::open(&db).ok()?.stored_status().ok()?;
             (serde_json::to_value(stored).ok()?, false)

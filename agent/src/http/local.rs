@@ -5,13 +5,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::{ApiError, AppState};
 use crate::config::Mode;
 use crate::identity::SessionRegistration;
-use crate::outbox::{QuotaView, SyncChange, SyncReport};
+use crate::outbox::{QuotaView, SessionStatus, SessionUsage, Status, SyncChange, SyncReport};
 
 /// Parses a JSON body into `T`, turning every failure into a 400 that says what is wrong.
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -32,19 +31,39 @@ pub async fn post_session(
     Ok((StatusCode::OK, Json(binding)))
 }
 
-/// The body of `GET /v1/status`.
-pub async fn status_json(state: &AppState) -> Result<Value, ApiError> {
-    let status = state.outbox.status().await?;
-    let mut v = serde_json::to_value(&status).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    v["mode"] = json!(state.mode);
-    v["agent_version"] = json!(env!("CARGO_PKG_VERSION"));
-    v["uptime_seconds"] = json!(state.started_at.elapsed().as_secs());
-    v["hive_home"] = json!(state.hive_home);
-    Ok(v)
+/// The body of `GET /v1/status`: the outbox's [`Status`] (its fields at the top level) and what only
+/// the running agent knows. `apiary-agent status` (its `CliStatus`) and `doctor` read it back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusBody {
+    #[serde(flatten)]
+    pub status: Status,
+    /// The mode the agent runs in.
+    pub mode: Mode,
+    /// The running binary's version, which may differ from the one asking.
+    #[serde(default)]
+    pub agent_version: String,
+    /// Seconds since the agent started.
+    #[serde(default)]
+    pub uptime_seconds: u64,
+    /// The Hive home the agent follows (`hive_home` or `--hive-home`); `null` when none.
+    pub hive_home: Option<std::path::PathBuf>,
 }
 
-pub async fn get_status(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(status_json(&state).await?))
+impl StatusBody {
+    /// The running agent's status now.
+    pub async fn of(state: &AppState) -> Result<StatusBody, ApiError> {
+        Ok(StatusBody {
+            status: state.outbox.status().await?,
+            mode: state.mode,
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_seconds: state.started_at.elapsed().as_secs(),
+            hive_home: state.hive_home.clone(),
+        })
+    }
+}
+
+pub async fn get_status(State(state): State<AppState>) -> Result<Json<StatusBody>, ApiError> {
+    Ok(Json(StatusBody::of(&state).await?))
 }
 
 /// `GET /v1/quota` (either token: a runtime holding the intake token may read it and choose to stop):
@@ -79,10 +98,9 @@ pub(crate) struct SyncToggle {
 pub async fn put_sync(
     State(state): State<AppState>,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SyncReport>, ApiError> {
     let toggle: SyncToggle = parse(&body)?;
-    let report = apply_sync(&state, toggle).await?;
-    Ok(Json(json!(report)))
+    Ok(Json(apply_sync(&state, toggle).await?))
 }
 
 /// Switches sync as the user asked: the one path of the consent toggle, for `PUT /v1/sync` and the
@@ -160,14 +178,14 @@ async fn adopt_at_enable(
 pub async fn get_session(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionStatus>, ApiError> {
     let gone = state.runtimes.gone_at(&id);
     match state
         .outbox
         .session_status_live(&id, chrono::Utc::now(), gone)
         .await?
     {
-        Some(s) => Ok(Json(json!(s))),
+        Some(s) => Ok(Json(s)),
         None => Err(ApiError::NotFound(format!(
             "session {id} is not known here"
         ))),
@@ -177,9 +195,9 @@ pub async fn get_session(
 pub async fn get_session_usage(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionUsage>, ApiError> {
     match state.outbox.session_usage(&id).await? {
-        Some(u) => Ok(Json(json!(u))),
+        Some(u) => Ok(Json(u)),
         None => Err(ApiError::NotFound(format!(
             "session {id} is not known here"
         ))),

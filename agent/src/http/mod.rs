@@ -62,6 +62,8 @@ use axum::routing::{get, post, put};
 use axum::Router;
 
 pub use error::ApiError;
+pub use local::StatusBody;
+pub use sessions::SessionPage;
 
 use crate::config::{IntakeSettings, Mode};
 use crate::outbox::Outbox;

@@ -5,11 +5,10 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::{ApiError, AppState};
-use crate::outbox::{ListCursor, ListFilter};
+use crate::outbox::{ListCursor, ListFilter, SessionBody, TreeNode};
 use apiary_schema::status::Status;
 
 /// Default page size.
@@ -66,21 +65,30 @@ impl ListQuery {
     }
 }
 
+/// The body of `GET /v1/sessions`: one page.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionPage {
+    /// Most recently active first.
+    pub sessions: Vec<SessionBody>,
+    /// The `cursor` of the next page; `null` at the end.
+    pub next_cursor: Option<String>,
+}
+
 /// `GET /v1/sessions`: this device's sessions, most recently active first; `next_cursor` (null at the
 /// end) gives the next page; with a status filter a page may come back short with a cursor.
 pub async fn list_sessions(
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionPage>, ApiError> {
     let filter = q.filter()?;
     let (sessions, next) = state
         .outbox
         .session_list(filter, chrono::Utc::now(), state.runtimes.gone())
         .await?;
-    Ok(Json(json!({
-        "sessions": sessions,
-        "next_cursor": next.map(|c| c.encode()),
-    })))
+    Ok(Json(SessionPage {
+        sessions,
+        next_cursor: next.map(|c| c.encode()),
+    }))
 }
 
 /// `GET /v1/sessions/{id}/tree`: the session, its colonies (by queen) and their workers, each with its
@@ -88,13 +96,13 @@ pub async fn list_sessions(
 pub async fn get_tree(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TreeNode>, ApiError> {
     match state
         .outbox
         .session_tree(&id, chrono::Utc::now(), state.runtimes.gone())
         .await?
     {
-        Some(t) => Ok(Json(json!(t))),
+        Some(t) => Ok(Json(t)),
         None => Err(ApiError::NotFound(format!(
             "session {id} is not known here"
         ))),

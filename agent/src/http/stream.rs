@@ -9,10 +9,12 @@
 //!   outbox). A position this outbox no longer holds (pruned after 24 hours, ahead of the log, or from
 //!   another outbox file) gets `event: reset` instead of `ready`: reload with the REST reads, then apply
 //!   what follows. A malformed one is a 400.
-//! - A comment line every 15 s keeps an idle connection open.
+//! - A comment line (`: keep-alive`) after 15 s without an event keeps an idle connection open.
+//! - Framing is axum's [`Sse`]: one [`Event`] per row (`id`, `event`, then `data`, one line of JSON).
 //! - Bounds: at most [`MAX_STREAMS`] streams at once (503 + `Retry-After` beyond). Each stream reads at
-//!   most one page of rows at a time, and only when the previous write was taken by the connection, so
-//!   a reader that stops reading holds one page of memory and no more; it never slows the writer.
+//!   most one page of rows at a time, and only when the connection has taken every event of the
+//!   previous page, so a reader that stops reading holds one page of memory and no more; it never
+//!   slows the writer.
 //! - Either token may read it; the token is read from the `Authorization` header only.
 
 use std::collections::VecDeque;
@@ -20,13 +22,12 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
 use serde::Deserialize;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{ApiError, AppState};
@@ -34,7 +35,7 @@ use crate::outbox::{LivePosition, LiveStart, Outbox};
 
 /// Most streams open at once.
 pub const MAX_STREAMS: usize = 16;
-/// How often an idle stream sends a comment line.
+/// After how long without an event a stream sends a comment line.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Rows one read takes (and one write carries at most).
 const PAGE: i64 = 256;
@@ -87,7 +88,7 @@ pub async fn get_stream(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<StreamQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let asked = match headers.get("last-event-id") {
         Some(v) => Some(parse_position(v.to_str().unwrap_or(""), "Last-Event-ID")?),
         None => match q.after.as_deref() {
@@ -111,29 +112,23 @@ pub async fn get_stream(
         outbox: state.outbox.clone(),
         changes,
         stopped: state.streams.stopped.clone(),
-        pending: VecDeque::from([encode(first, &at.to_string(), "{}")]),
+        pending: VecDeque::from([event(first, &at.to_string(), "{}")]),
         epoch: at.epoch,
         at: at.id,
-        beat_at: Instant::now() + KEEP_ALIVE,
         _permit: permit,
     };
-    let body = futures::stream::unfold(sub, |mut s| async move {
-        s.next().await.map(|b| (Ok::<_, Infallible>(b), s))
+    let events = futures::stream::unfold(sub, |mut s| async move {
+        s.next().await.map(|e| (Ok::<_, Infallible>(e), s))
     });
-    Ok((
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response())
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive")))
 }
 
-/// One event in the `text/event-stream` format (the data is one line of JSON).
-fn encode(kind: &str, id: &str, data: &str) -> Bytes {
-    let data = data.replace(['\r', '\n'], " ");
-    Bytes::from(format!("id: {id}\nevent: {kind}\ndata: {data}\n\n"))
+/// One event: `id`, `event`, and the data as one line of JSON (a line break in it becomes a space).
+fn event(kind: &str, id: &str, data: &str) -> Event {
+    Event::default()
+        .id(id)
+        .event(kind)
+        .data(data.replace(['\r', '\n'], " "))
 }
 
 /// One open stream.
@@ -143,28 +138,21 @@ struct Subscriber {
     changes: watch::Receiver<u64>,
     stopped: CancellationToken,
     /// Events read and not sent yet (at most one page).
-    pending: VecDeque<Bytes>,
+    pending: VecDeque<Event>,
     /// This outbox's stream epoch (the first half of every position).
     epoch: String,
     /// The last row id sent.
     at: i64,
-    /// When to send a comment line if nothing else was sent.
-    beat_at: Instant,
     /// Held while the stream is open (the cap).
     _permit: OwnedSemaphorePermit,
 }
 
 impl Subscriber {
-    /// The next write (the events read, or a comment line); None ends the stream.
-    async fn next(&mut self) -> Option<Bytes> {
+    /// The next event (the keep-alive comments are [`Sse`]'s); None ends the stream.
+    async fn next(&mut self) -> Option<Event> {
         loop {
-            if !self.pending.is_empty() {
-                self.beat_at = Instant::now() + KEEP_ALIVE;
-                let mut out = Vec::new();
-                for b in self.pending.drain(..) {
-                    out.extend_from_slice(&b);
-                }
-                return Some(Bytes::from(out));
+            if let Some(e) = self.pending.pop_front() {
+                return Some(e);
             }
             if self.stopped.is_cancelled() {
                 return None;
@@ -182,7 +170,7 @@ impl Subscriber {
                 for r in rows {
                     self.at = r.id;
                     let id = format!("{}-{}", self.epoch, r.id);
-                    self.pending.push_back(encode(&r.kind, &id, &r.data));
+                    self.pending.push_back(event(&r.kind, &id, &r.data));
                 }
                 continue;
             }
@@ -191,10 +179,6 @@ impl Subscriber {
                     if changed.is_err() {
                         return None;
                     }
-                }
-                _ = tokio::time::sleep_until(self.beat_at) => {
-                    self.beat_at = Instant::now() + KEEP_ALIVE;
-                    return Some(Bytes::from_static(b": keep-alive\n\n"));
                 }
                 _ = self.stopped.cancelled() => return None,
             }

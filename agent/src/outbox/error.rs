@@ -20,7 +20,7 @@ pub enum OutboxError {
         source: OpenCause,
     },
     #[error("cannot migrate the outbox")]
-    Migrate(#[source] Arc<super::schema::MigrateError>),
+    Migrate(#[source] Arc<super::record::schema::MigrateError>),
     #[error("the outbox is full (cap reached); retry in {}s", retry_after.as_secs())]
     Full { retry_after: Duration },
     #[error("the disk is full: nothing was committed; retry later")]

@@ -11,32 +11,35 @@ use apiary_schema::colony::ColonyNames;
 use apiary_schema::{BatchResponse, Policy, SessionBinding};
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::checkpointer::{self, WalControl};
-use super::consent::{SetSync, SyncChange, SyncReport};
-use super::delivery::{Claim, ClaimLimits, Claimed, Delivery, Settle, SettleKind, SettleReport};
-use super::drops::DropReport;
-use super::durations;
+use super::deliver::consent::{SetSync, SyncChange, SyncReport};
+use super::deliver::delivery::{
+    Claim, ClaimLimits, Claimed, Delivery, Settle, SettleKind, SettleReport,
+};
+use super::deliver::export::{self, ExportReport, MarkExported};
 use super::error::{ExportError, OutboxError};
-use super::export::{self, ExportReport, MarkExported};
-use super::health::SessionStatus;
-use super::intake::{Submit, SubmitReport};
-use super::item::Item;
-use super::listing::{Cursor, ListFilter, SessionBody, TreeNode};
-use super::live::{LiveRow, Position, Start};
-use super::memory::WriterState;
-use super::op::{Ctx, Replying, Task};
-use super::quota::{supersedes, KeptQuota};
-use super::read::{DeadLetter, SessionUsage, StoredStatus, SyncStatus};
-use super::reader::OutboxReader;
-use super::sent::SentEvent;
-use super::sessions::Register;
+use super::read::listing::{Cursor, ListFilter, SessionBody, TreeNode};
+use super::read::queries::{DeadLetter, SessionUsage, StoredStatus, SyncStatus};
+use super::read::quota::{supersedes, KeptQuota};
+use super::read::reader::OutboxReader;
+use super::read::sent::SentEvent;
+use super::record::health::SessionStatus;
+use super::record::item::Item;
+use super::record::live::{LiveRow, Position, Start};
+use super::record::memory::WriterState;
+use super::record::schema;
+use super::record::usage_time::UsageWindow;
 use super::settings::{OutboxSettings, Overflow};
-use super::usage_time::UsageWindow;
-use super::writer::{Close, Health, HealthState, Job, SharedHealth, Writer};
-use super::{schema, store};
+use super::write::checkpointer::{self, WalControl};
+use super::write::drops::DropReport;
+use super::write::durations;
+use super::write::intake::{Submit, SubmitReport};
+use super::write::op::{Ctx, Replying, Task};
+use super::write::sessions::Register;
+use super::write::store;
+use super::write::writer::{Close, Health, HealthState, Job, SharedHealth, Writer};
 use crate::identity::{IdentityDefaults, SessionRegistration};
 use crate::tail::sink::Checkpoint;
 
@@ -71,8 +74,8 @@ struct Inner {
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Tells the checkpointer to stop (and the writer to restart the WAL).
     wal: Arc<WalControl>,
-    /// The colony keyer in force ([`super::colony`]).
-    colony: super::colony::ColonyKeys,
+    /// The colony keyer in force ([`super::deliver::colony`]).
+    colony: super::deliver::colony::ColonyKeys,
     /// The hash of the policy widened by colony names (`Policy::with_colony_names`): what a consent
     /// that agrees to the tenant's `names` records.
     policy_hash_with_names: String,
@@ -100,8 +103,8 @@ impl Task for RuntimeGone {
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<(), OutboxError>> {
         let now = Utc::now();
         for (session, at) in &self.gone {
-            if let Some(t) = super::health::crashed(ctx.conn, session, *at, now)? {
-                super::live::status(ctx.conn, session, &t, ctx.now_ms)?;
+            if let Some(t) = super::record::health::crashed(ctx.conn, session, *at, now)? {
+                super::record::live::status(ctx.conn, session, &t, ctx.now_ms)?;
             }
         }
         Ok(Ok(()))
@@ -109,7 +112,10 @@ impl Task for RuntimeGone {
 }
 
 /// `GET /v1/status` and `apiary-agent status`: what is stored plus the writer's live health.
-#[derive(Debug, Clone, Serialize)]
+/// Deserialized by `status` and `doctor` from a running agent that may be older: a field it does not
+/// send reads as its default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Status {
     #[serde(flatten)]
     pub stored: StoredStatus,
@@ -140,8 +146,8 @@ impl Outbox {
         };
         rebind(&conn, &defaults)?;
         let user_id = defaults.user_id.clone();
-        let colony = super::colony::load(&conn)?;
-        let quota = super::quota::load(&conn)?;
+        let colony = super::deliver::colony::load(&conn)?;
+        let quota = super::read::quota::load(&conn)?;
         let now = Utc::now().timestamp_millis();
         let policy_id =
             store::ensure_policy(&conn, policy.hash(), policy.name(), policy.version(), now)?;
@@ -149,7 +155,7 @@ impl Outbox {
             policy_id,
             attach_durations: durations::policy_allows(policy),
             open_tool_starts: durations::count(&conn)?,
-            journal: super::journal::JournalState::load(&conn)?,
+            journal: super::record::journal::JournalState::load(&conn)?,
             defaults,
             ..WriterState::default()
         };
@@ -170,7 +176,7 @@ impl Outbox {
             wal: wal.clone(),
             live: live.clone(),
             stream_due: true,
-            reaper: super::writer::Reaper::spawn(),
+            reaper: super::write::writer::Reaper::spawn(),
         };
         let thread = std::thread::Builder::new()
             .name("outbox-writer".into())
@@ -202,8 +208,8 @@ impl Outbox {
         })
     }
 
-    /// The colony keyer in force, shared (see [`super::colony`]).
-    pub fn colony_keys(&self) -> super::colony::ColonyKeys {
+    /// The colony keyer in force, shared (see [`super::deliver::colony`]).
+    pub fn colony_keys(&self) -> super::deliver::colony::ColonyKeys {
         self.inner.colony.clone()
     }
 
@@ -216,17 +222,17 @@ impl Outbox {
         secret: &str,
     ) -> Result<bool, OutboxError> {
         match self.inner.colony.adopt(tenant_id, secret) {
-            super::colony::Adoption::Store(value) => {
+            super::deliver::colony::Adoption::Store(value) => {
                 self.run(SetMeta {
-                    key: super::colony::TENANT_SECRET_KEY,
+                    key: super::deliver::colony::TENANT_SECRET_KEY,
                     value,
                 })
                 .await?;
                 tracing::info!(tenant_id, "colony keys are now the tenant's (ck_…)");
                 Ok(true)
             }
-            super::colony::Adoption::Same => Ok(false),
-            super::colony::Adoption::Refused(why) => {
+            super::deliver::colony::Adoption::Same => Ok(false),
+            super::deliver::colony::Adoption::Refused(why) => {
                 tracing::warn!(tenant_id, "{why}");
                 Ok(false)
             }
@@ -362,7 +368,7 @@ impl Outbox {
     }
 
     /// Switches sync (consent) on or off, or pauses it. Turning it on also agrees to the tenant's colony
-    /// names choice as last told (unless the user declined it, see [`super::colony`]): the consent
+    /// names choice as last told (unless the user declined it, see [`super::deliver::colony`]): the consent
     /// records it, in its policy hash too.
     pub async fn set_sync(&self, change: SyncChange) -> Result<SyncReport, OutboxError> {
         let names = matches!(change, SyncChange::Enable { .. })
@@ -385,13 +391,13 @@ impl Outbox {
     }
 
     /// Notes the tenant's colony names choice (from `GET /v1/whoami`): stored, and in force at once
-    /// (a `keys` answer stops names leaving; see [`super::colony`]). True when it changed.
+    /// (a `keys` answer stops names leaving; see [`super::deliver::colony`]). True when it changed.
     pub async fn adopt_colony_names(&self, tenant: ColonyNames) -> Result<bool, OutboxError> {
         if self.inner.colony.names().tenant == tenant {
             return Ok(false);
         }
         self.run(SetMeta {
-            key: super::colony::TENANT_NAMES_KEY,
+            key: super::deliver::colony::TENANT_NAMES_KEY,
             value: tenant.as_str().to_string(),
         })
         .await?;
@@ -409,13 +415,13 @@ impl Outbox {
     /// to the tenant's.
     pub async fn decline_colony_names(&self, declined: bool) -> Result<(), OutboxError> {
         self.run(SetMeta {
-            key: super::colony::DECLINED_KEY,
+            key: super::deliver::colony::DECLINED_KEY,
             value: if declined { "1" } else { "0" }.to_string(),
         })
         .await?;
         if declined {
             self.run(SetMeta {
-                key: super::colony::CONSENT_NAMES_KEY,
+                key: super::deliver::colony::CONSENT_NAMES_KEY,
                 value: ColonyNames::Keys.as_str().to_string(),
             })
             .await?;
@@ -513,7 +519,7 @@ impl Outbox {
     }
 
     /// Keeps `quota`, from an ingest answer that just arrived, as the device's budget state (memory and
-    /// the `quota` table) unless a later reading is already kept ([`super::quota`]). True when it was
+    /// the `quota` table) unless a later reading is already kept ([`super::read::quota`]). True when it was
     /// kept. The decision and the queueing of the write happen under one lock, so concurrent answers
     /// are written in the order they were decided.
     pub async fn keep_quota(
@@ -560,8 +566,9 @@ impl Outbox {
         .await
     }
 
-    /// Writes every pending event to a bundle at `out` and marks them exported (see [`super::export`]:
-    /// the bundle comes from a read snapshot, and the rows are marked in chunks, so intake goes on).
+    /// Writes every pending event to a bundle at `out` and marks them exported (see
+    /// [`super::deliver::export`]: the bundle comes from a read snapshot, and the rows are marked in chunks,
+    /// so intake goes on).
     pub async fn export(&self, out: &Path) -> Result<ExportReport, OutboxError> {
         self.export_with(out, std::future::ready(())).await
     }
@@ -774,13 +781,13 @@ impl Outbox {
 const TOKEN_USER_KEY: &str = "token_user_id";
 
 /// Rebinds the sessions whose binding never reached the ingest to `defaults`, in one transaction
-/// ([`super::sessions::rebind_undelivered`]), and says what it did.
+/// ([`super::write::sessions::rebind_undelivered`]), and says what it did.
 fn rebind(conn: &Connection, defaults: &IdentityDefaults) -> Result<(), OutboxError> {
     // IMMEDIATE: it reads, then writes; a deferred transaction whose snapshot a running agent's writer
     // moved past in between fails with SQLITE_BUSY_SNAPSHOT, which the busy timeout does not wait out
     // (the CLI opens the outbox while `run` writes).
     let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
-    let r = super::sessions::rebind_undelivered(&tx, defaults)?;
+    let r = super::write::sessions::rebind_undelivered(&tx, defaults)?;
     tx.commit()?;
     if r.rebound > 0 {
         tracing::info!(
@@ -840,7 +847,7 @@ impl Task for SetQuota {
     type Output = ();
 
     fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<Result<(), OutboxError>> {
-        super::quota::store(ctx.conn, &self.kept).map(Ok)
+        super::read::quota::store(ctx.conn, &self.kept).map(Ok)
     }
 }
 
@@ -866,7 +873,7 @@ impl Task for AdoptIdentity {
                     .execute("DELETE FROM meta WHERE key = ?1", [TOKEN_USER_KEY])?;
             }
         }
-        let r = super::sessions::rebind_undelivered(ctx.conn, &self.defaults)?;
+        let r = super::write::sessions::rebind_undelivered(ctx.conn, &self.defaults)?;
         if r.rebound > 0 {
             tracing::info!(
                 sessions = r.rebound,

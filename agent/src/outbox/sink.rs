@@ -2,9 +2,9 @@
 
 use std::future::Future;
 
-use super::colony::ColonyKeys;
+use super::deliver::colony::ColonyKeys;
 use super::handle::Outbox;
-use super::item::Item;
+use super::record::item::Item;
 use crate::tail::sink::{Checkpoint, ColonyKeySource, TailItem, TailSink};
 
 impl ColonyKeySource for ColonyKeys {

@@ -7,12 +7,13 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
+use super::deliver::export::ExportReport;
 use super::error::OutboxError;
-use super::export::ExportReport;
 use super::handle::Outbox;
-use super::op::{Ctx, Task};
+use super::record::schema;
 use super::settings::OutboxSettings;
-use super::{schema, store};
+use super::write::op::{Ctx, Task};
+use super::write::store;
 
 impl Outbox {
     /// [`Outbox::export`] that awaits `between` after the bundle was written from its snapshot and before

@@ -1,4 +1,4 @@
-//! The WAL stays bounded under sustained intake (see `outbox/checkpointer.rs`): with producers always
+//! The WAL stays bounded under sustained intake (see `outbox/write/checkpointer.rs`): with producers always
 //! queued, a PASSIVE checkpoint never catches up, so without the writer's RESTART the WAL only grew.
 
 use crate::support;

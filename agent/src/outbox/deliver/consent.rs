@@ -17,10 +17,10 @@
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use super::counters::Counter;
-use super::error::OutboxError;
-use super::op::{Ctx, Task};
-use super::store::state;
+use crate::outbox::error::OutboxError;
+use crate::outbox::record::counters::Counter;
+use crate::outbox::write::op::{Ctx, Task};
+use crate::outbox::write::store::state;
 
 /// A change of the sync switch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +65,11 @@ impl Task for SetSync {
         let mut report = SyncReport::default();
         let hash = self.policy_hash.clone();
         if let (SyncChange::Enable { .. }, Some(names)) = (&self.change, self.colony_names) {
-            super::store::set_meta(ctx.conn, super::colony::CONSENT_NAMES_KEY, names.as_str())?;
+            crate::outbox::write::store::set_meta(
+                ctx.conn,
+                super::colony::CONSENT_NAMES_KEY,
+                names.as_str(),
+            )?;
         }
         match &self.change {
             SyncChange::Enable {

@@ -31,7 +31,7 @@ pub(crate) struct Delta {
     pub status: BTreeMap<String, Vec<apiary_schema::status::Input>>,
     /// New events' work facts per session, folded at the end of the group ([`super::work`]).
     pub work: BTreeMap<String, Vec<apiary_schema::work::OwnedFact>>,
-    /// Change in the number of open tool-call starts ([`super::durations`]).
+    /// Change in the number of open tool-call starts ([`crate::outbox::write::durations`]).
     pub tool_starts: i64,
     /// Sessions first bound in this group (added to the writer's cache after commit).
     pub new_sessions: HashSet<String>,
@@ -50,7 +50,7 @@ pub(crate) struct Delta {
     /// Rows behind the cursor become claimable at this time (Unix ms) at the latest: a retry falls due, a
     /// claim is released or its lease runs out, held rows are let go.
     pub rescan_at: Option<i64>,
-    /// Identity defaults adopted in this group ([`super::Outbox::adopt`]): in force for the group's
+    /// Identity defaults adopted in this group ([`crate::outbox::Outbox::adopt`]): in force for the group's
     /// later ops, and the writer's after commit.
     pub defaults: Option<IdentityDefaults>,
 }
@@ -118,7 +118,7 @@ pub(crate) struct WriterState {
     /// Where claims scan from.
     pub claims: ClaimCursor,
     /// Whether the policy lets tool-call durations through, so completions are timed
-    /// ([`super::durations`]).
+    /// ([`crate::outbox::write::durations`]).
     pub attach_durations: bool,
     /// Open tool-call starts stored (`tool_starts`), to keep them under their cap without counting.
     pub open_tool_starts: i64,

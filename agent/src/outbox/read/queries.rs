@@ -1,21 +1,22 @@
 //! Read-only queries: status, local usage, follow, checkpoints. They run on a separate read connection
 //! (WAL: never blocked by the writer), in the agent or in a CLI process, through the named methods of
-//! [`super::OutboxReader`] and [`super::Outbox`].
+//! [`crate::outbox::OutboxReader`] and [`crate::outbox::Outbox`].
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::counters::{Counters, FILTERED_PREFIX, UNREPORTED_PREFIX};
-use super::item::UsageAgg;
-use super::store;
+use crate::outbox::record::counters::{Counters, FILTERED_PREFIX, UNREPORTED_PREFIX};
+use crate::outbox::record::item::UsageAgg;
+use crate::outbox::write::store;
 use crate::tail::sink::Checkpoint;
 
 /// The sync switch as stored.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SyncStatus {
     pub enabled: bool,
     pub endpoint: Option<String>,
@@ -28,8 +29,10 @@ pub struct SyncStatus {
     pub paused_reason: Option<String>,
 }
 
-/// Everything `status` shows that lives in the database.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// Everything `status` shows that lives in the database (read back from a running agent's status,
+/// which may be older: a field it does not send reads as its default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StoredStatus {
     pub device_id: Option<String>,
     pub sync: SyncStatus,

@@ -35,11 +35,11 @@ use flate2::write::GzEncoder;
 use rusqlite::params;
 use serde::Serialize;
 
-use super::counters::Counter;
-use super::error::{ExportError, OutboxError};
-use super::op::{Ctx, Task};
-use super::sessions;
-use super::store::state;
+use crate::outbox::error::{ExportError, OutboxError};
+use crate::outbox::record::counters::Counter;
+use crate::outbox::write::op::{Ctx, Task};
+use crate::outbox::write::sessions;
+use crate::outbox::write::store::state;
 
 pub use apiary_schema::bundle::{Checksum, Manifest, ManifestCounts};
 

@@ -16,15 +16,15 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::counters::{Counter, DropReason};
 use super::durations;
-use super::error::OutboxError;
-use super::item::{Item, PreparedEvent};
 use super::op::{Ctx, Task};
 use super::sessions;
-use super::settings::Overflow;
 use super::store::{self, state};
-use super::usage_time;
+use crate::outbox::error::OutboxError;
+use crate::outbox::record::counters::{Counter, DropReason};
+use crate::outbox::record::item::{Item, PreparedEvent};
+use crate::outbox::record::usage_time;
+use crate::outbox::settings::Overflow;
 use crate::tail::sink::Checkpoint;
 
 /// Estimated bytes a row costs beyond its body (row header, event_id and partial index entries).

@@ -2,16 +2,17 @@
 //! ack (delivered or duplicate), reject (dead letter) or fail (retry later).
 //!
 //! - **claim** returns only *uploadable* rows: pending, not held (captured while sync was off without
-//!   `--include-backlog`), due (`next_attempt_at <= now`), not already claimed, and redacted under one
-//!   policy (a batch carries one policy hash). Nothing is returned while sync is off or paused. Bounded by
-//!   count and bytes (at least one event, so an event larger than the byte bound still goes out). Claims
-//!   live in memory with a lease ([`super::memory::CLAIM_LEASE`]); a restart or an expired lease makes the
+//!   `--include-backlog`), due (`next_attempt_at <= now`), not already claimed, and redacted under one policy
+//!   (a batch carries one policy hash). Nothing is returned while sync is off or paused. Bounded by count and
+//!   bytes (at least one event, so an event larger than the byte bound still goes out). Claims live in memory
+//!   with a lease ([`crate::outbox::record::memory::CLAIM_LEASE`]); a restart or an expired lease makes the
 //!   rows claimable again — the ingest dedups by event id, so a re-send is harmless.
 //! - **ack** turns pending rows into tombstones (`delivered` or `duplicate`), keeping the redacted JSON of
-//!   the last ones in the ring of sent events ([`super::sent`]) in the same transaction, **reject** copies the redacted
-//!   event into `dead_letters` with the reason, **fail** bumps `attempts` and sets `next_attempt_at` and
-//!   `last_error` (persisted: a restart neither resets nor hammers). Settling a row that is no longer
-//!   pending (evicted, purged, exported, settled twice) changes nothing and is reported as `not_pending`.
+//!   the last ones in the ring of sent events ([`crate::outbox::read::sent`]) in the same transaction,
+//!   **reject** copies the redacted event into `dead_letters` with the reason, **fail** bumps `attempts` and
+//!   sets `next_attempt_at` and `last_error` (persisted: a restart neither resets nor hammers). Settling a
+//!   row that is no longer pending (evicted, purged, exported, settled twice) changes nothing and is reported
+//!   as `not_pending`.
 //! - Settling finds rows through the claim (event id → seq, in memory): only ids returned by a claim of
 //!   this process can be settled; any other id is reported as `not_pending`. After a restart nothing is
 //!   in flight, so late verdicts for an earlier process's claims are ignored and those rows are simply
@@ -26,13 +27,13 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::counters::{Counter, DropReason};
-use super::error::OutboxError;
-use super::memory::{ClaimedRow, FULL_SCAN_EVERY};
-use super::op::{Ctx, Task};
-use super::sent;
-use super::sessions;
-use super::store::{self, state};
+use crate::outbox::error::OutboxError;
+use crate::outbox::read::sent;
+use crate::outbox::record::counters::{Counter, DropReason};
+use crate::outbox::record::memory::{ClaimedRow, FULL_SCAN_EVERY};
+use crate::outbox::write::op::{Ctx, Task};
+use crate::outbox::write::sessions;
+use crate::outbox::write::store::{self, state};
 
 /// How much one claim may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

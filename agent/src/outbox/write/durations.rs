@@ -37,8 +37,8 @@ use apiary_schema::usage::MAX_DURATION_MS;
 use apiary_schema::{CanonicalEvent, EventKind, Policy};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::item::{Item, PreparedEvent, ToolEdge};
 use super::op::Ctx;
+use crate::outbox::record::item::{Item, PreparedEvent, ToolEdge};
 
 /// An open start is forgotten this long after it was recorded (24 hours).
 pub const START_TTL_MS: i64 = 24 * 3_600_000;
@@ -229,7 +229,7 @@ mod tests {
 
     fn table() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::migrate(&mut conn).unwrap();
+        crate::outbox::record::schema::migrate(&mut conn).unwrap();
         for (i, recorded) in [(3, 100), (1, 300), (2, 200)] {
             conn.execute(
                 "INSERT INTO tool_starts VALUES ('s', ?1, ?2, ?3)",

@@ -12,7 +12,7 @@ pub const PARK_BEFORE_COMMIT_VAR: &str = "TEST_HOOK_APIARY_PARK_BEFORE_COMMIT";
 /// [`PARK_BEFORE_COMMIT_VAR`] names a file that does not exist yet, the writer creates it and parks
 /// there for good: the group is applied, not committed, and its producers unanswered, until a test
 /// kills the process. Once per marker file (a restarted agent with the file present writes on).
-pub(super) fn park_before_commit() {
+pub(in crate::outbox) fn park_before_commit() {
     let Some(marker) = std::env::var_os(PARK_BEFORE_COMMIT_VAR) else {
         return;
     };

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags};
 
-use super::counters::Counters;
-use super::memory::Delta;
-use super::settings::OutboxSettings;
+use crate::outbox::record::counters::Counters;
+use crate::outbox::record::memory::Delta;
+use crate::outbox::settings::OutboxSettings;
 
 /// Row states of `events`.
 pub mod state {
@@ -97,7 +97,7 @@ pub fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
     Ok(((pages - free).max(0) * size) as u64)
 }
 
-pub use super::meta::{get_meta, set_meta};
+pub use crate::outbox::record::meta::{get_meta, set_meta};
 
 /// `dedup_recent` is merged into `dedup_keys` at the end of a group once it holds this many keys (see
 /// the schema notes, version 12): ≈ 0.5 MiB of keys, whose leaves a group of random keys dirties nearly
@@ -121,14 +121,15 @@ pub(crate) fn merge_dedup_keys(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Writes the group's counter and usage deltas, and folds its health inputs ([`super::health`]) and
-/// work facts ([`super::work`]), starting from `folds` for the sessions it holds, into the fold
-/// journal (compacting it when due, [`super::journal`]).
+/// Writes the group's counter and usage deltas, and folds its health inputs
+/// ([`crate::outbox::record::health`]) and work facts ([`crate::outbox::record::work`]), starting from
+/// `folds` for the sessions it holds, into the fold journal (compacting it when due,
+/// [`crate::outbox::record::journal`]).
 pub(crate) fn flush_delta(
     conn: &Connection,
     delta: &mut Delta,
-    folds: &mut super::memory::FoldCache,
-    journal: &mut super::journal::JournalState,
+    folds: &mut crate::outbox::record::memory::FoldCache,
+    journal: &mut crate::outbox::record::journal::JournalState,
 ) -> rusqlite::Result<()> {
     merge_dedup_keys(conn)?;
     let mut counters = conn.prepare_cached(
@@ -177,20 +178,20 @@ pub(crate) fn flush_delta(
         ])?;
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
-    super::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
-    super::health::flush(
+    crate::outbox::record::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
+    crate::outbox::record::health::flush(
         conn,
         &delta.status,
         &mut folds.trackers,
         &mut delta.trackers,
     )?;
-    super::work::flush(conn, &delta.work, &mut folds.works, &mut delta.works)?;
-    super::journal::append(conn, &delta.status, &delta.work, journal)?;
+    crate::outbox::record::work::flush(conn, &delta.work, &mut folds.works, &mut delta.works)?;
+    crate::outbox::record::journal::append(conn, &delta.status, &delta.work, journal)?;
     // The folds as of this group: its own, else the writer's cache (current: every push goes through
     // it), else read and replayed.
     let folds = &*folds;
     let (trackers, works) = (&delta.trackers, &delta.works);
-    super::journal::compact_due(
+    crate::outbox::record::journal::compact_due(
         conn,
         journal,
         &|s| {

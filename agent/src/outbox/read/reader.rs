@@ -9,15 +9,15 @@ use rusqlite::Connection;
 
 use std::collections::HashMap;
 
-use super::error::OutboxError;
-use super::health::{self, SessionStatus};
 use super::listing::{self, Cursor, ListFilter, SessionBody, TreeNode};
-use super::live::{self, LiveRow, Position, Start};
+use super::queries::{self, DeadLetter, FollowRow, SessionUsage, StoredStatus, SyncStatus};
 use super::quota::{self, KeptQuota};
-use super::read::{self, DeadLetter, FollowRow, SessionUsage, StoredStatus, SyncStatus};
 use super::sent::{self, SentEvent};
-use super::store;
-use super::usage_time::{self, UsageWindow};
+use crate::outbox::error::OutboxError;
+use crate::outbox::record::health::{self, SessionStatus};
+use crate::outbox::record::live::{self, LiveRow, Position, Start};
+use crate::outbox::record::usage_time::{self, UsageWindow};
+use crate::outbox::write::store;
 use crate::tail::sink::Checkpoint;
 
 /// A read-only connection to an outbox, with its queries.
@@ -34,12 +34,12 @@ impl OutboxReader {
 
     /// Everything `status` shows that lives in the database.
     pub fn stored_status(&self) -> Result<StoredStatus, OutboxError> {
-        Ok(read::stored_status(&self.conn)?)
+        Ok(queries::stored_status(&self.conn)?)
     }
 
     /// The sync switch as stored.
     pub fn sync_status(&self) -> Result<SyncStatus, OutboxError> {
-        Ok(read::sync_status(&self.conn)?)
+        Ok(queries::sync_status(&self.conn)?)
     }
 
     /// The last budget state the ingest sent, and when; `None` until one arrived ([`super::quota`]).
@@ -49,7 +49,7 @@ impl OutboxReader {
 
     /// Local usage of a session and its workers; `None` if never seen.
     pub fn session_usage(&self, session: &str) -> Result<Option<SessionUsage>, OutboxError> {
-        Ok(read::session_usage(&self.conn, session)?)
+        Ok(queries::session_usage(&self.conn, session)?)
     }
 
     /// Local status of a session (the shared health model) at `now`; `None` if never seen.
@@ -117,7 +117,7 @@ impl OutboxReader {
         kind: Option<&str>,
         limit: i64,
     ) -> Result<Vec<FollowRow>, OutboxError> {
-        Ok(read::follow_after(
+        Ok(queries::follow_after(
             &self.conn, after_seq, session, kind, limit,
         )?)
     }
@@ -130,26 +130,26 @@ impl OutboxReader {
         session: Option<&str>,
         kind: Option<&str>,
     ) -> Result<i64, OutboxError> {
-        Ok(read::seq_before_last(&self.conn, n, session, kind)?)
+        Ok(queries::seq_before_last(&self.conn, n, session, kind)?)
     }
 
     /// The highest seq committed so far (0 when empty).
     pub fn last_seq(&self) -> Result<i64, OutboxError> {
-        Ok(read::last_seq(&self.conn)?)
+        Ok(queries::last_seq(&self.conn)?)
     }
 
     /// Every tailer checkpoint.
     pub fn checkpoints(&self) -> Result<Vec<Checkpoint>, OutboxError> {
-        Ok(read::checkpoints(&self.conn)?)
+        Ok(queries::checkpoints(&self.conn)?)
     }
 
     /// The newest `limit` dead letters, newest first.
     pub fn dead_letters(&self, limit: i64) -> Result<Vec<DeadLetter>, OutboxError> {
-        Ok(read::dead_letters(&self.conn, limit)?)
+        Ok(queries::dead_letters(&self.conn, limit)?)
     }
 
     /// Local usage of the events that occurred in `[from, to)`, at quarter-hour precision
-    /// ([`super::usage_time`]).
+    /// ([`crate::outbox::record::usage_time`]).
     pub fn usage_between(
         &self,
         from: DateTime<Utc>,

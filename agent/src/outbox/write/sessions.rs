@@ -10,9 +10,9 @@
 //!
 //! Bindings travel with every batch (and export bundle) whose events reference the session.
 
-use super::error::OutboxError;
 use super::op::{Ctx, Task};
 use crate::identity::SessionRegistration;
+use crate::outbox::error::OutboxError;
 use apiary_schema::SessionBinding;
 use chrono::{TimeZone, Utc};
 use rusqlite::{params, Connection, OptionalExtension};

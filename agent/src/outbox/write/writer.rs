@@ -25,14 +25,16 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::checkpointer::{self, WalControl};
-use super::error::OutboxError;
-use super::memory::{Delta, WriterState};
+use super::durations;
 use super::op::{Ctx, Op};
-use super::settings::OutboxSettings;
-use super::{durations, store};
+use super::store;
+use crate::outbox::error::OutboxError;
+use crate::outbox::record::journal;
+use crate::outbox::record::memory::{Delta, WriterState};
+use crate::outbox::settings::OutboxSettings;
 
 /// A group stops draining the queue once it holds this many events.
 pub const GROUP_MAX_EVENTS: usize = 20_000;
@@ -42,7 +44,7 @@ const IDLE_TICK: Duration = Duration::from_secs(5);
 const STREAM_TICK: Duration = Duration::from_millis(200);
 
 /// Whether the writer's last write committed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthState {
     /// The last group committed.
@@ -65,7 +67,8 @@ impl HealthState {
 }
 
 /// The writer's health, readable without going through the queue.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Health {
     pub state: HealthState,
     /// Since when the current error state holds.
@@ -99,7 +102,8 @@ pub(crate) struct Writer {
     pub wal: Arc<WalControl>,
     /// Bumped after every commit: the local live stream's subscribers look for new rows then.
     pub live: Arc<tokio::sync::watch::Sender<u64>>,
-    /// Usage rows of the live stream wait for their second ([`super::live::flush`]): wake up for them.
+    /// Usage rows of the live stream wait for their second ([`crate::outbox::record::live::flush`]): wake up
+    /// for them.
     pub stream_due: bool,
     /// Frees the answered ops.
     pub reaper: Reaper,
@@ -213,10 +217,10 @@ impl Writer {
 
     /// A failed group may have counted journal rows it rolled back: count them again.
     fn reload_journal(&mut self) {
-        self.state.journal = super::journal::JournalState::load(&self.conn).unwrap_or_else(|e| {
+        self.state.journal = journal::JournalState::load(&self.conn).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot read the fold journal's size; compacting it at the next group");
-            super::journal::JournalState {
-                rows: super::journal::COMPACT_ROWS,
+            journal::JournalState {
+                rows: journal::COMPACT_ROWS,
                 ..Default::default()
             }
         });
@@ -249,7 +253,7 @@ impl Writer {
         )?;
         let touched: std::collections::BTreeSet<&str> =
             delta.usage.keys().map(|(s, _)| s.as_str()).collect();
-        self.stream_due = super::live::flush(&tx, touched, now_ms)?;
+        self.stream_due = crate::outbox::record::live::flush(&tx, touched, now_ms)?;
         let used = store::used_bytes(&tx)?;
         let wrote_events = jobs.iter().any(|j| j.writes_events());
         #[cfg(any(test, feature = "test-hooks"))]
@@ -262,7 +266,7 @@ impl Writer {
     }
 
     /// Records a commit. A commit without events (a probe, a push's claim) clears `disk_full` only once
-    /// the disk has room again ([`super::disk::LOW_FREE_BYTES`], where `doctor` stops calling it
+    /// the disk has room again ([`crate::outbox::disk::LOW_FREE_BYTES`], where `doctor` stops calling it
     /// full): such a commit's few
     /// bytes still fit on a disk that refuses every batch of events, and health would flip to ok
     /// between two refused requests. A commit that wrote events clears it at any free space.
@@ -272,7 +276,7 @@ impl Writer {
             && h.state == HealthState::DiskFull
             && self
                 .free_bytes()
-                .is_some_and(|free| free < super::disk::LOW_FREE_BYTES);
+                .is_some_and(|free| free < crate::outbox::disk::LOW_FREE_BYTES);
         if !still_full {
             if h.state != HealthState::Ok {
                 tracing::info!(was = h.state.as_str(), "outbox writes recovered");
@@ -292,7 +296,7 @@ impl Writer {
     /// Free space on the outbox's file system (`None`: unknown, or an in-memory database).
     fn free_bytes(&self) -> Option<u64> {
         let path = self.conn.path().filter(|p| !p.is_empty())?;
-        super::disk::free_bytes(std::path::Path::new(path).parent()?)
+        crate::outbox::disk::free_bytes(std::path::Path::new(path).parent()?)
     }
 
     fn record_failure(&self, e: rusqlite::Error) -> OutboxError {
@@ -332,7 +336,7 @@ impl Writer {
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "tombstone pruning failed"),
             }
-            match super::live::prune(&self.conn, Utc::now().timestamp_millis()) {
+            match crate::outbox::record::live::prune(&self.conn, Utc::now().timestamp_millis()) {
                 Ok(n) if n > 0 => tracing::info!(pruned = n, "old live stream rows pruned"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "live stream pruning failed"),
@@ -393,7 +397,8 @@ impl Op for Close {
 
 #[cfg(test)]
 mod tests {
-    use crate::outbox::{IdentityDefaults, Item, Outbox, OutboxSettings, PreparedEvent};
+    use crate::identity::IdentityDefaults;
+    use crate::outbox::{Item, Outbox, OutboxSettings, PreparedEvent};
     use apiary_schema::{EventKind, Policy};
     use uuid::Uuid;
 

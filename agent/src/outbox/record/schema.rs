@@ -19,8 +19,8 @@
 //!   configured zone), so this dedups the same copies; the one exception, a log re-read after `zone` was
 //!   changed, passes local dedup and is caught by the ingest's dedup on `(tenant, event_id)`. Settling
 //!   reaches rows by `seq` through the in-memory claim map, so nothing needs an `event_id` index. `attempts`, `next_attempt_at`, `last_error` are the persisted retry state of the push loop.
-//! - `counters`: persisted outcome counters (`received`, `delivered`, ...; see [`super::Counters`]) and
-//!   informational ones (`filtered.<reason>`, `refused`, `drops_unreported.<reason>`).
+//! - `counters`: persisted outcome counters (`received`, `delivered`, ...; see [`crate::outbox::Counters`])
+//!   and informational ones (`filtered.<reason>`, `refused`, `drops_unreported.<reason>`).
 //! - `usage`: local per-(session, model) totals, updated in the same transaction as the events, so
 //!   `GET /v1/usage/sessions/{id}` keeps working after rows are delivered and their bodies dropped.
 //!   Integers since version 4 (`cost_nanos`, `credits_micros`): sums of the shared
@@ -33,8 +33,9 @@
 //! - `stream_log`, `stream_usage` (version 6): the local live stream (`GET /v1/stream`, see
 //!   [`super::live`]) and when each session's usage totals were last streamed.
 //! - `tool_starts` (version 7): the open tool-call starts the duration pairing waits on (see
-//!   [`super::durations`]), written in the transaction of the start event, so a call's start survives a
-//!   crash before its completion; and `usage.tool_duration_ms`, the summed durations of completed calls.
+//!   [`crate::outbox::write::durations`]), written in the transaction of the start event, so a call's start
+//!   survives a crash before its completion; and `usage.tool_duration_ms`, the summed durations of completed
+//!   calls.
 //! - `sync_state` (one row) and `consent_log` (history): sync on/off, endpoint, token file, consent
 //!   time and the policy hash consented to.
 //! - `dead_letters`: why an event (or an unreadable line) was rejected; holds at most the already
@@ -43,21 +44,22 @@
 //! - `policies`: the policy hashes events were redacted under (`events.policy_id` references one).
 //! - `meta`: key/value (device id, last push result).
 //! - `quota` (version 8, one row): the last budget state the ingest sent in a batch answer and when it
-//!   arrived (see [`super::quota`]), shown by `GET /v1/quota`, `status` and the settings page.
-//! - `usage_by_time` (version 9): local usage sums per quarter-hour of event time, for "today" and
-//!   "this month" in any zone (see [`super::usage_time`]); `sent_events` (version 9): the last
-//!   [`super::sent::SENT_KEPT`] events the ingest acked, their redacted JSON as sent (see [`super::sent`]).
+//!   arrived (see [`crate::outbox::read::quota`]), shown by `GET /v1/quota`, `status` and the settings page.
+//! - `usage_by_time` (version 9): local usage sums per quarter-hour of event time, for "today" and "this
+//!   month" in any zone (see [`super::usage_time`]); `sent_events` (version 9): the last
+//!   [`crate::outbox::read::sent::SENT_KEPT`] events the ingest acked, their redacted JSON as sent (see
+//!   [`crate::outbox::read::sent`]).
 //! - `session_health` and `session_work` are rowid tables since version 10 (their rows are too large
 //!   for a WITHOUT ROWID leaf); `fold_journal` (version 11): what each group pushed into those folds,
 //!   replayed on top of them until compacted (see [`super::journal`]).
 //! - `dedup_keys`, `dedup_recent` (version 12) replace the unique index `events_dedup`: the events' dedup
 //!   keys `(occurred_at, event_id)`, one row per `events` row, in exactly one of the two tables. A new
-//!   event's key goes into the small `dedup_recent` (after a lookup in `dedup_keys`); at the end of a
-//!   group in which `dedup_recent` holds [`super::store::DEDUP_MERGE_AT`] keys or more, they move into
-//!   `dedup_keys` in key order ([`super::store::merge_dedup_keys`]). Why: a backfill's times jump back
-//!   and forth, and with one index every event dirtied a leaf of its own in every commit (the WAL wrote
-//!   ≈ 10 KB per event); now a group dirties the small table's leaves, and the big index's leaves are
-//!   written once per merge. The trigger `events_forget` removes a key with its row (eviction, tombstone
+//!   event's key goes into the small `dedup_recent` (after a lookup in `dedup_keys`); at the end of a group
+//!   in which `dedup_recent` holds [`crate::outbox::write::store::DEDUP_MERGE_AT`] keys or more, they move
+//!   into `dedup_keys` in key order ([`crate::outbox::write::store::merge_dedup_keys`]). Why: a backfill's
+//!   times jump back and forth, and with one index every event dirtied a leaf of its own in every commit (the
+//!   WAL wrote ≈ 10 KB per event); now a group dirties the small table's leaves, and the big index's leaves
+//!   are written once per merge. The trigger `events_forget` removes a key with its row (eviction, tombstone
 //!   pruning), so dedup forgets exactly what it forgot with the index.
 
 use rusqlite::{Connection, Transaction};

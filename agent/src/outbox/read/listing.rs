@@ -89,11 +89,12 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     })
 }
 
-/// The rows with their sessions' journaled pushes replayed onto the stored folds ([`super::journal`]).
+/// The rows with their sessions' journaled pushes replayed onto the stored folds
+/// ([`crate::outbox::record::journal`]).
 fn with_journal(conn: &Connection, mut rows: Vec<Row>) -> rusqlite::Result<Vec<Row>> {
     for r in &mut rows {
-        let pushes = super::journal::of_session(conn, &r.session_id)?;
-        super::journal::apply(&pushes, &mut r.tracker, &mut r.work);
+        let pushes = crate::outbox::record::journal::of_session(conn, &r.session_id)?;
+        crate::outbox::record::journal::apply(&pushes, &mut r.tracker, &mut r.work);
     }
     Ok(rows)
 }

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One persisted counter: a row of the `counters` table, named by [`Counter::name`].
 /// `received = delivered + duplicate + rejected + filtered + evicted + purged + exported + pending`.
@@ -91,7 +91,8 @@ impl DropReason {
 }
 
 /// Persisted outcome counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Counters {
     pub received: u64,
     pub delivered: u64,

@@ -4,9 +4,10 @@
 //! ## Table (version 9)
 //! `sent_events`: a ring of the redacted canonical JSON of acked events, exactly the bytes the push
 //! loop spliced into the batch (the outbox's `body`). Delivered rows lose their body (they become
-//! tombstones, see [`super::delivery`]), so the ring keeps a copy, written by the ack in the same
-//! transaction that turns the row into a tombstone; nothing else writes it. So it never holds an event
-//! that was not acked by the ingest (not a rejected one, not one exported, purged or still pending).
+//! tombstones, see [`crate::outbox::deliver::delivery`]), so the ring keeps a copy, written by the ack
+//! in the same transaction that turns the row into a tombstone; nothing else writes it. So it never
+//! holds an event that was not acked by the ingest (not a rejected one, not one exported, purged or
+//! still pending).
 //!
 //! Only the last [`SENT_KEPT`] acks of a batch are copied (the earlier ones would be pruned at once),
 //! and the ring is pruned to [`SENT_KEPT`] rows by `id` (AUTOINCREMENT: ack order) in the same

@@ -8,10 +8,10 @@
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::counters::Counter;
-use super::error::OutboxError;
-use super::memory::{Delta, WriterState};
-use super::settings::OutboxSettings;
+use crate::outbox::error::OutboxError;
+use crate::outbox::record::counters::Counter;
+use crate::outbox::record::memory::{Delta, WriterState};
+use crate::outbox::settings::OutboxSettings;
 
 /// One change to the outbox, applied inside a group transaction.
 pub(crate) trait Op: Send {

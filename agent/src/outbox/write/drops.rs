@@ -8,12 +8,12 @@ use apiary_schema::CanonicalEvent;
 use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
-use super::counters::{Counter, DropReason};
-use super::error::OutboxError;
 use super::intake;
-use super::item::PreparedEvent;
 use super::op::{Ctx, Task};
 use super::store;
+use crate::outbox::error::OutboxError;
+use crate::outbox::record::counters::{Counter, DropReason};
+use crate::outbox::record::item::PreparedEvent;
 
 /// Namespace of ids of events the agent makes itself (UUID v5).
 pub const AGENT_NAMESPACE: Uuid = Uuid::from_u128(0x3c9e_0b51_77d4_4f0a_9a6e_5d21_c4b8_e902);

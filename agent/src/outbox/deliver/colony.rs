@@ -31,18 +31,18 @@ use std::sync::{Arc, RwLock};
 use apiary_schema::colony::{ColonyKeyer, ColonyNames, KeyScope, SECRET_BYTES};
 use rusqlite::Connection;
 
-use super::store;
+use crate::outbox::write::store;
 
 /// Meta key of the tenant's secret (`<tenant_id>:<hex>`).
-pub(super) const TENANT_SECRET_KEY: &str = "colony_secret";
+pub(in crate::outbox) const TENANT_SECRET_KEY: &str = "colony_secret";
 /// Meta key of this device's own secret (hex).
 const DEVICE_SECRET_KEY: &str = "colony_device_secret";
 /// Meta key of the tenant's colony names choice, as last told.
-pub(super) const TENANT_NAMES_KEY: &str = "colony_names_tenant";
+pub(in crate::outbox) const TENANT_NAMES_KEY: &str = "colony_names_tenant";
 /// Meta key of the colony names choice the consent in force agreed to.
-pub(super) const CONSENT_NAMES_KEY: &str = "colony_names_consent";
+pub(in crate::outbox) const CONSENT_NAMES_KEY: &str = "colony_names_consent";
 /// Meta key of the user's "keys only, please" from the settings page (`1`), applied at the next consent.
-pub(super) const DECLINED_KEY: &str = "colony_names_declined";
+pub(in crate::outbox) const DECLINED_KEY: &str = "colony_names_declined";
 
 /// The keyer in force and the tenant whose secret it is (None: the device's own).
 #[derive(Debug, Clone)]
@@ -114,7 +114,7 @@ impl ColonyKeys {
     }
 
     /// Changes the names settings with `change`; returns the new ones.
-    pub(super) fn set_names(&self, change: impl FnOnce(&mut Names)) -> Names {
+    pub(in crate::outbox) fn set_names(&self, change: impl FnOnce(&mut Names)) -> Names {
         let mut cur = self.0.write().expect("colony keys lock");
         change(&mut cur.names);
         cur.names
@@ -127,7 +127,7 @@ impl ColonyKeys {
 
     /// Decides about `secret` of `tenant` and, unless refused, puts it in force; the caller stores
     /// [`Adoption::Store`]'s value under [`TENANT_SECRET_KEY`].
-    pub(super) fn adopt(&self, tenant: &str, secret: &str) -> Adoption {
+    pub(in crate::outbox) fn adopt(&self, tenant: &str, secret: &str) -> Adoption {
         let Ok(keyer) = ColonyKeyer::from_hex(secret, KeyScope::Tenant) else {
             return Adoption::Refused("the ingest's colony secret is not 64 hex digits");
         };
@@ -154,7 +154,7 @@ impl ColonyKeys {
 
 /// The keys stored in the outbox `conn`: the tenant's secret if stored, else the device's own (created
 /// and stored on first use).
-pub(super) fn load(conn: &Connection) -> rusqlite::Result<ColonyKeys> {
+pub(in crate::outbox) fn load(conn: &Connection) -> rusqlite::Result<ColonyKeys> {
     let choice = |key| -> rusqlite::Result<ColonyNames> {
         Ok(store::get_meta(conn, key)?
             .and_then(|v| ColonyNames::parse(&v))
