@@ -15,16 +15,26 @@
 //! random secret of 256 bits. Verified tokens are cached in memory for `token_cache_secs` (revocation,
 //! `apiary-ingest token revoke`, takes effect within that time). The rate limit is a token bucket per
 //! token, per replica.
+//!
+//! Both live in [`TokenGuard`], on maintained crates: the cache is a `moka` cache (time to live
+//! `token_cache_secs`, at most [`MAX_ENTRIES`] tokens, the least useful evicted past that: an evicted
+//! token only costs one more lookup), the buckets a `governor` keyed limiter (GCRA, the same arithmetic
+//! as a token bucket: `rate_limit_burst` requests at once, one more every `1 / rate_limit_per_sec`
+//! seconds; a refused request spends nothing and learns how long until the next one fits, which the API
+//! answers as `Retry-After`). The limiter is keyed by verified tokens only, so its keys are bounded by the
+//! tokens issued; past [`MAX_ENTRIES`] keys it drops those whose bucket is full again (indistinguishable
+//! from a fresh one), which forgives nothing.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
+use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
 use apiary_schema::colony::ColonyNames;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
+use governor::clock::Clock;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use moka::sync::Cache;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -190,35 +200,48 @@ pub fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Verified tokens and rate-limit buckets, in memory.
-#[derive(Debug)]
+/// Verified tokens and rate-limit buckets, in memory (see the module notes).
 pub struct TokenGuard {
-    cache: Mutex<HashMap<[u8; 32], (Caller, Instant)>>,
-    buckets: Mutex<HashMap<[u8; 32], Bucket>>,
-    cache_for: Duration,
-    rate_per_sec: f64,
-    burst: f64,
+    /// Callers by token hash, each kept `token_cache_secs` after its lookup, so a busy token costs one
+    /// database round trip per that time and a revocation takes effect within it.
+    cache: Cache<[u8; 32], Caller>,
+    /// One bucket per verified token hash: the per-token rate limit.
+    buckets: DefaultKeyedRateLimiter<[u8; 32]>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
+impl std::fmt::Debug for TokenGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenGuard")
+            .field("cached", &self.cache.entry_count())
+            .field("buckets", &self.buckets.len())
+            .finish()
+    }
 }
 
-const MAX_ENTRIES: usize = 100_000;
+/// Most tokens cached, and the key count past which full buckets are dropped.
+const MAX_ENTRIES: u64 = 100_000;
 
 /// tenant, scopes, user, device, the tenant's colony names
 type TokenRow = (Uuid, Vec<String>, Option<String>, Option<String>, String);
 
 impl TokenGuard {
+    /// `rate_per_sec > 0` and `burst >= 1` (checked with the settings); a fractional burst rounds down.
     pub fn new(cache_for: Duration, rate_per_sec: f64, burst: f64) -> TokenGuard {
+        // One request comes back every `period`; at least a nanosecond, the limiter's resolution.
+        let period = Duration::try_from_secs_f64(rate_per_sec.recip())
+            .unwrap_or(Duration::MAX)
+            .max(Duration::from_nanos(1));
+        let burst = NonZeroU32::new(burst.clamp(1.0, f64::from(u32::MAX)) as u32)
+            .unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(period)
+            .expect("the period is at least 1 ns")
+            .allow_burst(burst);
         TokenGuard {
-            cache: Mutex::new(HashMap::new()),
-            buckets: Mutex::new(HashMap::new()),
-            cache_for,
-            rate_per_sec,
-            burst,
+            cache: Cache::builder()
+                .max_capacity(MAX_ENTRIES)
+                .time_to_live(cache_for)
+                .build(),
+            buckets: RateLimiter::keyed(quota),
         }
     }
 
@@ -226,10 +249,8 @@ impl TokenGuard {
     /// holds it; a token with neither prefix is unknown without a database round-trip.
     pub async fn verify(&self, pool: &PgPool, token: &str) -> Result<Caller, ApiError> {
         let hash = hash_token(token);
-        if let Some((c, at)) = self.cache.lock().unwrap().get(&hash) {
-            if at.elapsed() < self.cache_for {
-                return Ok(c.clone());
-            }
+        if let Some(c) = self.cache.get(&hash) {
+            return Ok(c);
         }
         let caller = if token.starts_with(OPERATOR_TOKEN_PREFIX) {
             let id: Option<Uuid> = sqlx::query_scalar(
@@ -264,39 +285,22 @@ impl TokenGuard {
         } else {
             return Err(ApiError::Unauthenticated);
         };
-        let mut cache = self.cache.lock().unwrap();
-        if cache.len() >= MAX_ENTRIES {
-            cache.clear();
-        }
-        cache.insert(hash, (caller.clone(), Instant::now()));
+        self.cache.insert(hash, caller.clone());
         Ok(caller)
     }
 
     /// Takes one request from the token's bucket; Err(wait) when it is empty.
     pub fn admit(&self, caller: &Caller) -> Result<(), Duration> {
-        self.admit_at(caller.token_hash(), Instant::now())
+        self.admit_key(caller.token_hash())
     }
 
-    fn admit_at(&self, key: &[u8; 32], now: Instant) -> Result<(), Duration> {
-        let mut buckets = self.buckets.lock().unwrap();
-        if buckets.len() >= MAX_ENTRIES {
-            buckets.clear();
+    fn admit_key(&self, key: &[u8; 32]) -> Result<(), Duration> {
+        if self.buckets.len() >= MAX_ENTRIES as usize {
+            self.buckets.retain_recent();
         }
-        let b = buckets.entry(*key).or_insert(Bucket {
-            tokens: self.burst,
-            at: now,
-        });
-        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * self.rate_per_sec).min(self.burst);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64(
-                (1.0 - b.tokens) / self.rate_per_sec,
-            ))
-        }
+        self.buckets
+            .check_key(key)
+            .map_err(|not_until| not_until.wait_time_from(self.buckets.clock().now()))
     }
 }
 
@@ -400,13 +404,18 @@ mod tests {
     fn bucket_refuses_past_the_burst_and_refills_over_time() {
         let guard = TokenGuard::new(Duration::from_secs(1), 10.0, 2.0);
         let key = [7u8; 32];
-        let t0 = Instant::now();
-        assert!(guard.admit_at(&key, t0).is_ok());
-        assert!(guard.admit_at(&key, t0).is_ok());
-        let wait = guard.admit_at(&key, t0).unwrap_err();
-        assert!(wait <= Duration::from_millis(100), "{wait:?}");
-        assert!(guard
-            .admit_at(&key, t0 + Duration::from_millis(150))
-            .is_ok());
+        assert!(guard.admit_key(&key).is_ok());
+        assert!(guard.admit_key(&key).is_ok());
+        let wait = guard.admit_key(&key).unwrap_err();
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(100),
+            "{wait:?}"
+        );
+        assert!(
+            guard.admit_key(&[8u8; 32]).is_ok(),
+            "another token is apart"
+        );
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(guard.admit_key(&key).is_ok());
     }
 }

@@ -13,7 +13,15 @@
 //! others' *new* authentications for a while (those agents back off on 429 and retry). Requests without a
 //! peer address (in-process tests calling the router directly) are not throttled.
 //!
-//! Memory: both maps are bounded ([`MAX_ENTRIES`]); when one is full it is cleared, which can only forgive.
+//! Memory: both are bounded ([`MAX_ENTRIES`]). The negative cache is a `moka` cache (time to live
+//! `token_cache_secs`, the least useful entry evicted when full); the address map is cleared when full.
+//! Either can only forgive.
+//!
+//! The per-address buckets stay hand-written rather than a `governor` keyed limiter: a request must first
+//! ask "is this address out of failures?" *without* spending anything (a success costs nothing), and only
+//! a failure spends — and spending on an empty bucket must not push the address further into debt.
+//! `governor` spends a cell on every successful check and has no read-only check, so it would need the
+//! failure to be charged after the fact and a second structure to answer the question.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -21,18 +29,30 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use moka::sync::Cache;
+
 use crate::error::ApiError;
 
 const MAX_ENTRIES: usize = 100_000;
 
 /// Failed-authentication budgets per address and the negative token cache.
-#[derive(Debug)]
 pub struct AuthGuard {
+    /// Failures left per client address (absent: a full bucket).
     buckets: Mutex<HashMap<IpAddr, Bucket>>,
-    unknown: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Token hashes a lookup found unknown, each remembered `token_cache_secs`.
+    unknown: Cache<[u8; 32], ()>,
     per_sec: f64,
     burst: f64,
-    remember_for: Duration,
+}
+
+impl std::fmt::Debug for AuthGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthGuard")
+            .field("per_sec", &self.per_sec)
+            .field("burst", &self.burst)
+            .field("unknown", &self.unknown.entry_count())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -45,10 +65,12 @@ impl AuthGuard {
     pub fn new(per_sec: f64, burst: f64, remember_for: Duration) -> AuthGuard {
         AuthGuard {
             buckets: Mutex::new(HashMap::new()),
-            unknown: Mutex::new(HashMap::new()),
+            unknown: Cache::builder()
+                .max_capacity(MAX_ENTRIES as u64)
+                .time_to_live(remember_for)
+                .build(),
             per_sec,
             burst,
-            remember_for,
         }
     }
 
@@ -64,13 +86,7 @@ impl AuthGuard {
         if let Some(ip) = ip {
             self.admit(ip, now)?;
         }
-        let hash = token_hash;
-        let known_bad = self
-            .unknown
-            .lock()
-            .unwrap()
-            .get(&hash)
-            .is_some_and(|at| now.saturating_duration_since(*at) < self.remember_for);
+        let known_bad = self.unknown.contains_key(&token_hash);
         let result = if known_bad {
             Err(ApiError::Unauthenticated)
         } else {
@@ -81,11 +97,7 @@ impl AuthGuard {
                 self.fail(ip, now);
             }
             if !known_bad {
-                let mut unknown = self.unknown.lock().unwrap();
-                if unknown.len() >= MAX_ENTRIES {
-                    unknown.clear();
-                }
-                unknown.insert(hash, now);
+                self.unknown.insert(token_hash, ());
             }
         }
         result

@@ -18,6 +18,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use maud::html;
 
 use super::layout::{self, Viewer};
@@ -29,7 +30,7 @@ use crate::error::ApiError;
 pub const COOKIE: &str = "apiary_dash";
 
 /// How long a sign-in lasts, in seconds (12 hours).
-const MAX_AGE_SECS: u32 = 12 * 3600;
+const MAX_AGE_SECS: i64 = 12 * 3600;
 
 /// Longest token accepted (tokens are 68 characters).
 const MAX_TOKEN_LEN: usize = 200;
@@ -43,7 +44,8 @@ where
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        let Some(token) = cookie_token(&parts.headers) else {
+        let jar = CookieJar::from_headers(&parts.headers);
+        let Some(token) = cookie_token(&jar) else {
             return Err(Redirect::to("/sign-in").into_response());
         };
         let auth = AuthState::from_ref(state);
@@ -57,7 +59,7 @@ where
             ) => Err(layout::error_page(e)),
             // Unknown, revoked, operator, or lacking `read`: sign in again.
             _ => Err((
-                [(header::SET_COOKIE, clear_cookie(is_https(&parts.headers)))],
+                jar.add(clear_cookie(is_https(&parts.headers))),
                 Redirect::to("/sign-in"),
             )
                 .into_response()),
@@ -66,15 +68,9 @@ where
 }
 
 /// The token in the request's [`COOKIE`], if any.
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.trim().to_string())
+fn cookie_token(jar: &CookieJar) -> Option<String> {
+    jar.get(COOKIE)
+        .map(|c| c.value().to_string())
         .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_LEN)
 }
 
@@ -86,14 +82,28 @@ fn is_https(headers: &HeaderMap) -> bool {
         || h("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"))
 }
 
-fn set_cookie(token: &str, https: bool) -> String {
-    let secure = if https { "; Secure" } else { "" };
-    format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={MAX_AGE_SECS}{secure}")
+/// The sign-in cookie holding `token`: `HttpOnly`, `SameSite=Strict`, `Path=/`, [`MAX_AGE_SECS`], and
+/// `Secure` when the browser came over https.
+fn set_cookie(token: String, https: bool) -> Cookie<'static> {
+    session_cookie(token, MAX_AGE_SECS, https)
 }
 
-fn clear_cookie(https: bool) -> String {
-    let secure = if https { "; Secure" } else { "" };
-    format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
+/// The same cookie emptied, with `Max-Age=0`: the browser drops it.
+fn clear_cookie(https: bool) -> Cookie<'static> {
+    session_cookie(String::new(), 0, https)
+}
+
+fn session_cookie(value: String, max_age_secs: i64, https: bool) -> Cookie<'static> {
+    let mut cookie = Cookie::build((COOKIE, value))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(max_age_secs))
+        .build();
+    if https {
+        cookie.set_secure(true);
+    }
+    cookie
 }
 
 /// True when a state-changing request comes from a page of this host: its `Origin`'s host and port
@@ -151,6 +161,7 @@ pub async fn sign_in(
     State(auth): State<AuthState>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
+    jar: CookieJar,
     body: Bytes,
 ) -> Response {
     if !same_origin(&headers) {
@@ -172,7 +183,7 @@ pub async fn sign_in(
     let ip = peer.map(|Extension(ConnectInfo(a))| a.ip());
     match auth.authenticate(ip, &token).await {
         Ok(Caller::Tenant(p)) if p.has(Scope::Read) => (
-            [(header::SET_COOKIE, set_cookie(&token, is_https(&headers)))],
+            jar.add(set_cookie(token, is_https(&headers))),
             Redirect::to("/"),
         )
             .into_response(),
@@ -192,12 +203,12 @@ pub async fn sign_in(
 }
 
 /// `POST /sign-out`.
-pub async fn sign_out(headers: HeaderMap) -> Response {
+pub async fn sign_out(headers: HeaderMap, jar: CookieJar) -> Response {
     if !same_origin(&headers) {
         return cross_site();
     }
     (
-        [(header::SET_COOKIE, clear_cookie(is_https(&headers)))],
+        jar.add(clear_cookie(is_https(&headers))),
         Redirect::to("/sign-in"),
     )
         .into_response()
@@ -247,12 +258,29 @@ mod tests {
     #[test]
     fn the_cookie_is_read_among_others_and_is_strict_and_http_only() {
         let h = headers(&[("cookie", "a=1; apiary_dash=apy_abc ; b=2")]);
-        assert_eq!(cookie_token(&h).as_deref(), Some("apy_abc"));
-        assert_eq!(cookie_token(&headers(&[("cookie", "apiary_dash=")])), None);
-        let c = set_cookie("apy_x", true);
-        for part in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/"] {
+        let jar = |h: &HeaderMap| CookieJar::from_headers(h);
+        assert_eq!(cookie_token(&jar(&h)).as_deref(), Some("apy_abc"));
+        let empty = headers(&[("cookie", "apiary_dash=")]);
+        assert_eq!(cookie_token(&jar(&empty)), None);
+        let c = set_cookie("apy_x".into(), true).to_string();
+        for part in [
+            "apiary_dash=apy_x;",
+            "HttpOnly",
+            "SameSite=Strict",
+            "Secure",
+            "Path=/",
+            "Max-Age=43200",
+        ] {
             assert!(c.contains(part), "{c}");
         }
-        assert!(!set_cookie("apy_x", false).contains("Secure"));
+        assert!(!set_cookie("apy_x".into(), false)
+            .to_string()
+            .contains("Secure"));
+        let cleared = clear_cookie(false).to_string();
+        assert!(
+            cleared.starts_with("apiary_dash=;") && cleared.contains("Max-Age=0"),
+            "{cleared}"
+        );
+        assert!(!cleared.contains("Expires"), "{cleared}");
     }
 }

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use maud::html;
 use serde::Deserialize;
 
@@ -68,37 +69,37 @@ fn cookie_name(state: &AppState) -> String {
 }
 
 /// The session id in the request's cookie, if any.
-fn cookie_session(state: &AppState, headers: &HeaderMap) -> Option<String> {
-    let name = cookie_name(state);
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, value)| value.trim().to_string())
+fn cookie_session(state: &AppState, jar: &CookieJar) -> Option<String> {
+    jar.get(&cookie_name(state))
+        .map(|c| c.value().to_string())
         .filter(|v| v.len() == 64)
 }
 
 /// True when the request carries the cookie of an open session.
 pub(super) fn signed_in(state: &AppState, headers: &HeaderMap) -> bool {
-    cookie_session(state, headers).is_some_and(|id| state.page_sessions.is_open(&id))
+    cookie_session(state, &CookieJar::from_headers(headers))
+        .is_some_and(|id| state.page_sessions.is_open(&id))
 }
 
-fn set_cookie(state: &AppState, id: &str) -> String {
-    format!(
-        "{}={id}; Path=/settings; HttpOnly; SameSite=Strict; Max-Age={}",
-        cookie_name(state),
-        SESSION_TTL.as_secs()
-    )
+/// The session cookie holding `id`: `HttpOnly`, `SameSite=Strict`, `Path=/settings`, for the
+/// session's lifetime. Never `Secure`: the page is served over plain HTTP on loopback.
+fn set_cookie(state: &AppState, id: String) -> Cookie<'static> {
+    session_cookie(state, id, SESSION_TTL.as_secs())
 }
 
-fn clear_cookie(state: &AppState) -> String {
-    format!(
-        "{}=; Path=/settings; HttpOnly; SameSite=Strict; Max-Age=0",
-        cookie_name(state)
-    )
+/// The same cookie emptied, with `Max-Age=0`: the browser drops it.
+fn clear_cookie(state: &AppState) -> Cookie<'static> {
+    session_cookie(state, String::new(), 0)
+}
+
+fn session_cookie(state: &AppState, value: String, max_age_secs: u64) -> Cookie<'static> {
+    let max_age = i64::try_from(max_age_secs).unwrap_or(i64::MAX);
+    Cookie::build((cookie_name(state), value))
+        .path("/settings")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(max_age))
+        .build()
 }
 
 /// `GET /settings/sign-in`.
@@ -138,6 +139,7 @@ pub struct SignIn {
 pub async fn sign_in(
     State(state): State<AppState>,
     headers: HeaderMap,
+    jar: CookieJar,
     form: Result<Form<SignIn>, FormRejection>,
 ) -> Response {
     if !super::origin_is_own(&state, &headers) {
@@ -151,11 +153,7 @@ pub async fn sign_in(
     if token_matches(token, &state.settings_token) {
         let id = state.page_sessions.open();
         tracing::info!("settings page: signed in");
-        return (
-            [(header::SET_COOKIE, set_cookie(&state, &id))],
-            Redirect::to("/settings"),
-        )
-            .into_response();
+        return (jar.add(set_cookie(&state, id)), Redirect::to("/settings")).into_response();
     }
     if token_matches(token, &state.token) {
         return sign_in_page(
@@ -173,18 +171,19 @@ pub async fn sign_in(
 }
 
 /// `POST /settings/sign-out`.
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn sign_out(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    jar: CookieJar,
+) -> Response {
     if !super::origin_is_own(&state, &headers) {
         return layout::cross_site();
     }
-    if let Some(id) = cookie_session(&state, &headers) {
+    if let Some(id) = cookie_session(&state, &jar) {
         state.page_sessions.close(&id);
     }
-    (
-        [(header::SET_COOKIE, clear_cookie(&state))],
-        Redirect::to("/settings/sign-in"),
-    )
-        .into_response()
+    let cleared = clear_cookie(&state);
+    (jar.add(cleared), Redirect::to("/settings/sign-in")).into_response()
 }
 
 #[cfg(test)]
