@@ -20,11 +20,11 @@ use uuid::Uuid;
 use super::docs::ReadErrors;
 use super::extract::{Path, Query};
 use crate::alerts::destination::{self, Kind};
-use crate::alerts::evaluate::{rule, Rule, RULE_COLUMNS};
 use crate::alerts::RuleKind;
 use crate::auth::{Principal, Scope};
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::store::alert_rules::{self as store, Rule};
 
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::BadRequest {
@@ -178,22 +178,15 @@ pub async fn create_destination(
         }
     };
     let id = format!("ad_{}", Uuid::new_v4().simple());
-    let created: Option<(DateTime<Utc>,)> = sqlx::query_as(
-        "INSERT INTO alert_destinations (tenant_id, destination_id, kind, url, secret, name)
-         SELECT $1, $2, $3, $4, $5, $6
-         WHERE (SELECT count(*) FROM alert_destinations WHERE tenant_id = $1) < $7
-         RETURNING created_at",
-    )
-    .bind(tenant_id)
-    .bind(&id)
-    .bind(kind.as_str())
-    .bind(url.as_str())
-    .bind(&secret)
-    .bind(&asked.name)
-    .bind(MAX_PER_TENANT)
-    .fetch_optional(pool)
-    .await?;
-    let Some((created_at,)) = created else {
+    let row = store::NewDestination {
+        destination_id: &id,
+        kind: kind.as_str(),
+        url: url.as_str(),
+        secret: secret.as_deref(),
+        name: asked.name.as_deref(),
+    };
+    let created = store::insert_destination(pool, tenant_id, row, MAX_PER_TENANT).await?;
+    let Some(created_at) = created else {
         return Err(invalid(format!(
             "the tenant already has {MAX_PER_TENANT} destinations"
         )));
@@ -231,25 +224,18 @@ pub async fn destinations(
     pool: &sqlx::PgPool,
     tenant_id: Uuid,
 ) -> Result<DestinationList, ApiError> {
-    type Row = (String, String, String, Option<String>, bool, DateTime<Utc>);
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT destination_id, kind, url, name, secret IS NOT NULL, created_at
-         FROM alert_destinations WHERE tenant_id = $1 ORDER BY created_at, destination_id",
-    )
-    .bind(tenant_id)
-    .fetch_all(pool)
-    .await?;
+    let rows = store::destinations(pool, tenant_id).await?;
     Ok(DestinationList {
         destinations: rows
             .into_iter()
-            .filter_map(|(id, kind, url, name, has_secret, at)| {
+            .filter_map(|d| {
                 Some(DestinationBody::new(
-                    id,
-                    Kind::parse(&kind)?,
-                    &url,
-                    name,
-                    has_secret,
-                    at,
+                    d.destination_id,
+                    Kind::parse(&d.kind)?,
+                    &d.url,
+                    d.name,
+                    d.has_secret,
+                    d.created_at,
                 ))
             })
             .collect(),
@@ -270,27 +256,13 @@ pub async fn delete_destination(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     principal.require(Scope::Admin)?;
-    let used: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM alert_rules WHERE tenant_id = $1 AND destination_id = $2",
-    )
-    .bind(principal.tenant_id)
-    .bind(&id)
-    .fetch_one(&state.pool)
-    .await?;
+    let used = store::rules_sending_to(&state.pool, principal.tenant_id, &id).await?;
     if used > 0 {
         return Err(invalid(format!(
             "{used} rule(s) send to this destination: delete them first"
         )));
     }
-    let done = sqlx::query(
-        "DELETE FROM alert_destinations WHERE tenant_id = $1 AND destination_id = $2
-           AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.tenant_id = $1 AND n.destination_id = $2 AND n.state = 'pending')",
-    )
-    .bind(principal.tenant_id)
-    .bind(&id)
-    .execute(&state.pool)
-    .await?;
-    if done.rows_affected() == 1 {
+    if store::delete_destination(&state.pool, principal.tenant_id, &id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("destination"))
@@ -542,14 +514,7 @@ pub async fn create_rule(
     asked: NewRule,
 ) -> Result<RuleBody, ApiError> {
     let asked = asked.check()?;
-    let dest: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM alert_destinations WHERE tenant_id = $1 AND destination_id = $2",
-    )
-    .bind(tenant_id)
-    .bind(&asked.destination_id)
-    .fetch_one(pool)
-    .await?;
-    if dest == 0 {
+    if !store::destination_exists(pool, tenant_id, &asked.destination_id).await? {
         return Err(invalid("destination_id: no such destination"));
     }
     if let Some(b) = &asked.budget_id {
@@ -561,32 +526,23 @@ pub async fn create_rule(
         }
     }
     let id = format!("ar_{}", Uuid::new_v4().simple());
-    let row: Option<_> = sqlx::query_as(&format!(
-        "INSERT INTO alert_rules (tenant_id, rule_id, kind, name, destination_id, budget_id, statuses,
-                                  min_duration_secs, backlog_events, silence_hours)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
-         WHERE (SELECT count(*) FROM alert_rules WHERE tenant_id = $1) < $11
-         RETURNING {RULE_COLUMNS}"
-    ))
-    .bind(tenant_id)
-    .bind(&id)
-    .bind(asked.kind.as_str())
-    .bind(&asked.name)
-    .bind(&asked.destination_id)
-    .bind(&asked.budget_id)
-    .bind(&asked.statuses)
-    .bind(asked.min_duration_secs)
-    .bind(asked.backlog_events)
-    .bind(asked.silence_hours)
-    .bind(MAX_PER_TENANT)
-    .fetch_optional(pool)
-    .await?;
-    let Some(row) = row else {
+    let row = store::NewRule {
+        rule_id: &id,
+        kind: asked.kind,
+        name: asked.name.as_deref(),
+        destination_id: &asked.destination_id,
+        budget_id: asked.budget_id.as_deref(),
+        statuses: asked.statuses.as_deref(),
+        min_duration_secs: asked.min_duration_secs,
+        backlog_events: asked.backlog_events,
+        silence_hours: asked.silence_hours,
+    };
+    let Some(stored) = store::insert_rule(pool, tenant_id, row, MAX_PER_TENANT).await? else {
         return Err(invalid(format!(
             "the tenant already has {MAX_PER_TENANT} rules"
         )));
     };
-    rule(row)
+    stored
         .map(RuleBody::from)
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("a stored rule does not parse")))
 }
@@ -608,7 +564,7 @@ pub async fn list_rules(
 
 pub async fn rules(pool: &sqlx::PgPool, tenant_id: Uuid) -> Result<RuleList, ApiError> {
     let mut conn = pool.acquire().await?;
-    let rules = crate::alerts::evaluate::rules(&mut conn, tenant_id).await?;
+    let rules = store::rules(&mut conn, tenant_id).await?;
     Ok(RuleList {
         rules: rules.into_iter().map(RuleBody::from).collect(),
     })
@@ -628,12 +584,7 @@ pub async fn delete_rule(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     principal.require(Scope::Admin)?;
-    let done = sqlx::query("DELETE FROM alert_rules WHERE tenant_id = $1 AND rule_id = $2")
-        .bind(principal.tenant_id)
-        .bind(&id)
-        .execute(&state.pool)
-        .await?;
-    if done.rows_affected() == 1 {
+    if store::delete_rule(&state.pool, principal.tenant_id, &id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("rule"))
@@ -719,71 +670,37 @@ pub async fn alerts(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_param("limit", "1 to 1000"));
     }
-    type Row = (
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-        Value,
-        DateTime<Utc>,
-        Option<DateTime<Utc>>,
-        Value,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT a.alert_id, a.rule_id, r.kind, a.state, a.subject, a.summary, a.details, a.fired_at,
-                a.resolved_at,
-                COALESCE((SELECT jsonb_agg(jsonb_build_object('event', n.event,
-                    'idempotency_key', n.idempotency_key, 'state', n.state, 'attempts', n.attempts,
-                    'last_error', n.last_error, 'delivered_at', n.delivered_at) ORDER BY n.created_at)
-                  FROM notifications n WHERE n.tenant_id = a.tenant_id AND n.alert_id = a.alert_id), '[]')
-         FROM alerts a JOIN alert_rules r USING (tenant_id, rule_id)
-         WHERE a.tenant_id = $1 AND ($2::text IS NULL OR a.state = $2)
-         ORDER BY a.fired_at DESC, a.alert_id DESC LIMIT $3",
-    )
-    .bind(tenant_id)
-    .bind(&params.state)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
+    let rows = crate::store::alerts::list(pool, tenant_id, params.state.as_deref(), limit).await?;
     Ok(AlertList {
         alerts: rows
             .into_iter()
-            .filter_map(
-                |(id, rule_id, kind, st, subject, summary, details, fired, resolved, notes)| {
-                    let notifications = notes
-                        .as_array()
-                        .map(|a| {
-                            a.iter()
-                                .map(|n| NotificationBody {
-                                    event: n["event"].as_str().unwrap_or_default().into(),
-                                    idempotency_key: n["idempotency_key"]
-                                        .as_str()
-                                        .unwrap_or_default()
-                                        .into(),
-                                    state: n["state"].as_str().unwrap_or_default().into(),
-                                    attempts: n["attempts"].as_i64().unwrap_or(0) as i32,
-                                    last_error: n["last_error"].as_str().map(str::to_string),
-                                    delivered_at: n["delivered_at"].as_str().map(str::to_string),
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    Some(AlertBody {
-                        alert_id: id,
-                        rule_id,
-                        kind: RuleKind::parse(&kind)?,
-                        state: st,
-                        subject,
-                        summary,
-                        details,
-                        fired_at: rfc3339(fired),
-                        resolved_at: resolved.map(rfc3339),
-                        notifications,
+            .filter_map(|a| {
+                let notifications = a
+                    .notifications
+                    .0
+                    .into_iter()
+                    .map(|n| NotificationBody {
+                        event: n.event,
+                        idempotency_key: n.idempotency_key,
+                        state: n.state,
+                        attempts: n.attempts,
+                        last_error: n.last_error,
+                        delivered_at: n.delivered_at,
                     })
-                },
-            )
+                    .collect();
+                Some(AlertBody {
+                    alert_id: a.alert_id,
+                    rule_id: a.rule_id,
+                    kind: RuleKind::parse(&a.kind)?,
+                    state: a.state,
+                    subject: a.subject,
+                    summary: a.summary,
+                    details: a.details,
+                    fired_at: rfc3339(a.fired_at),
+                    resolved_at: a.resolved_at.map(rfc3339),
+                    notifications,
+                })
+            })
             .collect(),
     })
 }
