@@ -357,7 +357,20 @@ mod tests {
             state: AlertState::Firing,
             subject: "bu_1".into(),
             summary: "Budget \"team\" reached 80%".into(),
-            details: json!({}),
+            details: apiary_schema::alert::AlertDetails::Budget(
+                apiary_schema::alert::BudgetDetails {
+                    budget_id: "bu_1".into(),
+                    budget_name: Some("team".into()),
+                    threshold_percent: 80,
+                    unit: "usd".into(),
+                    spent: 80,
+                    limit: 100,
+                    period: "month".into(),
+                    period_start: Utc::now(),
+                    period_end: Utc::now(),
+                    crossed_at: Utc::now(),
+                },
+            ),
             fired_at: Utc::now(),
             resolved_at: None,
         };

@@ -2,9 +2,11 @@
 //! alert `firing` (plus its notification), a firing alert whose episode no longer holds is `resolved`
 //! (plus its notification) — all in one transaction under the tenant's advisory lock.
 
-use apiary_schema::alert::{AlertBody, AlertNotification, AlertState};
+use apiary_schema::alert::{
+    AlertBody, AlertDetails, AlertNotification, AlertState, BudgetDetails, DeviceBacklogDetails,
+    DeviceOfflineDetails, SessionStatusDetails, SilenceDetails,
+};
 use chrono::{DateTime, Datelike, NaiveTime, TimeDelta, Utc, Weekday};
-use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -25,7 +27,7 @@ struct Episode {
     key: String,
     subject: String,
     summary: String,
-    details: Value,
+    details: AlertDetails,
 }
 
 /// Evaluates every tenant that has rules.
@@ -145,7 +147,7 @@ async fn resolve(
             state: AlertState::Resolved,
             subject: r.subject.clone(),
             summary: r.summary.clone(),
-            details: r.details.clone(),
+            details: r.details.0.clone(),
             fired_at: r.fired_at,
             resolved_at: Some(r.resolved_at),
         };
@@ -196,11 +198,17 @@ async fn budget(
                         amount(limit),
                         rfc3339(start)
                     ),
-                    details: json!({
-                        "budget_id": id, "budget_name": name, "threshold_percent": threshold,
-                        "unit": unit, "spent": spent, "limit": limit, "period": period,
-                        "period_start": rfc3339(start), "period_end": rfc3339(end),
-                        "crossed_at": rfc3339(crossed_at),
+                    details: AlertDetails::Budget(BudgetDetails {
+                        budget_id: id.clone(),
+                        budget_name: name.clone(),
+                        threshold_percent: threshold,
+                        unit: unit.clone(),
+                        spent,
+                        limit,
+                        period: period.clone(),
+                        period_start: start,
+                        period_end: end,
+                        crossed_at,
                     }),
                 }
             },
@@ -257,9 +265,13 @@ async fn sessions(
                 rfc3339(since),
                 view.cause
             ),
-            details: json!({
-                "session_id": r.session_id, "status": status, "since": rfc3339(since),
-                "cause": view.cause, "user_id": r.user_id, "device_id": r.device_id,
+            details: AlertDetails::SessionStatus(SessionStatusDetails {
+                session_id: r.session_id.clone(),
+                status: status.clone(),
+                since,
+                cause: view.cause.clone(),
+                user_id: r.user_id.clone(),
+                device_id: r.device_id.clone(),
             }),
         });
     }
@@ -292,9 +304,12 @@ async fn devices(
                 key: format!("offline:{device}:{}", heard.timestamp_millis()),
                 subject: device.clone(),
                 summary: format!("Device {device} is offline: last heard {}", rfc3339(heard)),
-                details: json!({
-                    "device_id": device, "user_id": user, "last_heard_at": rfc3339(heard),
-                    "backlog_events": backlog, "agent_version": version,
+                details: AlertDetails::DeviceOffline(DeviceOfflineDetails {
+                    device_id: device.clone(),
+                    user_id: user,
+                    last_heard_at: heard,
+                    backlog_events: backlog,
+                    agent_version: version,
                 }),
             });
         } else if let (Some(limit), Some(b)) = (rule.backlog_events, backlog) {
@@ -312,9 +327,13 @@ async fn devices(
                     summary: format!(
                         "Device {device} has {b} events waiting to be sent (limit {limit})"
                     ),
-                    details: json!({
-                        "device_id": device, "user_id": user, "last_heard_at": rfc3339(heard),
-                        "backlog_events": b, "backlog_limit": limit, "agent_version": version,
+                    details: AlertDetails::DeviceBacklog(DeviceBacklogDetails {
+                        device_id: device.clone(),
+                        user_id: user,
+                        last_heard_at: heard,
+                        backlog_events: b,
+                        backlog_limit: limit,
+                        agent_version: version,
                     }),
                 });
             }
@@ -360,9 +379,12 @@ async fn silence(
                 "Device {device} was active on {days} of the last 5 working days but has sent nothing since {} (telemetry may have stopped)",
                 rfc3339(heard)
             ),
-            details: json!({
-                "device_id": device, "user_id": user, "last_heard_at": rfc3339(heard),
-                "active_working_days": days, "silence_hours": hours,
+            details: AlertDetails::Silence(SilenceDetails {
+                device_id: device.clone(),
+                user_id: user,
+                last_heard_at: heard,
+                active_working_days: days,
+                silence_hours: hours,
             }),
         })
         .collect())

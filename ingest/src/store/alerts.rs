@@ -9,7 +9,7 @@
 //!   (`ON CONFLICT DO NOTHING`), with its payload stored as sent: every retry sends the same bytes.
 //! - Every statement names its tenant (`tenant_id = $1`).
 
-use apiary_schema::alert::AlertNotification;
+use apiary_schema::alert::{AlertDetails, AlertNotification};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
@@ -55,7 +55,7 @@ pub struct NewAlert<'a> {
     pub episode: &'a str,
     pub subject: &'a str,
     pub summary: &'a str,
-    pub details: &'a Value,
+    pub details: &'a AlertDetails,
 }
 
 /// Inserts a firing alert; its firing time, or None when its episode has fired before.
@@ -76,7 +76,7 @@ pub async fn insert_alert(
     .bind(a.episode)
     .bind(a.subject)
     .bind(a.summary)
-    .bind(a.details)
+    .bind(Json(a.details))
     .fetch_optional(conn)
     .await
 }
@@ -113,7 +113,8 @@ pub struct ResolvedAlert {
     pub alert_id: String,
     pub subject: String,
     pub summary: String,
-    pub details: Value,
+    /// As the alert fired with them (written by [`insert_alert`]).
+    pub details: Json<AlertDetails>,
     pub fired_at: DateTime<Utc>,
     pub resolved_at: DateTime<Utc>,
 }
