@@ -179,8 +179,8 @@ async fn main() -> anyhow::Result<()> {
         } else {
             b["limit_tokens"] = ((50_000_000 + i * 1_000_000) * big).into();
         }
-        let asked: apiary_ingest::routes::budgets::NewBudget = serde_json::from_value(b)?;
-        apiary_ingest::routes::budgets::create(&pool, &reads, b_tenant, asked)
+        let asked: apiary_ingest::service::budgets::NewBudget = serde_json::from_value(b)?;
+        apiary_ingest::service::budgets::create(&pool, &reads, b_tenant, asked)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

@@ -247,7 +247,7 @@ fn parse_tier(text: &str) -> anyhow::Result<apiary_schema::prices::TierSpec> {
 }
 
 async fn price(pool: &sqlx::PgPool, action: PriceAction) -> anyhow::Result<()> {
-    use crate::routes::prices as api;
+    use crate::service::prices as api;
     match action {
         PriceAction::Add {
             tenant,
@@ -356,7 +356,7 @@ async fn budget(
     settings: &IngestSettings,
     action: BudgetAction,
 ) -> anyhow::Result<()> {
-    use crate::routes::budgets as api;
+    use crate::service::budgets as api;
     let db = crate::query::ReadDb::new(pool.clone(), crate::status::rules(settings));
     match action {
         BudgetAction::Create {
@@ -484,7 +484,7 @@ async fn alert(
     settings: &IngestSettings,
     action: AlertAction,
 ) -> anyhow::Result<()> {
-    use crate::routes::alerts as api;
+    use crate::service::alerts as api;
     let fail = |e: crate::error::ApiError| anyhow::anyhow!("{e}");
     match action {
         AlertAction::Destination {

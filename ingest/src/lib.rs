@@ -37,7 +37,8 @@
 //! ## Modules
 //! [`auth`] tokens · [`access`] read scopes · [`config`] settings · [`cli`] commands · [`state`] the
 //! application state and its parts · [`startup`] server, shutdown, maintenance · [`routes`] one file
-//! per route group, and the OpenAPI document generated from them · [`query`] reads (typed parameters,
+//! per route group, and the OpenAPI document generated from them · [`service`] the prices, budgets and
+//! alerts operations the routes and the command line share · [`query`] reads (typed parameters,
 //! pure planners, thin fetches, typed answers) · [`status`] session status rules · [`intake`] batch
 //! checks (pure, with their own error) · [`import`] export bundles · [`metrics`] Prometheus ·
 //! [`error`] the API error · [`stream`] the live stream (`GET /v1/stream`).
@@ -70,6 +71,7 @@ pub mod metrics;
 pub mod query;
 pub mod rollups;
 pub mod routes;
+pub mod service;
 pub mod startup;
 pub mod state;
 pub mod status;

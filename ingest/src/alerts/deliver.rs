@@ -21,27 +21,17 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::Sha256;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use super::destination::{self, Kind, ResolveError};
 use crate::config::AlertSettings;
+use crate::store::notifications::{self as store, Settled};
 
 /// Notifications claimed per round.
 const CLAIM: i64 = 16;
 /// How often the outbox is polled when it had nothing due.
 const POLL: Duration = Duration::from_millis(500);
 
-/// A claimed notification and its destination.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub tenant_id: Uuid,
-    pub notification_id: String,
-    pub payload: Value,
-    pub attempts: i32,
-    pub kind: String,
-    pub url: String,
-    pub secret: Option<String>,
-}
+pub use crate::store::notifications::Claimed;
 
 /// What a delivery attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,67 +226,16 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// each tenant's in a statement of its own (a `FOR UPDATE` over every tenant is a multi-shard query
 /// Citus refuses; one tenant's rows live on one worker).
 pub async fn claim(pool: &PgPool, lease: Duration) -> Result<Vec<Claimed>, sqlx::Error> {
-    let tenants: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT tenant_id FROM notifications
-         WHERE state = 'pending' AND next_attempt_at <= now()
-           AND (lease_until IS NULL OR lease_until < now())
-         GROUP BY tenant_id ORDER BY min(next_attempt_at), tenant_id LIMIT $1",
-    )
-    .bind(CLAIM)
-    .fetch_all(pool)
-    .await?;
+    let tenants = store::due_tenants(pool, CLAIM).await?;
     let mut out = Vec::new();
     for tenant in tenants {
         let room = CLAIM - out.len() as i64;
         if room <= 0 {
             break;
         }
-        out.extend(claim_tenant(pool, tenant, room, lease).await?);
+        out.extend(store::claim_tenant(pool, tenant, room, lease).await?);
     }
     Ok(out)
-}
-
-async fn claim_tenant(
-    pool: &PgPool,
-    tenant: Uuid,
-    limit: i64,
-    lease: Duration,
-) -> Result<Vec<Claimed>, sqlx::Error> {
-    type Row = (Uuid, String, Value, i32, String, String, Option<String>);
-    let rows: Vec<Row> = sqlx::query_as(
-        "WITH due AS (
-             SELECT tenant_id, notification_id FROM notifications
-             WHERE tenant_id = $3 AND state = 'pending' AND next_attempt_at <= now()
-               AND (lease_until IS NULL OR lease_until < now())
-             ORDER BY next_attempt_at
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED)
-         UPDATE notifications n
-            SET lease_until = now() + make_interval(secs => $2), attempts = n.attempts + 1
-           FROM due, alert_destinations d
-          WHERE n.tenant_id = $3 AND n.notification_id = due.notification_id
-            AND d.tenant_id = $3 AND d.destination_id = n.destination_id
-         RETURNING n.tenant_id, n.notification_id, n.payload, n.attempts, d.kind, d.url, d.secret",
-    )
-    .bind(limit)
-    .bind(lease.as_secs_f64())
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(tenant_id, notification_id, payload, attempts, kind, url, secret)| Claimed {
-                tenant_id,
-                notification_id,
-                payload,
-                attempts,
-                kind,
-                url,
-                secret,
-            },
-        )
-        .collect())
 }
 
 /// Records an attempt's outcome, if the claim is still ours (same attempt number).
@@ -311,47 +250,26 @@ pub async fn record(
         cap: Duration::from_secs(settings.retry_cap_secs),
     };
     let (state, delay, error) = match outcome {
-        Outcome::Delivered => ("delivered", Duration::ZERO, None),
-        Outcome::Permanent(e) => ("dead", Duration::ZERO, Some(e.as_str())),
+        Outcome::Delivered => (Settled::Delivered, Duration::ZERO, None),
+        Outcome::Permanent(e) => (Settled::Dead, Duration::ZERO, Some(e.as_str())),
         Outcome::Retry(_, e) if c.attempts >= settings.max_attempts as i32 => {
-            ("dead", Duration::ZERO, Some(e.as_str()))
+            (Settled::Dead, Duration::ZERO, Some(e.as_str()))
         }
         Outcome::Retry(after, e) => (
-            "pending",
+            Settled::Pending,
             policy.delay(c.attempts.max(1) as u32, *after),
             Some(e.as_str()),
         ),
     };
-    // The delivery time as a choice of SQL, not a CASE around now(): Citus refuses functions that are
-    // not immutable inside CASE or COALESCE on a distributed table.
-    let delivered_at = if state == "delivered" {
-        "now()"
-    } else {
-        "NULL"
-    };
-    sqlx::query(&format!(
-        "UPDATE notifications
-            SET state = $4, lease_until = NULL, last_error = $5,
-                next_attempt_at = now() + make_interval(secs => $6),
-                delivered_at = {delivered_at}
-          WHERE tenant_id = $1 AND notification_id = $2 AND attempts = $3 AND state = 'pending'"
-    ))
-    .bind(c.tenant_id)
-    .bind(&c.notification_id)
-    .bind(c.attempts)
-    .bind(state)
-    .bind(error)
-    .bind(delay.as_secs_f64())
-    .execute(pool)
-    .await?;
+    store::settle(pool, c, state, error, delay).await?;
     match state {
-        "delivered" => {
+        Settled::Delivered => {
             tracing::info!(tenant_id = %c.tenant_id, notification_id = %c.notification_id, attempts = c.attempts, "notification delivered")
         }
-        "dead" => {
+        Settled::Dead => {
             tracing::warn!(tenant_id = %c.tenant_id, notification_id = %c.notification_id, attempts = c.attempts, error = ?error, "notification dead")
         }
-        _ => {
+        Settled::Pending => {
             tracing::info!(tenant_id = %c.tenant_id, notification_id = %c.notification_id, attempts = c.attempts, error = ?error, retry_in_ms = delay.as_millis() as u64, "notification delivery failed; will retry")
         }
     }
@@ -391,6 +309,7 @@ pub async fn run(pool: PgPool, settings: Arc<AlertSettings>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn signatures_are_hmac_sha256_over_time_and_body() {
@@ -438,7 +357,20 @@ mod tests {
             state: AlertState::Firing,
             subject: "bu_1".into(),
             summary: "Budget \"team\" reached 80%".into(),
-            details: json!({}),
+            details: apiary_schema::alert::AlertDetails::Budget(
+                apiary_schema::alert::BudgetDetails {
+                    budget_id: "bu_1".into(),
+                    budget_name: Some("team".into()),
+                    threshold_percent: 80,
+                    unit: "usd".into(),
+                    spent: 80,
+                    limit: 100,
+                    period: "month".into(),
+                    period_start: Utc::now(),
+                    period_end: Utc::now(),
+                    crossed_at: Utc::now(),
+                },
+            ),
             fired_at: Utc::now(),
             resolved_at: None,
         };

@@ -59,7 +59,7 @@ pub async fn page(
             Err(e) => return layout::error_page(e),
         };
     // The budgets the token may see, as `GET /v1/budgets` answers them (its visibility rule).
-    let budgets = match crate::routes::budgets::list(
+    let budgets = match crate::service::budgets::list(
         &state.pool,
         &state.reads,
         viewer.principal.tenant_id,

@@ -9,8 +9,6 @@
 
 pub mod alerts;
 mod batches;
-mod budget_body;
-mod budget_patch;
 pub mod budgets;
 pub(crate) mod colonies;
 mod device_keys;

@@ -1,6 +1,8 @@
 //! Postgres access: the pool, migrations, event partitions and retention. Writes of a batch live in
 //! [`batch`], who may write into a session in [`owners`] (a device's row: [`device_owners`]), session
-//! state in [`sessions`], tenants and tokens in [`admin`], device signing keys in [`device_keys`].
+//! state in [`sessions`], tenants and tokens in [`admin`], device signing keys in [`device_keys`]; alert
+//! destinations and rules in [`alert_rules`], what fired and the facts rules watch in [`alerts`], the
+//! notification outbox's claims in [`notifications`].
 //!
 //! Partitions: `events` has one partition per UTC day of `effective_at`. The server creates the days
 //! around "now" at start-up and every hour, and any other day a batch needs on demand, before the batch's
@@ -13,6 +15,8 @@
 
 pub mod active;
 pub mod admin;
+pub mod alert_rules;
+pub mod alerts;
 pub mod batch;
 pub mod budgets;
 pub mod citus;
@@ -23,6 +27,7 @@ pub mod devices;
 pub mod event_rows;
 pub mod headroom;
 pub mod health;
+pub mod notifications;
 pub mod owners;
 pub mod prices;
 pub mod reprice;

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use apiary_ingest::alerts::deliver::{self, Claimed, Outcome};
 use apiary_ingest::config::{AlertSettings, IngestSettings};
-use apiary_schema::alert::{AlertBody, AlertNotification, AlertState, RuleKind};
+use apiary_schema::alert::{
+    AlertBody, AlertDetails, AlertNotification, AlertState, RuleKind, SilenceDetails,
+};
 use chrono::Utc;
 use reqwest::StatusCode;
 use secrecy::SecretString;
@@ -48,7 +50,13 @@ fn claimed(kind: &str, url: &str) -> Claimed {
                 state: AlertState::Firing,
                 subject: "dev_1".into(),
                 summary: "Device dev_1 went quiet".into(),
-                details: json!({}),
+                details: AlertDetails::Silence(SilenceDetails {
+                    device_id: "dev_1".into(),
+                    user_id: "u_1".into(),
+                    last_heard_at: Utc::now(),
+                    active_working_days: 3,
+                    silence_hours: 24,
+                }),
                 fired_at: Utc::now(),
                 resolved_at: None,
             },

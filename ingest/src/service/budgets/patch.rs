@@ -15,7 +15,7 @@
 use serde::{Deserialize, Deserializer};
 use utoipa::ToSchema;
 
-use super::budget_body::{NewBudget, ScopeBody};
+use super::body::{invalid, NewBudget, ScopeBody};
 use crate::budgets::{Budget, Unit};
 use crate::error::ApiError;
 
@@ -61,13 +61,6 @@ where
     T: Deserialize<'de>,
 {
     Option::<T>::deserialize(d).map(Some)
-}
-
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::BadRequest {
-        code: "invalid_budget",
-        message: message.into(),
-    }
 }
 
 /// Parses a `PATCH` body (a JSON object of the fields to change).

@@ -1,6 +1,6 @@
-//! The body `POST` and `PUT /v1/budgets` take ([`NewBudget`], with its [`ScopeBody`]) and its checks into
-//! a [`Budget`]: what both the routes ([`super::budgets`]) and `PATCH`'s merge ([`super::budget_patch`])
-//! build on.
+//! The body `POST` and `PUT /v1/budgets` and `apiary-ingest budget create` take ([`NewBudget`], with its
+//! [`ScopeBody`]) and its checks into a [`Budget`]: what both the operations ([`super`]) and a patch's
+//! merge ([`super::patch`]) build on.
 
 use apiary_schema::quota::BudgetScope;
 use chrono::Utc;
@@ -59,7 +59,8 @@ pub struct NewBudget {
     pub thresholds: Option<Vec<u32>>,
 }
 
-pub(super) fn invalid(message: impl Into<String>) -> ApiError {
+/// A 400 `invalid_budget` with `message` (naming the field).
+pub fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::BadRequest {
         code: "invalid_budget",
         message: message.into(),
