@@ -649,7 +649,8 @@ async fn share_names(
         .to_string();
     write_colony_day(home)?;
     let read = cloud.read_api();
-    let named = wait_for(Duration::from_secs(30), || {
+    // The agent pushes at the cadence the ingest sets: up to 30 s when the ingest is loaded.
+    let named = wait_for(Duration::from_secs(75), || {
         let (read, key) = (read.clone(), key.clone());
         async move {
             let v = read.get_ok("/v1/colonies").await.ok()?;

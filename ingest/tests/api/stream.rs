@@ -361,6 +361,7 @@ async fn a_busy_sessions_usage_is_coalesced_to_one_event_a_second_of_totals(pool
     let mut s = open(&app, &t.read, None, "").await;
     s.ready().await;
     let now = Utc::now();
+    let started = std::time::Instant::now();
     for i in 0..5 {
         let (code, _) = app
             .post_batch(
@@ -387,7 +388,10 @@ async fn a_busy_sessions_usage_is_coalesced_to_one_event_a_second_of_totals(pool
         })
         .await;
     let usage: Vec<&Sse> = got.iter().filter(|e| e.event == "usage").collect();
-    assert!(usage.len() <= 2, "{:?}", brief(&got));
+    // At most one a second: two when the five batches came within a second (a loaded machine may
+    // spread them over more).
+    let most = 2.max(1 + started.elapsed().as_secs() as usize);
+    assert!(usage.len() <= most, "{most}: {:?}", brief(&got));
     assert_eq!(usage.last().unwrap().data["input_tokens"], 50);
     assert!(s
         .drain(Duration::from_millis(1500))
