@@ -1,6 +1,5 @@
 //! The statistics every benchmark of the workspace prints, defined once so that figures from different
-//! benchmarks mean the same thing (they used to differ: a median that took the upper middle of an even
-//! count, percentiles rounded down or to the nearest index):
+//! benchmarks mean the same thing:
 //! - [`median`]: the middle value of the figures, the mean of the two middle ones for an even count;
 //! - [`percentile`]: the nearest-rank percentile of sorted values — the smallest value with at least a
 //!   fraction `p` of the values at or below it (so `percentile(v, 0.5)` of an even count is the lower

@@ -20,7 +20,7 @@
 //!   it has another `cost_source`, it is priced; without `cost_source`, it is unpriced when it has no
 //!   `cost_usd`, or a zero cost with input or output tokens. A zero-cost turn without tokens consumed
 //!   nothing, so it is free, not unpriced — this is also what the Hive adapter says (`cost_source =
-//!   reported` for it). The agent used to count it as unpriced; it was the one that drifted.
+//!   reported` for it).
 //! - `tool.call`: `status = started` adds `tool_calls_started`; `status = completed` adds `tool_calls`, and
 //!   `tool_errors` when `is_error` is true, and its `duration_ms` (the runtime's own, or the one the agent
 //!   computed by pairing the call's start and completion) to `tool_duration_ms`; `tool_calls_timed` counts

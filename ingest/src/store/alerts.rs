@@ -138,9 +138,11 @@ pub async fn resolve_alerts(
     .await
 }
 
-/// A notification of a listed alert and how its delivery went.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A notification of a listed alert and how its delivery went (read from the list query's JSON, and
+/// answered as is by `GET /v1/alerts`).
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(default)]
+#[schema(as = NotificationBody)]
 pub struct NotificationRow {
     pub event: String,
     pub idempotency_key: String,
@@ -148,7 +150,7 @@ pub struct NotificationRow {
     pub state: String,
     pub attempts: i32,
     pub last_error: Option<String>,
-    /// As Postgres writes a `timestamptz` into JSON.
+    /// When it was delivered, as Postgres writes a `timestamptz` into JSON.
     pub delivered_at: Option<String>,
 }
 

@@ -36,7 +36,7 @@ pub(crate) struct Row {
     /// The stored folds with the fold journal replayed ([`with_journal`]).
     tracker: Tracker,
     work: Work,
-    /// The session's own usage (its active time is added at read time, [`Row::own_at`]).
+    /// The session's own usage (its active time is added at read time, [`Row::body`]).
     own: Usage,
 }
 
@@ -134,25 +134,23 @@ impl Row {
         (v, d, h.progress_at)
     }
 
-    /// The session's own usage with its active time at `now` (the ingest's rollups hold active time
-    /// too).
-    fn own_at(&self, now: DateTime<Utc>, gone: &dyn Fn(&str) -> Option<DateTime<Utc>>) -> Usage {
-        let (_, d, _) = self.view(now, gone);
-        Usage {
-            active_ms: (d.active_seconds * 1000.0).round() as i128,
-            ..self.own
-        }
-    }
-
+    /// The session at `now` with `below` (the usage and statuses of what is below it; none in a
+    /// listing), and its own usage — with its active time at `now`, as the ingest's rollups hold it.
     fn body(
         &self,
-        totals: &Usage,
+        below_usage: &Usage,
         below: BTreeMap<Status, u64>,
         now: DateTime<Utc>,
         gone: &dyn Fn(&str) -> Option<DateTime<Utc>>,
-    ) -> SessionBody {
+    ) -> (SessionBody, Usage) {
         let (v, durations, progress_at) = self.view(now, gone);
-        SessionBody {
+        let own = Usage {
+            active_ms: (durations.active_seconds * 1000.0).round() as i128,
+            ..self.own
+        };
+        let mut totals = own;
+        totals.add(below_usage);
+        let body = SessionBody {
             session_id: self.session_id.clone(),
             user_id: self.user_id.clone(),
             device_id: self.device_id.clone(),
@@ -177,10 +175,11 @@ impl Row {
             last_event_at: self.last_ms.map(ms),
             last_progress_at: progress_at,
             device_last_heard_at: Some(now),
-            totals: UsageSums::from(totals),
+            totals: UsageSums::from(&totals),
             work: self.work.summary(),
             below,
-        }
+        };
+        (body, own)
     }
 }
 
@@ -233,7 +232,7 @@ pub fn list(
         .iter()
         .map(|r| {
             let b = below.remove(&r.session_id).unwrap_or_default();
-            r.body(&r.own_at(now, gone), b, now, gone)
+            r.body(&Usage::default(), b, now, gone).0
         })
         .collect();
     Ok((bodies, cursor))
@@ -442,7 +441,6 @@ impl Sub {
 
 impl Build<'_> {
     fn node(&self, r: &Row, depth: usize) -> (TreeNode, Sub) {
-        let own = r.own_at(self.now, self.gone);
         let mut below = Sub::default();
         let mut colonies: BTreeMap<String, (Vec<TreeNode>, Usage)> = BTreeMap::new();
         for c in self
@@ -460,10 +458,11 @@ impl Build<'_> {
             entry.0.push(v);
             entry.1.add(&sub.usage);
         }
+        let (session, own) = r.body(&below.usage, below.statuses.clone(), self.now, self.gone);
         let mut total = own;
         total.add(&below.usage);
         let node = TreeNode {
-            session: r.body(&total, below.statuses.clone(), self.now, self.gone),
+            session,
             usage: UsageSums::from(&own),
             colonies: colonies
                 .into_iter()

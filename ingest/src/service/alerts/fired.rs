@@ -22,17 +22,8 @@ pub struct AlertParams {
     pub limit: Option<i64>,
 }
 
-/// A notification of an alert and how its delivery went.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct NotificationBody {
-    pub event: String,
-    pub idempotency_key: String,
-    /// `pending`, `delivered` or `dead`.
-    pub state: String,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-    pub delivered_at: Option<String>,
-}
+/// A notification of an alert and how its delivery went: the stored row as it is read.
+pub use crate::store::alerts::NotificationRow as NotificationBody;
 
 /// A fired alert.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -77,19 +68,7 @@ pub async fn alerts(
         alerts: rows
             .into_iter()
             .filter_map(|a| {
-                let notifications = a
-                    .notifications
-                    .0
-                    .into_iter()
-                    .map(|n| NotificationBody {
-                        event: n.event,
-                        idempotency_key: n.idempotency_key,
-                        state: n.state,
-                        attempts: n.attempts,
-                        last_error: n.last_error,
-                        delivered_at: n.delivered_at,
-                    })
-                    .collect();
+                let notifications = a.notifications.0;
                 Some(AlertBody {
                     alert_id: a.alert_id,
                     rule_id: a.rule_id,
