@@ -93,7 +93,24 @@ _citus_installed() {
     local libdir
     libdir=$(pg_config --pkglibdir 2>/dev/null) || return 1
     # grep the library itself: `strings | grep -q` fails under pipefail (SIGPIPE) even when it matches
-    [ -f "$libdir/citus.so" ] && grep -q -a -F "Citus $CITUS_VERSION " "$libdir/citus.so"
+    [ -f "$libdir/citus.so" ] && grep -q -a -F "Citus $CITUS_VERSION " "$libdir/citus.so" &&
+        _elf_whole "$libdir/citus.so"
+}
+
+# Is FILE a whole ELF file? Its section headers come last, so a file cut short (an install that met a full
+# disk) ends before them; such a library is taken for missing and built again.
+_elf_whole() {
+    python3 - "$1" <<'PY'
+import struct, sys
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+ok = len(data) >= 64 and data[:4] == b"\x7fELF" and data[4] == 2
+if ok:
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    ok = shoff > 0 and shoff + shentsize * shnum <= len(data)
+sys.exit(0 if ok else 1)
+PY
 }
 
 _citus_install() {
