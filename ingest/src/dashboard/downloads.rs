@@ -15,11 +15,10 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::layout;
-use super::overview::{last_30_days, non_empty, page_params};
+use super::overview::{non_empty, page_params};
 use super::sessions::PAGE;
 use super::Viewer;
 use crate::access::UsageReader;
-use crate::query::colonies::ColonyParams;
 use crate::query::sessions::ListParams;
 use crate::query::usage::AnswerFormat;
 use crate::query::ReadDb;
@@ -84,14 +83,10 @@ pub async fn colonies(
     viewer: Viewer,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let mut params: ColonyParams = match query_params(&non_empty(raw.as_deref().unwrap_or(""))) {
+    let mut params = match super::fleet::colony_params(raw.as_deref()) {
         Ok(p) => p,
         Err(e) => return layout::error_page(e),
     };
-    if params.from.is_none() && params.to.is_none() {
-        let (from, to) = last_30_days(params.tz.as_ref());
-        (params.from, params.to) = (Some(from), Some(to));
-    }
     params.format = Some(AnswerFormat::Csv);
     answer(
         crate::routes::colonies::list_colonies(

@@ -15,6 +15,7 @@ use super::format;
 use super::layout::{self, Nav};
 use super::overview::{last_30_days, non_empty};
 use super::Viewer;
+use crate::error::ApiError;
 use crate::query::colonies::ColonyParams;
 use crate::query::ReadDb;
 use crate::routes::extract::query_params;
@@ -78,21 +79,27 @@ fn naming_note(names: ColonyNames) -> maud::Markup {
 }
 
 /// `GET /colonies`.
+/// The colonies page's query (and its CSV download's): the range asked for, else the overview's default
+/// range (the API's would end at the next quarter hour, which the date picker cannot show: it would read
+/// as today's midnight and leave today out when submitted).
+pub(super) fn colony_params(raw: Option<&str>) -> Result<ColonyParams, ApiError> {
+    let mut params: ColonyParams = query_params(&non_empty(raw.unwrap_or("")))?;
+    if params.from.is_none() && params.to.is_none() {
+        let (from, to) = last_30_days(params.tz.as_ref());
+        (params.from, params.to) = (Some(from), Some(to));
+    }
+    Ok(params)
+}
+
 pub async fn colonies_page(
     State(db): State<ReadDb>,
     viewer: Viewer,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let mut params: ColonyParams = match query_params(&non_empty(raw.as_deref().unwrap_or(""))) {
+    let params = match colony_params(raw.as_deref()) {
         Ok(p) => p,
         Err(e) => return layout::error_page(e),
     };
-    // The overview's default range (the API's would end at the next quarter hour, which the date
-    // picker cannot show: it would read as today's midnight and leave today out when submitted).
-    if params.from.is_none() && params.to.is_none() {
-        let (from, to) = last_30_days(params.tz.as_ref());
-        (params.from, params.to) = (Some(from), Some(to));
-    }
     let list = match crate::query::colonies::list(&db, &viewer.reader, params.into()).await {
         Ok(l) => l,
         Err(e) => return layout::error_page(e),
