@@ -1,7 +1,10 @@
 //! A session as both sides answer it: the ingest's `GET /v1/sessions`, `/v1/sessions/{id}` and trees, and
-//! the agent's local listing and trees — one type ([`SessionBody`]), so a client reads either with one
-//! parser. The agent fills what the device knows and leaves null what it does not keep per session
-//! (colony, role, worker, runtime, phase, lifecycle, input state, the last health signal).
+//! the agent's local listing and trees — one type ([`SessionBody`], in a tree [`TreeNode`] and
+//! [`ColonyNode`]), so a client reads either with one parser. The agent fills what the device knows and
+//! leaves null what it does not keep per session (colony, role, worker, runtime, phase, lifecycle, input
+//! state, the last health signal; in a tree the colony's key, label and name). A colony's
+//! `workers_by_status` is left out of the agent's trees: without agent roles the device cannot tell a
+//! worker from another child, and an empty count would read "no workers".
 
 use std::collections::BTreeMap;
 
@@ -139,4 +142,43 @@ pub struct SessionBody {
     /// below is `stalled` says so here.
     #[cfg_attr(feature = "openapi", schema(schema_with = below_schema))]
     pub below: BTreeMap<Status, u64>,
+}
+
+/// A session in the tree: the session (its `totals` are of it and everything below), its own `usage`,
+/// and its children grouped by colony.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TreeNode {
+    #[serde(flatten)]
+    pub session: SessionBody,
+    /// The session's own usage.
+    pub usage: UsageSums,
+    pub colonies: Vec<ColonyNode>,
+}
+
+/// A colony below a session: its workers and their totals.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ColonyNode {
+    /// The session the workers name as their colony (for a colony forked into its own session, that
+    /// session); the parent's own id for children that name none.
+    pub colony_id: String,
+    /// The colony's key when `colony_id` is a run of a named colony (see `GET /v1/colonies`).
+    pub colony_key: Option<String>,
+    /// The label an admin gave the colony's key (`PUT /v1/colonies/{key}/label`), if any.
+    pub colony_label: Option<String>,
+    /// The colony's name, when its run carried it (a tenant that chose `names`, a consenting device).
+    pub colony_name: Option<String>,
+    /// The worker sessions below this colony (at any depth), counted by status.
+    // None (left out) in the agent's trees: see the module notes. The ingest always fills it, so its
+    // document keeps the field required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = BTreeMap<String, u64>, required = true)
+    )]
+    pub workers_by_status: Option<BTreeMap<String, u64>>,
+    pub totals: UsageSums,
+    #[cfg_attr(feature = "openapi", schema(no_recursion))]
+    pub workers: Vec<TreeNode>,
 }

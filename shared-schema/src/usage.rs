@@ -32,7 +32,9 @@
 
 use crate::event::{CanonicalEvent, EventKind};
 
+mod stream;
 mod totals;
+pub use stream::StreamUsage;
 pub use totals::{CostBasis, Sum, Usage, UsageSums, COLUMNS};
 
 /// Largest token count accepted in one event (a bigger one is a producer bug, refused).

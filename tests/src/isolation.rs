@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use crate::events::canonical;
 use crate::ingest::ingest_cli;
 use crate::procs::last_line;
 
@@ -36,13 +37,14 @@ pub fn token(
 
 /// A canonical `llm.turn` of `session` with `tokens` input tokens, one minute ago.
 pub fn turn(session: &str, tokens: u64) -> Value {
-    json!({
-        "schema_version": 1, "event_id": uuid::Uuid::new_v4(), "type": "llm.turn",
-        "occurred_at": chrono::Utc::now() - chrono::TimeDelta::minutes(1), "runtime": "hive",
-        "native_type": "llm_turn_complete", "session_id": session, "agent_role": "queen",
-        "data": { "model": "claude-sonnet-4-5-20250929", "input_tokens": tokens, "output_tokens": 1,
-                  "cost_usd": 0.001, "cost_source": "reported" },
-    })
+    canonical(
+        "llm.turn",
+        "llm_turn_complete",
+        Some(session),
+        chrono::Utc::now() - chrono::TimeDelta::minutes(1),
+        json!({ "model": "claude-sonnet-4-5-20250929", "input_tokens": tokens, "output_tokens": 1,
+                "cost_usd": 0.001, "cost_source": "reported" }),
+    )
 }
 
 /// A worker's `llm.turn` naming `parent` as its parent session and colony.
@@ -56,22 +58,24 @@ pub fn worker_turn(session: &str, parent: &str, tokens: u64) -> Value {
 
 /// An `execution` event that marks `session` failed.
 pub fn failed(session: &str) -> Value {
-    json!({
-        "schema_version": 1, "event_id": uuid::Uuid::new_v4(), "type": "execution",
-        "occurred_at": chrono::Utc::now(), "runtime": "hive", "native_type": "execution_failed",
-        "session_id": session, "agent_role": "queen",
-        "data": { "scope": "execution", "status": "failed" },
-    })
+    canonical(
+        "execution",
+        "execution_failed",
+        Some(session),
+        chrono::Utc::now(),
+        json!({ "scope": "execution", "status": "failed" }),
+    )
 }
 
 /// A `health.signal` that marks `session` stalled (Hive's `node_stalled`).
 pub fn stalled(session: &str) -> Value {
-    json!({
-        "schema_version": 1, "event_id": uuid::Uuid::new_v4(), "type": "health.signal",
-        "occurred_at": chrono::Utc::now(), "runtime": "hive", "native_type": "node_stalled",
-        "session_id": session, "agent_role": "queen",
-        "data": { "signal": "stalled" },
-    })
+    canonical(
+        "health.signal",
+        "node_stalled",
+        Some(session),
+        chrono::Utc::now(),
+        json!({ "signal": "stalled" }),
+    )
 }
 
 /// A batch body (JSON) from `device` with these events and session bindings.

@@ -16,6 +16,8 @@
 //! - [`stack`]: a whole cloud per test (database, tenant and tokens made through the CLI, one ingest) and
 //!   the typed query API.
 //! - [`agent`]: `apiary-agent run` processes, their local API (status counters, intake) and CLI.
+//! - [`events`]: hand-built wire events — Hive-native lines and canonical events — for these tests and
+//!   the agent's and the ingest's own.
 //! - [`fixture`]: the Hive fixture day replayed into a HIVE_HOME, as NDJSON, or as canonical batches.
 //! - [`expect`]: what `/v1/usage` must answer for the fixture day, and the comparison.
 //! - [`otlp`]: OTLP exports to the agent's receiver: Claude Code's documented events (fixture) with their
@@ -42,6 +44,7 @@ pub mod agent;
 pub mod bins;
 pub mod db;
 pub mod docs;
+pub mod events;
 pub mod expect;
 pub mod fixture;
 pub mod hostile;

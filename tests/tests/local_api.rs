@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use apiary_schema::usage::StreamUsage;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tests::agent::Agent;
+use tests::events;
 use tests::sse::{Sse, SseClient};
 
 const QUEEN: &str = "session_20261125_010000_aaaa0001";
@@ -22,22 +24,17 @@ fn ndjson(
     first_seq: usize,
     lines: &[(i64, &str, Value)],
 ) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, (secs, kind, data)) in lines.iter().enumerate() {
-        let at = base + chrono::Duration::seconds(*secs);
-        let stream = match colony {
-            Some(_) => format!("worker:{session}"),
-            None => "queen".to_string(),
-        };
-        let v = json!({
-            "type": kind, "stream_id": stream, "node_id": "n", "execution_id": session, "data": data,
-            "timestamp": at.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
-            "correlation_id": null, "colony_id": colony, "seq": first_seq + i,
-        });
-        serde_json::to_writer(&mut out, &v).unwrap();
-        out.push(b'\n');
-    }
-    out
+    let out: Vec<Value> = (first_seq as u64..)
+        .zip(lines)
+        .map(|(seq, (secs, kind, data))| {
+            let at = base + chrono::Duration::seconds(*secs);
+            match colony {
+                Some(c) => events::hive_worker(kind, session, c, at, seq, data.clone()),
+                None => events::hive(kind, session, at, seq, data.clone()),
+            }
+        })
+        .collect();
+    events::ndjson(&out)
 }
 
 fn turn(tokens: u64) -> Value {
@@ -142,6 +139,13 @@ async fn the_local_list_tree_and_stream_work_with_sync_off() {
         .unwrap();
     assert_eq!(worker_usage.data["input_tokens"], 200);
     assert_eq!(worker_usage.data["events"], 3);
+    // The ingest's usage event, field for field: the device's costs are reported, its active time is
+    // the worker's two seconds before the stall.
+    let sums: StreamUsage = serde_json::from_value(worker_usage.data.clone())
+        .unwrap_or_else(|e| panic!("{e}: {}", worker_usage.data));
+    assert_eq!(sums.cost_reported_nanos, sums.cost_nanos);
+    assert_eq!((sums.cost_estimated_nanos, sums.estimated_turns), (0, 0));
+    assert!(sums.active_seconds >= 1.0, "{}", worker_usage.data);
 
     // The list: most recently active first, the statuses the detail reads say.
     let (code, list) = get(&agent, "/v1/sessions").await;
@@ -209,6 +213,13 @@ async fn the_local_list_tree_and_stream_work_with_sync_off() {
     assert_eq!(tree["colonies"][0]["workers"][0]["status"], "stalled");
     assert_eq!(tree["below"], json!({ "stalled": 1 }));
     assert_eq!(tree["colonies"][0]["totals"]["input_tokens"], 200);
+    // The ingest's colony node: what the device cannot know is null, or left out when a value would
+    // mislead (no roles, so no count of workers).
+    let colony = tree["colonies"][0].as_object().unwrap();
+    for key in ["colony_key", "colony_label", "colony_name"] {
+        assert_eq!(colony.get(key), Some(&Value::Null), "{key}: {tree}");
+    }
+    assert!(!colony.contains_key("workers_by_status"), "{tree}");
     assert_eq!(get(&agent, "/v1/sessions/nope/tree").await.0, 404);
 
     // Resume: reconnect after the first status event; exactly the rest, then what came meanwhile.

@@ -160,12 +160,8 @@ async fn a_tool_call_in_flight_is_the_activity_until_it_completes() {
     let (cloud, agent) = stack().await;
     let at = Utc::now() - chrono::Duration::seconds(30);
     let line = |seq: u64, secs: i64, ty: &str, data: Value| {
-        let ts = (at + chrono::Duration::seconds(secs)).naive_utc();
-        json!({"type": ty, "stream_id": "queen", "node_id": "queen", "execution_id": "s-act",
-            "data": data, "timestamp": ts.format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
-            "correlation_id": null, "colony_id": null, "seq": seq})
-        .to_string()
-            + "\n"
+        let at = at + chrono::Duration::seconds(secs);
+        tests::events::hive(ty, "s-act", at, seq, data).to_string() + "\n"
     };
     let started = line(
         1,

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tests::agent::Agent;
+use tests::events;
 use tests::procs::wait_for;
 use tests::stack::Cloud;
 use tests::webdriver::{browser_tools, start_headless, Browser, Driver, ENTER, TAB};
@@ -31,10 +32,10 @@ const SESSION: &str = "session_20261103_101433_5e77b0b1";
 
 /// A Hive `llm_turn_complete` line of [`SESSION`].
 fn hive_turn() -> Vec<u8> {
-    format!(
-        r#"{{"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": "{SESSION}", "data": {{"stop_reason": "tool_use", "model": "claude-sonnet-4-5-20250929", "input_tokens": 1200, "output_tokens": 40, "cost_usd": 0.004, "iteration": 1}}, "timestamp": "2026-11-03T10:15:09.412338", "seq": 1}}"#
-    )
-    .into_bytes()
+    let data = json!({"stop_reason": "tool_use", "model": "claude-sonnet-4-5-20250929",
+        "input_tokens": 1200, "output_tokens": 40, "cost_usd": 0.004, "iteration": 1});
+    let turn = events::hive("llm_turn_complete", SESSION, events::hive_day(), 1, data);
+    serde_json::to_vec(&turn).unwrap()
 }
 
 /// Presses Tab until `want` has the focus (at most 40 times).

@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{json, Value};
 use tests::agent::Agent;
+use tests::events;
 use tests::stack::{Api, Cloud};
 
 /// One native Hive line of `session`, `secs` seconds from `base`.
@@ -68,18 +69,14 @@ fn signal(secs: i64, kind: &'static str) -> Line {
 
 /// NDJSON of `lines` for `session`, times relative to `base` (naive UTC: the agent runs with zone UTC).
 fn ndjson(session: &str, base: DateTime<Utc>, lines: &[Line]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (seq, l) in lines.iter().enumerate() {
-        let at = base + chrono::Duration::seconds(l.secs);
-        let v = json!({
-            "type": l.kind, "stream_id": "queen", "node_id": "queen", "execution_id": session,
-            "data": l.data, "timestamp": at.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
-            "correlation_id": null, "colony_id": null, "seq": seq + 1,
-        });
-        serde_json::to_writer(&mut out, &v).unwrap();
-        out.push(b'\n');
-    }
-    out
+    let out: Vec<Value> = (1..)
+        .zip(lines)
+        .map(|(seq, l)| {
+            let at = base + chrono::Duration::seconds(l.secs);
+            events::hive(l.kind, session, at, seq, l.data.clone())
+        })
+        .collect();
+    events::ndjson(&out)
 }
 
 /// A cloud and an agent syncing into it.

@@ -24,12 +24,8 @@ impl Lines {
     /// One Hive event line at `t0 + ms`.
     fn line(&mut self, ms: i64, ty: &str, data: Value) -> String {
         self.seq += 1;
-        let ts = (self.t0 + chrono::Duration::milliseconds(ms)).naive_utc();
-        json!({"type": ty, "stream_id": "queen", "node_id": "queen", "execution_id": SESSION,
-            "data": data, "timestamp": ts.format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
-            "correlation_id": null, "colony_id": null, "seq": self.seq})
-        .to_string()
-            + "\n"
+        let at = self.t0 + chrono::Duration::milliseconds(ms);
+        tests::events::hive(ty, SESSION, at, self.seq, data).to_string() + "\n"
     }
 
     fn start(&mut self, ms: i64, id: &str, tool: &str) -> String {

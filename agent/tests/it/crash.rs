@@ -51,15 +51,14 @@ struct Ledger {
 
 /// An `llm_turn_complete` line with its own millisecond timestamp (`n` ms after the day started).
 fn turn(session: &str, seq: u64, n: u64) -> String {
-    let t = chrono::NaiveDate::from_ymd_opt(2026, 11, 3)
+    let at = chrono::NaiveDate::from_ymd_opt(2026, 11, 3)
         .unwrap()
         .and_hms_opt(0, 0, 0)
         .unwrap()
+        .and_utc()
         + chrono::TimeDelta::milliseconds(n as i64);
-    let ts = t.format("%Y-%m-%dT%H:%M:%S%.6f");
-    format!(
-        r#"{{"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": "{session}", "data": {{"model": "claude-sonnet-4-5-20250929", "input_tokens": 100, "output_tokens": 7}}, "timestamp": "{ts}", "correlation_id": null, "colony_id": null, "seq": {seq}}}"#
-    )
+    let data = serde_json::json!({"model": "claude-sonnet-4-5-20250929", "input_tokens": 100, "output_tokens": 7});
+    tests::events::hive("llm_turn_complete", session, at, seq, data).to_string()
 }
 
 /// The (event id, occurred_at ms) the agent computes for a line.

@@ -27,8 +27,7 @@ fn hive(kind: &str, id: &str, at_ms: i64, seq: i64, extra: Value) -> Value {
     for (k, v) in extra.as_object().into_iter().flatten() {
         data[k] = v.clone();
     }
-    json!({"type": kind, "stream_id": "queen", "node_id": "queen", "execution_id": "s1", "data": data,
-        "timestamp": t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string(), "seq": seq})
+    tests::events::hive(kind, "s1", t.with_timezone(&chrono::Utc), seq as u64, data)
 }
 
 fn start(id: &str, at_ms: i64, seq: i64) -> Value {

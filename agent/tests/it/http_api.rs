@@ -550,7 +550,15 @@ async fn sessions_are_bound_on_first_sight_and_by_registration() {
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     // A worker of session_q: its events name the queen in colony_id.
-    let worker = r#"{"type": "llm_turn_complete", "stream_id": "worker:session_w", "node_id": "session_w", "execution_id": "session_w", "data": {"model": "m", "input_tokens": 100, "output_tokens": 5, "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.5}, "timestamp": "2026-11-03T10:15:09.412338", "colony_id": "session_q", "seq": 7}"#;
+    let worker = tests::events::hive_worker(
+        "llm_turn_complete",
+        "session_w",
+        "session_q",
+        tests::events::hive_day(),
+        7,
+        json!({"model": "m", "input_tokens": 100, "output_tokens": 5, "cached_tokens": 0,
+               "cache_creation_tokens": 0, "cost_usd": 0.5}),
+    );
     let queen = support::hive_turn("session_q", 1);
     let (s, _) = app.post("/v1/events", format!("{queen}\n{worker}")).await;
     assert_eq!(s, StatusCode::OK);

@@ -61,11 +61,16 @@ impl Piece {
 }
 
 fn hive_turn(session: u8, seq: u32, tokens: u32) -> Value {
-    json!({"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen",
-        "execution_id": format!("session_{session}"),
-        "data": {"model": "claude-sonnet-4-5-20250929", "input_tokens": tokens, "output_tokens": 7,
-                 "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.001},
-        "timestamp": "2026-11-03T10:15:09.412338", "seq": seq})
+    let data = json!({"model": "claude-sonnet-4-5-20250929", "input_tokens": tokens, "output_tokens": 7,
+                      "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.001});
+    let session = format!("session_{session}");
+    tests::events::hive(
+        "llm_turn_complete",
+        &session,
+        tests::events::hive_day(),
+        seq.into(),
+        data,
+    )
 }
 
 fn good() -> impl Strategy<Value = Piece> {

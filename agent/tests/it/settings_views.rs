@@ -25,15 +25,10 @@ const SECRET: &str = "sk-ant-api03-PLANTEDSECRETPLANTEDSECRET";
 /// A Hive `llm_turn_complete` line at `at` (naive, read as UTC: the tests' `zone`) with `input` input
 /// tokens, 100 output tokens, a cost of 0.01 USD, and a prompt holding [`SECRET`].
 fn turn_at(session: &str, seq: u64, at: DateTime<Utc>, input: u64) -> String {
-    json!({
-        "type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": session,
-        "data": {"stop_reason": "end_turn", "model": "claude-sonnet-4-5-20250929", "input_tokens": input,
-                 "output_tokens": 100, "cached_tokens": 0, "cache_creation_tokens": 0, "cost_usd": 0.01,
-                 "prompt": format!("deploy with {SECRET}"), "iteration": 1},
-        "timestamp": at.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
-        "correlation_id": null, "colony_id": null, "seq": seq
-    })
-    .to_string()
+    let data = json!({"stop_reason": "end_turn", "model": "claude-sonnet-4-5-20250929",
+        "input_tokens": input, "output_tokens": 100, "cached_tokens": 0, "cache_creation_tokens": 0,
+        "cost_usd": 0.01, "prompt": format!("deploy with {SECRET}"), "iteration": 1});
+    tests::events::hive("llm_turn_complete", session, at, seq, data).to_string()
 }
 
 /// The text of `dd[data-field=FIELD]` (or any element with that hook).

@@ -9,6 +9,7 @@ use apiary_agent::outbox::{
     Delivery, Item, Outbox, OutboxSettings, PreparedEvent, SettleReport, SyncChange,
 };
 use apiary_schema::Policy;
+use tests::events;
 use uuid::Uuid;
 
 /// Opens an outbox in `dir` with the default policy.
@@ -79,9 +80,10 @@ pub fn id(n: u128) -> Uuid {
 
 /// A realistic Hive-native `llm_turn_complete` line for session `s`, sequence `seq`.
 pub fn hive_turn(session: &str, seq: u64) -> String {
-    format!(
-        r#"{{"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": "{session}", "data": {{"stop_reason": "tool_use", "model": "claude-sonnet-4-5-20250929", "input_tokens": 18250, "output_tokens": 412, "cached_tokens": 12000, "cache_creation_tokens": 0, "cost_usd": 0.02958, "iteration": 2}}, "timestamp": "2026-11-03T10:15:09.412338", "correlation_id": null, "colony_id": null, "seq": {seq}}}"#
-    )
+    let data = serde_json::json!({"stop_reason": "tool_use", "model": "claude-sonnet-4-5-20250929",
+        "input_tokens": 18250, "output_tokens": 412, "cached_tokens": 12000, "cache_creation_tokens": 0,
+        "cost_usd": 0.02958, "iteration": 2});
+    events::hive("llm_turn_complete", session, events::hive_day(), seq, data).to_string()
 }
 
 /// The `apiary-agent` binary under test.

@@ -28,10 +28,12 @@ pub fn settings(home: &Path) -> TailSettings {
 
 /// A Hive `llm_turn_complete` line whose `input_tokens` is `n` (to tell lines apart), with its newline.
 pub fn turn(n: u64) -> String {
-    format!(
-        r#"{{"type": "llm_turn_complete", "stream_id": "queen", "node_id": "queen", "execution_id": "session_t", "data": {{"model": "claude-sonnet-4-5", "input_tokens": {n}, "output_tokens": 1, "cost_usd": 0.01}}, "timestamp": "2026-11-03T10:00:{:02}.000001", "correlation_id": null, "colony_id": null, "seq": {n}}}"#,
-        n % 60
-    ) + "\n"
+    let at = chrono::NaiveDate::from_ymd_opt(2026, 11, 3)
+        .and_then(|d| d.and_hms_micro_opt(10, 0, (n % 60) as u32, 1))
+        .unwrap()
+        .and_utc();
+    let data = serde_json::json!({"model": "claude-sonnet-4-5", "input_tokens": n, "output_tokens": 1, "cost_usd": 0.01});
+    tests::events::hive("llm_turn_complete", "session_t", at, n, data).to_string() + "\n"
 }
 
 pub fn log_path(home: &Path) -> PathBuf {

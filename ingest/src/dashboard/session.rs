@@ -159,7 +159,7 @@ fn node(n: &TreeNode, depth: usize, here: &str) -> Markup {
                             }
                             code { (c.colony_key.as_deref().unwrap_or(&c.colony_id)) }
                             " — workers: "
-                            @for (i, (status, count)) in c.workers_by_status.iter().enumerate() {
+                            @for (i, (status, count)) in c.workers_by_status.iter().flatten().enumerate() {
                                 @if i > 0 { ", " }
                                 (count) " " (status.replace('_', " "))
                             }

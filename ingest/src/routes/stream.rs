@@ -40,6 +40,10 @@ use crate::query::stream::{self as reads, Start};
 use crate::query::ReadDb;
 use crate::stream::{encode, Cursor, Slot, StreamHub, StreamRow};
 
+/// The `usage` event's data, shared with the agent's live stream; written in SQL
+/// ([`crate::store::stream`]) and documented from this type.
+pub use apiary_schema::usage::StreamUsage;
+
 /// How often an idle stream sends a comment line.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
@@ -67,32 +71,6 @@ pub struct StreamStatus {
     pub from: Option<String>,
     pub to: String,
     pub cause: String,
-}
-
-/// `event: usage`: the session's usage TOTALS after the change (not the delta), at most once a second
-/// per session; the same sums as `/v1/usage` rows.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StreamUsage {
-    pub session_id: String,
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    pub cached_tokens: i64,
-    pub cache_creation_tokens: i64,
-    pub cost_nanos: i64,
-    pub cost_usd: f64,
-    pub unpriced_turns: i64,
-    /// The turns' costs as their producers sent them (see `/v1/usage`).
-    pub cost_reported_nanos: i64,
-    /// The price catalog's estimates.
-    pub cost_estimated_nanos: i64,
-    /// Turns whose cost is the estimate.
-    pub estimated_turns: i64,
-    pub llm_calls: i64,
-    pub tool_calls: i64,
-    pub tool_errors: i64,
-    pub tool_duration_ms: i64,
-    pub events: i64,
-    pub active_seconds: f64,
 }
 
 /// `event: device`: a device heard from again (`online: true`) or silent for `offline_after_secs`

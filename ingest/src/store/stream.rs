@@ -59,7 +59,8 @@ pub struct BatchStream<'a> {
     pub devices: Vec<(&'a str, &'a str)>,
 }
 
-/// The usage columns as a JSON object of totals (exact sums as numbers; `cost_usd` for display).
+/// The usage columns as a JSON object of totals (exact sums as numbers; `cost_usd` for display): the
+/// fields of [`apiary_schema::usage::StreamUsage`] but `session_id`.
 const USAGE_JSON: &str = "jsonb_build_object('input_tokens', sum(r.input_tokens),
     'output_tokens', sum(r.output_tokens), 'cached_tokens', sum(r.cached_tokens),
     'cache_creation_tokens', sum(r.cache_creation_tokens), 'cost_nanos', sum(r.cost_nanos),

@@ -231,43 +231,11 @@ pub fn binding(session: &str, user: &str) -> Value {
     json!({ "session_id": session, "user_id": user, "first_seen_at": "2026-01-01T00:00:00Z" })
 }
 
-/// A canonical event.
+pub use tests::events::{llm, tool};
+
+/// A canonical event (native type `test_event`).
 pub fn event(kind: &str, session: Option<&str>, at: DateTime<Utc>, data: Value) -> Value {
-    let mut e = json!({
-        "schema_version": 1, "event_id": Uuid::new_v4(), "type": kind, "occurred_at": at,
-        "runtime": "hive", "native_type": "test_event", "data": data,
-    });
-    if let Some(s) = session {
-        e["session_id"] = s.into();
-        e["agent_role"] = "queen".into();
-    }
-    e
-}
-
-pub fn llm(
-    session: &str,
-    at: DateTime<Utc>,
-    model: &str,
-    input: u64,
-    output: u64,
-    cost: f64,
-) -> Value {
-    event(
-        "llm.turn",
-        Some(session),
-        at,
-        json!({ "model": model, "input_tokens": input, "output_tokens": output, "cached_tokens": input / 2,
-                "cost_usd": cost, "cost_source": if cost > 0.0 { "reported" } else { "unreported" } }),
-    )
-}
-
-pub fn tool(session: &str, at: DateTime<Utc>, is_error: bool) -> Value {
-    event(
-        "tool.call",
-        Some(session),
-        at,
-        json!({ "tool_name": "read_file", "status": "completed", "is_error": is_error }),
-    )
+    tests::events::canonical(kind, "test_event", session, at, data)
 }
 
 pub fn ts(s: &str) -> DateTime<Utc> {

@@ -92,6 +92,10 @@ async fn a_batch_streams_its_transition_usage_totals_and_device(pool: sqlx::PgPo
         assert_eq!(usage.data[k], want, "{k}: {}", usage.data);
     }
     assert_eq!(usage.data["cost_usd"], 0.5);
+    // The SQL writes the shared type's fields (the agent's live stream serialises the same type).
+    let sums: apiary_schema::usage::StreamUsage = serde_json::from_value(usage.data.clone())
+        .unwrap_or_else(|e| panic!("{e}: {}", usage.data));
+    assert_eq!((sums.llm_calls, sums.tool_calls), (1, 1));
     let device = got.iter().find(|e| e.event == "device").unwrap();
     assert_eq!(device.data["online"], true, "{:?}", device.data);
     // Positions only grow.

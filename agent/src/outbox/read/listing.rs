@@ -7,7 +7,10 @@
 //! [`MAX_DEPTH`] levels, as the tree shows them); work is the shared work fold's summary.
 //!
 //! Fields the agent does not keep per session (`colony_id`, `agent_role`, `worker_id`, `runtime`,
-//! `phase`, `lifecycle`, `input_state`, the last health signal) are null. `last_event_at` is the
+//! `phase`, `lifecycle`, `input_state`, the last health signal; a tree colony's key, label and name) are
+//! null, and a tree colony's `workers_by_status` is left out (see [`apiary_schema::session`]). A tree's
+//! children are grouped under their parent's session id as their colony (Hive's `colony_id` is the
+//! queen's session id). `last_event_at` is the
 //! latest `occurred_at` of the session's events; `device_last_heard_at` is now (this is the device).
 //! Order and paging mirror the ingest: most recently active first (last event, else first seen), then
 //! session id, both descending; a cursor `<micros>.<session_id>`; a status filter is applied after the
@@ -20,9 +23,8 @@ use apiary_schema::usage::{Usage, UsageSums};
 use apiary_schema::work::Work;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection};
-use serde::Serialize;
 
-pub use apiary_schema::session::{HealthSignal, SessionBody};
+pub use apiary_schema::session::{ColonyNode, HealthSignal, SessionBody, TreeNode};
 
 /// A session row with what its body is built from.
 #[derive(Debug, Clone)]
@@ -354,25 +356,6 @@ fn below(
     Ok(out)
 }
 
-/// A session in the tree: the session (`totals` of it and everything below), its own `usage`, and its
-/// children grouped by colony (the ingest's `TreeNode`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TreeNode {
-    #[serde(flatten)]
-    pub session: SessionBody,
-    pub usage: UsageSums,
-    pub colonies: Vec<ColonyNode>,
-}
-
-/// A colony below a session: its workers and their totals. Its id is the queen's session (Hive's
-/// `colony_id` is the queen's session id).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ColonyNode {
-    pub colony_id: String,
-    pub totals: UsageSums,
-    pub workers: Vec<TreeNode>,
-}
-
 /// Most levels a tree shows below its root (the ingest's).
 const MAX_DEPTH: usize = 8;
 
@@ -468,6 +451,10 @@ impl Build<'_> {
                 .into_iter()
                 .map(|(colony_id, (workers, totals))| ColonyNode {
                     colony_id,
+                    colony_key: None,
+                    colony_label: None,
+                    colony_name: None,
+                    workers_by_status: None,
                     totals: UsageSums::from(&totals),
                     workers,
                 })

@@ -5,8 +5,8 @@
 //! A session's fold is its stored row (`session_health`, `session_work`) with its journal rows replayed
 //! on top, in order: the same pushes, the same inputs, so the same tracker and work as if each group had
 //! written its folds back (the tracker's push is deterministic; the work fold is order-independent and
-//! idempotent). Every reader goes through [`super::health::load`], [`super::work::load`] or the
-//! listing, which replay.
+//! idempotent). Every reader goes through [`super::health::load`], [`super::work::load`], the live
+//! stream's active time ([`super::live`]) or the listing, which replay.
 //!
 //! Why: a tracker is 1-5 KiB of JSON and a work fold up to a few KiB. When events of thousands of
 //! sessions arrive interleaved (a backfill, several runtimes at once), a group of 2,000 events touches

@@ -4,20 +4,25 @@
 //!
 //! - `status`: every status transition the health fold stores ([`status`], called from
 //!   [`super::health::flush`]), the data the ingest streams: `{session_id, seq, at, from, to, cause}`.
-//! - `usage`: a session's usage totals after the change (the ingest's `usage` event: the sums of
-//!   `/v1/usage`), at most once a second per session: a group within a second of the session's last
-//!   usage row marks it due in `stream_usage`; [`flush`] writes due rows once their second is up (the
-//!   writer wakes for that while any is due).
+//! - `usage`: a session's usage totals after the change (the ingest's `usage` event,
+//!   [`StreamUsage`]: the sums of `/v1/usage`, with the session's active time at the time of the
+//!   change), at most once a second per session: a group within a second of the session's last usage
+//!   row marks it due in `stream_usage`; [`flush`] writes due rows once their second is up (the writer
+//!   wakes for that while any is due).
 //! - Positions: `<epoch>-<id>`. `id` is the row's AUTOINCREMENT key (never reused); `epoch` is random per
 //!   outbox file (`meta.stream_epoch`), so a position from another file (a wiped data directory) is
 //!   recognised. Rows older than [`RETENTION_MS`], or beyond the newest [`MAX_ROWS`], are pruned;
 //!   `meta.stream_pruned_through` is the last pruned id. A position that is pruned, ahead of the log or
 //!   of another epoch gets `reset` (see [`start`]).
 
+use std::collections::HashMap;
+
+use chrono::DateTime;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
 
-use apiary_schema::status::{Status, Transition};
+use apiary_schema::status::{view, Durations, Liveness, Rules, Status, Tracker, Transition};
+use apiary_schema::usage::StreamUsage;
 
 /// Rows are kept this long (24 hours, like the ingest's stream).
 pub const RETENTION_MS: i64 = 24 * 3_600_000;
@@ -56,10 +61,12 @@ fn append(
 
 /// Streams the usage of `touched` sessions (after the group's usage was written): now when the
 /// session's last usage row is a second old, else marked due; then writes the due rows whose second is
-/// up. Returns whether some are still due (the writer wakes for them).
+/// up. `trackers` are the health trackers the group wrote (a session not among them is read from the
+/// outbox). Returns whether some are still due (the writer wakes for them).
 pub(crate) fn flush<'a>(
     conn: &Connection,
     touched: impl IntoIterator<Item = &'a str>,
+    trackers: &HashMap<String, Tracker>,
     now_ms: i64,
 ) -> rusqlite::Result<bool> {
     for session in touched {
@@ -72,7 +79,7 @@ pub(crate) fn flush<'a>(
                 conn.prepare_cached("UPDATE stream_usage SET due = 1 WHERE session_id = ?1")?
                     .execute([session])?;
             }
-            _ => usage(conn, session, now_ms)?,
+            _ => usage(conn, session, trackers, now_ms)?,
         }
     }
     let due: Vec<String> = conn
@@ -82,39 +89,88 @@ pub(crate) fn flush<'a>(
         .query_map([now_ms - USAGE_EVERY_MS], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for session in &due {
-        usage(conn, session, now_ms)?;
+        usage(conn, session, trackers, now_ms)?;
     }
     conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM stream_usage WHERE due = 1)")?
         .query_row([], |r| r.get(0))
 }
 
 /// Appends `session`'s usage totals and records the time.
-fn usage(conn: &Connection, session: &str, now_ms: i64) -> rusqlite::Result<()> {
+fn usage(
+    conn: &Connection,
+    session: &str,
+    trackers: &HashMap<String, Tracker>,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    let active_seconds = active_seconds(conn, session, trackers, now_ms)?;
     let data = conn
         .prepare_cached(
             "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
                 coalesce(sum(cached_tokens), 0), coalesce(sum(cache_creation_tokens), 0),
                 coalesce(sum(cost_nanos), 0), coalesce(sum(unpriced_turns), 0),
                 coalesce(sum(llm_calls), 0), coalesce(sum(tool_calls), 0),
-                coalesce(sum(tool_errors), 0), coalesce(sum(events), 0)
+                coalesce(sum(tool_errors), 0), coalesce(sum(events), 0),
+                coalesce(sum(tool_duration_ms), 0)
              FROM usage WHERE session_id = ?1",
         )?
         .query_row([session], |r| {
             let n = |i: usize| r.get::<_, i64>(i);
-            Ok(json!({
-                "session_id": session, "input_tokens": n(0)?, "output_tokens": n(1)?,
-                "cached_tokens": n(2)?, "cache_creation_tokens": n(3)?, "cost_nanos": n(4)?,
-                "cost_usd": n(4)? as f64 / 1e9, "unpriced_turns": n(5)?, "llm_calls": n(6)?,
-                "tool_calls": n(7)?, "tool_errors": n(8)?, "events": n(9)?,
-            }))
+            // The device's costs are the runtimes' own: reported, never estimated here.
+            Ok(StreamUsage {
+                session_id: session.to_string(),
+                input_tokens: n(0)?,
+                output_tokens: n(1)?,
+                cached_tokens: n(2)?,
+                cache_creation_tokens: n(3)?,
+                cost_nanos: n(4)?,
+                cost_usd: n(4)? as f64 / 1e9,
+                unpriced_turns: n(5)?,
+                cost_reported_nanos: n(4)?,
+                cost_estimated_nanos: 0,
+                estimated_turns: 0,
+                llm_calls: n(6)?,
+                tool_calls: n(7)?,
+                tool_errors: n(8)?,
+                tool_duration_ms: n(10)?,
+                events: n(9)?,
+                active_seconds,
+            })
         })?;
-    append(conn, "usage", session, &data.to_string(), now_ms)?;
+    let data = serde_json::to_string(&data)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+    append(conn, "usage", session, &data, now_ms)?;
     conn.prepare_cached(
         "INSERT INTO stream_usage (session_id, sent_at, due) VALUES (?1, ?2, 0)
          ON CONFLICT(session_id) DO UPDATE SET sent_at = ?2, due = 0",
     )?
     .execute(params![session, now_ms])?;
     Ok(())
+}
+
+/// `session`'s time in status `active` at `now_ms` (the shared rule, as the session listing reads it
+/// without the runtime overlay): from the tracker the group wrote, else the stored one.
+fn active_seconds(
+    conn: &Connection,
+    session: &str,
+    trackers: &HashMap<String, Tracker>,
+    now_ms: i64,
+) -> rusqlite::Result<f64> {
+    let stored;
+    let tracker = match trackers.get(session) {
+        Some(t) => t,
+        None => match super::journal::tracker(conn, session)? {
+            Some(t) => {
+                stored = t;
+                &stored
+            }
+            None => return Ok(0.0),
+        },
+    };
+    let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    let rules = Rules::default();
+    let health = tracker.current(&rules);
+    let v = view(&health, now, &Liveness::local(now), &rules);
+    Ok(Durations::of(&health, &v, now).active_seconds)
 }
 
 /// Drops rows past the retention or the row cap; returns how many.

@@ -253,7 +253,8 @@ impl Writer {
         )?;
         let touched: std::collections::BTreeSet<&str> =
             delta.usage.keys().map(|(s, _)| s.as_str()).collect();
-        self.stream_due = crate::outbox::record::live::flush(&tx, touched, now_ms)?;
+        self.stream_due =
+            crate::outbox::record::live::flush(&tx, touched, &delta.trackers, now_ms)?;
         let used = store::used_bytes(&tx)?;
         let wrote_events = jobs.iter().any(|j| j.writes_events());
         #[cfg(any(test, feature = "test-hooks"))]

@@ -14,8 +14,8 @@ use crate::query::usage::UsageSums;
 use crate::rollups::Usage;
 
 pub use apiary_schema::session::{
-    below_schema, nullable_status_schema, status_schema, time_in_state_schema, DurationsBody,
-    HealthSignal, SessionBody,
+    below_schema, nullable_status_schema, status_schema, time_in_state_schema, ColonyNode,
+    DurationsBody, HealthSignal, SessionBody, TreeNode,
 };
 
 fn none_if_empty(s: &str) -> Option<String> {
@@ -72,36 +72,6 @@ pub struct SessionPage {
     pub sessions: Vec<SessionBody>,
     /// Pass as `cursor` for the next page; null at the end.
     pub next_cursor: Option<String>,
-}
-
-/// A session in the tree: the session (its `totals` are of it and everything below), its own `usage`,
-/// and its children grouped by colony.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct TreeNode {
-    #[serde(flatten)]
-    pub session: SessionBody,
-    /// The session's own usage.
-    pub usage: UsageSums,
-    pub colonies: Vec<ColonyNode>,
-}
-
-/// A colony below a session: its workers and their totals.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ColonyNode {
-    /// The session the workers name as their colony (for a colony forked into its own session, that
-    /// session); the parent's own id for children that name none.
-    pub colony_id: String,
-    /// The colony's key when `colony_id` is a run of a named colony (see `GET /v1/colonies`).
-    pub colony_key: Option<String>,
-    /// The label an admin gave the colony's key (`PUT /v1/colonies/{key}/label`), if any.
-    pub colony_label: Option<String>,
-    /// The colony's name, when its run carried it (a tenant that chose `names`, a consenting device).
-    pub colony_name: Option<String>,
-    /// The worker sessions below this colony (at any depth), counted by status.
-    pub workers_by_status: BTreeMap<String, u64>,
-    pub totals: UsageSums,
-    #[schema(no_recursion)]
-    pub workers: Vec<TreeNode>,
 }
 
 /// Most levels a tree shows below its root.
@@ -181,7 +151,7 @@ impl Tree<'_> {
                         colony_name: self.links.colony_name.get(&colony_id).cloned(),
                         colony_key: key,
                         colony_id,
-                        workers_by_status: by_status,
+                        workers_by_status: Some(by_status),
                         totals: UsageSums::from(&u),
                         workers,
                     }
