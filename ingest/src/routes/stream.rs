@@ -42,6 +42,7 @@ use crate::stream::{encode, Cursor, Slot, StreamHub, StreamRow};
 
 /// The `usage` event's data, shared with the agent's live stream; written in SQL
 /// ([`crate::store::stream`]) and documented from this type.
+pub use apiary_schema::status::StreamStatus;
 pub use apiary_schema::usage::StreamUsage;
 
 /// How often an idle stream sends a comment line.
@@ -58,19 +59,6 @@ pub struct StreamParams {
     /// Resume after this position (an event's `id`, `xid-id`): the same as the `Last-Event-ID` header,
     /// which wins when both are sent.
     pub after: Option<String>,
-}
-
-/// `event: status`: a stored status transition. `seq` numbers the session's history from 0; a `seq` at
-/// or below one already seen replaces the history from there (a late event rewrote it).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StreamStatus {
-    pub session_id: String,
-    pub seq: i64,
-    pub at: DateTime<Utc>,
-    /// Null for the session's first.
-    pub from: Option<String>,
-    pub to: String,
-    pub cause: String,
 }
 
 /// `event: device`: a device heard from again (`online: true`) or silent for `offline_after_secs`

@@ -54,6 +54,7 @@
 pub mod durations;
 pub mod health;
 pub mod input;
+pub mod stream;
 pub mod tracker;
 pub mod view;
 
@@ -66,6 +67,7 @@ use serde::{Deserialize, Serialize};
 pub use durations::Durations;
 pub use health::Health;
 pub use input::{Input, Run, What};
+pub use stream::StreamStatus;
 pub use tracker::{Tracker, Update, REORDER_WINDOW};
 pub use view::{view, Liveness, View};
 

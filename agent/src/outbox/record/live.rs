@@ -19,9 +19,8 @@ use std::collections::HashMap;
 
 use chrono::DateTime;
 use rusqlite::{params, Connection, OptionalExtension};
-use serde_json::json;
 
-use apiary_schema::status::{view, Durations, Liveness, Rules, Status, Tracker, Transition};
+use apiary_schema::status::{view, Durations, Liveness, Rules, StreamStatus, Tracker, Transition};
 use apiary_schema::usage::StreamUsage;
 
 /// Rows are kept this long (24 hours, like the ingest's stream).
@@ -38,11 +37,9 @@ pub(crate) fn status(
     t: &Transition,
     now_ms: i64,
 ) -> rusqlite::Result<()> {
-    let data = json!({
-        "session_id": session, "seq": t.seq, "at": t.at, "from": t.from.map(Status::as_str),
-        "to": t.to.as_str(), "cause": t.cause,
-    });
-    append(conn, "status", session, &data.to_string(), now_ms)
+    let data =
+        serde_json::to_string(&StreamStatus::of(session, t)).expect("a status event serialises");
+    append(conn, "status", session, &data, now_ms)
 }
 
 fn append(
