@@ -2,10 +2,8 @@
 //! is built.
 //!
 //! A body is one of three shapes:
-//! 1. **array**: the whole body is one JSON array. It is checked and its elements counted with
-//!    [`serde::de::IgnoredAny`] (no allocation per element); then a byte scanner, which may rely on the
-//!    array being valid JSON, finds each element's range (commas and the closing bracket outside strings
-//!    at depth 1). A body that starts with `[` but is not one valid array (an NDJSON body whose first
+//! 1. **array**: the whole body is one JSON array, its elements' ranges found without building them
+//!    (see below). A body that starts with `[` but is not one valid array (an NDJSON body whose first
 //!    line is an array, a truncated array) is read as one of the next two shapes, so its readable lines
 //!    are still kept.
 //! 2. **values**: a stream of JSON values separated by whitespace (one object, pretty-printed or not, or
@@ -18,17 +16,20 @@
 //! count: a 2 MiB body of `[0,0,…]` is a million events and is refused outright. Only the first
 //! `max_events` ranges are stored (16 bytes and a position each); past that, events are only counted.
 //!
-//! Measured (`cargo bench --workspace --bench scanners`, an array of the 1,000 lines of
-//! `benches/fixtures/hive-mixed-1000.jsonl`, 371 KB, medians of 9 rounds of 50 bodies, two runs): the
-//! count-then-scan of shape 1 takes 1.88–2.04 ms a body, one pass of borrowed `serde_json::value::RawValue`
-//! elements (ranges from the slices' offsets, the same count bound) 0.55–0.59 ms, 3.2–3.7× less, with
-//! the same ranges. The scanner is still the one in use: a `RawValue` also checks each element's UTF-8,
-//! so an array with invalid UTF-8 inside one element would stop being split into elements (each
-//! answered at its index) and fall to shapes 2 and 3; moving to it must decide that case first.
+//! An array is split by one pass of borrowed `serde_json::value::RawValue` elements (the element ranges
+//! are the slices' offsets; the count bound is checked as each element is read). Measured (`cargo bench
+//! --workspace --bench scanners`, an array of the 1,000 lines of `benches/fixtures/hive-mixed-1000.jsonl`,
+//! 371 KB, medians of 9 rounds of 50 bodies, two runs): 0.55–0.59 ms a body, where the count-then-scan
+//! below took 1.88–2.04 ms, 3.2–3.7× more, for the same ranges. A `RawValue` also checks its element's
+//! UTF-8, which the JSON grammar pass does not: an array with invalid UTF-8 inside one element fails that
+//! pass, and only then is it checked and counted with [`serde::de::IgnoredAny`] and its ranges found by a
+//! byte scanner that may rely on the array being valid JSON (commas and the closing bracket outside
+//! strings at depth 1), so that element is still answered at its index and the others are kept.
 
 use std::ops::Range;
 
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// The body holds more events than a request may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +64,11 @@ pub fn split(body: &[u8], max_line: usize, max_events: usize) -> Result<Split, T
     let trimmed = body.trim_ascii_start();
     if trimmed.starts_with(b"[") {
         let offset = body.len() - trimmed.len();
+        match raw_elements(trimmed, offset, max_events) {
+            Ok(None) => return Err(too_many),
+            Ok(Some(pieces)) => return Ok(Split::Values(pieces)),
+            Err(_) => {}
+        }
         match count_array(trimmed, max_events) {
             Ok(None) => return Err(too_many),
             Ok(Some(n)) => return Ok(Split::Values(array_elements(trimmed, offset, n))),
@@ -73,6 +79,55 @@ pub fn split(body: &[u8], max_line: usize, max_events: usize) -> Result<Split, T
         return Ok(Split::Values(pieces));
     }
     lines(body, max_events).map(Split::Lines)
+}
+
+/// The elements of `array` (one valid JSON array whose elements are valid UTF-8, starting at `array[0]`,
+/// `offset` into the body), from one pass of borrowed [`RawValue`]s; `None` as soon as there are more
+/// than `max` (the rest is not read). An error for anything else, invalid UTF-8 in an element included.
+fn raw_elements(array: &[u8], offset: usize, max: usize) -> serde_json::Result<Option<Vec<Piece>>> {
+    struct Elements<'a> {
+        base: usize,
+        offset: usize,
+        max: usize,
+        over: &'a std::cell::Cell<bool>,
+    }
+    impl<'de> Visitor<'de> for Elements<'_> {
+        type Value = Vec<Piece>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Piece>, A::Error> {
+            let mut pieces = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(self.max));
+            while let Some(raw) = seq.next_element::<&'de RawValue>()? {
+                if pieces.len() == self.max {
+                    self.over.set(true);
+                    return Err(serde::de::Error::custom("too many events"));
+                }
+                let start = raw.get().as_ptr() as usize - self.base + self.offset;
+                pieces.push(Piece {
+                    range: start..start + raw.get().len(),
+                    line: None,
+                    index: Some(pieces.len() as u64),
+                });
+            }
+            Ok(pieces)
+        }
+    }
+    let over = std::cell::Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(array);
+    let elements = Elements {
+        base: array.as_ptr() as usize,
+        offset,
+        max,
+        over: &over,
+    };
+    let read = serde::Deserializer::deserialize_seq(&mut de, elements);
+    if over.get() {
+        return Ok(None);
+    }
+    let pieces = read?;
+    de.end()?;
+    Ok(Some(pieces))
 }
 
 /// Checks that `array` is one valid JSON array and counts its elements; `None` as soon as there are

@@ -279,6 +279,31 @@ proptest! {
     }
 
     #[test]
+    fn an_array_with_invalid_utf8_inside_elements_keeps_every_other_element(
+        pieces in proptest::collection::vec(json_piece(), 1..60),
+        bad_at in proptest::collection::vec(any::<prop::sample::Index>(), 1..4),
+    ) {
+        // Valid JSON grammar, invalid UTF-8 inside a string: each such element is answered at its index.
+        let mut pieces = pieces;
+        for at in &bad_at {
+            let k = at.index(pieces.len());
+            pieces[k] = Piece::BadBytes(b"{\"type\": \"llm_turn_complete\", \"note\": \"\xff\xfe\"}".to_vec());
+        }
+        let mut body = b"[".to_vec();
+        for (i, piece) in pieces.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend(piece.bytes());
+        }
+        body.push(b']');
+        let p = parse(&body, 1000).unwrap();
+        assert_bounded(&p, 1000);
+        let indexes: Vec<u64> = (0..pieces.len() as u64).collect();
+        assert_outcome(&p, &pieces, &indexes, true);
+    }
+
+    #[test]
     fn one_event_alone_is_read_as_one_event(piece in any_piece(), pad in "[ \t\r\n]{0,4}") {
         prop_assume!(!piece.bytes().starts_with(b"["), "a lone array is an array body");
         let mut body = pad.clone().into_bytes();
