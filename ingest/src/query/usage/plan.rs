@@ -13,7 +13,7 @@ use sqlx::{Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::split::Split;
-use super::{Dim, Granularity, Part, UsageQuery, Within, OPERATOR_DIMS};
+use super::{Dim, Granularity, Part, UsageQuery, Within, COLONY_KEY_JOINS, OPERATOR_DIMS};
 use crate::error::ApiError;
 use crate::query::buckets::{self, Buckets, Unit};
 use crate::query::sums;
@@ -177,7 +177,7 @@ pub struct Plan {
     pub group_by: Vec<Dim>,
     /// None for totals.
     pub buckets: Option<Buckets>,
-    /// Some when whole hours come from the hourly rollup.
+    /// Some when whole hours come from the hourly rollup (`tool_rollups_hourly` when grouped by tool).
     pub split: Option<Split>,
     /// Whole hours come from the narrow hourly rollup (`usage_rollups_narrow`): a split grouped by
     /// tenant, user, model or runtime only.
@@ -192,7 +192,7 @@ impl Plan {
         let buckets = unit(q.granularity).map(|u| buckets::buckets(u, q.tz, from, to));
         let tools = q.group_by.contains(&Dim::Tool);
         let split = match (&filter.tenant, &filter.part) {
-            (Some(_), Part::Whole) if !tools => {
+            (Some(_), Part::Whole) => {
                 let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
                 Split::of(from, to, &starts)
             }
@@ -238,7 +238,11 @@ impl Plan {
         };
         q.push(", ").push(sums).push(" FROM (");
         self.push_source(&mut q);
-        q.push(") AS r GROUP BY 1");
+        q.push(") AS r");
+        if self.group_by.contains(&Dim::Colony) {
+            q.push(COLONY_KEY_JOINS);
+        }
+        q.push(" GROUP BY 1");
         for (i, d) in Dim::ALL.iter().enumerate() {
             if self.group_by.contains(d) {
                 q.push(format!(", {}", i + 2));
@@ -264,9 +268,16 @@ impl Plan {
                 q.push(" AND bucket < ").push_bind(self.to);
             }
             Some(s) => {
-                q.push(match self.narrow {
-                    true => format!("SELECT {} FROM usage_rollups_narrow", narrow_columns()),
-                    false => format!("SELECT {COLUMNS} FROM usage_rollups_hourly"),
+                let (quarter_columns, quarter_table) = match self.tools {
+                    true => (TOOL_COLUMNS, "tool_rollups"),
+                    false => (COLUMNS, "usage_rollups"),
+                };
+                q.push(match (self.tools, self.narrow) {
+                    (true, _) => format!("SELECT {TOOL_COLUMNS} FROM tool_rollups_hourly"),
+                    (false, true) => {
+                        format!("SELECT {} FROM usage_rollups_narrow", narrow_columns())
+                    }
+                    (false, false) => format!("SELECT {COLUMNS} FROM usage_rollups_hourly"),
                 });
                 self.filter.push_where(q);
                 q.push(" AND bucket >= ").push_bind(s.hour_from);
@@ -274,7 +285,9 @@ impl Plan {
                 q.push(" AND bucket <> ALL(")
                     .push_bind(s.cut_hours.clone())
                     .push(")");
-                q.push(format!(" UNION ALL SELECT {COLUMNS} FROM usage_rollups"));
+                q.push(format!(
+                    " UNION ALL SELECT {quarter_columns} FROM {quarter_table}"
+                ));
                 self.filter.push_where(q);
                 q.push(" AND bucket = ANY(")
                     .push_bind(s.quarters.clone())
@@ -362,6 +375,11 @@ mod tests {
             let sql = plan.query(false).into_sql();
             assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
             assert!(!sql.contains("usage_rollups_narrow"), "{sql}");
+            assert_eq!(
+                sql.contains(") AS r LEFT JOIN (SELECT tenant_id AS colony_run_tenant"),
+                wide == Dim::Colony,
+                "{sql}"
+            );
         }
     }
 
@@ -392,20 +410,32 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_grouping_reads_the_tool_rollups_quarter_rows() {
+    fn a_tool_grouping_reads_hourly_tool_rows_for_whole_hours_and_quarter_rows_for_the_rest() {
         let q = query(
             "2026-11-01T00:00:00Z",
             "2026-11-04T00:00:00Z",
             Granularity::Day,
-            "UTC",
+            "Asia/Kolkata",
             &[Dim::Tool, Dim::Session],
         );
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
-        assert!(plan.tools);
-        assert_eq!(plan.split, None, "no hourly tool rollup");
+        assert!(plan.tools && !plan.narrow);
+        let split = plan
+            .split
+            .as_ref()
+            .expect("whole hours from the hourly tool rows");
+        assert_eq!(
+            split.cut_hours.len(),
+            3,
+            "18:30 UTC starts a day in Kolkata"
+        );
         let sql = plan.query(false).into_sql();
         assert!(
-            sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $2 AND bucket >= $3"),
+            sql.contains("FROM tool_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, calls"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $6 AND bucket = ANY($7)"),
             "{sql}"
         );
         assert!(
@@ -422,6 +452,17 @@ mod tests {
             .extent_query(q.from, q.to, true)
             .into_sql();
         assert!(extent.starts_with("SELECT min(bucket), max(bucket) FROM tool_rollups"));
+
+        // One session's tool calls: its quarter rows, by the session index.
+        let part = Part::Sessions(vec!["s1".into()]);
+        let plan = Plan::new(tenant_filter(part), &q, q.from, q.to);
+        assert_eq!(plan.split, None);
+        let sql = plan.query(false).into_sql();
+        assert!(
+            sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $2 AND session_id = ANY($3) AND bucket >= $4"),
+            "{sql}"
+        );
+        assert!(!sql.contains("tool_rollups_hourly"), "{sql}");
     }
 
     #[test]
