@@ -486,8 +486,7 @@ async fn print_row_writes(pool: &PgPool) -> anyhow::Result<()> {
          FROM pg_stat_all_tables t, pg_class s
          WHERE s.oid = 'sessions'::regclass
            AND (t.relid = s.reltoastrelid OR t.relname IN ('sessions', 'usage_rollups',
-                'usage_rollups_hourly', 'usage_rollups_narrow', 'tool_rollups', 'tool_rollups_hourly', 'devices',
-                'stream_sessions'))
+                'usage_rollups_hourly', 'usage_rollups_narrow', 'tool_rollups', 'devices', 'stream_sessions'))
          ORDER BY 1",
     )
     .fetch_all(pool)

@@ -21,7 +21,7 @@
 //! each (100 users, 120 devices, 500 colonies). What is loaded is what the write path leaves behind,
 //! not raw events: the 15-minute `usage_rollups` and `tool_rollups` rows of every session, the
 //! `sessions`, `colony_runs`, `session_forks`, `devices` and 100 budgets of the large tenant; the hourly
-//! usage and tool rollups and the narrow one are then summed from the 15-minute rows in SQL (an hourly row is the sum of its
+//! and narrow rollups are then summed from the 15-minute rows in SQL (an hourly row is the sum of its
 //! quarter rows, as the write path keeps it). Each session: a start (working hours weighted), 1–12
 //! quarter hours, one or two models (a skewed choice of 20), a row per quarter and model with its LLM
 //! turns, and a row per quarter with model '' holding the tool calls and active time. A colony run: a
@@ -470,7 +470,7 @@ async fn copy(pool: &PgPool, statement: &str, rows: String) -> anyhow::Result<()
 }
 
 /// The derived rollups, summed from the 15-minute rows as the write path keeps them.
-const DERIVED: [&str; 3] = [
+const DERIVED: [&str; 2] = [
     "INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
         input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
         tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
@@ -488,11 +488,6 @@ const DERIVED: [&str; 3] = [
         sum(tool_errors), sum(events), sum(tool_duration_ms), sum(active_ms), sum(cost_reported_nanos),
         sum(cost_estimated_nanos), sum(estimated_turns)
      FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5",
-    "INSERT INTO tool_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name,
-        calls, errors, timed_calls, duration_ms, duration_hist)
-     SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id, device_id, colony_id, session_id,
-        runtime, tool_name, sum(calls), sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
-     FROM tool_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8",
 ];
 
 /// Generates the fleet (see the module notes) into a fresh, migrated database.

@@ -1,8 +1,6 @@
 //! Usage per tool (`tool_rollups`): completed calls, errors, durations and a duration histogram per
 //! 15-minute bucket × user × device × colony × session × runtime × tool name, written from the same new
-//! events as the usage rollups, in the same transaction, after them (in key order: the deadlock rule);
-//! then the same rows summed per UTC hour to `tool_rollups_hourly`, which answers the whole hours of a
-//! tenant-wide read grouped by tool (as `usage_rollups_hourly` does for the usage sums).
+//! events as the usage rollups, in the same transaction, after them (in key order: the deadlock rule).
 //!
 //! ## The histogram
 //! A fixed set of bucket bounds ([`DURATION_BOUNDS_MS`]): slot 0 holds 0 ms, then each slot `[lo, hi)`
@@ -116,37 +114,11 @@ impl Default for ToolSums {
     }
 }
 
-impl ToolSums {
-    /// Adds `other`'s sums and histogram.
-    fn add(&mut self, other: &ToolSums) {
-        self.calls += other.calls;
-        self.errors += other.errors;
-        self.timed_calls += other.timed_calls;
-        self.duration_ms += other.duration_ms;
-        for (a, b) in self.hist.iter_mut().zip(other.hist) {
-            *a += b;
-        }
-    }
-}
-
 /// A batch's tool rows, pre-aggregated per key.
 #[derive(Debug, Default)]
 pub struct ToolRows(pub BTreeMap<ToolKey, ToolSums>);
 
 impl ToolRows {
-    /// The same rows summed per UTC hour (the rows of `tool_rollups_hourly`), in key order.
-    pub fn hourly(&self) -> ToolRows {
-        let mut out: BTreeMap<ToolKey, ToolSums> = BTreeMap::new();
-        for (k, s) in &self.0 {
-            let key = ToolKey {
-                bucket: crate::rollups::hour_of(k.bucket),
-                ..k.clone()
-            };
-            out.entry(key).or_default().add(s);
-        }
-        ToolRows(out)
-    }
-
     /// Adds a completed `tool.call` (others are ignored) under the usage key it was rolled up with.
     pub fn add(&mut self, key: &RollupKey, e: &CanonicalEvent) {
         if e.kind != apiary_schema::EventKind::ToolCall || e.data_str("status") != Some("completed")
@@ -177,23 +149,10 @@ impl ToolRows {
 }
 
 /// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups` in one statement,
-/// then their hourly sums to `tool_rollups_hourly` in another, each in (tenant, key) order: `tenants`
-/// sorted by id and distinct.
+/// in (tenant, key) order: `tenants` sorted by id and distinct.
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     tenants: &[(Uuid, &ToolRows)],
-) -> Result<(), sqlx::Error> {
-    upsert_into(tx, tenants, UPSERT_SQL).await?;
-    let hourly: Vec<(Uuid, ToolRows)> = tenants.iter().map(|(t, r)| (*t, r.hourly())).collect();
-    let hourly: Vec<(Uuid, &ToolRows)> = hourly.iter().map(|(t, r)| (*t, r)).collect();
-    upsert_into(tx, &hourly, UPSERT_HOURLY_SQL).await
-}
-
-/// One upsert statement (`sql`: [`UPSERT_SQL`] or [`UPSERT_HOURLY_SQL`]) of the rows.
-async fn upsert_into(
-    tx: &mut Transaction<'_, Postgres>,
-    tenants: &[(Uuid, &ToolRows)],
-    sql: &'static str,
 ) -> Result<(), sqlx::Error> {
     let n: usize = tenants.iter().map(|(_, r)| r.0.len()).sum();
     if n == 0 {
@@ -228,7 +187,7 @@ async fn upsert_into(
         }
     }
     let [users, devices, colonies, sessions, runtimes, tools] = dims;
-    let mut q = sqlx::query(sql)
+    let mut q = sqlx::query(UPSERT_SQL)
         .bind(ids)
         .bind(buckets)
         .bind(users)
@@ -244,15 +203,11 @@ async fn upsert_into(
     Ok(())
 }
 
-/// The upsert into `$table`: rows come in the (sorted) array order; each row's histogram is its slice of
-/// the flattened `$13`. The histograms merge element-wise inline (what `apiary_hist_add` does: a function
-/// call per conflicting row cost about 2.5× as much, measured in psql), and not at all when the batch adds
-/// no timed call.
-macro_rules! upsert_sql {
-    ($table:literal) => {
-        concat!(
-            "
-INSERT INTO ", $table, " AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name,
+/// Rows come in the (sorted) array order; each row's histogram is its slice of the flattened `$13`. The
+/// histograms merge element-wise inline (what `apiary_hist_add` does: a function call per conflicting row
+/// cost about 2.5× as much, measured in psql), and not at all when the batch adds no timed call.
+const UPSERT_SQL: &str = "
+INSERT INTO tool_rollups AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name,
     calls, errors, timed_calls, duration_ms, duration_hist)
 SELECT u.tenant_id, u.bucket, u.user_id, u.device_id, u.colony_id, u.session_id, u.runtime, u.tool_name, u.calls,
     u.errors, u.timed, u.ms, ($13::int8[])[(u.o - 1) * $14 + 1 : u.o * $14]
@@ -267,12 +222,7 @@ ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, runti
     duration_ms = r.duration_ms + EXCLUDED.duration_ms,
     duration_hist = CASE WHEN EXCLUDED.timed_calls = 0 THEN r.duration_hist ELSE ARRAY(
         SELECT COALESCE(x, 0) + COALESCE(y, 0)
-        FROM unnest(r.duration_hist, EXCLUDED.duration_hist) WITH ORDINALITY AS h(x, y, i) ORDER BY i) END"
-        )
-    };
-}
-const UPSERT_SQL: &str = upsert_sql!("tool_rollups");
-const UPSERT_HOURLY_SQL: &str = upsert_sql!("tool_rollups_hourly");
+        FROM unnest(r.duration_hist, EXCLUDED.duration_hist) WITH ORDINALITY AS h(x, y, i) ORDER BY i) END";
 
 #[cfg(test)]
 mod tests {

@@ -26,8 +26,8 @@
 //!    estimated cost (one `COPY`, see [`EventRows`]).
 //! 5. `usage_rollups` (sorted by tenant and key; then `usage_rollups_hourly`, `usage_rollups_narrow`):
 //!    the new *runtime* events pre-aggregated per rollup key, plus the active time the sessions' new
-//!    histories add or take away ([`super::active`]); then `tool_rollups` (sorted by tenant and key; then
-//!    `tool_rollups_hourly`): the completed tool calls per tool name ([`crate::tool_rollups`]).
+//!    histories add or take away ([`super::active`]); then `tool_rollups` (sorted by tenant and key): the
+//!    completed tool calls per tool name ([`crate::tool_rollups`]).
 //! 6. `devices` (sorted by tenant and device_id, one statement, [`super::devices`]): liveness, the latest
 //!    heartbeat and the reported drops.
 //! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the

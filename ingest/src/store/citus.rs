@@ -57,7 +57,6 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "usage_rollups_hourly",
     "usage_rollups_narrow",
     "tool_rollups",
-    "tool_rollups_hourly",
     "status_transitions",
     "stream_events",
     "stream_horizon",

@@ -341,16 +341,13 @@ async fn assert_active_time_follows_the_histories(app: &TestApp) {
 }
 
 /// The rollup tables agree row by row: every hourly row is the sum of its quarter rows, and every
-/// narrow row (`usage_rollups_narrow`) the sum of its hourly rows; so is every hourly tool row
-/// (`tool_rollups_hourly`), histogram included (no row missing, none extra).
+/// narrow row (`usage_rollups_narrow`) the sum of its hourly rows (no row missing, none extra).
 pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
     const SUMS: &str = "sum(input_tokens)::int8, sum(output_tokens)::int8, sum(cached_tokens)::int8,
         sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, sum(llm_calls)::int8, sum(unpriced_turns)::int8,
         sum(tool_calls)::int8, sum(tool_errors)::int8, sum(events)::int8, sum(tool_duration_ms)::int8,
         sum(active_ms)::int8, sum(cost_reported_nanos)::int8, sum(cost_estimated_nanos)::int8,
         sum(estimated_turns)::int8";
-    const TOOL_SUMS: &str = "sum(calls)::int8, sum(errors)::int8, sum(timed_calls)::int8,
-        sum(duration_ms)::int8, apiary_hist_sum(duration_hist)";
     let hour = "date_bin('1 hour', bucket, '2000-01-01 00:00:00+00')";
     let pairs = [
         (
@@ -364,12 +361,6 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
                 GROUP BY 1, 2, 3, 4, 5"),
             format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_narrow
                 GROUP BY 1, 2, 3, 4, 5"),
-        ),
-        (
-            format!("SELECT tenant_id, {hour}, user_id, device_id, colony_id, session_id, runtime, tool_name, {TOOL_SUMS}
-                FROM tool_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"),
-            format!("SELECT tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name, {TOOL_SUMS}
-                FROM tool_rollups_hourly GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"),
         ),
     ];
     for (finer, coarser) in pairs {

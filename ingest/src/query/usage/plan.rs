@@ -13,7 +13,7 @@ use sqlx::{Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::split::Split;
-use super::{Dim, Granularity, Part, UsageQuery, Within, COLONY_KEY_JOINS, OPERATOR_DIMS};
+use super::{push_colony_key_joins, Dim, Granularity, Part, UsageQuery, Within, OPERATOR_DIMS};
 use crate::error::ApiError;
 use crate::query::buckets::{self, Buckets, Unit};
 use crate::query::sums;
@@ -177,7 +177,7 @@ pub struct Plan {
     pub group_by: Vec<Dim>,
     /// None for totals.
     pub buckets: Option<Buckets>,
-    /// Some when whole hours come from the hourly rollup (`tool_rollups_hourly` when grouped by tool).
+    /// Some when whole hours come from the hourly rollup.
     pub split: Option<Split>,
     /// Whole hours come from the narrow hourly rollup (`usage_rollups_narrow`): a split grouped by
     /// tenant, user, model or runtime only.
@@ -192,7 +192,7 @@ impl Plan {
         let buckets = unit(q.granularity).map(|u| buckets::buckets(u, q.tz, from, to));
         let tools = q.group_by.contains(&Dim::Tool);
         let split = match (&filter.tenant, &filter.part) {
-            (Some(_), Part::Whole) => {
+            (Some(_), Part::Whole) if !tools => {
                 let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
                 Split::of(from, to, &starts)
             }
@@ -240,7 +240,7 @@ impl Plan {
         self.push_source(&mut q);
         q.push(") AS r");
         if self.group_by.contains(&Dim::Colony) {
-            q.push(COLONY_KEY_JOINS);
+            push_colony_key_joins(&mut q, self.filter.tenant);
         }
         q.push(" GROUP BY 1");
         for (i, d) in Dim::ALL.iter().enumerate() {
@@ -268,16 +268,9 @@ impl Plan {
                 q.push(" AND bucket < ").push_bind(self.to);
             }
             Some(s) => {
-                let (quarter_columns, quarter_table) = match self.tools {
-                    true => (TOOL_COLUMNS, "tool_rollups"),
-                    false => (COLUMNS, "usage_rollups"),
-                };
-                q.push(match (self.tools, self.narrow) {
-                    (true, _) => format!("SELECT {TOOL_COLUMNS} FROM tool_rollups_hourly"),
-                    (false, true) => {
-                        format!("SELECT {} FROM usage_rollups_narrow", narrow_columns())
-                    }
-                    (false, false) => format!("SELECT {COLUMNS} FROM usage_rollups_hourly"),
+                q.push(match self.narrow {
+                    true => format!("SELECT {} FROM usage_rollups_narrow", narrow_columns()),
+                    false => format!("SELECT {COLUMNS} FROM usage_rollups_hourly"),
                 });
                 self.filter.push_where(q);
                 q.push(" AND bucket >= ").push_bind(s.hour_from);
@@ -285,9 +278,7 @@ impl Plan {
                 q.push(" AND bucket <> ALL(")
                     .push_bind(s.cut_hours.clone())
                     .push(")");
-                q.push(format!(
-                    " UNION ALL SELECT {quarter_columns} FROM {quarter_table}"
-                ));
+                q.push(format!(" UNION ALL SELECT {COLUMNS} FROM usage_rollups"));
                 self.filter.push_where(q);
                 q.push(" AND bucket = ANY(")
                     .push_bind(s.quarters.clone())
@@ -376,7 +367,7 @@ mod tests {
             assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
             assert!(!sql.contains("usage_rollups_narrow"), "{sql}");
             assert_eq!(
-                sql.contains(") AS r LEFT JOIN (SELECT tenant_id AS colony_run_tenant"),
+                sql.contains(") AS r LEFT JOIN (SELECT tenant_id AS colony_run_tenant, session_id AS colony_run_session, colony_key AS colony_run_key FROM colony_runs WHERE TRUE AND tenant_id = $8)"),
                 wide == Dim::Colony,
                 "{sql}"
             );
@@ -410,32 +401,20 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_grouping_reads_hourly_tool_rows_for_whole_hours_and_quarter_rows_for_the_rest() {
+    fn a_tool_grouping_reads_the_tool_rollups_quarter_rows() {
         let q = query(
             "2026-11-01T00:00:00Z",
             "2026-11-04T00:00:00Z",
             Granularity::Day,
-            "Asia/Kolkata",
+            "UTC",
             &[Dim::Tool, Dim::Session],
         );
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
-        assert!(plan.tools && !plan.narrow);
-        let split = plan
-            .split
-            .as_ref()
-            .expect("whole hours from the hourly tool rows");
-        assert_eq!(
-            split.cut_hours.len(),
-            3,
-            "18:30 UTC starts a day in Kolkata"
-        );
+        assert!(plan.tools);
+        assert_eq!(plan.split, None, "no hourly tool rollup");
         let sql = plan.query(false).into_sql();
         assert!(
-            sql.contains("FROM tool_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, calls"),
-            "{sql}"
-        );
-        assert!(
-            sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $6 AND bucket = ANY($7)"),
+            sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $2 AND bucket >= $3"),
             "{sql}"
         );
         assert!(
@@ -452,17 +431,6 @@ mod tests {
             .extent_query(q.from, q.to, true)
             .into_sql();
         assert!(extent.starts_with("SELECT min(bucket), max(bucket) FROM tool_rollups"));
-
-        // One session's tool calls: its quarter rows, by the session index.
-        let part = Part::Sessions(vec!["s1".into()]);
-        let plan = Plan::new(tenant_filter(part), &q, q.from, q.to);
-        assert_eq!(plan.split, None);
-        let sql = plan.query(false).into_sql();
-        assert!(
-            sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $2 AND session_id = ANY($3) AND bucket >= $4"),
-            "{sql}"
-        );
-        assert!(!sql.contains("tool_rollups_hourly"), "{sql}");
     }
 
     #[test]
