@@ -7,7 +7,7 @@
 use chrono::{DateTime, Timelike, Utc};
 use sqlx::{Postgres, QueryBuilder};
 
-use super::usage::COLONY_KEY_OF_ROW;
+use super::usage::{push_colony_key_joins, COLONY_KEY_OF_ROW};
 use super::ReadDb;
 use crate::access::TenantRead;
 use crate::budgets::{Budget, Unit};
@@ -35,8 +35,12 @@ pub fn statement(
         Unit::Tokens => "input_tokens + output_tokens",
     };
     let mut q = QueryBuilder::new(format!(
-        "SELECT COALESCE(sum({sum}), 0)::bigint FROM {table} r WHERE r.tenant_id = "
+        "SELECT COALESCE(sum({sum}), 0)::bigint FROM {table} r"
     ));
+    if budget.scope.colony.is_some() {
+        push_colony_key_joins(&mut q, Some(read.tenant_id()));
+    }
+    q.push(" WHERE r.tenant_id = ");
     q.push_bind(read.tenant_id());
     q.push(" AND r.bucket >= ").push_bind(start);
     q.push(" AND r.bucket < ").push_bind(end);

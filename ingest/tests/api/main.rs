@@ -11,6 +11,7 @@ mod budgets;
 mod cadence;
 mod citus;
 mod colony_names;
+mod colony_usage;
 mod cross_tenant;
 mod dashboard;
 mod dashboard_tree;

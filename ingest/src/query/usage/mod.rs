@@ -46,7 +46,9 @@ use std::str::FromStr;
 use chrono::{DateTime, DurationRound, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::Serialize;
+use sqlx::{Postgres, QueryBuilder};
 use utoipa::ToSchema;
+use uuid::Uuid;
 
 use crate::access::{OperatorRead, TenantRead};
 use crate::error::ApiError;
@@ -135,11 +137,39 @@ impl Dim {
 /// A rollup row's colony: the key of the colony run its `colony_id` (a worker's colony session) is, or
 /// that its own session is when that session is a colony's forked session (a run with a parent: the
 /// colony's own queen session); else the stored `colony_id` (the queen session of a colony whose key is
-/// not known, or "" for none). See `crate::store::colonies`.
-pub(crate) const COLONY_KEY_OF_ROW: &str = "COALESCE((SELECT cr.colony_key FROM colony_runs cr \
-    WHERE cr.tenant_id = r.tenant_id AND (cr.session_id = r.colony_id \
-    OR (cr.session_id = r.session_id AND cr.parent_session_id IS NOT NULL)) \
-    ORDER BY cr.session_id = r.colony_id DESC LIMIT 1), r.colony_id)";
+/// not known, or "" for none). See `crate::store::colonies`. Over rollup rows `r` joined by
+/// [`push_colony_key_joins`].
+pub(crate) const COLONY_KEY_OF_ROW: &str =
+    "COALESCE(colony_run_.colony_run_key, forked_run_.forked_run_key, r.colony_id)";
+
+/// Appends the joins [`COLONY_KEY_OF_ROW`] reads after the rollup rows `r`: `colony_run_`, the run that
+/// the row's `colony_id` is; `forked_run_`, the run with a parent that the row's own session is — each
+/// over the runs of `tenant` (every tenant's for None). `colony_runs` is keyed by (tenant, session), so
+/// each join finds at most one run and every row is summed once. The planner hashes the tenant's runs
+/// once and probes them per row (a subquery per row, an index probe for each of a month's hundreds of
+/// thousands of rows, took seconds). Each join exposes only columns of its own name, so the grouping
+/// and sum columns of `r` stay unambiguous; the tenant bound in each join keeps the statement on one
+/// tenant's rows (on Citus, one shard).
+pub(crate) fn push_colony_key_joins(q: &mut QueryBuilder<'static, Postgres>, tenant: Option<Uuid>) {
+    for (alias, only_forked, on) in [
+        ("colony_run", false, "r.colony_id"),
+        ("forked_run", true, "r.session_id"),
+    ] {
+        q.push(format!(
+            " LEFT JOIN (SELECT tenant_id AS {alias}_tenant, session_id AS {alias}_session, \
+             colony_key AS {alias}_key FROM colony_runs WHERE TRUE"
+        ));
+        if let Some(t) = tenant {
+            q.push(" AND tenant_id = ").push_bind(t);
+        }
+        if only_forked {
+            q.push(" AND parent_session_id IS NOT NULL");
+        }
+        q.push(format!(
+            ") {alias}_ ON {alias}_.{alias}_tenant = r.tenant_id AND {alias}_.{alias}_session = {on}"
+        ));
+    }
+}
 
 /// Where "all time" starts for the reads without a range of their own (a session's or colony's usage, the
 /// cumulative metrics): before any event an agent can have recorded.

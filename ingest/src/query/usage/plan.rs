@@ -13,7 +13,7 @@ use sqlx::{Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::split::Split;
-use super::{Dim, Granularity, Part, UsageQuery, Within, OPERATOR_DIMS};
+use super::{push_colony_key_joins, Dim, Granularity, Part, UsageQuery, Within, OPERATOR_DIMS};
 use crate::error::ApiError;
 use crate::query::buckets::{self, Buckets, Unit};
 use crate::query::sums;
@@ -238,7 +238,11 @@ impl Plan {
         };
         q.push(", ").push(sums).push(" FROM (");
         self.push_source(&mut q);
-        q.push(") AS r GROUP BY 1");
+        q.push(") AS r");
+        if self.group_by.contains(&Dim::Colony) {
+            push_colony_key_joins(&mut q, self.filter.tenant);
+        }
+        q.push(" GROUP BY 1");
         for (i, d) in Dim::ALL.iter().enumerate() {
             if self.group_by.contains(d) {
                 q.push(format!(", {}", i + 2));
@@ -362,6 +366,11 @@ mod tests {
             let sql = plan.query(false).into_sql();
             assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
             assert!(!sql.contains("usage_rollups_narrow"), "{sql}");
+            assert_eq!(
+                sql.contains(") AS r LEFT JOIN (SELECT tenant_id AS colony_run_tenant, session_id AS colony_run_session, colony_key AS colony_run_key FROM colony_runs WHERE TRUE AND tenant_id = $8)"),
+                wide == Dim::Colony,
+                "{sql}"
+            );
         }
     }
 

@@ -1,0 +1,231 @@
+//! Usage grouped by colony and another key (user, model, tool) equals a recomputation from the events
+//! sent. Each event's colony is the key of the run its colony id names, else the key of the forked run
+//! its own session is, else its colony id as stored ("" for none): with runs told before and after their
+//! usage arrives, a session that is a forked run of one colony and whose events name another colony's
+//! run, colony ids no run names, and sessions of two users on two models.
+
+use std::collections::BTreeMap;
+
+use chrono::{Duration, DurationRound, Utc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+/// (input tokens, events, tool calls) per (bucket as a Unix time, colony key, the other key).
+type Sums = BTreeMap<(i64, String, String), (u64, u64, u64)>;
+
+/// Adds `s` to `key`.
+fn add(m: &mut Sums, key: (i64, String, String), s: (u64, u64, u64)) {
+    let e = m.entry(key).or_default();
+    (e.0, e.1, e.2) = (e.0 + s.0, e.1 + s.1, e.2 + s.2);
+}
+
+/// The answer's rows as sums per (bucket, colony, `other` field); bucket 0 when `by_bucket` is false.
+fn read(v: &Value, other: &str, by_bucket: bool) -> Sums {
+    let mut got = Sums::new();
+    for r in v["rows"].as_array().expect("rows") {
+        let b = match by_bucket {
+            true => chrono::DateTime::parse_from_rfc3339(r["bucket"].as_str().unwrap())
+                .unwrap()
+                .timestamp(),
+            false => 0,
+        };
+        let key = (
+            b,
+            r["colony_id"].as_str().unwrap_or("").to_string(),
+            r[other].as_str().unwrap_or("").to_string(),
+        );
+        let s = (
+            r["input_tokens"].as_u64().unwrap(),
+            r["events"].as_u64().unwrap(),
+            r["tool_calls"].as_u64().unwrap(),
+        );
+        add(&mut got, key, s);
+    }
+    got
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn usage_by_colony_and_user_model_or_tool_gives_each_row_its_runs_colony(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let mut rng = StdRng::seed_from_u64(11);
+    let keys: Vec<String> = (0..3)
+        .map(|i| format!("ck_{}", format!("{i}").repeat(32)))
+        .collect();
+    let now = Utc::now();
+    // Events from an hour into a day four days back, over three days (none in the future).
+    let day0 = (now - Duration::days(4))
+        .duration_trunc(Duration::days(1))
+        .unwrap();
+    let base = day0 + Duration::hours(1);
+    // Six runs of three colonies: run-i forked from queen q{i % 2}.
+    let run_key = |i: usize| keys[i % 3].clone();
+    // Sessions: (session, colony id its events carry, the key the read must give it, its user).
+    let mut sessions: Vec<(String, String, String, String)> = vec![];
+    let user = |n: usize| format!("u{}", n % 2);
+    for i in 0..6 {
+        // The run's own session carries no colony id: its key comes from being a forked run.
+        sessions.push((format!("run-{i}"), String::new(), run_key(i), user(i)));
+        for w in 0..3 {
+            sessions.push((
+                format!("w-{i}-{w}"),
+                format!("run-{i}"),
+                run_key(i),
+                user(i + w),
+            ));
+        }
+    }
+    // A run (run-6, of colony 0) whose own events name run-1 (colony 1) as their colony: the run its
+    // colony id names wins.
+    sessions.push(("run-6".into(), "run-1".into(), run_key(1), user(1)));
+    // Queens, a colony id that no run names, and plain sessions.
+    sessions.push(("q0".into(), String::new(), String::new(), user(0)));
+    sessions.push(("q1".into(), String::new(), String::new(), user(1)));
+    sessions.push((
+        "orphan".into(),
+        "unknown-queen".into(),
+        "unknown-queen".into(),
+        user(1),
+    ));
+    sessions.push(("plain".into(), String::new(), String::new(), user(0)));
+    let bindings: Vec<Value> = sessions.iter().map(|s| binding(&s.0, &s.3)).collect();
+
+    let mut usage = vec![];
+    // Per day: (colony, user) and (colony, model); per tool: (colony, user) of the tool calls.
+    let (mut by_user, mut by_model, mut tools) = (Sums::new(), Sums::new(), Sums::new());
+    for _ in 0..600 {
+        let (sid, colony, key, uid) = &sessions[rng.gen_range(0..sessions.len())];
+        let at = base + Duration::seconds(rng.gen_range(0..3 * 86_400 - 600));
+        let model = ["m1", "m2"][rng.gen_range(0..2)];
+        let is_llm = rng.gen_bool(0.6);
+        let mut e = match is_llm {
+            true => llm(
+                sid,
+                at,
+                model,
+                rng.gen_range(1..5000),
+                rng.gen_range(0..500),
+                0.001,
+            ),
+            false => tool(sid, at, rng.gen_bool(0.2)),
+        };
+        if !colony.is_empty() {
+            e["colony_id"] = json!(colony);
+            e["parent_session_id"] = json!(colony);
+            e["agent_role"] = json!("worker");
+        }
+        let day = at.duration_trunc(Duration::days(1)).unwrap().timestamp();
+        let s = (
+            e["data"]["input_tokens"].as_u64().unwrap_or(0),
+            1,
+            u64::from(!is_llm),
+        );
+        add(&mut by_user, (day, key.clone(), uid.clone()), s);
+        let m = if is_llm { model } else { "" };
+        add(&mut by_model, (day, key.clone(), m.to_string()), s);
+        if !is_llm {
+            add(&mut tools, (0, key.clone(), uid.clone()), (0, 0, 1));
+        }
+        usage.push(e);
+    }
+    let created = |i: usize| {
+        event(
+            "colony.created",
+            Some(&format!("q{}", i % 2)),
+            base - Duration::minutes(5),
+            json!({ "source": "created", "colony_id": format!("run-{i}"), "queen_session_id": format!("q{}", i % 2),
+                    "forked_session_id": format!("run-{i}"), "colony_key": run_key(i) }),
+        )
+    };
+    // A run's `colony.created` is an event of its queen's session (no colony, model '').
+    let told = (base - Duration::minutes(5))
+        .duration_trunc(Duration::days(1))
+        .unwrap()
+        .timestamp();
+    for i in 0..7 {
+        add(&mut by_user, (told, String::new(), user(i % 2)), (0, 1, 0));
+        add(
+            &mut by_model,
+            (told, String::new(), String::new()),
+            (0, 1, 0),
+        );
+    }
+    // Runs 0, 2, 4 are told before their usage, 1, 3, 5 and 6 after it.
+    let mut first: Vec<Value> = [0, 2, 4].into_iter().map(created).collect();
+    first.extend(usage.drain(..300));
+    let mut second = usage;
+    second.extend([1, 3, 5, 6].into_iter().map(created));
+    for events in [first, second] {
+        let (s, v) = app
+            .post_batch(&t.ingest, &batch(events, bindings.clone()))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["rejected"], json!([]), "{v}");
+    }
+
+    let range = |from: chrono::DateTime<Utc>| {
+        format!(
+            "from={}&to={}",
+            from.to_rfc3339().replace('+', "%2B"),
+            (now.duration_trunc(Duration::days(1)).unwrap() + Duration::days(1))
+                .to_rfc3339()
+                .replace('+', "%2B")
+        )
+    };
+    let get = |group: &'static str, gran: &'static str| {
+        let (app, t, q) = (&app, &t, range(day0));
+        async move {
+            let path = format!("/v1/usage?{q}&group_by={group}&granularity={gran}");
+            let (s, v) = app.get(&t.read, &path).await;
+            assert_eq!(s, StatusCode::OK, "{path}: {v}");
+            v
+        }
+    };
+    let totals = |m: &Sums| {
+        let mut t = Sums::new();
+        for ((_, c, o), s) in m {
+            add(&mut t, (0, c.clone(), o.clone()), *s);
+        }
+        t
+    };
+
+    // By day (whole hours from the hourly rollup), in either order of the keys.
+    for group in ["colony,user", "user,colony"] {
+        let v = get(group, "day").await;
+        assert_eq!(read(&v, "user_id", true), by_user, "{group}: {v}");
+    }
+    let v = get("colony,model", "day").await;
+    assert_eq!(read(&v, "model", true), by_model, "{v}");
+    // By hour (hour rows), summed; and in total.
+    let v = get("model,colony", "hour").await;
+    assert_eq!(read(&v, "model", false), totals(&by_model), "{v}");
+    let v = get("colony,user", "total").await;
+    assert_eq!(read(&v, "user_id", false), totals(&by_user), "{v}");
+    // Three keys: summed over the model, the colony and user sums.
+    let v = get("user,model,colony", "day").await;
+    assert_eq!(read(&v, "user_id", true), by_user, "{v}");
+    // A range that starts inside an hour (quarter rows for that hour, hourly rows after it).
+    let from = day0 + Duration::minutes(45);
+    let path = format!(
+        "/v1/usage?{}&group_by=colony,user&granularity=total",
+        range(from)
+    );
+    let (s, v) = app.get(&t.read, &path).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        read(&v, "user_id", false),
+        totals(&by_user),
+        "no event before {from}: {v}"
+    );
+    // Tool calls per colony and user, from the tool rollup.
+    let v = get("tool,colony,user", "total").await;
+    let mut got = Sums::new();
+    for ((_, c, u), s) in read(&v, "user_id", false) {
+        add(&mut got, (0, c, u), (0, 0, s.2));
+    }
+    assert_eq!(got, tools, "{v}");
+}
