@@ -174,14 +174,16 @@ async fn device(
         if now >= phase_end {
             working = !working;
             phase_end = now + exp(&mut rng, if working { 120.0 } else { 60.0 });
+            if working {
+                // Arrivals start now: an idle stretch has none (stamping them at the idle stretch's
+                // start would count a minute of idleness as their wait).
+                next_event = now + exp(&mut rng, 1.0 / rate);
+            }
         }
         while working && next_event <= now && now < end {
             let s = &sessions[rng.gen_range(0..3)];
             pending.push((next_event, usage_event(&mut rng, s)));
             next_event += exp(&mut rng, 1.0 / rate);
-        }
-        if !working {
-            next_event = next_event.max(now);
         }
         let online = now >= offline_until;
         let due = pending
