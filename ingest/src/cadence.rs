@@ -16,8 +16,8 @@
 //!   flight passed half of `max_batches_in_flight`; *calm* when at most 1% were slow, or only one, and the
 //!   batches in flight stayed under a quarter of the bound. A window with no batch at all (also a quiet
 //!   stretch of several seconds, counted per second) is calm. At a light load (twenty batches a second)
-//!   one or two slow batches are outliers, not load: counted as load they stretched a hundred devices'
-//!   interval to 30 s and their freshness p99 to 26 s in the fleet bench.
+//!   one or two slow batches are outliers, not load: the window's p95 is then one batch, and counting it
+//!   as load would stretch a small fleet's interval for a single hiccup.
 //! - **Levels.** The interval is `cadence_base_ms` at level 0 and doubles per level, up to
 //!   `cadence_max_ms`. A loaded window raises the level by one; [`CALM_WINDOWS`] calm windows in a row
 //!   lower it by one (hysteresis: a fleet that slows down does not rush back at the first quiet second,
