@@ -4,14 +4,15 @@
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench fleet_cadence`
 //!
 //! Knobs: BENCH_FLEETS (device counts, `100,500,1000,2000,5000`), BENCH_SECS per fleet (60), BENCH_TENANTS
-//! (10), BENCH_EVENT_RATE (events per second of an active device, 1.0).
+//! (10), BENCH_EVENT_RATE (events per second of an active device, 1.0), BENCH_TRACE (set: print every
+//! five seconds what was stored and refused, and the interval asked).
 //!
 //! A device's day, compressed: it alternates working stretches (exponential, mean 120 s) with idle ones
 //! (mean 60 s); while it works, LLM turns and tool calls arrive as a Poisson stream at BENCH_EVENT_RATE over
 //! its three sessions. Like the agent, it gathers what arrived and pushes one batch when the oldest event
 //! has waited the interval the ingest last asked for (2 s plus up to 0.5 s of its own jitter before the
-//! first answer), or at once when 100 are there; 429/503 are retried after `Retry-After`, nothing is
-//! dropped. 5% of the devices are offline for the first third of the run and come back with that backlog
+//! first answer), or at once when 100 are there; 429/503 are retried as the agent retries them (its
+//! backoff, `Retry-After` as the floor), nothing is dropped. 5% of the devices are offline for the first third of the run and come back with that backlog
 //! (sent in batches of up to 1000); 10% of the batches are sent twice (an agent retrying after a lost
 //! answer: duplicates). Every device has its own device-bound token.
 //!
@@ -27,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use apiary_ingest::config::IngestSettings;
+use apiary_plumbing::backoff::{parse_retry_after, BackoffPolicy};
 use chrono::Utc;
 use common::{env_usize, gzip, percentile, BenchDb};
 use rand::rngs::StdRng;
@@ -77,7 +79,14 @@ struct Device {
     token: String,
 }
 
-/// Posts until the ingest stores the batch (retrying 429/503 after `Retry-After`); returns the answer.
+/// The agent's retry delays (its defaults: `push.backoff_base_ms` 1000, `push.backoff_cap_ms` 300000).
+const AGENT_BACKOFF: BackoffPolicy = BackoffPolicy {
+    base: Duration::from_secs(1),
+    cap: Duration::from_secs(300),
+};
+
+/// Posts until the ingest stores the batch (retrying 429/503 as the agent does: after its backoff, with
+/// `Retry-After` as the floor); returns the answer.
 async fn push(
     client: &reqwest::Client,
     url: &str,
@@ -85,7 +94,9 @@ async fn push(
     body: &[u8],
     tally: &Tally,
 ) -> Value {
+    let mut attempt = 0;
     loop {
+        attempt += 1;
         let t0 = Instant::now();
         let sent = client
             .post(url)
@@ -108,8 +119,7 @@ async fn push(
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(1);
+            .and_then(parse_retry_after);
         let v: Value = r.json().await.unwrap_or(Value::Null);
         if status.is_success() {
             tally.latencies.lock().unwrap().push(t0.elapsed());
@@ -122,7 +132,7 @@ async fn push(
         } else {
             panic!("{status}: {v}");
         }
-        tokio::time::sleep(Duration::from_secs(retry)).await;
+        tokio::time::sleep(AGENT_BACKOFF.delay(attempt, retry)).await;
     }
 }
 
@@ -354,6 +364,28 @@ async fn main() -> anyhow::Result<()> {
         let url = format!("{base}/v1/batches");
         let (cpu0, pg0) = (common::own_cpu(), pg_cpu(&servers));
         let t0 = Instant::now();
+        // BENCH_TRACE=1: every five seconds, what was stored, refused and asked in them.
+        let trace = std::env::var_os("BENCH_TRACE").map(|_| {
+            let tally = tally.clone();
+            tokio::spawn(async move {
+                let (mut a0, mut r0) = (0, 0);
+                loop {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    let (a, r) = (
+                        tally.accepted.load(Ordering::Relaxed),
+                        tally.too_many.load(Ordering::Relaxed),
+                    );
+                    println!(
+                        "  {:>4.0} s: {:>6} stored, {:>5} refused (429), {} ms asked",
+                        t0.elapsed().as_secs_f64(),
+                        a - a0,
+                        r - r0,
+                        tally.asked_ms.load(Ordering::Relaxed)
+                    );
+                    (a0, r0) = (a, r);
+                }
+            })
+        });
         let tasks: Vec<_> = devices
             .into_iter()
             .enumerate()
@@ -371,6 +403,9 @@ async fn main() -> anyhow::Result<()> {
             .collect();
         for t in tasks {
             t.await?;
+        }
+        if let Some(t) = trace {
+            t.abort();
         }
         let wall = t0.elapsed().as_secs_f64();
         let (cpu1, pg1) = (common::own_cpu(), pg_cpu(&servers));

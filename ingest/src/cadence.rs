@@ -19,7 +19,10 @@
 //!   one or two slow batches are outliers, not load: the window's p95 is then one batch, and counting it
 //!   as load would stretch a small fleet's interval for a single hiccup.
 //! - **Levels.** The interval is `cadence_base_ms` at level 0 and doubles per level, up to
-//!   `cadence_max_ms`. A loaded window raises the level by one; [`CALM_WINDOWS`] calm windows in a row
+//!   `cadence_max_ms`. A loaded window raises the level by one, but not again before the new interval
+//!   has passed: devices hear of a level only at their next push, so the load of the windows right after
+//!   a raise is still the old cadence's, and raising on it would overshoot to the ceiling within seconds
+//!   of a single burst. [`CALM_WINDOWS`] calm windows in a row
 //!   lower it by one (hysteresis: a fleet that slows down does not rush back at the first quiet second,
 //!   and a level is held through windows that are neither). Bigger batches at a longer interval cost the
 //!   ingest far less per event (docs/scaling.md, "Small batches from a fleet"), so stretching is what
@@ -27,8 +30,10 @@
 //! - **Jitter.** Above level 0 each device gets up to +20% on top, from a hash of its id and the level:
 //!   devices that all hear "8 s" at once do not push in step, and a device's own interval is steady.
 //! - **Past capacity.** More than `max_batches_in_flight` batches at once are answered 429 with
-//!   `Retry-After` (the current interval, rounded up to seconds) before their bodies are read, so
-//!   neither latency nor memory grows without bound; the agent retries after it and nothing is lost.
+//!   `Retry-After` before their bodies are read, so neither latency nor memory grows without bound; the
+//!   agent retries after it and nothing is lost. The `Retry-After` is drawn for each refusal from one
+//!   second up to the current interval (rounded up to seconds): the devices refused by one burst come
+//!   back spread over an interval instead of as the same burst again one interval later.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,6 +71,8 @@ struct State {
     slow: u64,
     /// The most batches in flight seen in this window.
     peak_in_flight: usize,
+    /// No raise before this: the interval of the last raise has not yet reached the whole fleet.
+    hold_until: Instant,
 }
 
 /// A batch admitted by [`Cadence::admit`]; dropping it ends the batch's time in flight.
@@ -117,6 +124,7 @@ impl Cadence {
                 batches: 0,
                 slow: 0,
                 peak_in_flight: 0,
+                hold_until: now,
             }),
         }
     }
@@ -128,8 +136,9 @@ impl Cadence {
         if before >= self.max_in_flight {
             drop(guard);
             let secs = self.interval_at(Instant::now()).as_millis().div_ceil(1000) as u64;
+            let secs = rand::Rng::gen_range(&mut rand::thread_rng(), 1..=secs.max(1));
             return Err(Overloaded {
-                retry_after: Duration::from_secs(secs.max(1)),
+                retry_after: Duration::from_secs(secs),
             });
         }
         let mut st = self.lock();
@@ -207,8 +216,13 @@ impl Cadence {
         let (batches, slow) = (st.batches, st.slow);
         let loaded = (slow >= MIN_SLOW && slow * 20 > batches) || peak * 2 > self.max_in_flight;
         let calm = (slow * 100 <= batches || slow <= 1) && peak * 4 < self.max_in_flight;
+        // Decisions are dated by the end of the window they judge, however late it is rolled.
+        let window_end = st.window_start + WINDOW;
         if loaded {
-            st.level = (st.level + 1).min(self.top());
+            if window_end >= st.hold_until && st.level < self.top() {
+                st.level += 1;
+                st.hold_until = window_end + self.at_level(st.level);
+            }
             st.calm_run = 0;
         } else if calm {
             st.calm_run += 1;
@@ -320,22 +334,47 @@ mod tests {
     }
 
     #[test]
-    fn loaded_windows_double_the_interval_up_to_the_max() {
+    fn loaded_windows_double_the_interval_up_to_the_max_each_raise_held_for_its_interval() {
         let t0 = Instant::now();
         let c = cadence(t0);
         let mut t = t0;
-        let mut seen = Vec::new();
-        for _ in 0..6 {
+        let mut raises = Vec::new();
+        for second in 1..=40u64 {
+            let before = c.lock().level;
             t = window(&c, t, 100, 10);
             c.interval_for_at(None, t);
-            seen.push(c.lock().level);
+            let level = c.lock().level;
+            if level != before {
+                raises.push((second, level));
+            }
         }
+        // Raised at 1 s to 4 s, held 4 s; to 8 s at 5 s, held 8 s; to 16 s at 13 s; to 30 s at 29 s.
+        assert_eq!(raises, [(1, 1), (5, 2), (13, 3), (29, 4)]);
         assert_eq!(
-            seen,
-            [1, 2, 3, 4, 4, 4],
+            c.at_level(4),
+            Duration::from_secs(30),
             "16 s doubles to 32 s: capped at 30 s"
         );
-        assert_eq!(c.at_level(4), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_single_burst_raises_the_level_once() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        // A start wave: two loaded seconds, then the fleet at its new interval is calm.
+        let mut t = window(&c, t0, 100, 50);
+        t = window(&c, t, 100, 50);
+        c.interval_for_at(None, t);
+        assert_eq!(
+            c.lock().level,
+            1,
+            "the second second still carried the old cadence"
+        );
+        for _ in 0..CALM_WINDOWS {
+            t = window(&c, t, 100, 0);
+        }
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 0);
     }
 
     #[test]
@@ -351,8 +390,10 @@ mod tests {
     fn the_level_comes_down_only_after_calm_windows_in_a_row() {
         let t0 = Instant::now();
         let c = cadence(t0);
-        let mut t = window(&c, t0, 100, 50);
-        t = window(&c, t, 100, 50);
+        let mut t = t0;
+        for _ in 0..5 {
+            t = window(&c, t, 100, 50);
+        }
         c.interval_for_at(None, t);
         assert_eq!(c.lock().level, 2);
         // Four calm windows, then one neither calm nor loaded (2%): the run starts again.
@@ -374,7 +415,7 @@ mod tests {
         let t0 = Instant::now();
         let c = cadence(t0);
         let mut t = t0;
-        for _ in 0..3 {
+        for _ in 0..13 {
             t = window(&c, t, 100, 50);
         }
         c.interval_for_at(None, t);
@@ -416,9 +457,37 @@ mod tests {
         let t0 = Instant::now();
         let c = cadence(t0);
         let held: Vec<_> = (0..8).map(|_| c.admit().unwrap()).collect();
-        assert_eq!(c.admit().unwrap_err().retry_after, Duration::from_secs(2));
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..100 {
+            seen.insert(c.admit().unwrap_err().retry_after.as_secs());
+        }
+        assert_eq!(seen, [1, 2].into(), "one second up to the 2 s interval");
         drop(held);
         assert!(c.admit().is_ok(), "room again once they end");
+    }
+
+    #[test]
+    fn the_devices_refused_by_one_burst_are_asked_back_spread_over_the_interval() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let mut t = t0;
+        for _ in 0..29 {
+            t = window(&c, t, 100, 50);
+        }
+        c.interval_for_at(None, t);
+        assert_eq!(c.interval_at(t), Duration::from_secs(30));
+        // (The test's windows end 29 s ahead of the clock `admit` reads: it rolls none of them.)
+        let held: Vec<_> = (0..8).map(|_| c.admit().unwrap()).collect();
+        let mut by_second = [0u32; 31];
+        for _ in 0..3000 {
+            let s = c.admit().unwrap_err().retry_after.as_secs() as usize;
+            assert!((1..=30).contains(&s), "{s}");
+            by_second[s] += 1;
+        }
+        // Uniform over 1..=30 s: about a hundred each; none empty, none holding the wave.
+        let (lo, hi) = (by_second[1..].iter().min(), by_second[1..].iter().max());
+        assert!(lo > Some(&40) && hi < Some(&200), "{by_second:?}");
+        drop(held);
     }
 
     #[test]

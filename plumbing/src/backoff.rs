@@ -1,6 +1,10 @@
 //! Retry delays: exponential backoff with full jitter, capped, with `Retry-After` as a floor. Shared by
 //! the agent's pushes and the ingest's alert notifications.
 //!
+//! A `Retry-After` is honoured with up to a fifth more on top, drawn per retry: a server that refuses
+//! many clients at once with the same `Retry-After` would otherwise see them all come back in the same
+//! second, and be overloaded again by the very wave it refused.
+//!
 //! The un-jittered sequence comes from `backon`'s exponential builder (base × 2ⁿ, capped); full jitter
 //! then draws the delay uniformly from `[base/2, that]` ("full jitter" with a small floor so a busy fleet
 //! does not retry in the same millisecond). The attempt count is the one persisted on the outbox rows,
@@ -31,17 +35,24 @@ impl BackoffPolicy {
         delays.nth(n - 1).unwrap_or(self.cap).min(self.cap)
     }
 
-    /// The delay before retrying after `attempt` failures, honouring a server's `Retry-After` as minimum.
+    /// The delay before retrying after `attempt` failures, honouring a server's `Retry-After` as minimum
+    /// (with up to a fifth more on top, so clients refused together do not return together).
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let ceiling = self.ceiling(attempt);
         let floor = (self.base / 2).min(ceiling);
+        let mut rng = rand::thread_rng();
         let jittered = if ceiling > floor {
-            rand::thread_rng().gen_range(floor..=ceiling)
+            rng.gen_range(floor..=ceiling)
         } else {
             ceiling
         };
         match retry_after {
-            Some(min) => jittered.max(min.min(Duration::from_secs(24 * 3600))),
+            Some(min) => {
+                let min = min.min(Duration::from_secs(24 * 3600));
+                let spread = min / 5;
+                let after = min + rng.gen_range(Duration::ZERO..=spread);
+                jittered.max(after)
+            }
             None => jittered,
         }
     }
@@ -86,9 +97,20 @@ mod tests {
             seen.insert(d.as_millis());
         }
         assert!(seen.len() > 20, "full jitter spreads retries");
-        for _ in 0..50 {
-            assert!(P.delay(1, Some(Duration::from_secs(30))) >= Duration::from_secs(30));
+        let mut after = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let d = P.delay(1, Some(Duration::from_secs(30)));
+            assert!(
+                d >= Duration::from_secs(30) && d <= Duration::from_secs(36),
+                "{d:?}"
+            );
+            after.insert(d.as_millis());
         }
+        assert!(
+            after.len() > 20,
+            "clients refused together with one Retry-After come back spread over a fifth of it: {}",
+            after.len()
+        );
     }
 
     #[test]
