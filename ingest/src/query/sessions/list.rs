@@ -157,10 +157,26 @@ pub fn page_query(
     }
     if let Some(key) = &f.colony {
         // A colony run is the session its colony.created event names; its workers name the run as their
-        // colony or parent.
-        q.push(" AND EXISTS (SELECT 1 FROM colony_runs c WHERE c.tenant_id = s.tenant_id AND c.colony_key = ")
-            .push_bind(key.clone())
-            .push(" AND c.session_id IN (s.session_id, s.colony_id, s.parent_session_id))");
+        // colony or parent. The colony's runs are read once (an array), and each of the three columns
+        // is matched through its own index: the sessions are found from the colony, not the colony
+        // looked up for each session of the tenant (which read the tenant's whole history when the
+        // colony was not recent).
+        q.push(" AND (");
+        for (i, col) in ["s.session_id", "s.colony_id", "s.parent_session_id"]
+            .into_iter()
+            .enumerate()
+        {
+            if i > 0 {
+                q.push(" OR ");
+            }
+            q.push(col)
+                .push(" = ANY (ARRAY(SELECT c.session_id FROM colony_runs c WHERE c.tenant_id = ")
+                .push_bind(r.tenant_id())
+                .push(" AND c.colony_key = ")
+                .push_bind(key.clone())
+                .push("))");
+        }
+        q.push(")");
     }
     if let Some(since) = f.since {
         q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
