@@ -147,6 +147,18 @@ pub async fn totals(
         .collect())
 }
 
+/// The sessions right below `t.session_id` (of tenant `$1`), for the recursive step of a walk down a tree:
+/// by parent, by colony, or forked from it (a fork's session must exist). Three lookups, each through its
+/// own index; one join with the three conditions OR'ed read every session of the tenant at each step.
+const CHILDREN: &str = "
+    SELECT s.session_id FROM sessions s WHERE s.tenant_id = $1 AND s.parent_session_id = t.session_id
+  UNION ALL
+    SELECT s.session_id FROM sessions s WHERE s.tenant_id = $1 AND s.colony_id = t.session_id
+  UNION ALL
+    SELECT f.session_id FROM session_forks f JOIN sessions s
+      ON s.tenant_id = $1 AND s.session_id = f.session_id
+    WHERE f.tenant_id = $1 AND f.parent_session_id = t.session_id";
+
 /// The session and everything below it (children by parent, colony or fork), at most 8 levels deep; for a
 /// user-bound reader only that user's sessions (and 404 when the root is not one of them).
 pub async fn subtree(db: &ReadDb, r: &TenantRead, root: &str) -> Result<Vec<SessionRow>, ApiError> {
@@ -154,11 +166,8 @@ pub async fn subtree(db: &ReadDb, r: &TenantRead, root: &str) -> Result<Vec<Sess
         "WITH RECURSIVE t(session_id, depth) AS (
             SELECT session_id, 0 FROM sessions WHERE tenant_id = $1 AND session_id = $2
           UNION
-            SELECT s.session_id, t.depth + 1 FROM sessions s JOIN t
-              ON s.tenant_id = $1 AND s.session_id <> t.session_id
-              LEFT JOIN session_forks f ON f.tenant_id = $1 AND f.session_id = s.session_id
-            WHERE t.depth < 8 AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id
-              OR f.parent_session_id = t.session_id))
+            SELECT c.session_id, t.depth + 1 FROM t CROSS JOIN LATERAL ({CHILDREN}) c
+            WHERE t.depth < 8 AND c.session_id <> t.session_id)
          {SELECT} WHERE s.tenant_id = $1 AND s.session_id IN (SELECT session_id FROM t)
             AND ($3::text IS NULL OR s.user_id = $3)"
     );
@@ -220,26 +229,24 @@ pub async fn below(
     now: DateTime<Utc>,
     rules: &Rules,
 ) -> Result<HashMap<String, BTreeMap<Status, u64>>, ApiError> {
-    let rows: Vec<BelowRow> = sqlx::query_as(
+    let sql = format!(
         "WITH RECURSIVE t(above, session_id, depth) AS (
             SELECT id, id, 0 FROM unnest($2::text[]) AS id
           UNION
-            SELECT t.above, s.session_id, t.depth + 1 FROM sessions s JOIN t
-              ON s.tenant_id = $1 AND s.session_id <> t.session_id
-              LEFT JOIN session_forks f ON f.tenant_id = $1 AND f.session_id = s.session_id
-            WHERE t.depth < 8 AND (s.parent_session_id = t.session_id OR s.colony_id = t.session_id
-              OR f.parent_session_id = t.session_id))
+            SELECT t.above, c.session_id, t.depth + 1 FROM t CROSS JOIN LATERAL ({CHILDREN}) c
+            WHERE t.depth < 8 AND c.session_id <> t.session_id)
          SELECT DISTINCT ON (t.above, s.session_id) t.above, s.health,
             GREATEST(d.last_heartbeat_at, d.last_seen_at) AS device_heard_at, s.runtime_gone_at
          FROM t JOIN sessions s ON s.tenant_id = $1 AND s.session_id = t.session_id
            LEFT JOIN devices d ON d.tenant_id = s.tenant_id AND d.device_id = s.device_id
-         WHERE t.session_id <> t.above AND ($3::text IS NULL OR s.user_id = $3)",
-    )
-    .bind(r.tenant_id())
-    .bind(ids)
-    .bind(r.user())
-    .fetch_all(&db.pool)
-    .await?;
+         WHERE t.session_id <> t.above AND ($3::text IS NULL OR s.user_id = $3)"
+    );
+    let rows: Vec<BelowRow> = sqlx::query_as(&sql)
+        .bind(r.tenant_id())
+        .bind(ids)
+        .bind(r.user())
+        .fetch_all(&db.pool)
+        .await?;
     let mut out: HashMap<String, BTreeMap<Status, u64>> = HashMap::new();
     for row in rows {
         let view = status::session_view(
