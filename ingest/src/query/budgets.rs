@@ -1,10 +1,20 @@
-//! A budget's spend: the usage rollups of its tenant in `[start, end)`, narrowed by its scope, summed in
-//! its unit — the same rows and sums `/v1/usage` answers for that range (`cost_nanos`, or input + output
-//! tokens), so the two agree exactly. A range on whole UTC hours (every zone with a whole-hour offset)
-//! reads an hourly rollup — the narrow one (per user, model and runtime) unless the budget is scoped to
-//! a colony — otherwise the 15-minute one; all hold the same sums.
+//! Budgets' spend: the usage rollups of their tenant in each budget's `[start, end)`, narrowed by its
+//! scope, summed in its unit — the same rows and sums `/v1/usage` answers for that range (`cost_nanos`,
+//! or input + output tokens), so the two agree exactly.
+//!
+//! The budgets of a tenant are evaluated together ([`spent_all`]): budgets with the same period bounds
+//! (the same period and zone) share one statement that sums both units per user and model (and colony
+//! key, for colony-scoped budgets), and each budget's spend is then the sum of the groups its scope
+//! matches. A tenant's hundred budgets cost a few statements, not a hundred scans of their periods.
+//!
+//! Each statement reads the whole UTC hours inside the range from an hourly rollup — the narrow one (per
+//! user, model and runtime), or the wide one when colony keys are wanted — and the quarter hours a zone
+//! with a half- or quarter-hour offset cuts at either end from the 15-minute rollup; all hold the same
+//! sums (written together).
 
-use chrono::{DateTime, Timelike, Utc};
+use std::collections::HashMap;
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::{Postgres, QueryBuilder};
 
 use super::usage::{push_colony_key_joins, COLONY_KEY_OF_ROW};
@@ -13,62 +23,197 @@ use crate::access::TenantRead;
 use crate::budgets::{Budget, Unit};
 use crate::error::ApiError;
 
-fn whole_hour(t: DateTime<Utc>) -> bool {
-    t.minute() == 0 && t.second() == 0 && t.nanosecond() == 0
+/// The whole UTC hours inside `[start, end)`, when there is one.
+fn whole_hours(start: DateTime<Utc>, end: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let hour = TimeDelta::hours(1);
+    let floor = start.duration_trunc(hour).ok()?;
+    let first = if floor == start { start } else { floor + hour };
+    let last = end.duration_trunc(hour).ok()?;
+    (first < last).then_some((first, last))
 }
 
-/// The statement summing `budget`'s spend over `[start, end)` for `read`'s tenant (and user, for a
-/// user-bound read).
-pub fn statement(
+/// One group of a range's sums.
+#[derive(Debug, sqlx::FromRow)]
+struct Group {
+    user_id: String,
+    model: String,
+    colony_key: Option<String>,
+    cost_nanos: i64,
+    tokens: i64,
+}
+
+/// The statement summing `[start, end)` of `read`'s tenant (and user, for a user-bound read) per user
+/// and model, and per colony key too when `colonies` is given (only rows of those colonies, then).
+fn grouped(
     read: &TenantRead,
-    budget: &Budget,
     start: DateTime<Utc>,
     end: DateTime<Utc>,
+    colonies: Option<&[String]>,
 ) -> QueryBuilder<'static, Postgres> {
-    let table = match (whole_hour(start) && whole_hour(end), &budget.scope.colony) {
-        (true, None) => "usage_rollups_narrow",
-        (true, Some(_)) => "usage_rollups_hourly",
-        (false, _) => "usage_rollups",
-    };
-    let sum = match budget.unit {
-        Unit::Usd => "cost_nanos",
-        Unit::Tokens => "input_tokens + output_tokens",
+    let key = match colonies {
+        Some(_) => COLONY_KEY_OF_ROW,
+        None => "NULL::text",
     };
     let mut q = QueryBuilder::new(format!(
-        "SELECT COALESCE(sum({sum}), 0)::bigint FROM {table} r"
+        "SELECT user_id, model, colony_key, COALESCE(sum(cost_nanos), 0)::bigint AS cost_nanos, \
+         COALESCE(sum(tokens), 0)::bigint AS tokens FROM ("
     ));
-    if budget.scope.colony.is_some() {
-        push_colony_key_joins(&mut q, Some(read.tenant_id()));
+    // (table, ranges of buckets it serves)
+    let mut parts: Vec<(&str, Vec<(DateTime<Utc>, DateTime<Utc>)>)> = Vec::new();
+    match whole_hours(start, end) {
+        Some((first, last)) => {
+            let hourly = match colonies {
+                Some(_) => "usage_rollups_hourly",
+                None => "usage_rollups_narrow",
+            };
+            parts.push((hourly, vec![(first, last)]));
+            let edges: Vec<_> = [(start, first), (last, end)]
+                .into_iter()
+                .filter(|(a, b)| a < b)
+                .collect();
+            if !edges.is_empty() {
+                parts.push(("usage_rollups", edges));
+            }
+        }
+        None => parts.push(("usage_rollups", vec![(start, end)])),
     }
-    q.push(" WHERE r.tenant_id = ");
-    q.push_bind(read.tenant_id());
-    q.push(" AND r.bucket >= ").push_bind(start);
-    q.push(" AND r.bucket < ").push_bind(end);
-    if let Some(user) = read.user() {
-        q.push(" AND r.user_id = ").push_bind(user.to_string());
+    for (i, (table, ranges)) in parts.into_iter().enumerate() {
+        if i > 0 {
+            q.push(" UNION ALL ");
+        }
+        q.push(format!(
+            "SELECT r.user_id, r.model, {key} AS colony_key, r.cost_nanos, \
+             r.input_tokens + r.output_tokens AS tokens FROM {table} r"
+        ));
+        if colonies.is_some() {
+            push_colony_key_joins(&mut q, Some(read.tenant_id()));
+        }
+        q.push(" WHERE r.tenant_id = ").push_bind(read.tenant_id());
+        q.push(" AND (");
+        for (j, (a, b)) in ranges.into_iter().enumerate() {
+            if j > 0 {
+                q.push(" OR ");
+            }
+            q.push("(r.bucket >= ")
+                .push_bind(a)
+                .push(" AND r.bucket < ")
+                .push_bind(b)
+                .push(")");
+        }
+        q.push(")");
+        if let Some(user) = read.user() {
+            q.push(" AND r.user_id = ").push_bind(user.to_string());
+        }
+        if let Some(keys) = colonies {
+            q.push(format!(" AND {COLONY_KEY_OF_ROW} = ANY("))
+                .push_bind(keys.to_vec())
+                .push(")");
+        }
     }
-    if let Some(user) = &budget.scope.user {
-        q.push(" AND r.user_id = ").push_bind(user.clone());
-    }
-    if let Some(model) = &budget.scope.model {
-        q.push(" AND r.model = ").push_bind(model.clone());
-    }
-    if let Some(colony) = &budget.scope.colony {
-        q.push(format!(" AND {COLONY_KEY_OF_ROW} = "))
-            .push_bind(colony.clone());
-    }
+    q.push(") x GROUP BY user_id, model, colony_key");
     q
 }
 
-/// The spend, in the budget's unit (nano-USD or tokens). A sum past the bigint range is an error.
-pub async fn spent(
+/// Whether `budget`'s scope counts the group.
+fn matches(budget: &Budget, g: &Group) -> bool {
+    let s = &budget.scope;
+    s.user.as_ref().is_none_or(|u| *u == g.user_id)
+        && s.model.as_ref().is_none_or(|m| *m == g.model)
+        && s.colony
+            .as_ref()
+            .is_none_or(|c| Some(c) == g.colony_key.as_ref())
+}
+
+/// The spend of each budget, in its unit (nano-USD or tokens), over its `[start, end)`, in the order
+/// given; all budgets are `read`'s tenant's. A sum past the bigint range is an error.
+pub async fn spent_all(
     db: &ReadDb,
     read: &TenantRead,
-    budget: &Budget,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-) -> Result<i64, ApiError> {
-    let mut q = statement(read, budget, start, end);
-    let (spent,): (i64,) = q.build_query_as().fetch_one(&db.pool).await?;
-    Ok(spent)
+    budgets: &[(&Budget, DateTime<Utc>, DateTime<Utc>)],
+) -> Result<Vec<i64>, ApiError> {
+    let mut out = vec![0i64; budgets.len()];
+    // Budgets by their bounds, and whether any of them wants colony keys.
+    let mut ranges: HashMap<(DateTime<Utc>, DateTime<Utc>), Vec<usize>> = HashMap::new();
+    for (i, (_, start, end)) in budgets.iter().enumerate() {
+        ranges.entry((*start, *end)).or_default().push(i);
+    }
+    for ((start, end), members) in ranges {
+        let (by_colony, plain): (Vec<usize>, Vec<usize>) = members
+            .into_iter()
+            .partition(|i| budgets[*i].0.scope.colony.is_some());
+        let mut keys: Vec<String> = by_colony
+            .iter()
+            .filter_map(|i| budgets[*i].0.scope.colony.clone())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for (members, colonies) in [(plain, None), (by_colony, Some(keys.as_slice()))] {
+            if members.is_empty() {
+                continue;
+            }
+            let groups: Vec<Group> = grouped(read, start, end, colonies)
+                .build_query_as()
+                .fetch_all(&db.pool)
+                .await?;
+            for i in members {
+                let budget = budgets[i].0;
+                let mut sum = 0i64;
+                for g in groups.iter().filter(|g| matches(budget, g)) {
+                    let v = match budget.unit {
+                        Unit::Usd => g.cost_nanos,
+                        Unit::Tokens => g.tokens,
+                    };
+                    sum = sum.checked_add(v).ok_or_else(|| {
+                        ApiError::Internal(anyhow::anyhow!(
+                            "the spend of budget {} is past the bigint range",
+                            budget.budget_id
+                        ))
+                    })?;
+                }
+                out[i] = sum;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn at(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 28, h, m, 0).unwrap()
+    }
+
+    #[test]
+    fn whole_hours_are_the_hours_no_end_of_the_range_cuts() {
+        assert_eq!(whole_hours(at(0, 0), at(5, 0)), Some((at(0, 0), at(5, 0))));
+        // A half-hour zone's day: 18:30 to 18:30.
+        assert_eq!(
+            whole_hours(at(0, 30), at(23, 30)),
+            Some((at(1, 0), at(23, 0)))
+        );
+        assert_eq!(whole_hours(at(0, 15), at(0, 45)), None);
+        assert_eq!(
+            whole_hours(at(0, 15), at(1, 45)),
+            None,
+            "no whole hour inside"
+        );
+        assert_eq!(whole_hours(at(0, 15), at(2, 0)), Some((at(1, 0), at(2, 0))));
+    }
+
+    #[test]
+    fn a_cut_range_reads_its_edges_from_quarter_rows_and_the_rest_from_hourly_rows() {
+        let r = TenantRead::tenant_wide(uuid::Uuid::nil());
+        let sql = grouped(&r, at(0, 30), at(23, 30), None).into_sql();
+        assert!(sql.contains("FROM usage_rollups_narrow r"), "{sql}");
+        assert!(sql.contains("UNION ALL SELECT"), "{sql}");
+        assert!(sql.contains("FROM usage_rollups r"), "{sql}");
+        assert!(!sql.contains("colony_runs"), "{sql}");
+        let sql = grouped(&r, at(0, 0), at(23, 0), Some(&["ck_x".into()])).into_sql();
+        assert!(sql.contains("FROM usage_rollups_hourly r"), "{sql}");
+        assert!(!sql.contains("UNION ALL"), "{sql}");
+        assert!(sql.contains("colony_runs"), "{sql}");
+    }
 }

@@ -170,7 +170,7 @@ async fn spend_equals_a_raw_scan_under_concurrent_replays_through_two_replicas(p
     // Turns in the last hour (inside every period but at the very start of one; then fewer count).
     let mut rng = StdRng::seed_from_u64(17);
     let now = Utc::now();
-    let batches: Vec<Value> = (0..24)
+    let mut batches: Vec<Value> = (0..24)
         .map(|i| {
             let events = (0..20)
                 .map(|_| {
@@ -203,6 +203,20 @@ async fn spend_equals_a_raw_scan_under_concurrent_replays_through_two_replicas(p
             )
         })
         .collect();
+    // Turns in the half hour the zone's month starts with (18:30 UTC: quarter rows, not a whole UTC
+    // hour) and in the hour after it, unless the month began less than an hour ago.
+    let (_, list) = a.get(&admin, &format!("/v1/budgets/{}", ids[0])).await;
+    let start: DateTime<Utc> = list["period_start"].as_str().unwrap().parse().unwrap();
+    if start + chrono::Duration::minutes(70) < now {
+        let edge = [10, 25, 35, 65]
+            .iter()
+            .map(|m| {
+                let at = start + chrono::Duration::minutes(*m);
+                llm("s-u1", at, "m1", 300, 40, 0.00002)
+            })
+            .collect();
+        batches.push(batch(edge, vec![binding("s-u1", "u1")]));
+    }
     // Every batch twice, through both replicas, concurrently.
     let mut tasks = vec![];
     for (i, b) in batches.iter().enumerate() {

@@ -228,4 +228,51 @@ async fn usage_by_colony_and_user_model_or_tool_gives_each_row_its_runs_colony(p
         add(&mut got, (0, c, u), (0, 0, s.2));
     }
     assert_eq!(got, tools, "{v}");
+
+    // Colony-scoped budgets (evaluated together, by the same joins) spend what `/v1/usage` answers for
+    // their colony over their period: in UTC (hourly rows) and in a zone whose month starts at 18:30 UTC
+    // (its cut hours from quarter rows), in both units.
+    let admin = app.token(t.id, &["admin"]).await;
+    for tz in ["UTC", "Asia/Kolkata"] {
+        for (i, key) in keys.iter().enumerate() {
+            let limit = match i % 2 {
+                0 => json!({"limit_tokens": 1_000_000_000}),
+                _ => json!({"limit_usd": "1000"}),
+            };
+            let mut body = json!({"period": "month", "tz": tz, "scope": {"colony": key}});
+            body.as_object_mut()
+                .unwrap()
+                .extend(limit.as_object().unwrap().clone());
+            let (s, v) = app.post_json(&admin, "/v1/budgets", body).await;
+            assert_eq!(s, StatusCode::CREATED, "{v}");
+        }
+    }
+    let (s, list) = app.get(&admin, "/v1/budgets").await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let mut spent_somewhere = 0;
+    for b in list["budgets"].as_array().unwrap() {
+        let key = b["scope"]["colony"].as_str().unwrap();
+        let path = format!(
+            "/v1/usage?from={}&to={}&group_by=colony&granularity=total",
+            b["period_start"].as_str().unwrap().replace('+', "%2B"),
+            b["period_end"].as_str().unwrap().replace('+', "%2B"),
+        );
+        let (s, v) = app.get(&t.read, &path).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {v}");
+        let row = v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["colony_id"] == json!(key));
+        let want = row.map_or(0, |r| match b["unit"].as_str().unwrap() {
+            "tokens" => r["input_tokens"].as_i64().unwrap() + r["output_tokens"].as_i64().unwrap(),
+            _ => r["cost_nanos"].as_i64().unwrap(),
+        });
+        assert_eq!(b["spent"].as_i64().unwrap(), want, "{b}\n{v}");
+        spent_somewhere += i64::from(want > 0);
+    }
+    assert!(
+        spent_somewhere >= 4,
+        "the colonies' budgets see their usage: {list}"
+    );
 }
