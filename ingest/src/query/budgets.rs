@@ -132,11 +132,12 @@ pub async fn spent_all(
     budgets: &[(&Budget, DateTime<Utc>, DateTime<Utc>)],
 ) -> Result<Vec<i64>, ApiError> {
     let mut out = vec![0i64; budgets.len()];
-    // Budgets by their bounds, and whether any of them wants colony keys.
+    // Budgets by their bounds, then split by whether they want colony keys: one statement each.
     let mut ranges: HashMap<(DateTime<Utc>, DateTime<Utc>), Vec<usize>> = HashMap::new();
     for (i, (_, start, end)) in budgets.iter().enumerate() {
         ranges.entry((*start, *end)).or_default().push(i);
     }
+    let mut work = Vec::new();
     for ((start, end), members) in ranges {
         let (by_colony, plain): (Vec<usize>, Vec<usize>) = members
             .into_iter()
@@ -147,31 +148,37 @@ pub async fn spent_all(
             .collect();
         keys.sort();
         keys.dedup();
-        for (members, colonies) in [(plain, None), (by_colony, Some(keys.as_slice()))] {
-            if members.is_empty() {
-                continue;
+        for (members, keys) in [(plain, None), (by_colony, Some(keys))] {
+            if !members.is_empty() {
+                work.push((start, end, members, keys));
             }
-            let groups: Vec<Group> = grouped(read, start, end, colonies)
-                .build_query_as()
-                .fetch_all(&db.pool)
-                .await?;
-            for i in members {
-                let budget = budgets[i].0;
-                let mut sum = 0i64;
-                for g in groups.iter().filter(|g| matches(budget, g)) {
-                    let v = match budget.unit {
-                        Unit::Usd => g.cost_nanos,
-                        Unit::Tokens => g.tokens,
-                    };
-                    sum = sum.checked_add(v).ok_or_else(|| {
-                        ApiError::Internal(anyhow::anyhow!(
-                            "the spend of budget {} is past the bigint range",
-                            budget.budget_id
-                        ))
-                    })?;
-                }
-                out[i] = sum;
+        }
+    }
+    // The statements run side by side (each a scan of its own range), on the pool's connections.
+    let answers = futures::future::try_join_all(work.iter().map(|(start, end, _, keys)| async {
+        grouped(read, *start, *end, keys.as_deref())
+            .build_query_as::<Group>()
+            .fetch_all(&db.pool)
+            .await
+    }))
+    .await?;
+    for ((_, _, members, _), groups) in work.into_iter().zip(answers) {
+        for i in members {
+            let budget = budgets[i].0;
+            let mut sum = 0i64;
+            for g in groups.iter().filter(|g| matches(budget, g)) {
+                let v = match budget.unit {
+                    Unit::Usd => g.cost_nanos,
+                    Unit::Tokens => g.tokens,
+                };
+                sum = sum.checked_add(v).ok_or_else(|| {
+                    ApiError::Internal(anyhow::anyhow!(
+                        "the spend of budget {} is past the bigint range",
+                        budget.budget_id
+                    ))
+                })?;
             }
+            out[i] = sum;
         }
     }
     Ok(out)
