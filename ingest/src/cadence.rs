@@ -27,8 +27,10 @@
 //!   and a level is held through windows that are neither). Bigger batches at a longer interval cost the
 //!   ingest far less per event (docs/scaling.md, "Small batches from a fleet"), so stretching is what
 //!   restores headroom.
-//! - **Jitter.** Above level 0 each device gets up to +20% on top, from a hash of its id and the level:
-//!   devices that all hear "8 s" at once do not push in step, and a device's own interval is steady.
+//! - **Jitter.** Above level 0 each device's interval is between 75% and 125% of the level's, from a hash
+//!   of its id and the level: the devices a burst answered at once, which all hear "16 s" together, push
+//!   again spread over half an interval rather than a fifth of one, and their different periods spread
+//!   them further at each push; the fleet's mean interval is the level's, and a device's own is steady.
 //! - **Past capacity.** More than `max_batches_in_flight` batches at once are answered 429 with
 //!   `Retry-After` before their bodies are read, so neither latency nor memory grows without bound; the
 //!   agent retries after it and nothing is lost. The `Retry-After` is drawn for each refusal from one
@@ -176,8 +178,8 @@ impl Cadence {
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (device.unwrap_or(""), level).hash(&mut h);
-        let permille = h.finish() % 200; // up to +20%
-        interval + interval * permille as u32 / 1000
+        let permille = 750 + h.finish() % 500; // 75% to 125%
+        interval * permille as u32 / 1000
     }
 
     fn interval_at(&self, now: Instant) -> Duration {
@@ -436,20 +438,27 @@ mod tests {
     }
 
     #[test]
-    fn above_rest_each_device_gets_its_own_steady_jitter_within_a_fifth() {
+    fn above_rest_each_device_gets_its_own_steady_interval_within_a_quarter_of_the_level() {
         let t0 = Instant::now();
         let c = cadence(t0);
         let t = window(&c, t0, 100, 50);
         let base = Duration::from_secs(4);
         let mut distinct = std::collections::HashSet::new();
-        for d in 0..50 {
+        let mut sum = Duration::ZERO;
+        for d in 0..400 {
             let id = format!("dev-{d}");
             let i = c.interval_for_at(Some(&id), t);
-            assert!(i >= base && i < base + base / 5, "{i:?}");
+            assert!(i >= base * 3 / 4 && i < base * 5 / 4, "{i:?}");
             assert_eq!(i, c.interval_for_at(Some(&id), t), "steady for a device");
             distinct.insert(i);
+            sum += i;
         }
-        assert!(distinct.len() > 25, "spread: {}", distinct.len());
+        assert!(distinct.len() > 200, "spread: {}", distinct.len());
+        let mean = sum / 400;
+        assert!(
+            mean > base * 19 / 20 && mean < base * 21 / 20,
+            "the fleet's mean interval is the level's: {mean:?}"
+        );
     }
 
     #[test]
