@@ -24,13 +24,16 @@ use crate::budgets::{Budget, Unit};
 use crate::error::ApiError;
 
 /// The whole UTC hours inside `[start, end)`, when there is one.
-fn whole_hours(start: DateTime<Utc>, end: DateTime<Utc>) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+fn whole_hours(start: DateTime<Utc>, end: DateTime<Utc>) -> Option<Range> {
     let hour = TimeDelta::hours(1);
     let floor = start.duration_trunc(hour).ok()?;
     let first = if floor == start { start } else { floor + hour };
     let last = end.duration_trunc(hour).ok()?;
     (first < last).then_some((first, last))
 }
+
+/// `[start, end)` of bucket starts.
+type Range = (DateTime<Utc>, DateTime<Utc>);
 
 /// One group of a range's sums.
 #[derive(Debug, sqlx::FromRow)]
@@ -54,12 +57,12 @@ fn grouped(
         Some(_) => COLONY_KEY_OF_ROW,
         None => "NULL::text",
     };
-    let mut q = QueryBuilder::new(format!(
+    let mut q = QueryBuilder::new(
         "SELECT user_id, model, colony_key, COALESCE(sum(cost_nanos), 0)::bigint AS cost_nanos, \
-         COALESCE(sum(tokens), 0)::bigint AS tokens FROM ("
-    ));
-    // (table, ranges of buckets it serves)
-    let mut parts: Vec<(&str, Vec<(DateTime<Utc>, DateTime<Utc>)>)> = Vec::new();
+         COALESCE(sum(tokens), 0)::bigint AS tokens FROM (",
+    );
+    // The tables read, each with the ranges of buckets it serves.
+    let mut parts: Vec<(&str, Vec<Range>)> = Vec::new();
     match whole_hours(start, end) {
         Some((first, last)) => {
             let hourly = match colonies {
