@@ -95,11 +95,12 @@ async fn batches_in_flight_stretch_the_interval_and_past_the_bound_are_answered_
         .unwrap()
         .parse()
         .unwrap();
-    assert!(retry >= 2, "Retry-After {retry}");
+    // Drawn from one second up to the interval in force (2 s at rest).
+    assert!((1..=2).contains(&retry), "Retry-After {retry}");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "overloaded", "{body}");
 
-    // The window with four in flight ends: the next answers ask for twice the base (plus a jitter).
+    // The window with four in flight ends: the next answers ask for twice the base (with a jitter).
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let mut answers = Vec::new();
     for (release, task) in held {
@@ -113,7 +114,8 @@ async fn batches_in_flight_stretch_the_interval_and_past_the_bound_are_answered_
     let (s, v) = app.post_raw(&t.ingest, one_tool_batch("after"), None).await;
     assert_eq!(s, StatusCode::OK);
     let asked = v["push_interval_ms"].as_u64().unwrap();
-    assert!((4_000..4_800).contains(&asked), "{v}");
+    // Level 1: 4 s, and this device's own 75–125% of it.
+    assert!((3_000..5_000).contains(&asked), "{v}");
     // Nothing refused was stored, everything answered 200 was.
     assert_eq!(app.count("events").await, 6);
 }
