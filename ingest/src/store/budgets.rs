@@ -133,43 +133,52 @@ fn bind_definition<'q>(
 }
 
 /// Replaces a budget's definition; false when the tenant has no such budget. Crossings already recorded
-/// stay (a threshold crossed in this period is not announced again).
+/// stay (a threshold crossed in this period is not announced again). Done as a conditional replace of
+/// the definition just read, again if another change came in between, so that `updated_at` moves
+/// forward from the value it replaces (see [`update_if_unchanged`]).
 pub async fn update(pool: &PgPool, tenant_id: Uuid, b: &Budget) -> Result<bool, sqlx::Error> {
-    let done = bind_definition(
-        sqlx::query(
-            "UPDATE budgets SET name = $3, scope_user = $4, scope_model = $5, scope_colony = $6, period = $7,
-                    tz = $8, unit = $9, limit_amount = $10, thresholds = $11,
-                    updated_at = greatest(clock_timestamp(), updated_at + interval '1 microsecond')
-             WHERE tenant_id = $1 AND budget_id = $2",
-        ),
-        tenant_id,
-        b,
-    )
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    loop {
+        let read_at: Option<DateTime<Utc>> = sqlx::query_scalar(
+            "SELECT updated_at FROM budgets WHERE tenant_id = $1 AND budget_id = $2",
+        )
+        .bind(tenant_id)
+        .bind(&b.budget_id)
+        .fetch_optional(pool)
+        .await?;
+        let Some(read_at) = read_at else {
+            return Ok(false);
+        };
+        if update_if_unchanged(pool, tenant_id, b, read_at).await? {
+            return Ok(true);
+        }
+    }
 }
 
 /// Replaces a budget's definition only if it was not changed since it was read (its `updated_at` is
 /// still `read_at`); false otherwise, or when the tenant has no such budget. Each change moves
-/// `updated_at` forward, even within one clock tick, so a stale read never matches.
+/// `updated_at` forward, even within one clock tick or when the clock stepped back (to the later of
+/// now and a microsecond past `read_at`), so a stale read never matches. The new value is computed here,
+/// not by the database: Citus refuses `clock_timestamp()`, and `now()` next to a column, in an update
+/// of a distributed table.
 pub async fn update_if_unchanged(
     pool: &PgPool,
     tenant_id: Uuid,
     b: &Budget,
     read_at: DateTime<Utc>,
 ) -> Result<bool, sqlx::Error> {
+    let micro = chrono::TimeDelta::microseconds(1);
+    let now = chrono::DurationRound::duration_trunc(Utc::now(), micro).unwrap_or(read_at);
     let done = bind_definition(
         sqlx::query(
             "UPDATE budgets SET name = $3, scope_user = $4, scope_model = $5, scope_colony = $6, period = $7,
-                    tz = $8, unit = $9, limit_amount = $10, thresholds = $11,
-                    updated_at = greatest(clock_timestamp(), updated_at + interval '1 microsecond')
+                    tz = $8, unit = $9, limit_amount = $10, thresholds = $11, updated_at = $13
              WHERE tenant_id = $1 AND budget_id = $2 AND updated_at = $12",
         ),
         tenant_id,
         b,
     )
     .bind(read_at)
+    .bind(now.max(read_at + micro))
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
