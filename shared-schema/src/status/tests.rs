@@ -439,6 +439,144 @@ fn events_are_read_from_allowlisted_fields() {
     assert!(Input::of(&e2, t(0)).is_none());
 }
 
+#[test]
+fn tool_names_signals_and_fired_triggers_are_read_from_their_fields_and_empty_words_are_none() {
+    use crate::EventKind as K;
+    let data = |v: serde_json::Value| v.as_object().unwrap().clone();
+    let read = |k, v| What::from_data(k, &data(v));
+    use serde_json::json;
+    assert_eq!(
+        read(
+            K::ToolCall,
+            json!({"status": "started", "tool_name": "grep"})
+        ),
+        What::ToolStarted {
+            tool: Some("grep".into())
+        }
+    );
+    assert_eq!(
+        read(K::ToolCall, json!({"status": "started", "tool_name": ""})),
+        What::ToolStarted { tool: None },
+        "an empty tool name is no tool name"
+    );
+    assert_eq!(
+        read(
+            K::ToolCall,
+            json!({"status": "completed", "tool_name": "bash", "is_error": true})
+        ),
+        What::ToolDone {
+            tool: Some("bash".into()),
+            error: true
+        }
+    );
+    assert_eq!(
+        read(
+            K::HealthSignal,
+            json!({"signal": "doom_loop", "tool_name": "read_file"})
+        ),
+        What::Signal {
+            signal: "doom_loop".into(),
+            tool: Some("read_file".into())
+        }
+    );
+    assert_eq!(
+        read(K::HealthSignal, json!({"signal": ""})),
+        What::Other,
+        "a signal without a name is nothing"
+    );
+    assert_eq!(
+        read(K::TriggerChanged, json!({"action": "fired"})),
+        What::Work
+    );
+    assert_eq!(
+        read(K::TriggerChanged, json!({"action": "created"})),
+        What::Other,
+        "only a trigger that fired is work"
+    );
+    // The user's input: waiting states, and the two that end a wait.
+    assert_eq!(
+        read(K::SessionInput, json!({"state": "requested"})),
+        What::UserInput {
+            state: "requested".into(),
+            waiting: true
+        }
+    );
+    for state in ["received", "committed"] {
+        assert_eq!(
+            read(K::SessionInput, json!({ "state": state })),
+            What::UserInput {
+                state: state.into(),
+                waiting: false
+            }
+        );
+    }
+    assert_eq!(
+        read(K::SessionInput, json!({"state": "typing"})),
+        What::Other
+    );
+    assert_eq!(
+        read(K::SessionPhase, json!({"phase": "independent"})),
+        What::Phase { independent: true }
+    );
+    assert_eq!(
+        read(K::SessionPhase, json!({"phase": "planning"})),
+        What::Phase { independent: false }
+    );
+}
+
+#[test]
+fn runs_are_read_from_execution_and_worker_finished_events() {
+    use crate::EventKind as K;
+    use serde_json::json;
+    let run = |k, v: serde_json::Value| super::input::run_of(k, v.as_object().unwrap());
+    for (status, want) in [
+        ("started", Run::Started),
+        ("resumed", Run::Started),
+        ("resurrected", Run::Started),
+        ("paused", Run::Paused),
+        ("completed", Run::Completed),
+        ("failed", Run::Failed),
+    ] {
+        assert_eq!(
+            run(K::Execution, json!({ "status": status })),
+            Some(want),
+            "{status}"
+        );
+        assert_eq!(
+            run(
+                K::Execution,
+                json!({ "status": status, "scope": "execution" })
+            ),
+            Some(want),
+            "{status} of the whole execution"
+        );
+        assert_eq!(
+            run(K::Execution, json!({ "status": status, "scope": "node" })),
+            Some(Run::Step),
+            "{status} of a step"
+        );
+    }
+    assert_eq!(run(K::Execution, json!({"status": "queued"})), None);
+    assert_eq!(run(K::Execution, json!({})), None);
+    for (data, want) in [
+        (json!({"status": "completed"}), Run::Completed),
+        (
+            json!({"status": "completed", "success": true}),
+            Run::Completed,
+        ),
+        (
+            json!({"status": "completed", "success": false}),
+            Run::Failed,
+        ),
+        (json!({"status": "timeout"}), Run::Failed),
+        (json!({"status": "cancelled"}), Run::Failed),
+        (json!({}), Run::Completed),
+    ] {
+        assert_eq!(run(K::WorkerFinished, data.clone()), Some(want), "{data}");
+    }
+    assert_eq!(run(K::LlmTurn, json!({"status": "completed"})), None);
+}
+
 // ---- properties ----
 
 fn what() -> impl Strategy<Value = What> {
