@@ -28,15 +28,13 @@ pub async fn evaluate(
     now: DateTime<Utc>,
 ) -> Result<Vec<Evaluated>, ApiError> {
     let read = TenantRead::tenant_wide(tenant_id);
-    let bounds: Vec<_> = budgets
+    let bounds: Vec<_> = budgets.iter().map(|b| b.period.bounds(b.tz, now)).collect();
+    let periods: Vec<_> = budgets
         .iter()
-        .map(|b| {
-            let (start, end) = b.period.bounds(b.tz, now);
-            (b, start, end)
-        })
+        .zip(&bounds)
+        .map(|(b, (start, end))| (b, *start, *end))
         .collect();
-    let spent_all = crate::query::budgets::spent_all(db, &read, &bounds).await?;
-    let bounds: Vec<_> = bounds.into_iter().map(|(_, s, e)| (s, e)).collect();
+    let spent_all = crate::query::budgets::spent_all(db, &read, &periods).await?;
     let mut out = Vec::with_capacity(budgets.len());
     for ((budget, (start, end)), spent) in budgets.into_iter().zip(bounds).zip(spent_all) {
         let reached: Vec<u32> = budget

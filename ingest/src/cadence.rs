@@ -283,6 +283,11 @@ mod tests {
         start + WINDOW
     }
 
+    /// `seconds` loaded windows in a row (half of each window's hundred batches slow).
+    fn loaded_for(c: &Cadence, start: Instant, seconds: u32) -> Instant {
+        (0..seconds).fold(start, |t, _| window(c, t, 100, 50))
+    }
+
     #[test]
     fn at_a_light_load_one_or_two_slow_batches_are_outliers_not_load() {
         let t0 = Instant::now();
@@ -392,10 +397,7 @@ mod tests {
     fn the_level_comes_down_only_after_calm_windows_in_a_row() {
         let t0 = Instant::now();
         let c = cadence(t0);
-        let mut t = t0;
-        for _ in 0..5 {
-            t = window(&c, t, 100, 50);
-        }
+        let mut t = loaded_for(&c, t0, 5);
         c.interval_for_at(None, t);
         assert_eq!(c.lock().level, 2);
         // Four calm windows, then one neither calm nor loaded (2%): the run starts again.
@@ -416,10 +418,7 @@ mod tests {
     fn a_quiet_stretch_counts_as_calm_windows() {
         let t0 = Instant::now();
         let c = cadence(t0);
-        let mut t = t0;
-        for _ in 0..13 {
-            t = window(&c, t, 100, 50);
-        }
+        let t = loaded_for(&c, t0, 13);
         c.interval_for_at(None, t);
         assert_eq!(c.lock().level, 3);
         // Ten seconds with no batch: two levels down (five calm windows each).
@@ -479,10 +478,7 @@ mod tests {
     fn the_devices_refused_by_one_burst_are_asked_back_spread_over_the_interval() {
         let t0 = Instant::now();
         let c = cadence(t0);
-        let mut t = t0;
-        for _ in 0..29 {
-            t = window(&c, t, 100, 50);
-        }
+        let t = loaded_for(&c, t0, 29);
         c.interval_for_at(None, t);
         assert_eq!(c.interval_at(t), Duration::from_secs(30));
         // (The test's windows end 29 s ahead of the clock `admit` reads: it rolls none of them.)

@@ -14,23 +14,19 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use sqlx::{Postgres, QueryBuilder};
 
+use super::usage::split::Split;
 use super::usage::{push_colony_key_joins, COLONY_KEY_OF_ROW};
 use super::ReadDb;
 use crate::access::TenantRead;
 use crate::budgets::{Budget, Unit};
 use crate::error::ApiError;
 
-/// The whole UTC hours inside `[start, end)`, when there is one.
-fn whole_hours(start: DateTime<Utc>, end: DateTime<Utc>) -> Option<Range> {
-    let hour = TimeDelta::hours(1);
-    let floor = start.duration_trunc(hour).ok()?;
-    let first = if floor == start { start } else { floor + hour };
-    let last = end.duration_trunc(hour).ok()?;
-    (first < last).then_some((first, last))
-}
+/// Most of one evaluation's statements running at once.
+const STATEMENTS_AT_ONCE: usize = 4;
 
 /// `[start, end)` of bucket starts.
 type Range = (DateTime<Utc>, DateTime<Utc>);
@@ -63,7 +59,8 @@ fn grouped(
     );
     // The tables read, each with the ranges of buckets it serves.
     let mut parts: Vec<(&str, Vec<Range>)> = Vec::new();
-    match whole_hours(start, end) {
+    // The whole UTC hours inside the range (no bucket boundary cuts them: a budget is one bucket).
+    match Split::of(start, end, &[]).map(|s| (s.hour_from, s.hour_to)) {
         Some((first, last)) => {
             let hourly = match colonies {
                 Some(_) => "usage_rollups_hourly",
@@ -157,14 +154,22 @@ pub async fn spent_all(
             }
         }
     }
-    // The statements run side by side (each a scan of its own range), on the pool's connections.
-    let answers = futures::future::try_join_all(work.iter().map(|(start, end, _, keys)| async {
-        grouped(read, *start, *end, keys.as_deref())
-            .build_query_as::<Group>()
-            .fetch_all(&db.pool)
-            .await
-    }))
-    .await?;
+    // The statements run side by side (each a scan of its own range), a few at a time: a tenant whose
+    // budgets use many zones does not take every connection of the pool.
+    let statements: Vec<_> = work
+        .iter()
+        .map(|(start, end, _, keys)| {
+            // Boxed, owning its statement and pool: a future of the stream's closure that borrows is not
+            // `Send` for every lifetime the server's handlers ask of it.
+            let mut q = grouped(read, *start, *end, keys.as_deref());
+            let pool = db.pool.clone();
+            async move { q.build_query_as::<Group>().fetch_all(&pool).await }.boxed()
+        })
+        .collect();
+    let answers: Vec<Vec<Group>> = futures::stream::iter(statements)
+        .buffered(STATEMENTS_AT_ONCE)
+        .try_collect()
+        .await?;
     for ((_, _, members, _), groups) in work.into_iter().zip(answers) {
         for i in members {
             let budget = budgets[i].0;
@@ -194,23 +199,6 @@ mod tests {
 
     fn at(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 28, h, m, 0).unwrap()
-    }
-
-    #[test]
-    fn whole_hours_are_the_hours_no_end_of_the_range_cuts() {
-        assert_eq!(whole_hours(at(0, 0), at(5, 0)), Some((at(0, 0), at(5, 0))));
-        // A half-hour zone's day: 18:30 to 18:30.
-        assert_eq!(
-            whole_hours(at(0, 30), at(23, 30)),
-            Some((at(1, 0), at(23, 0)))
-        );
-        assert_eq!(whole_hours(at(0, 15), at(0, 45)), None);
-        assert_eq!(
-            whole_hours(at(0, 15), at(1, 45)),
-            None,
-            "no whole hour inside"
-        );
-        assert_eq!(whole_hours(at(0, 15), at(2, 0)), Some((at(1, 0), at(2, 0))));
     }
 
     #[test]
