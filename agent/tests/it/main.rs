@@ -8,6 +8,7 @@ mod claims;
 mod colony_names;
 mod consent_export;
 mod crash;
+mod dedup;
 mod durations;
 mod full_disk;
 mod http_api;

@@ -53,6 +53,9 @@ pub(crate) struct Delta {
     /// Identity defaults adopted in this group ([`crate::outbox::Outbox::adopt`]): in force for the group's
     /// later ops, and the writer's after commit.
     pub defaults: Option<IdentityDefaults>,
+    /// The latest `occurred_at` in `dedup_keys` (inner `None`: the table is empty), read once per group
+    /// by the first insert ([`crate::outbox::write::intake`]); outer `None` until then.
+    pub dedup_keys_max: Option<Option<i64>>,
 }
 
 impl Delta {

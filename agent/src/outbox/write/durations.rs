@@ -117,16 +117,22 @@ pub(crate) fn attach(ctx: &Ctx<'_>, items: &mut [Item]) -> rusqlite::Result<Pair
 
 /// Writes `duration_ms` into the completion's body (and its local usage), and marks it timed.
 fn set_duration(e: &mut PreparedEvent, ms: i64) {
-    let mut event: CanonicalEvent =
-        serde_json::from_str(&e.body).expect("a prepared body is a canonical event");
-    event.data.insert("duration_ms".into(), ms.into());
-    e.body = serde_json::to_string(&event).expect("a canonical event serialises");
-    e.body.shrink_to_fit();
+    match e.tool.as_deref().and_then(|t| t.duration_slot) {
+        Some(slot) => e.body = slot.insert(&e.body, ms),
+        None => {
+            let mut event: CanonicalEvent =
+                serde_json::from_str(&e.body).expect("a prepared body is a canonical event");
+            event.data.insert("duration_ms".into(), ms.into());
+            e.body = serde_json::to_string(&event).expect("a canonical event serialises");
+            e.body.shrink_to_fit();
+        }
+    }
     if let Some((_, u)) = e.usage.as_deref_mut() {
         u.tool_duration_ms += ms;
     }
     if let Some(t) = &mut e.tool {
         t.timed = true;
+        t.duration_slot = None;
     }
 }
 

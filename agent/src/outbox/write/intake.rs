@@ -236,10 +236,15 @@ fn try_insert_item(
 pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite::Result<bool> {
     // Dedup (schema version 12): the key is in the big table, or goes into the small one.
     let key = rusqlite::params![e.occurred_at_ms, e.event_id.as_bytes().as_slice()];
-    let known = ctx
-        .conn
-        .prepare_cached("SELECT 1 FROM dedup_keys WHERE occurred_at = ?1 AND event_id = ?2")?
-        .exists(key)?;
+    let known = match dedup_keys_max(ctx)? {
+        // The big table is in key order, event time first: a key later than its last is not in it (most
+        // of a live stream, whose times move forward: one lookup a group instead of one an event).
+        Some(max) if e.occurred_at_ms <= max => ctx
+            .conn
+            .prepare_cached("SELECT 1 FROM dedup_keys WHERE occurred_at = ?1 AND event_id = ?2")?
+            .exists(key)?,
+        _ => false,
+    };
     if known
         || ctx
             .conn
@@ -306,6 +311,22 @@ pub(crate) fn try_insert_event(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite
         }
     }
     Ok(true)
+}
+
+/// The latest event time in `dedup_keys`, read at the group's first insert. It stays true for the whole
+/// group: the group holds the write lock (no other process merges meanwhile), keys reach the table only
+/// by the merge at the group's end ([`store::merge_dedup_keys`]), and a deletion (eviction, pruning) can
+/// only lower it, which costs lookups, never a missed duplicate.
+fn dedup_keys_max(ctx: &mut Ctx<'_>) -> rusqlite::Result<Option<i64>> {
+    if let Some(max) = ctx.delta.dedup_keys_max {
+        return Ok(max);
+    }
+    let max = ctx
+        .conn
+        .prepare_cached("SELECT max(occurred_at) FROM dedup_keys")?
+        .query_row([], |r| r.get::<_, Option<i64>>(0))?;
+    ctx.delta.dedup_keys_max = Some(max);
+    Ok(max)
 }
 
 fn try_save_checkpoint(ctx: &mut Ctx<'_>, cp: &Checkpoint) -> rusqlite::Result<()> {
