@@ -6,6 +6,10 @@
 //!    `BENCH_CONNECTIONS` sets another count, to find where the machine's cores, not the loop's
 //!    latency, cap the rate).
 //!    Input lines/s, and the ack latency of each body (p50/p99).
+//!
+//! Every part also reports the agent's CPU (user + system, from `/proc/PID/stat`) per 1000 lines (the
+//! backfill: per 1000 new events), and that of its outbox writer thread: the one serial step every
+//! commit goes through, so the figure that bounds the rate once the parse has cores to spare.
 //! 2. **backfill**: durable events only, from `BENCH_SESSIONS` sessions interleaved (each session's
 //!    start somewhere in the last 14 days, so consecutive events' times jump back and forth), as the
 //!    tailer sees when it catches up on a Hive home or several runtimes post at once; then the same
@@ -308,12 +312,13 @@ fn main() {
     if part("mixed") {
         let lines = mixed_lines(&t, mixed_n);
         let set = bodies(&lines, BODY_LINES);
-        let mut fig = Figures::new(arms.len(), 3);
+        let mut fig = Figures::new(arms.len(), 5);
         for run in 0..runs {
             for (a, arm) in arms.iter().enumerate() {
                 let dir = tempfile::tempdir_in(&base).unwrap();
                 let agent = Agent::start_bin(&arm.bin, dir.path(), &[]);
                 let url = format!("{}/v1/events", agent.base);
+                let before = agent.cpu().unwrap_or_default();
                 let (rate, lat) = rt.block_on(post_to(
                     &url,
                     "application/x-ndjson",
@@ -322,26 +327,39 @@ fn main() {
                     lines.len(),
                     connections,
                 ));
+                let (cpu, writer) = agent
+                    .cpu()
+                    .unwrap_or_default()
+                    .per_1000_since(before, lines.len());
                 agent.stop();
                 let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
                 println!(
-                    "  mixed run {} {:<10}: {rate:>9.0} lines/s, ack p50 {p50:.1} ms, p99 {p99:.1} ms",
+                    "  mixed run {} {:<10}: {rate:>9.0} lines/s, ack p50 {p50:.1} ms, p99 {p99:.1} ms, CPU {cpu:.2} ms per 1000 lines (writer {writer:.2})",
                     run + 1,
                     arm.name
                 );
-                fig.push(a, &[rate, p50, p99]);
+                fig.push(a, &[rate, p50, p99, cpu, writer]);
             }
         }
         println!(
             "mixed Hive stream ({mixed_n} lines: 55% deltas, 20% chatty, 25% durable), medians:"
         );
-        fig.report(&arms, &["input lines/s", "ack p50 ms", "ack p99 ms"]);
+        fig.report(
+            &arms,
+            &[
+                "input lines/s",
+                "ack p50 ms",
+                "ack p99 ms",
+                "CPU ms per 1000 lines",
+                "writer CPU ms per 1000 lines",
+            ],
+        );
     }
 
     if part("backfill") {
         let lines = backfill_lines(&t, backfill_n, sessions);
         let set = bodies(&lines, BODY_LINES);
-        let mut fig = Figures::new(arms.len(), 3);
+        let mut fig = Figures::new(arms.len(), 5);
         for run in 0..runs {
             for (a, arm) in arms.iter().enumerate() {
                 let dir = tempfile::tempdir_in(&base).unwrap();
@@ -357,29 +375,43 @@ fn main() {
                         connections,
                     ))
                 };
+                let before = agent.cpu().unwrap_or_default();
                 let (new, lat) = post(&set);
+                let (cpu, writer) = agent
+                    .cpu()
+                    .unwrap_or_default()
+                    .per_1000_since(before, lines.len());
                 let (dup, _) = post(&set);
                 agent.stop();
                 println!(
-                    "  backfill run {} {:<10}: new {new:>9.0} ev/s (ack p99 {:.1} ms), all duplicates {dup:>9.0} ev/s",
+                    "  backfill run {} {:<10}: new {new:>9.0} ev/s (ack p99 {:.1} ms, CPU {cpu:.2} ms per 1000, writer {writer:.2}), all duplicates {dup:>9.0} ev/s",
                     run + 1,
                     arm.name,
                     percentile(&lat, 0.99)
                 );
-                fig.push(a, &[new, dup, percentile(&lat, 0.99)]);
+                fig.push(a, &[new, dup, percentile(&lat, 0.99), cpu, writer]);
             }
         }
         println!(
             "backfill ({backfill_n} durable events from {sessions} sessions, times not monotonic), medians:"
         );
-        fig.report(&arms, &["new events/s", "duplicate events/s", "ack p99 ms"]);
+        fig.report(
+            &arms,
+            &[
+                "new events/s",
+                "duplicate events/s",
+                "ack p99 ms",
+                "CPU ms per 1000 new events",
+                "writer CPU ms per 1000 new",
+            ],
+        );
     }
 
     if part("tail") {
         let replicas = sessions.div_ceil(4);
         let home = tempfile::tempdir_in(&base).unwrap();
         let lines = write_home(home.path(), replicas);
-        let mut fig = Figures::new(arms.len(), 2);
+        let mut fig = Figures::new(arms.len(), 4);
         let mut distinct = vec![];
         for run in 0..runs {
             for (a, arm) in arms.iter().enumerate() {
@@ -389,6 +421,10 @@ fn main() {
                 let agent = Agent::start_bin(&arm.bin, dir.path(), &["--hive-home", home_arg]);
                 let (read, events) = rt.block_on(wait_read(&agent, lines as u64));
                 let secs = started.elapsed().as_secs_f64();
+                let (cpu, writer) = agent
+                    .cpu()
+                    .unwrap_or_default()
+                    .per_1000_since(common::Cpu::default(), lines);
                 let (_, hwm) = agent.rss_mib();
                 agent.stop();
                 if read < lines as u64 {
@@ -401,13 +437,13 @@ fn main() {
                     continue;
                 }
                 println!(
-                    "  tail run {} {:<10}: {lines} lines ({events} events) committed in {secs:.2} s = {:.0} lines/s, peak RSS {hwm:.0} MiB",
+                    "  tail run {} {:<10}: {lines} lines ({events} events) committed in {secs:.2} s = {:.0} lines/s, peak RSS {hwm:.0} MiB, CPU {cpu:.2} ms per 1000 lines (writer {writer:.2})",
                     run + 1,
                     arm.name,
                     lines as f64 / secs
                 );
                 distinct.push(events);
-                fig.push(a, &[lines as f64 / secs, hwm]);
+                fig.push(a, &[lines as f64 / secs, hwm, cpu, writer]);
             }
         }
         distinct.sort();
@@ -416,7 +452,15 @@ fn main() {
             "tail a Hive home of {} queen sessions and their workers ({lines} lines in both logs; events kept: {distinct:?}, one figure when every run agrees), medians:",
             replicas * 4,
         );
-        fig.report(&arms, &["lines/s to committed", "peak RSS MiB"]);
+        fig.report(
+            &arms,
+            &[
+                "lines/s to committed",
+                "peak RSS MiB",
+                "CPU ms per 1000 lines",
+                "writer CPU ms per 1000 lines",
+            ],
+        );
     }
 }
 

@@ -100,6 +100,22 @@ impl Agent {
         self.child.id()
     }
 
+    /// CPU-seconds (user + system) the agent has used since it started: the whole process, and its
+    /// outbox writer thread (the one thread every event's commit goes through). From `/proc`: `None`
+    /// where there is none.
+    pub fn cpu(&self) -> Option<Cpu> {
+        let dir = format!("/proc/{}", self.child.id());
+        let process = stat_seconds(&format!("{dir}/stat"))?;
+        let mut writer = 0.0;
+        for task in std::fs::read_dir(format!("{dir}/task")).ok()?.flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim() == "outbox-writer" {
+                writer += stat_seconds(&task.path().join("stat").to_string_lossy()).unwrap_or(0.0);
+            }
+        }
+        Some(Cpu { process, writer })
+    }
+
     pub fn stop(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -118,6 +134,48 @@ impl Agent {
             .unwrap();
         r.json::<Value>().await.unwrap()
     }
+}
+
+/// CPU-seconds used (see [`Agent::cpu`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu {
+    pub process: f64,
+    pub writer: f64,
+}
+
+impl Cpu {
+    /// Milliseconds of CPU per 1000 `lines` used between `before` and `self`: (process, writer).
+    pub fn per_1000_since(self, before: Cpu, lines: usize) -> (f64, f64) {
+        let per = |s: f64| s * 1e6 / lines.max(1) as f64;
+        (
+            per(self.process - before.process),
+            per(self.writer - before.writer),
+        )
+    }
+}
+
+/// utime + stime of a `/proc/…/stat` file, in seconds.
+fn stat_seconds(path: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name (which may hold spaces), from field 3 (state): utime is field 14,
+    // stime field 15.
+    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / clock_ticks())
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 on Linux when that fails).
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }
 
 impl Drop for Agent {
