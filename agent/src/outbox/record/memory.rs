@@ -195,26 +195,32 @@ impl WriterState {
             .or_else(|| self.in_flight.get(id).map(|(row, _)| *row))
     }
 
-    /// Takes in a committed group's changes.
-    pub fn merge(&mut self, mut delta: Delta) {
+    /// Takes in a committed group's changes. Returns what is left of `delta` (its counters, usage, the
+    /// events' health inputs and work facts), for the caller to free where it costs the writer nothing.
+    pub fn merge(&mut self, mut delta: Delta) -> Delta {
         if let Some(defaults) = delta.defaults.take() {
             self.defaults = defaults;
         }
         self.claims = self.claims.with(&delta);
-        self.known_sessions.extend(delta.new_sessions);
-        self.folds.merge(delta.trackers, delta.works);
+        self.known_sessions
+            .extend(std::mem::take(&mut delta.new_sessions));
+        self.folds.merge(
+            std::mem::take(&mut delta.trackers),
+            std::mem::take(&mut delta.works),
+        );
         self.open_tool_starts += delta.tool_starts;
         let now = Instant::now();
-        for id in delta.settled {
+        for id in std::mem::take(&mut delta.settled) {
             self.in_flight.remove(&id);
         }
-        for (id, row) in delta.claimed {
+        for (id, row) in std::mem::take(&mut delta.claimed) {
             self.in_flight.insert(id, (row, now));
         }
         if self.in_flight.len() > 100_000 {
             self.in_flight
                 .retain(|_, (_, at)| at.elapsed() < CLAIM_LEASE * 4);
         }
+        delta
     }
 }
 

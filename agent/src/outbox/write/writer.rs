@@ -105,22 +105,23 @@ pub(crate) struct Writer {
     /// Usage rows of the live stream wait for their second ([`crate::outbox::record::live::flush`]): wake up
     /// for them.
     pub stream_due: bool,
-    /// Frees the answered ops.
+    /// Frees the answered ops and what is left of their groups' deltas.
     pub reaper: Reaper,
 }
 
 /// Frees answered ops on a thread of its own. A submission's items (thousands of owned strings, made
 /// on the producers' threads) took 8% of the writer's time to free on a backfill of interleaved
-/// sessions, where the writer is the bottleneck; the reaper does it beside it. Bounded: when it falls
+/// sessions, where the writer is the bottleneck; the reaper does it beside it, and frees what is left of
+/// each committed group's [`Delta`] (the events' health inputs and work facts, usage maps). Bounded: when it falls
 /// behind by [`Reaper::BACKLOG`] groups, the writer waits for it.
-pub(crate) struct Reaper(Option<std::sync::mpsc::SyncSender<Vec<Job>>>);
+pub(crate) struct Reaper(Option<std::sync::mpsc::SyncSender<Box<dyn Send>>>);
 
 impl Reaper {
     const BACKLOG: usize = 4;
 
     /// Starts the thread; without one (it could not be spawned), ops are freed on the writer.
     pub fn spawn() -> Reaper {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Job>>(Self::BACKLOG);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Box<dyn Send>>(Self::BACKLOG);
         let spawned = std::thread::Builder::new()
             .name("outbox-reaper".into())
             .spawn(move || rx.into_iter().for_each(drop));
@@ -133,10 +134,11 @@ impl Reaper {
         }
     }
 
-    fn discard(&self, jobs: Vec<Job>) {
+    /// Frees `garbage` (answered ops, a committed group's leftovers) on the reaper's thread.
+    fn discard<T: Send + 'static>(&self, garbage: T) {
         if let Some(tx) = &self.0 {
-            // A gone reaper hands the jobs back: freed here.
-            let _ = tx.send(jobs);
+            // A gone reaper hands it back: freed here.
+            let _ = tx.send(Box::new(garbage));
         }
     }
 }
@@ -191,11 +193,13 @@ impl Writer {
     fn try_commit_jobs(&mut self, mut jobs: Vec<Job>) {
         match self.try_group(&mut jobs) {
             Ok(delta) => {
-                self.state.merge(delta);
+                // Answered before the writer's own bookkeeping: the state is the writer's alone (every
+                // read goes to the database), and a producer answered now has its next op queued behind it.
                 for job in &mut jobs {
                     job.finish(Ok(()));
                 }
-                self.reaper.discard(jobs);
+                let rest = self.state.merge(delta);
+                self.reaper.discard((jobs, rest));
             }
             Err(e) if is_fatal(&e) || jobs.len() == 1 => {
                 self.reload_journal();
