@@ -41,7 +41,9 @@ impl Task for DropReport {
                 + 1;
             store::set_meta(ctx.conn, "drop_report_seq", &seq.to_string())?;
             let event = dropped_event(&device, seq, reason.as_str(), n, ctx.now_ms);
-            intake::try_insert_event(ctx, &PreparedEvent::new(&event))?;
+            let conn = ctx.conn;
+            let mut statements = intake::EventStatements::prepare(conn)?;
+            intake::try_insert_event(ctx, &mut statements, &PreparedEvent::new(&event))?;
             ctx.count(Counter::Received, 1);
             ctx.count(Counter::Unreported(reason), -n);
             made.push(event.event_id);
