@@ -70,10 +70,8 @@ pub struct DurationSlot {
     /// Byte offset in the body.
     at: usize,
     /// A key of `data` comes before the field (insert `,"duration_ms":N`); else the field is the first
-    /// key, followed by a comma when `data` has other keys.
+    /// key, followed by a comma unless `data` ends right there.
     after_key: bool,
-    /// `data` holds no key at all.
-    alone: bool,
 }
 
 impl DurationSlot {
@@ -86,11 +84,11 @@ impl DurationSlot {
             .len();
         // `..."data":{...}}`: the map ends one byte before the body does.
         let data_at = body.len() - 1 - data_len;
-        let before: serde_json::Map<String, serde_json::Value> = event
+        // The keys before the field, borrowed: a map serialises the same whatever owns its entries.
+        let before: std::collections::BTreeMap<&String, &serde_json::Value> = event
             .data
             .iter()
             .take_while(|(k, _)| k.as_str() < Self::FIELD)
-            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let before_len = serde_json::to_string(&before)
             .expect("data serialises")
@@ -99,7 +97,6 @@ impl DurationSlot {
             // `{` alone when no key comes before; else up to (not including) the closing `}`.
             at: data_at + before_len - 1,
             after_key: !before.is_empty(),
-            alone: event.data.is_empty(),
         }
     }
 
@@ -108,14 +105,12 @@ impl DurationSlot {
         let field = format!("\"{}\":{ms}", Self::FIELD);
         let mut out = String::with_capacity(body.len() + field.len() + 1);
         out.push_str(&body[..self.at]);
-        match (self.after_key, self.alone) {
-            (true, _) => {
-                out.push(',');
-                out.push_str(&field);
-            }
-            (false, true) => out.push_str(&field),
-            (false, false) => {
-                out.push_str(&field);
+        if self.after_key {
+            out.push(',');
+            out.push_str(&field);
+        } else {
+            out.push_str(&field);
+            if !body[self.at..].starts_with('}') {
                 out.push(',');
             }
         }
@@ -398,6 +393,25 @@ mod tests {
                 let expected = serde_json::to_string(&event).unwrap();
                 assert_eq!(slot.insert(&prepared.body, ms), expected, "{data} {ms}");
             }
+        }
+    }
+
+    #[test]
+    fn a_slot_places_the_field_in_a_data_map_of_any_shape() {
+        // Shapes a paired completion never has (it holds `status` and a key after the field), for the
+        // slot on its own: nothing in `data`, keys only before it, keys only after it.
+        for data in [
+            json!({}),
+            json!({"a": 1}),
+            json!({"z": 1}),
+            json!({"a": 1, "z": [2]}),
+        ] {
+            let (mut event, _) = completion(data.clone());
+            let body = serde_json::to_string(&event).unwrap();
+            let slot = DurationSlot::of(&event, &body);
+            event.data.insert("duration_ms".into(), 42.into());
+            let expected = serde_json::to_string(&event).unwrap();
+            assert_eq!(slot.insert(&body, 42), expected, "{data}");
         }
     }
 
