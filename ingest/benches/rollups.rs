@@ -1,7 +1,8 @@
 //! Rollup query benchmark: 10M events over 30 days for 50 tenants, generated with SQL (generate_series)
 //! straight into `events`, rolled up with the same rules as the ingest (an INSERT … SELECT … GROUP BY
-//! into `usage_rollups`, then its hourly sums into `usage_rollups_hourly` and `usage_rollups_narrow`), then every tenant-scoped group_by × granularity × zone through the real query
-//! code (`query::usage::run`), against a raw scan of `events` for the same question.
+//! into `usage_rollups`, then its hourly sums into `usage_rollups_hourly` and `usage_rollups_narrow` and
+//! their daily and monthly sums), then every tenant-scoped group_by × granularity × zone through the
+//! real query code (`query::usage::run`), against a raw scan of `events` for the same question.
 //!
 //! Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p apiary-ingest --bench rollups`
 //! Knobs (env): BENCH_EVENTS (default 10_000_000); BENCH_TENANTS (default 50; 1 puts every event in one
@@ -87,6 +88,31 @@ SELECT tenant_id, bucket, user_id, model, runtime, sum(input_tokens), sum(output
     sum(tool_errors), sum(events)
 FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5";
 
+/// Every usage rollup table.
+const ROLLUP_TABLES: [&str; 5] = [
+    "usage_rollups",
+    "usage_rollups_hourly",
+    "usage_rollups_narrow",
+    "usage_rollups_daily",
+    "usage_rollups_monthly",
+];
+
+/// The daily and monthly rollups from the narrow rows (likewise written in the same transaction).
+const ROLL_UP_CALENDAR: [&str; 2] = [
+    "INSERT INTO usage_rollups_daily (tenant_id, bucket, user_id, model, runtime, input_tokens, output_tokens,
+        cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
+     SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, model, runtime, sum(input_tokens),
+        sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos), sum(llm_calls),
+        sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
+     FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5",
+    "INSERT INTO usage_rollups_monthly (tenant_id, bucket, user_id, model, runtime, input_tokens, output_tokens,
+        cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
+     SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, model, runtime,
+        sum(input_tokens), sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos),
+        sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
+     FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5",
+];
+
 async fn generate(
     pool: &PgPool,
     total: i64,
@@ -122,11 +148,10 @@ async fn generate(
     sqlx::query(ROLL_UP).execute(pool).await?;
     sqlx::query(ROLL_UP_HOURLY).execute(pool).await?;
     sqlx::query(ROLL_UP_NARROW).execute(pool).await?;
-    for table in [
-        "usage_rollups",
-        "usage_rollups_hourly",
-        "usage_rollups_narrow",
-    ] {
+    for q in ROLL_UP_CALENDAR {
+        sqlx::query(q).execute(pool).await?;
+    }
+    for table in ROLLUP_TABLES {
         sqlx::query(&format!("VACUUM ANALYZE {table}"))
             .execute(pool)
             .await?;
@@ -245,11 +270,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         // A reused database may have just gained a rollup table by migration (backfilled, never
         // vacuumed): index-only scans need the visibility map a fresh generation leaves behind.
-        for table in [
-            "usage_rollups",
-            "usage_rollups_hourly",
-            "usage_rollups_narrow",
-        ] {
+        for table in ROLLUP_TABLES {
             sqlx::query(&format!("VACUUM ANALYZE {table}"))
                 .execute(&pool)
                 .await?;

@@ -6,13 +6,14 @@
 //! ```sh not-run: takes minutes and a cluster of its own
 //! APIARY_PG_DIR=/tmp/apiary-year APIARY_PG_FORCE_PRIVATE=1 eval "$(scripts/pg.sh start)"
 //! cargo bench -p apiary-ingest --bench year_reads -- --scale 0.1 \
-//!     --restart "runuser -u postgres -- pg_ctl -D /tmp/apiary-year/data -w restart"
+//!     --restart "runuser -u postgres -- pg_ctl -D /tmp/apiary-year/data -l /tmp/apiary-year/log -w restart"
 //! ```
 //!
 //! Options: `--scale X` (default 0.1; 1.0 is the full year below), `--seed N` (default 42), `--reload`
 //! (generate again even when the database `apiary_bench_year` of the same scale and seed exists; it is
 //! kept between runs), `--repeat N` (timed requests per read, warm; default 9), `--restart CMD` (a shell
-//! command that restarts PostgreSQL: each read is then also timed once right after a restart),
+//! command that restarts PostgreSQL: each read is then also timed once right after a restart; give
+//! `pg_ctl` a log file with `-l`, or the server keeps the command's output open and it never returns),
 //! `--only WORD` (only the reads whose name contains WORD), `--load-only`.
 //!
 //! The fleet at scale 1.0 (scale multiplies sessions, runs and events; users, devices, models and
@@ -20,13 +21,14 @@
 //! runs, 3M sessions over 365 days and about 100M events' worth of usage; nine tenants of a tenth of that
 //! each (100 users, 120 devices, 500 colonies). What is loaded is what the write path leaves behind,
 //! not raw events: the 15-minute `usage_rollups` and `tool_rollups` rows of every session, the
-//! `sessions`, `colony_runs`, `session_forks`, `devices` and 100 budgets of the large tenant; the hourly
-//! and narrow rollups are then summed from the 15-minute rows in SQL (an hourly row is the sum of its
-//! quarter rows, as the write path keeps it). Each session: a start (working hours weighted), 1–12
-//! quarter hours, one or two models (a skewed choice of 20), a row per quarter and model with its LLM
-//! turns, and a row per quarter with model '' holding the tool calls and active time. A colony run: a
-//! queen session, the run's own forked session (parent: the queen; its rows have no colony id) and its
-//! workers (colony id and parent: the run's session); the first run of the large tenant has 50 workers.
+//! `sessions`, `colony_runs`, `session_forks`, `devices` and 100 budgets of the large tenant; the hourly,
+//! narrow, daily and monthly rollups are then summed from the 15-minute rows in SQL (an hourly row is the
+//! sum of its quarter rows, and so on, as the write path keeps them). Each session: a start (working
+//! hours weighted), 1–12 quarter hours, one or two models (a skewed choice of 20), a row per quarter and
+//! model with its LLM turns, and a row per quarter with model '' holding the tool calls and active time.
+//! A colony run: a queen session, the run's own forked session (parent: the queen; its rows have no
+//! colony id) and its workers (colony id and parent: the run's session); the first run of the large
+//! tenant has 50 workers.
 //!
 //! Output: per read, the warm p50 / p95 of `--repeat` requests, the cold time, and the 8 KiB pages the
 //! read touched (`shared_blks_hit + shared_blks_read` of `pg_stat_statements`, when the server has it
@@ -470,7 +472,7 @@ async fn copy(pool: &PgPool, statement: &str, rows: String) -> anyhow::Result<()
 }
 
 /// The derived rollups, summed from the 15-minute rows as the write path keeps them.
-const DERIVED: [&str; 2] = [
+const DERIVED: [&str; 4] = [
     "INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
         input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
         tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
@@ -488,6 +490,18 @@ const DERIVED: [&str; 2] = [
         sum(tool_errors), sum(events), sum(tool_duration_ms), sum(active_ms), sum(cost_reported_nanos),
         sum(cost_estimated_nanos), sum(estimated_turns)
      FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5",
+    "INSERT INTO usage_rollups_daily
+     SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, model, runtime, sum(input_tokens),
+        sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos), sum(llm_calls),
+        sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events), sum(tool_duration_ms), sum(active_ms),
+        sum(cost_reported_nanos), sum(cost_estimated_nanos), sum(estimated_turns)
+     FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5",
+    "INSERT INTO usage_rollups_monthly
+     SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, model, runtime,
+        sum(input_tokens), sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos),
+        sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events), sum(tool_duration_ms),
+        sum(active_ms), sum(cost_reported_nanos), sum(cost_estimated_nanos), sum(estimated_turns)
+     FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5",
 ];
 
 /// Generates the fleet (see the module notes) into a fresh, migrated database.
@@ -560,7 +574,7 @@ async fn generate(pool: &PgPool, o: &Opts, end: DateTime<Utc>) -> anyhow::Result
         sqlx::query(q).execute(pool).await?;
     }
     eprintln!(
-        "hourly and narrow sums in {:.0} s",
+        "hourly, narrow, daily and monthly sums in {:.0} s",
         t1.elapsed().as_secs_f64()
     );
     sqlx::query("VACUUM ANALYZE").execute(pool).await?;
@@ -614,6 +628,20 @@ fn reads(end: DateTime<Utc>, queen: &str, colony: &str) -> Vec<Read> {
                     page: false,
                 });
             }
+        }
+    }
+    // A zone whose days start at 04:00 or 05:00 UTC: each of its days cuts a UTC day.
+    for g in ["", "model"] {
+        for (days, gran) in [(30, "day"), (365, "day"), (365, "month")] {
+            let label = if g.is_empty() { "none" } else { g };
+            out.push(Read {
+                name: format!("usage {label} {days}d {gran} New York"),
+                path: format!(
+                    "/v1/usage?from={}&to={to}&group_by={g}&granularity={gran}&tz=America/New_York",
+                    day(days)
+                ),
+                page: false,
+            });
         }
     }
     for days in [30, 365] {

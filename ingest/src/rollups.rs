@@ -37,18 +37,23 @@
 //! the sum of its quarter rows. And summed per UTC hour without device, colony and session (key
 //! `(tenant_id, bucket, user_id, model, runtime)`, [`narrow_of`]) to `usage_rollups_narrow`, which
 //! answers the whole hours of tenant-wide queries grouped by nothing, user, model or runtime: a tenant's
-//! month there is hours × users × models rows, however many sessions it ran.
+//! month there is hours × users × models rows, however many sessions it ran. The narrow rows summed per
+//! UTC day ([`daily_of`]) and per UTC month ([`monthly_of`]) go to `usage_rollups_daily` and
+//! `usage_rollups_monthly`, which answer the whole days and months of those queries (a year is then
+//! about 12 rows per user and model instead of one per busy hour).
 //!
 //! ## Exactness under concurrency
 //! Only events whose key was newly inserted into `event_keys` in the same transaction reach [`upsert`], so a
 //! duplicate can never be counted. The batch is pre-aggregated per key in a `BTreeMap` and upserted in that
 //! (sorted) order; every transaction locks rollup rows in the same global order, so concurrent batches
 //! touching the same rows wait for each other instead of deadlocking. Every transaction writes the
-//! quarter table first, the hourly table second and the narrow one third, so that order is global too.
+//! quarter table first, the hourly table second and the narrow, daily and monthly ones third (one
+//! statement, the same for every transaction, so their order is the same too), so that order is global
+//! too.
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, Datelike, DurationRound, TimeDelta, TimeZone, Utc};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
@@ -89,6 +94,21 @@ pub fn hour_of(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::hours(1)).expect("in range")
 }
 
+/// The UTC day an instant falls in (the bucket of `usage_rollups_daily`).
+pub fn day_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(TimeDelta::days(1)).expect("in range")
+}
+
+/// The UTC month an instant falls in (the bucket of `usage_rollups_monthly`).
+pub fn month_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    let d = t.date_naive();
+    Utc.from_utc_datetime(
+        &chrono::NaiveDate::from_ymd_opt(d.year(), d.month(), 1)
+            .expect("the first of a month exists")
+            .and_time(chrono::NaiveTime::MIN),
+    )
+}
+
 /// A rollup row's key (within a tenant). Empty strings stand for "none".
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RollupKey {
@@ -125,6 +145,22 @@ pub fn narrow_of(k: &RollupKey) -> RollupKey {
     }
 }
 
+/// The `usage_rollups_daily` row a row adds to: [`narrow_of`] at its UTC day.
+pub fn daily_of(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        bucket: day_of(k.bucket),
+        ..narrow_of(k)
+    }
+}
+
+/// The `usage_rollups_monthly` row a row adds to: [`narrow_of`] at its UTC month.
+pub fn monthly_of(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        bucket: month_of(k.bucket),
+        ..narrow_of(k)
+    }
+}
+
 /// Sums `rows` into the rows `to` names.
 fn regroup(
     rows: &BTreeMap<RollupKey, Usage>,
@@ -138,8 +174,9 @@ fn regroup(
 }
 
 /// Adds the pre-aggregated 15-minute rows to `usage_rollups`, then their hourly sums to
-/// `usage_rollups_hourly`, then their narrow hourly sums to `usage_rollups_narrow`, each in key order
-/// (see the module notes).
+/// `usage_rollups_hourly`, then their narrow hourly, daily and monthly sums to `usage_rollups_narrow`,
+/// `usage_rollups_daily` and `usage_rollups_monthly` (one statement), each in key order (see the module
+/// notes).
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
@@ -157,33 +194,50 @@ pub async fn upsert_many(
     if tenants.iter().all(|(_, rows)| rows.is_empty()) {
         return Ok(());
     }
-    let hourly: Vec<_> = tenants
-        .iter()
-        .map(|(t, rows)| (*t, regroup(rows, hourly_of)))
-        .collect();
-    let narrow: Vec<_> = tenants
-        .iter()
-        .map(|(t, rows)| (*t, regroup(rows, narrow_of)))
-        .collect();
+    let regroup_all = |to: fn(&RollupKey) -> RollupKey| -> Vec<_> {
+        tenants
+            .iter()
+            .map(|(t, rows)| (*t, regroup(rows, to)))
+            .collect()
+    };
+    let hourly = regroup_all(hourly_of);
+    let (narrow, daily, monthly) = (
+        regroup_all(narrow_of),
+        regroup_all(daily_of),
+        regroup_all(monthly_of),
+    );
     let quarter = tenants.iter().map(|(t, rows)| (*t, *rows));
-    upsert_into(tx, quarter, Grain::Quarter).await?;
-    upsert_into(tx, hourly.iter().map(|(t, r)| (*t, r)), Grain::Hour).await?;
-    upsert_into(tx, narrow.iter().map(|(t, r)| (*t, r)), Grain::Narrow).await
+    let q = sqlx::query(UPSERT_QUARTER_SQL);
+    bind_rows(q, quarter, Key::Wide)?.execute(&mut **tx).await?;
+    let q = sqlx::query(UPSERT_HOURLY_SQL);
+    bind_rows(q, hourly.iter().map(|(t, r)| (*t, r)), Key::Wide)?
+        .execute(&mut **tx)
+        .await?;
+    // Narrow, daily and monthly rows in one statement (see UPSERT_CALENDAR_SQL): bound in that order.
+    let mut q = sqlx::query(UPSERT_CALENDAR_SQL);
+    for rows in [&narrow, &daily, &monthly] {
+        q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
 }
 
-/// The three rollup tables.
+/// The key of a rollup table: the wide one (15-minute and hourly tables), or the narrow one (narrow
+/// hourly, daily and monthly tables: no device, colony or session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Grain {
-    Quarter,
-    Hour,
+enum Key {
+    Wide,
     Narrow,
 }
 
-async fn upsert_into<'r>(
-    tx: &mut Transaction<'_, Postgres>,
-    tenants: impl Iterator<Item = (Uuid, &'r BTreeMap<RollupKey, Usage>)>,
-    grain: Grain,
-) -> Result<(), sqlx::Error> {
+type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
+/// Binds `tenants`' rows to `q` as the arrays of one `unnest` ([`upsert_sql!`]'s order).
+fn bind_rows<'q>(
+    q: Query<'q>,
+    tenants: impl Iterator<Item = (Uuid, &'q BTreeMap<RollupKey, Usage>)>,
+    key: Key,
+) -> Result<Query<'q>, sqlx::Error> {
     let mut ids = Vec::new();
     let mut buckets = Vec::new();
     let mut dims: [Vec<&str>; 6] = Default::default();
@@ -209,25 +263,19 @@ async fn upsert_into<'r>(
             }
         }
     }
-    if ids.is_empty() {
-        return Ok(());
-    }
     let [users, devices, colonies, sessions, models, runtimes] = dims;
-    let sql = match grain {
-        Grain::Quarter => UPSERT_QUARTER_SQL,
-        Grain::Hour => UPSERT_HOURLY_SQL,
-        Grain::Narrow => UPSERT_NARROW_SQL,
+    let dims = match key {
+        Key::Narrow => vec![users, models, runtimes],
+        Key::Wide => vec![users, devices, colonies, sessions, models, runtimes],
     };
-    let mut q = sqlx::query(sql).bind(ids).bind(buckets).bind(users);
-    if grain != Grain::Narrow {
-        q = q.bind(devices).bind(colonies).bind(sessions);
+    let mut q = q.bind(ids).bind(buckets);
+    for col in dims {
+        q = q.bind(col);
     }
-    q = q.bind(models).bind(runtimes);
     for col in nums {
         q = q.bind(col);
     }
-    q.execute(&mut **tx).await?;
-    Ok(())
+    Ok(q)
 }
 
 /// The rollup upsert into `$table` with key columns `$keys` (after tenant and bucket; one array each,
@@ -239,7 +287,7 @@ INSERT INTO ", $table, " AS r (tenant_id, bucket, ", $keys, ",
     input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
     tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
     estimated_turns)
-SELECT u.* FROM unnest($1::uuid[], $2::timestamptz[], ", $key_arrays, ", ", $sums, ") AS u
+SELECT u.* FROM unnest(", $key_arrays, ", ", $sums, ") AS u
 ON CONFLICT (tenant_id, bucket, ", $keys, ") DO UPDATE SET
     input_tokens = r.input_tokens + EXCLUDED.input_tokens,
     output_tokens = r.output_tokens + EXCLUDED.output_tokens,
@@ -261,7 +309,7 @@ ON CONFLICT (tenant_id, bucket, ", $keys, ") DO UPDATE SET
         upsert_sql!(
             $table,
             "user_id, device_id, colony_id, session_id, model, runtime",
-            "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]",
+            "$1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]",
             "$9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
     $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[], $21::int8[], $22::int8[], $23::int8[]"
         )
@@ -269,12 +317,34 @@ ON CONFLICT (tenant_id, bucket, ", $keys, ") DO UPDATE SET
 }
 const UPSERT_QUARTER_SQL: &str = upsert_sql!("usage_rollups");
 const UPSERT_HOURLY_SQL: &str = upsert_sql!("usage_rollups_hourly");
-const UPSERT_NARROW_SQL: &str = upsert_sql!(
-    "usage_rollups_narrow",
-    "user_id, model, runtime",
-    "$3::text[], $4::text[], $5::text[]",
-    "$6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
+/// The narrow hourly, daily and monthly upserts as one statement (parameters 1–20, 21–40 and 41–60):
+/// one round trip, and the same statement in every transaction, so the three tables' rows are always
+/// locked in the same order.
+const UPSERT_CALENDAR_SQL: &str = concat!(
+    "WITH daily AS (",
+    upsert_sql!(
+        "usage_rollups_daily",
+        "user_id, model, runtime",
+        "$21::uuid[], $22::timestamptz[], $23::text[], $24::text[], $25::text[]",
+        "$26::int8[], $27::int8[], $28::int8[], $29::int8[], $30::int8[], $31::int8[], $32::int8[],
+    $33::int8[], $34::int8[], $35::int8[], $36::int8[], $37::int8[], $38::int8[], $39::int8[], $40::int8[]"
+    ),
+    "), monthly AS (",
+    upsert_sql!(
+        "usage_rollups_monthly",
+        "user_id, model, runtime",
+        "$41::uuid[], $42::timestamptz[], $43::text[], $44::text[], $45::text[]",
+        "$46::int8[], $47::int8[], $48::int8[], $49::int8[], $50::int8[], $51::int8[], $52::int8[],
+    $53::int8[], $54::int8[], $55::int8[], $56::int8[], $57::int8[], $58::int8[], $59::int8[], $60::int8[]"
+    ),
+    ")",
+    upsert_sql!(
+        "usage_rollups_narrow",
+        "user_id, model, runtime",
+        "$1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[]",
+        "$6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
     $14::int8[], $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[]"
+    )
 );
 
 #[cfg(test)]
@@ -364,6 +434,17 @@ mod tests {
         assert_eq!(
             bucket_of(t),
             "2026-11-03T10:30:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        assert_eq!(day_of(t), at("2026-11-03T00:00:00Z"));
+        assert_eq!(month_of(t), at("2026-11-01T00:00:00Z"));
+        assert_eq!(
+            month_of(at("2026-12-31T23:59:59Z")),
+            at("2026-12-01T00:00:00Z")
+        );
+        assert_eq!(
+            month_of(at("2027-01-01T00:00:00Z")),
+            at("2027-01-01T00:00:00Z")
         );
     }
 }

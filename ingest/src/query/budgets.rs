@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use sqlx::{Postgres, QueryBuilder};
 
-use super::usage::split::Split;
+use super::usage::split::{Grain, Split};
 use super::usage::{push_colony_key_joins, COLONY_KEY_OF_ROW};
 use super::ReadDb;
 use crate::access::TenantRead;
@@ -59,20 +59,20 @@ fn grouped(
     );
     // The tables read, each with the ranges of buckets it serves.
     let mut parts: Vec<(&str, Vec<Range>)> = Vec::new();
-    // The whole UTC hours inside the range (no bucket boundary cuts them: a budget is one bucket).
-    match Split::of(start, end, &[]).map(|s| (s.hour_from, s.hour_to)) {
-        Some((first, last)) => {
-            let hourly = match colonies {
-                Some(_) => "usage_rollups_hourly",
-                None => "usage_rollups_narrow",
-            };
-            parts.push((hourly, vec![(first, last)]));
-            let edges: Vec<_> = [(start, first), (last, end)]
-                .into_iter()
-                .filter(|(a, b)| a < b)
-                .collect();
-            if !edges.is_empty() {
-                parts.push(("usage_rollups", edges));
+    // Whole UTC months, days and hours inside the range from their rollups (no bucket boundary cuts
+    // them: a budget is one bucket), the edges from the 15-minute rows. Rows of colonies need the wide
+    // hourly rollup (the narrow ones have no colony), and nothing coarser.
+    match Split::of(start, end, &[], colonies.is_none()) {
+        Some(split) => {
+            for level in split.levels {
+                let table = match (level.grain, colonies) {
+                    (Grain::Month, _) => "usage_rollups_monthly",
+                    (Grain::Day, _) => "usage_rollups_daily",
+                    (Grain::Hour, Some(_)) => "usage_rollups_hourly",
+                    (Grain::Hour, None) => "usage_rollups_narrow",
+                    (Grain::Quarter, _) => "usage_rollups",
+                };
+                parts.push((table, level.ranges));
             }
         }
         None => parts.push(("usage_rollups", vec![(start, end)])),
@@ -213,5 +213,16 @@ mod tests {
         assert!(sql.contains("FROM usage_rollups_hourly r"), "{sql}");
         assert!(!sql.contains("UNION ALL"), "{sql}");
         assert!(sql.contains("colony_runs"), "{sql}");
+        // A month in New York: its whole UTC days from the daily rows, the hours at both ends from the
+        // narrow ones; a UTC month from its monthly row alone.
+        let ny = |d: u32, m: u32| Utc.with_ymd_and_hms(2026, m, d, 5, 0, 0).unwrap();
+        let sql = grouped(&r, ny(1, 11), ny(1, 12), None).into_sql();
+        assert!(sql.contains("FROM usage_rollups_daily r"), "{sql}");
+        assert!(sql.contains("FROM usage_rollups_narrow r"), "{sql}");
+        assert!(!sql.contains("FROM usage_rollups r"), "{sql}");
+        let utc = |m: u32| Utc.with_ymd_and_hms(2026, m, 1, 0, 0, 0).unwrap();
+        let sql = grouped(&r, utc(11), utc(12), None).into_sql();
+        assert!(sql.contains("FROM usage_rollups_monthly r"), "{sql}");
+        assert!(!sql.contains("UNION ALL"), "{sql}");
     }
 }

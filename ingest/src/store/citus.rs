@@ -56,6 +56,8 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "usage_rollups",
     "usage_rollups_hourly",
     "usage_rollups_narrow",
+    "usage_rollups_daily",
+    "usage_rollups_monthly",
     "tool_rollups",
     "status_transitions",
     "stream_events",

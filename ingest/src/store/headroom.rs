@@ -4,8 +4,10 @@
 //! events), while its columns are bigints. Letting Postgres raise `bigint out of range` (22003) would make
 //! the whole batch fail again on every retry — a permanent 500 the agent retries forever — and Rust's
 //! `+` would wrap in release builds. Instead the batch writer admits events into the rollup one at a time,
-//! in `event_id` order ([`Fit`]): an event is admitted when its 15-minute row, its hourly row *and* its
-//! narrow hourly row (`rollups::narrow_of`) stay within `i64::MAX` counting what is already stored ([`Bases`]) and what this batch admitted before it;
+//! in `event_id` order ([`Fit`]): an event is admitted when its 15-minute row, its hourly row, its
+//! narrow hourly row (`rollups::narrow_of`) *and* its daily and monthly rows (`rollups::daily_of`,
+//! `monthly_of`) stay within `i64::MAX` counting what is already stored ([`Bases`]) and what this batch
+//! admitted before it;
 //! otherwise it is rejected with [`REASON`] and nothing of it is stored.
 //!
 //! The stored totals are not read on the common path: the first attempt assumes empty rows (which already
@@ -18,7 +20,7 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::rollups::{hourly_of, narrow_of, RollupKey, Usage};
+use crate::rollups::{daily_of, hourly_of, monthly_of, narrow_of, RollupKey, Usage};
 
 /// Why an event was rejected for overflow.
 pub const REASON: &str =
@@ -28,17 +30,19 @@ pub const REASON: &str =
 #[derive(Debug, Default)]
 pub struct Bases {
     quarter: BTreeMap<RollupKey, Usage>,
-    hourly: BTreeMap<RollupKey, Usage>,
-    narrow: BTreeMap<RollupKey, Usage>,
+    /// The coarser rows, in the order of [`COARSER`].
+    coarser: [BTreeMap<RollupKey, Usage>; 4],
 }
+
+/// The rows an event's 15-minute row adds to: hourly, narrow hourly, daily and monthly.
+const COARSER: [fn(&RollupKey) -> RollupKey; 4] = [hourly_of, narrow_of, daily_of, monthly_of];
 
 /// Admits events into a batch's rollup (see the module notes).
 #[derive(Debug)]
 pub struct Fit<'a> {
     bases: &'a Bases,
     quarter: BTreeMap<RollupKey, Usage>,
-    hourly: BTreeMap<RollupKey, Usage>,
-    narrow: BTreeMap<RollupKey, Usage>,
+    coarser: [BTreeMap<RollupKey, Usage>; 4],
     rejected: Vec<Uuid>,
 }
 
@@ -56,30 +60,31 @@ impl<'a> Fit<'a> {
         Fit {
             bases,
             quarter: BTreeMap::new(),
-            hourly: BTreeMap::new(),
-            narrow: BTreeMap::new(),
+            coarser: Default::default(),
             rejected: vec![],
         }
     }
 
     /// Adds the event's usage to its row, or records it as rejected when a row would overflow.
     pub fn add(&mut self, key: RollupKey, usage: &Usage, event_id: Uuid) {
-        let hour = hourly_of(&key);
-        let narrow = narrow_of(&key);
-        let q = with(self.bases.quarter.get(&key), self.quarter.get(&key), usage);
-        let h = with(self.bases.hourly.get(&hour), self.hourly.get(&hour), usage);
-        let n = with(
-            self.bases.narrow.get(&narrow),
-            self.narrow.get(&narrow),
-            usage,
-        );
-        if !(q.fits_row() && h.fits_row() && n.fits_row()) {
+        let rows = COARSER.map(|to| to(&key));
+        let fits = with(self.bases.quarter.get(&key), self.quarter.get(&key), usage).fits_row()
+            && rows.iter().enumerate().all(|(i, row)| {
+                with(
+                    self.bases.coarser[i].get(row),
+                    self.coarser[i].get(row),
+                    usage,
+                )
+                .fits_row()
+            });
+        if !fits {
             self.rejected.push(event_id);
             return;
         }
         self.quarter.entry(key).or_default().add(usage);
-        self.hourly.entry(hour).or_default().add(usage);
-        self.narrow.entry(narrow).or_default().add(usage);
+        for (i, row) in rows.into_iter().enumerate() {
+            self.coarser[i].entry(row).or_default().add(usage);
+        }
     }
 
     /// The pre-aggregated 15-minute rows, or the events that did not fit.
@@ -98,7 +103,7 @@ pub fn is_out_of_range(e: &sqlx::Error) -> bool {
         .is_some_and(|d| d.code().as_deref() == Some("22003"))
 }
 
-/// The stored totals of the 15-minute rows `keys`, of their hourly rows and of their narrow rows.
+/// The stored totals of the 15-minute rows `keys` and of the coarser rows they add to ([`COARSER`]).
 pub async fn fetch(
     pool: &PgPool,
     tenant_id: Uuid,
@@ -110,10 +115,19 @@ pub async fn fetch(
         h.dedup();
         h
     };
+    let sources = [
+        "usage_rollups_hourly",
+        &narrow_source("usage_rollups_narrow"),
+        &narrow_source("usage_rollups_daily"),
+        &narrow_source("usage_rollups_monthly"),
+    ];
+    let mut coarser: [BTreeMap<RollupKey, Usage>; 4] = Default::default();
+    for ((rows, to), source) in coarser.iter_mut().zip(COARSER).zip(sources) {
+        *rows = read(pool, tenant_id, &rows_of(to), source).await?;
+    }
     Ok(Bases {
         quarter: read(pool, tenant_id, keys, "usage_rollups").await?,
-        hourly: read(pool, tenant_id, &rows_of(hourly_of), "usage_rollups_hourly").await?,
-        narrow: read(pool, tenant_id, &rows_of(narrow_of), NARROW_SOURCE).await?,
+        coarser,
     })
 }
 
@@ -128,11 +142,13 @@ type SumsRow = (
     Vec<i64>,
 );
 
-/// `usage_rollups_narrow` with the wide key's columns (device, colony and session empty, as
-/// `narrow_of` gives them), so one statement reads all three tables.
-const NARROW_SOURCE: &str =
-    "(SELECT *, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id \
-    FROM usage_rollups_narrow)";
+/// A table with the narrow key (narrow hourly, daily, monthly) with the wide key's columns (device,
+/// colony and session empty, as `narrow_of` gives them), so one statement reads every table.
+fn narrow_source(table: &str) -> String {
+    format!(
+        "(SELECT *, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id FROM {table})"
+    )
+}
 
 /// The stored sums of the rows `keys` of `table` (a table or a parenthesised query with its columns).
 async fn read(
@@ -235,7 +251,7 @@ mod tests {
     #[test]
     fn stored_totals_and_the_hourly_row_count_too() {
         let mut bases = Bases::default();
-        bases.hourly.insert(
+        bases.coarser[0].insert(
             RollupKey {
                 bucket: hour_of(key(0).bucket),
                 ..key(0)
@@ -258,9 +274,9 @@ mod tests {
             ..key(0)
         };
         let mut bases = Bases::default();
-        bases.hourly.insert(hourly_of(&key(0)), cost(MAX / 2));
-        bases.hourly.insert(hourly_of(&other), cost(MAX / 2 - 1));
-        bases.narrow.insert(narrow_of(&key(0)), cost(MAX - 2)); // their sum
+        bases.coarser[0].insert(hourly_of(&key(0)), cost(MAX / 2));
+        bases.coarser[0].insert(hourly_of(&other), cost(MAX / 2 - 1));
+        bases.coarser[1].insert(narrow_of(&key(0)), cost(MAX - 2)); // their sum
         let mut fit = Fit::new(&bases);
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         fit.add(key(5), &cost(2), a);
@@ -268,10 +284,33 @@ mod tests {
         assert_eq!(fit.finish().unwrap_err(), vec![b]);
     }
 
+    #[test]
+    fn the_month_sums_days_so_it_can_fill_first() {
+        // Each day's row has room; the month's (the same user and model on other days) does not.
+        let next_week = RollupKey {
+            bucket: key(0).bucket + chrono::Duration::days(7),
+            ..key(0)
+        };
+        let mut bases = Bases::default();
+        bases.coarser[2].insert(daily_of(&key(0)), cost(MAX / 2));
+        bases.coarser[2].insert(daily_of(&next_week), cost(MAX / 2 - 3));
+        bases.coarser[3].insert(monthly_of(&key(0)), cost(MAX - 3)); // their sum
+        let mut fit = Fit::new(&bases);
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        fit.add(key(5), &cost(2), a);
+        fit.add(next_week.clone(), &cost(2), b); // 1 left in the month
+        let next_month = RollupKey {
+            bucket: key(0).bucket + chrono::Duration::days(31),
+            ..key(0)
+        };
+        fit.add(next_month, &cost(2), c); // December is empty
+        assert_eq!(fit.finish().unwrap_err(), vec![b]);
+    }
+
     proptest! {
         /// Whatever the stored totals and the events (each within the per-event bounds), the admitted
-        /// rows and their hourly sums stay within bigint, and an event is rejected only when it would not
-        /// have fit.
+        /// rows and their hourly, daily and monthly sums stay within bigint, and an event is rejected
+        /// only when it would not have fit.
         #[test]
         fn admitted_rows_never_exceed_bigint(
             base in 0..=MAX,
@@ -279,17 +318,25 @@ mod tests {
         ) {
             let mut bases = Bases::default();
             bases.quarter.insert(key(0), cost(base));
-            bases.hourly.insert(hourly_of(&key(0)), cost(base));
-            bases.narrow.insert(narrow_of(&key(0)), cost(base));
+            for (i, to) in COARSER.into_iter().enumerate() {
+                bases.coarser[i].insert(to(&key(0)), cost(base));
+            }
             let mut fit = Fit::new(&bases);
             let mut expect_rejected = vec![];
+            // Minutes 0..120 are two hours of one day (and month): the day's row holds both.
             let mut hour_totals: BTreeMap<DateTime<Utc>, i128> = BTreeMap::new();
             hour_totals.insert(hour_of(key(0).bucket), base);
+            let mut day_total = base;
             for (minute, nanos, tokens) in events {
                 let u = Usage { input_tokens: tokens, ..cost(nanos) };
                 let id = Uuid::new_v4();
                 let h = hour_totals.entry(hour_of(key(minute).bucket)).or_default();
-                if *h + nanos > MAX { expect_rejected.push(id); } else { *h += nanos; }
+                if *h + nanos > MAX || day_total + nanos > MAX {
+                    expect_rejected.push(id);
+                } else {
+                    *h += nanos;
+                    day_total += nanos;
+                }
                 fit.add(key(minute), &u, id);
             }
             let rejected = match fit.finish() {

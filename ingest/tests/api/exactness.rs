@@ -340,8 +340,9 @@ async fn assert_active_time_follows_the_histories(app: &TestApp) {
     assert_eq!(totals.0, totals.1);
 }
 
-/// The rollup tables agree row by row: every hourly row is the sum of its quarter rows, and every
-/// narrow row (`usage_rollups_narrow`) the sum of its hourly rows (no row missing, none extra).
+/// The rollup tables agree row by row: every hourly row is the sum of its quarter rows, every narrow
+/// row (`usage_rollups_narrow`) the sum of its hourly rows, every daily row the sum of its narrow rows
+/// and every monthly row the sum of its daily rows (no row missing, none extra).
 pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
     const SUMS: &str = "sum(input_tokens)::int8, sum(output_tokens)::int8, sum(cached_tokens)::int8,
         sum(cache_creation_tokens)::int8, sum(cost_nanos)::int8, sum(llm_calls)::int8, sum(unpriced_turns)::int8,
@@ -362,6 +363,18 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
             format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_narrow
                 GROUP BY 1, 2, 3, 4, 5"),
         ),
+        (
+            format!("SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, model,
+                runtime, {SUMS} FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5"),
+            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_daily
+                GROUP BY 1, 2, 3, 4, 5"),
+        ),
+        (
+            format!("SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id,
+                model, runtime, {SUMS} FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5"),
+            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_monthly
+                GROUP BY 1, 2, 3, 4, 5"),
+        ),
     ];
     for (finer, coarser) in pairs {
         let differ: i64 = sqlx::query_scalar(&format!(
@@ -372,13 +385,17 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
         .unwrap();
         assert_eq!(differ, 0, "{coarser}\ndiffers from the sums of\n{finer}");
     }
-    let rows: (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM usage_rollups_hourly), (SELECT count(*) FROM usage_rollups_narrow)",
+    let rows: (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM usage_rollups_hourly), (SELECT count(*) FROM usage_rollups_narrow),
+            (SELECT count(*) FROM usage_rollups_daily), (SELECT count(*) FROM usage_rollups_monthly)",
     )
     .fetch_one(pool)
     .await
     .unwrap();
-    assert!(rows.1 > 0 && rows.1 <= rows.0, "{rows:?}");
+    assert!(
+        rows.3 > 0 && rows.3 <= rows.2 && rows.2 <= rows.1 && rows.1 <= rows.0,
+        "{rows:?}"
+    );
 }
 
 /// The tool rows of an answer: bucket, keys, calls, errors, durations, timed calls, p50, p95.
@@ -515,7 +532,9 @@ async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::Pg
         let (s, v) = app.post_batch(&t.ingest, &b).await;
         assert_eq!(s, StatusCode::OK, "{v}");
     }
+    // UTC too: its months and days are whole, so they come from the monthly and daily rollups.
     for tz in [
+        "UTC",
         "America/New_York",
         "America/Havana",
         "Asia/Kathmandu",

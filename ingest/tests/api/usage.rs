@@ -458,3 +458,88 @@ async fn the_narrow_rollup_migration_sums_the_hourly_rows_without_sessions(pool:
         sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
     }
 }
+
+#[sqlx::test(migrations = false)]
+async fn the_calendar_rollup_migration_sums_narrow_rows_per_utc_day_and_month(pool: sqlx::PgPool) {
+    // Every migration before the daily and monthly rollups, then narrow rows the old code wrote: two
+    // hours of one day, another day of the same month, and the next month.
+    let all = sqlx::migrate!("../migrations");
+    let is_calendar =
+        |m: &&sqlx::migrate::Migration| m.description.contains("usage rollups calendar");
+    assert_eq!(all.iter().filter(is_calendar).count(), 1);
+    for m in all.iter().take_while(|m| !is_calendar(m)) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+    let tenant = uuid::Uuid::new_v4();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO tenants (tenant_id, name) VALUES ('{tenant}', 'acme');
+         INSERT INTO usage_rollups_narrow (tenant_id, bucket, user_id, model, runtime, input_tokens, cost_nanos,
+             llm_calls, events, active_ms)
+         VALUES ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'm1', 'hive', 10, 100, 1, 1, 0),
+                ('{tenant}', '2026-11-03T23:00:00Z', 'alice', 'm1', 'hive', 20, 200, 2, 2, 0),
+                ('{tenant}', '2026-11-03T23:00:00Z', 'alice', '', 'hive', 0, 0, 0, 0, 60000),
+                ('{tenant}', '2026-11-30T23:00:00Z', 'alice', 'm1', 'hive', 5, 50, 1, 1, 0),
+                ('{tenant}', '2026-12-01T00:00:00Z', 'alice', 'm1', 'hive', 7, 70, 1, 1, 0);"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let m = all.iter().find(is_calendar).unwrap();
+    sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    type Row = (
+        chrono::DateTime<chrono::Utc>,
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+    );
+    let read = |table: &str| {
+        format!(
+            "SELECT bucket, model, input_tokens, cost_nanos, llm_calls, events, active_ms
+             FROM {table} WHERE user_id = 'alice' AND runtime = 'hive' ORDER BY bucket, model"
+        )
+    };
+    let at = |s: &str| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let row = |b: &str, model: &str, sums: [i64; 5]| -> Row {
+        let [i, c, l, e, a] = sums;
+        (at(b), model.into(), i, c, l, e, a)
+    };
+    let daily: Vec<Row> = sqlx::query_as(&read("usage_rollups_daily"))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        daily,
+        vec![
+            row("2026-11-03T00:00:00Z", "", [0, 0, 0, 0, 60_000]),
+            row("2026-11-03T00:00:00Z", "m1", [30, 300, 3, 3, 0]),
+            row("2026-11-30T00:00:00Z", "m1", [5, 50, 1, 1, 0]),
+            row("2026-12-01T00:00:00Z", "m1", [7, 70, 1, 1, 0]),
+        ]
+    );
+    let monthly: Vec<Row> = sqlx::query_as(&read("usage_rollups_monthly"))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        monthly,
+        vec![
+            row("2026-11-01T00:00:00Z", "", [0, 0, 0, 0, 60_000]),
+            row("2026-11-01T00:00:00Z", "m1", [35, 350, 4, 4, 0]),
+            row("2026-12-01T00:00:00Z", "m1", [7, 70, 1, 1, 0]),
+        ]
+    );
+    // A row off its grain is refused.
+    let off = sqlx::query(&format!(
+        "INSERT INTO usage_rollups_monthly (tenant_id, bucket, user_id, model, runtime)
+         VALUES ('{tenant}', '2026-11-02T00:00:00Z', 'bob', 'm1', 'hive')"
+    ))
+    .execute(&pool)
+    .await;
+    assert!(off.is_err(), "a monthly row on the 2nd was stored");
+    for m in all.iter().skip_while(|m| !is_calendar(m)).skip(1) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+}

@@ -134,12 +134,31 @@ async fn fetch<R>(db: &ReadDb, plan: &Plan) -> Result<Vec<R>, ApiError>
 where
     R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
 {
-    match plan.query(false).build_query_as().fetch_all(&db.pool).await {
-        Err(e) if sums::is_out_of_range(&e) => Ok(plan
-            .query(true)
-            .build_query_as()
-            .fetch_all(&db.pool)
-            .await?),
+    match fetch_with(db, plan, false).await {
+        Err(e) if sums::is_out_of_range(&e) => Ok(fetch_with(db, plan, true).await?),
         r => Ok(r?),
     }
+}
+
+/// The work memory a usage statement runs with. The planner estimates its groups from the rollup's
+/// columns (each hour or day × the keys), not from the buckets they fall in, so it overstates them by
+/// the units a bucket holds; under Postgres' default 4 MB it then sorts the rows to group them instead
+/// of hashing the few groups there are (a month by day and model from the narrow hourly rows, 50,000
+/// rows into 648 groups: 65 ms sorted, 33 ms hashed).
+const WORK_MEM: &str = "SET LOCAL work_mem = '16MB'";
+
+/// [`Plan::query`] in a transaction of its own with [`WORK_MEM`].
+async fn fetch_with<R>(db: &ReadDb, plan: &Plan, wide: bool) -> Result<Vec<R>, sqlx::Error>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    let mut tx = db.pool.begin().await?;
+    sqlx::query(WORK_MEM).execute(&mut *tx).await?;
+    let rows = plan
+        .query(wide)
+        .build_query_as()
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(rows)
 }

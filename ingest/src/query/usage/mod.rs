@@ -9,14 +9,16 @@
 //! boundaries. A range longer than two months is first clamped to the rows' extent (one index probe),
 //! so the array stays short.
 //!
-//! Three rollups: a tenant-wide query reads `usage_rollups_hourly` for every whole UTC hour that no bucket
-//! boundary cuts and `usage_rollups` (15 minutes) for the rest ([`plan::Split`]): in a whole-hour zone
-//! that is hourly rows only, for a day or month in a half- or quarter-hour zone one cut hour per bucket;
-//! hour buckets in such a zone, and session or colony scopes (small, with their own index), read quarter
-//! rows only. Grouped by nothing, user, model or runtime (no colony, session or device), the whole hours
-//! come from `usage_rollups_narrow` instead: the hourly sums without device, colony and session, a
-//! tenant's month in hours × users × models rows however many sessions ran. All three tables hold the
-//! same sums (written together), so the answer is the same either way.
+//! Five rollups: a tenant-wide query reads each UTC unit of its range at the coarsest grain no bucket
+//! boundary cuts ([`split::Split`]). Grouped by nothing, user, model or runtime (no colony, session or
+//! device): whole UTC months from `usage_rollups_monthly`, whole days from `usage_rollups_daily`, whole
+//! hours from `usage_rollups_narrow` (the hourly sums without device, colony and session) — a year is
+//! about twelve rows per user and model — and the rest from the 15-minute `usage_rollups`. Grouped by a
+//! wide dimension: whole hours from `usage_rollups_hourly` and the rest from the 15-minute rows. In a
+//! whole-hour zone that leaves quarter rows only at the range's edges; a day or month in a half- or
+//! quarter-hour zone cuts one hour per bucket (read as quarters); hour buckets in such a zone, and
+//! session or colony scopes (small, with their own index), read quarter rows only. All the tables hold
+//! the same sums (written together), so the answer is the same either way.
 //!
 //! Sums use `apiary_sum` (a bigint-state sum, see its migration): Postgres' `sum(bigint)` allocates a
 //! numeric state per group, which dominated queries with thousands of groups. A sum past the bigint

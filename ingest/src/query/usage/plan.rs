@@ -12,7 +12,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::{Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use super::split::Split;
+use super::split::{Grain, Level, Split};
 use super::{push_colony_key_joins, Dim, Granularity, Part, UsageQuery, Within, OPERATOR_DIMS};
 use crate::error::ApiError;
 use crate::query::buckets::{self, Buckets, Unit};
@@ -141,6 +141,27 @@ impl Filter {
     }
 }
 
+/// Appends the condition on `bucket` that reads `level`'s units: a range, a range except its gaps, or
+/// the units themselves — whichever binds the shorter array.
+fn push_units(q: &mut QueryBuilder<'static, Postgres>, level: &Level) {
+    let (first, last) = level.span();
+    let gaps = level.gaps();
+    let units = if gaps.is_empty() {
+        vec![]
+    } else {
+        level.units()
+    };
+    if gaps.is_empty() || gaps.len() < units.len() {
+        q.push(" AND bucket >= ").push_bind(first);
+        q.push(" AND bucket < ").push_bind(last);
+        if !gaps.is_empty() {
+            q.push(" AND bucket <> ALL(").push_bind(gaps).push(")");
+        }
+    } else {
+        q.push(" AND bucket = ANY(").push_bind(units).push(")");
+    }
+}
+
 /// The calendar unit of a granularity (none for totals).
 fn unit(g: Granularity) -> Option<Unit> {
     match g {
@@ -177,10 +198,11 @@ pub struct Plan {
     pub group_by: Vec<Dim>,
     /// None for totals.
     pub buckets: Option<Buckets>,
-    /// Some when whole hours come from the hourly rollup.
+    /// Some when whole hours (days, months) come from the coarser rollups.
     pub split: Option<Split>,
-    /// Whole hours come from the narrow hourly rollup (`usage_rollups_narrow`): a split grouped by
-    /// tenant, user, model or runtime only.
+    /// The split reads the narrow rollups: whole hours from `usage_rollups_narrow`, whole days and
+    /// months from `usage_rollups_daily` and `usage_rollups_monthly` (grouped by tenant, user, model or
+    /// runtime only); otherwise whole hours from `usage_rollups_hourly` and nothing coarser.
     pub narrow: bool,
     /// Grouped by tool: the rows come from `tool_rollups`.
     pub tools: bool,
@@ -191,14 +213,15 @@ impl Plan {
     pub fn new(filter: Filter, q: &UsageQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Plan {
         let buckets = unit(q.granularity).map(|u| buckets::buckets(u, q.tz, from, to));
         let tools = q.group_by.contains(&Dim::Tool);
+        let narrow_dims = q.group_by.iter().all(|d| NARROW_DIMS.contains(d));
         let split = match (&filter.tenant, &filter.part) {
             (Some(_), Part::Whole) if !tools => {
                 let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
-                Split::of(from, to, &starts)
+                Split::of(from, to, &starts, narrow_dims)
             }
             _ => None,
         };
-        let narrow = split.is_some() && q.group_by.iter().all(|d| NARROW_DIMS.contains(d));
+        let narrow = split.is_some() && narrow_dims;
         Plan {
             filter,
             from,
@@ -251,8 +274,10 @@ impl Plan {
         q
     }
 
-    /// The rollup rows the query sums: quarter rows of the range, or whole hours from the hourly
-    /// rollup (the narrow one when the grouping allows) plus quarter rows for the rest ([`Split`]).
+    /// The rollup rows the query sums: quarter rows of the range, or the units of each grain of the
+    /// [`Split`] from its rollup (whole months and days from the monthly and daily rollups and whole
+    /// hours from the narrow one when the grouping allows, else whole hours from the hourly rollup),
+    /// quarter rows for the rest.
     fn push_source(&self, q: &mut QueryBuilder<'static, Postgres>) {
         match &self.split {
             None if self.tools => {
@@ -268,21 +293,23 @@ impl Plan {
                 q.push(" AND bucket < ").push_bind(self.to);
             }
             Some(s) => {
-                q.push(match self.narrow {
-                    true => format!("SELECT {} FROM usage_rollups_narrow", narrow_columns()),
-                    false => format!("SELECT {COLUMNS} FROM usage_rollups_hourly"),
-                });
-                self.filter.push_where(q);
-                q.push(" AND bucket >= ").push_bind(s.hour_from);
-                q.push(" AND bucket < ").push_bind(s.hour_to);
-                q.push(" AND bucket <> ALL(")
-                    .push_bind(s.cut_hours.clone())
-                    .push(")");
-                q.push(format!(" UNION ALL SELECT {COLUMNS} FROM usage_rollups"));
-                self.filter.push_where(q);
-                q.push(" AND bucket = ANY(")
-                    .push_bind(s.quarters.clone())
-                    .push(")");
+                for (i, level) in s.levels.iter().enumerate() {
+                    if i > 0 {
+                        q.push(" UNION ALL ");
+                    }
+                    let narrow = narrow_columns();
+                    q.push(match (level.grain, self.narrow) {
+                        (Grain::Month, _) => format!("SELECT {narrow} FROM usage_rollups_monthly"),
+                        (Grain::Day, _) => format!("SELECT {narrow} FROM usage_rollups_daily"),
+                        (Grain::Hour, true) => format!("SELECT {narrow} FROM usage_rollups_narrow"),
+                        (Grain::Hour, false) => {
+                            format!("SELECT {COLUMNS} FROM usage_rollups_hourly")
+                        }
+                        (Grain::Quarter, _) => format!("SELECT {COLUMNS} FROM usage_rollups"),
+                    });
+                    self.filter.push_where(q);
+                    push_units(q, level);
+                }
             }
         }
     }
@@ -364,14 +391,58 @@ mod tests {
             let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
             assert!(!plan.narrow, "{wide:?}");
             let sql = plan.query(false).into_sql();
-            assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
+            assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
             assert!(!sql.contains("usage_rollups_narrow"), "{sql}");
+            assert!(!sql.contains("usage_rollups_daily"), "{sql}");
             assert_eq!(
-                sql.contains(") AS r LEFT JOIN (SELECT tenant_id AS colony_run_tenant, session_id AS colony_run_session, colony_key AS colony_run_key FROM colony_runs WHERE TRUE AND tenant_id = $8)"),
+                sql.contains(") AS r LEFT JOIN (SELECT tenant_id AS colony_run_tenant, session_id AS colony_run_session, colony_key AS colony_run_key FROM colony_runs WHERE TRUE AND tenant_id = $5)"),
                 wide == Dim::Colony,
                 "{sql}"
             );
         }
+    }
+
+    #[test]
+    fn a_year_reads_the_monthly_rollup_and_a_zone_that_cuts_months_the_daily_one() {
+        let q = query(
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+            Granularity::Month,
+            "UTC",
+            &[Dim::Model],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("FROM usage_rollups_monthly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
+        assert!(!sql.contains("UNION ALL"), "{sql}");
+        // New York's months start at 04:00 or 05:00 UTC: whole UTC days from the daily rollup (the
+        // twelve cut days as its gaps), their hours from the narrow one.
+        let q = query(
+            "2026-01-01T05:00:00Z",
+            "2027-01-01T05:00:00Z",
+            Granularity::Month,
+            "America/New_York",
+            &[Dim::User],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("FROM usage_rollups_daily WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
+        assert!(sql.contains("FROM usage_rollups_narrow WHERE TRUE AND tenant_id = $6 AND bucket = ANY($7)) AS r"), "{sql}");
+        let days = plan.split.as_ref().unwrap().level(Grain::Day).unwrap();
+        assert_eq!(
+            days.gaps().len(),
+            11,
+            "the first of every month but January"
+        );
+        // Grouped by device: no daily rollup has one.
+        let q = UsageQuery {
+            group_by: vec![Dim::Device],
+            ..q
+        };
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        let sql = plan.query(false).into_sql();
+        assert!(!sql.contains("usage_rollups_daily"), "{sql}");
+        assert!(sql.contains("FROM usage_rollups_hourly"), "{sql}");
     }
 
     #[test]
