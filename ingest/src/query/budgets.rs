@@ -65,6 +65,8 @@ fn grouped(
     match Split::of(start, end, &[], colonies.is_none()) {
         Some(split) => {
             for level in split.levels {
+                // No bucket boundary inside the range: nothing is moved.
+                debug_assert!(level.moved.is_empty());
                 let table = match (level.grain, colonies) {
                     (Grain::Month, _) => "usage_rollups_monthly",
                     (Grain::Day, _) => "usage_rollups_daily",

@@ -162,6 +162,34 @@ fn push_units(q: &mut QueryBuilder<'static, Postgres>, level: &Level) {
     }
 }
 
+/// Appends the rows of `level`'s moved units ([`super::split::Moved`]) from `table`: each under its
+/// label as the row's bucket, its sums times its sign.
+fn push_moved(q: &mut QueryBuilder<'static, Postgres>, level: &Level, table: &str, narrow: bool) {
+    let columns: Vec<String> = COLUMNS
+        .split(", ")
+        .map(|c| match c {
+            "bucket" => "u.label AS bucket".to_string(),
+            "device_id" | "colony_id" | "session_id" if narrow => format!("''::text AS {c}"),
+            "tenant_id" | "user_id" | "device_id" | "colony_id" | "session_id" | "model"
+            | "runtime" => c.to_string(),
+            sum => format!("u.sign * {sum} AS {sum}"),
+        })
+        .collect();
+    let pick = |f: fn(&super::split::Moved) -> DateTime<Utc>| -> Vec<DateTime<Utc>> {
+        level.moved.iter().map(f).collect()
+    };
+    q.push(format!(
+        "SELECT {} FROM {table} JOIN unnest(",
+        columns.join(", ")
+    ))
+    .push_bind(pick(|m| m.unit))
+    .push("::timestamptz[], ")
+    .push_bind(pick(|m| m.label))
+    .push("::timestamptz[], ")
+    .push_bind(level.moved.iter().map(|m| m.sign).collect::<Vec<i64>>())
+    .push("::int8[]) AS u(unit, label, sign) ON bucket = u.unit");
+}
+
 /// The calendar unit of a granularity (none for totals).
 fn unit(g: Granularity) -> Option<Unit> {
     match g {
@@ -293,22 +321,37 @@ impl Plan {
                 q.push(" AND bucket < ").push_bind(self.to);
             }
             Some(s) => {
-                for (i, level) in s.levels.iter().enumerate() {
-                    if i > 0 {
+                let mut first = true;
+                let mut union = |q: &mut QueryBuilder<'static, Postgres>| {
+                    if !std::mem::take(&mut first) {
                         q.push(" UNION ALL ");
                     }
-                    let narrow = narrow_columns();
-                    q.push(match (level.grain, self.narrow) {
-                        (Grain::Month, _) => format!("SELECT {narrow} FROM usage_rollups_monthly"),
-                        (Grain::Day, _) => format!("SELECT {narrow} FROM usage_rollups_daily"),
-                        (Grain::Hour, true) => format!("SELECT {narrow} FROM usage_rollups_narrow"),
-                        (Grain::Hour, false) => {
-                            format!("SELECT {COLUMNS} FROM usage_rollups_hourly")
-                        }
-                        (Grain::Quarter, _) => format!("SELECT {COLUMNS} FROM usage_rollups"),
-                    });
-                    self.filter.push_where(q);
-                    push_units(q, level);
+                };
+                for level in &s.levels {
+                    let table = match (level.grain, self.narrow) {
+                        (Grain::Month, _) => "usage_rollups_monthly",
+                        (Grain::Day, _) => "usage_rollups_daily",
+                        (Grain::Hour, true) => "usage_rollups_narrow",
+                        (Grain::Hour, false) => "usage_rollups_hourly",
+                        (Grain::Quarter, _) => "usage_rollups",
+                    };
+                    // The narrow tables have no device, colony or session: empty, as their key has them.
+                    let narrow = self.narrow && level.grain != Grain::Quarter;
+                    if !level.ranges.is_empty() {
+                        union(q);
+                        let columns = match narrow {
+                            true => narrow_columns(),
+                            false => COLUMNS.to_string(),
+                        };
+                        q.push(format!("SELECT {columns} FROM {table}"));
+                        self.filter.push_where(q);
+                        push_units(q, level);
+                    }
+                    if !level.moved.is_empty() {
+                        union(q);
+                        push_moved(q, level, table, narrow);
+                        self.filter.push_where(q);
+                    }
                 }
             }
         }
@@ -367,9 +410,20 @@ mod tests {
             sql.contains("''::text AS session_id, model, runtime, input_tokens"),
             "{sql}"
         );
-        assert!(sql.contains("FROM usage_rollups_narrow WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
+        // Kolkata's days start at 18:30 UTC: each UTC day is read whole into the Kolkata day it starts
+        // in, and its last five and a half hours are read as themselves and taken back out of it.
+        assert!(sql.contains("FROM usage_rollups_daily WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 UNION ALL SELECT"), "{sql}");
         assert!(
-            sql.contains("FROM usage_rollups WHERE TRUE AND tenant_id = $6 AND bucket = ANY($7)"),
+            sql.contains("FROM usage_rollups_narrow WHERE TRUE AND tenant_id = $5 AND bucket = ANY($6) UNION ALL SELECT u.label AS bucket, tenant_id, user_id, ''::text AS device_id"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("u.sign * input_tokens AS input_tokens"),
+            "{sql}"
+        );
+        assert!(sql.contains("FROM usage_rollups_narrow JOIN unnest($7::timestamptz[], $8::timestamptz[], $9::int8[]) AS u(unit, label, sign) ON bucket = u.unit WHERE TRUE AND tenant_id = $10 UNION ALL"), "{sql}");
+        assert!(
+            sql.contains("FROM usage_rollups WHERE TRUE AND tenant_id = $11 AND bucket = ANY($12)"),
             "{sql}"
         );
         assert!(sql.ends_with(") AS r GROUP BY 1, 3, 4"), "{sql}");
@@ -415,8 +469,9 @@ mod tests {
         let sql = plan.query(false).into_sql();
         assert!(sql.contains("FROM usage_rollups_monthly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
         assert!(!sql.contains("UNION ALL"), "{sql}");
-        // New York's months start at 04:00 or 05:00 UTC: whole UTC days from the daily rollup (the
-        // twelve cut days as its gaps), their hours from the narrow one.
+        // New York's months start at 04:00 or 05:00 UTC: each UTC month from February on is moved to
+        // the New York month holding all but its first hours, which are taken back out of it; January
+        // (the range starts at its 05:00) by the day and its first day's hours.
         let q = query(
             "2026-01-01T05:00:00Z",
             "2027-01-01T05:00:00Z",
@@ -426,14 +481,14 @@ mod tests {
         );
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
         let sql = plan.query(false).into_sql();
-        assert!(sql.contains("FROM usage_rollups_daily WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4 AND bucket <> ALL($5) UNION ALL SELECT"), "{sql}");
-        assert!(sql.contains("FROM usage_rollups_narrow WHERE TRUE AND tenant_id = $6 AND bucket = ANY($7)) AS r"), "{sql}");
-        let days = plan.split.as_ref().unwrap().level(Grain::Day).unwrap();
-        assert_eq!(
-            days.gaps().len(),
-            11,
-            "the first of every month but January"
-        );
+        assert!(sql.contains("FROM usage_rollups_monthly JOIN unnest($2::timestamptz[], $3::timestamptz[], $4::int8[]) AS u(unit, label, sign) ON bucket = u.unit WHERE TRUE AND tenant_id = $5 UNION ALL SELECT"), "{sql}");
+        assert!(sql.contains("FROM usage_rollups_daily WHERE TRUE AND tenant_id = $6 AND bucket >= $7 AND bucket < $8 UNION ALL SELECT"), "{sql}");
+        let split = plan.split.as_ref().unwrap();
+        let months = split.level(Grain::Month).unwrap();
+        assert_eq!(months.moved.len(), 11, "February to December");
+        assert!(months.ranges.is_empty());
+        let days = split.level(Grain::Day).unwrap();
+        assert_eq!(days.units().len(), 30, "January 2nd to 31st");
         // Grouped by device: no daily rollup has one.
         let q = UsageQuery {
             group_by: vec![Dim::Device],

@@ -2,6 +2,15 @@
 //! UTC months from `usage_rollups_monthly`, whole UTC days from `usage_rollups_daily`, whole UTC hours
 //! from `usage_rollups_narrow` (or `usage_rollups_hourly`), and the rest from the 15-minute
 //! `usage_rollups` — each unit taken at the coarsest grain that no bucket boundary cuts.
+//!
+//! A UTC day or month that exactly one boundary cuts near one of its ends (a day of New York starts at
+//! 04:00 or 05:00 UTC, a day of Kolkata at 18:30) is still read whole: its row is *moved* to the bucket
+//! holding most of it, and the short side is read twice from finer rows, once as itself (into its own
+//! bucket) and once negated into the bucket the whole row went to ([`Moved`]). Sums are exact under
+//! subtraction, so every instant still counts once in its own bucket; a group whose sums come out all
+//! zero in a bucket (it was busy only on the short side) is dropped from the answer as any all-zero row
+//! is (`super::fetch`). A day of New York then reads one daily row and five hours twice instead of 24
+//! hours, and the evening hours it reads twice are the quiet ones.
 
 use chrono::{DateTime, DurationRound, Months, TimeDelta, Utc};
 
@@ -47,11 +56,23 @@ impl Grain {
     }
 }
 
-/// The units of one grain a query reads, as contiguous ranges `[from, to)` of unit starts, in order.
+/// A unit read into another bucket than its own: its rows are summed under `label` (an instant of
+/// that bucket), times `sign` (1 for a whole unit moved to the bucket holding most of it, -1 for a
+/// short side taken back out of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    pub unit: DateTime<Utc>,
+    pub label: DateTime<Utc>,
+    pub sign: i64,
+}
+
+/// The units of one grain a query reads: as themselves, in contiguous ranges `[from, to)` of unit
+/// starts, in order; and moved ([`Moved`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Level {
     pub grain: Grain,
     pub ranges: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    pub moved: Vec<Moved>,
 }
 
 impl Level {
@@ -74,8 +95,31 @@ impl Level {
         let gaps = Level {
             grain: self.grain,
             ranges: self.ranges.windows(2).map(|w| (w[0].1, w[1].0)).collect(),
+            moved: vec![],
         };
         gaps.units()
+    }
+
+    /// Reads `[a, b)` (whole units) as themselves, and moved under `back` with sign -1 when given.
+    fn read(&mut self, a: DateTime<Utc>, b: DateTime<Utc>, back: Option<DateTime<Utc>>) {
+        if a >= b {
+            return;
+        }
+        match self.ranges.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => self.ranges.push((a, b)),
+        }
+        if let Some(label) = back {
+            let mut t = a;
+            while t < b {
+                self.moved.push(Moved {
+                    unit: t,
+                    label,
+                    sign: -1,
+                });
+                t = self.grain.next(t);
+            }
+        }
     }
 
     /// The span `[first, last)` the ranges lie in.
@@ -95,9 +139,10 @@ pub struct Split {
 }
 
 impl Split {
-    /// The split of `[from, to)` (both on 15-minute boundaries) for bucket starts `starts` (sorted),
-    /// reading months and days too when `calendar` (a grouping the daily and monthly rollups keep).
-    /// None when the range has no whole hour no boundary cuts: quarter rows alone.
+    /// The split of `[from, to)` (both on 15-minute boundaries) for bucket starts `starts` (sorted, the
+    /// first at or before `from`), reading months and days too when `calendar` (a grouping the daily and
+    /// monthly rollups keep), and then moving a day or month cut once near an end (see the module
+    /// notes). None when the range has no whole hour no boundary cuts: quarter rows alone.
     pub fn of(
         from: DateTime<Utc>,
         to: DateTime<Utc>,
@@ -109,53 +154,85 @@ impl Split {
         } else {
             &[Grain::Hour]
         };
-        // A boundary strictly inside [a, b) cuts the unit.
-        let cut = |a: DateTime<Utc>, b: DateTime<Utc>| {
+        // The boundaries strictly inside [a, b): none, the one, or several.
+        let inside = |a: DateTime<Utc>, b: DateTime<Utc>| {
             let i = starts.partition_point(|s| *s <= a);
-            starts.get(i).is_some_and(|s| *s < b)
+            let j = starts.partition_point(|s| *s < b);
+            &starts[i..j.max(i)]
         };
-        let mut pieces = vec![(from, to)];
+        // Pieces of the range not read yet, each with the label it is also taken back out of.
+        type Piece = (DateTime<Utc>, DateTime<Utc>, Option<DateTime<Utc>>);
+        let mut pieces: Vec<Piece> = vec![(from, to, None)];
         let mut levels = vec![];
         for &grain in grains {
             let mut level = Level {
                 grain,
                 ranges: vec![],
+                moved: vec![],
             };
-            let mut rest = vec![];
-            for (a, b) in pieces {
+            let mut rest: Vec<Piece> = vec![];
+            for (a, b, back) in pieces {
                 let mut gap_from = a;
                 let mut t = grain.ceil(a);
                 while grain.next(t) <= b {
                     let end = grain.next(t);
-                    if !cut(t, end) {
-                        if gap_from < t {
-                            rest.push((gap_from, t));
+                    let cuts = inside(t, end);
+                    let movable = matches!(grain, Grain::Month | Grain::Day) && back.is_none();
+                    match cuts {
+                        [] => {
+                            if gap_from < t {
+                                rest.push((gap_from, t, back));
+                            }
+                            level.read(t, end, back);
+                            gap_from = end;
                         }
-                        match level.ranges.last_mut() {
-                            Some(last) if last.1 == t => last.1 = end,
-                            _ => level.ranges.push((t, end)),
+                        [c] if movable && (*c - t).min(end - *c) * 3 <= end - t => {
+                            if gap_from < t {
+                                rest.push((gap_from, t, back));
+                            }
+                            if *c - t <= end - *c {
+                                // The short side first: the unit goes to the bucket starting at c,
+                                // and [t, c) is taken back out of it.
+                                level.moved.push(Moved {
+                                    unit: t,
+                                    label: *c,
+                                    sign: 1,
+                                });
+                                rest.push((t, *c, Some(*c)));
+                            } else {
+                                // The short side last: the unit stays in its own bucket (its start's),
+                                // and [c, end) is taken back out of it.
+                                level.read(t, end, None);
+                                rest.push((*c, end, Some(t)));
+                            }
+                            gap_from = end;
                         }
-                        gap_from = end;
+                        _ => {}
                     }
                     t = end;
                 }
                 if gap_from < b {
-                    rest.push((gap_from, b));
+                    rest.push((gap_from, b, back));
                 }
             }
             pieces = rest;
-            if !level.ranges.is_empty() {
+            if !level.ranges.is_empty() || !level.moved.is_empty() {
                 levels.push(level);
             }
         }
         if levels.is_empty() {
             return None;
         }
-        if !pieces.is_empty() {
-            levels.push(Level {
-                grain: Grain::Quarter,
-                ranges: pieces,
-            });
+        let mut quarters = Level {
+            grain: Grain::Quarter,
+            ranges: vec![],
+            moved: vec![],
+        };
+        for (a, b, back) in pieces {
+            quarters.read(a, b, back);
+        }
+        if !quarters.ranges.is_empty() {
+            levels.push(quarters);
         }
         Some(Split { levels })
     }
@@ -241,30 +318,74 @@ mod tests {
             s.levels[3].units(),
             vec![from, t("2026-01-10T10:30:00Z"), t("2026-01-10T10:45:00Z")]
         );
-        // Months of New York cut every UTC month (they start at 04:00 or 05:00 UTC) and day: the days
-        // in between are whole, the cut ones read by the hour.
+        // Months of New York start at 04:00 or 05:00 UTC: each UTC month is cut once, five hours after
+        // its start, so it is moved to the New York month holding the rest of it and those hours are
+        // taken back out.
         let ny = [
             t("2026-03-01T05:00:00Z"),
             t("2026-04-01T04:00:00Z"),
             t("2026-05-01T04:00:00Z"),
+            t("2026-06-01T04:00:00Z"),
         ];
-        let s = Split::of(ny[0], ny[2], &ny, true).unwrap();
-        assert_eq!(s.level(Grain::Month), None);
+        let s = Split::of(ny[0], ny[3], &ny, true).unwrap();
+        let months = s.level(Grain::Month).unwrap();
+        assert!(months.ranges.is_empty());
         assert_eq!(
-            s.level(Grain::Day).unwrap().gaps(),
-            vec![t("2026-04-01T00:00:00Z")]
+            months.moved,
+            vec![
+                Moved {
+                    unit: t("2026-04-01T00:00:00Z"),
+                    label: ny[1],
+                    sign: 1
+                },
+                Moved {
+                    unit: t("2026-05-01T00:00:00Z"),
+                    label: ny[2],
+                    sign: 1
+                },
+            ]
         );
-        // March 2–31 and April 2–30; March 1st starts at 05:00, April 1st is cut at 04:00.
-        assert_eq!(s.level(Grain::Day).unwrap().units().len(), 30 + 29);
-        assert_eq!(s.level(Grain::Hour).unwrap().units().len(), 19 + 24 + 4);
-        assert_eq!(s.level(Grain::Quarter), None);
+        // March from its 2nd, whole; its 1st from 05:00 by the hour; and the four hours of each moved
+        // month's first day, read as themselves and taken back out of the month they were moved with.
+        let days = s.level(Grain::Day).unwrap();
+        assert_eq!(
+            days.ranges,
+            vec![(t("2026-03-02T00:00:00Z"), t("2026-04-01T00:00:00Z"))]
+        );
+        let hours = s.level(Grain::Hour).unwrap();
+        assert_eq!(hours.units().len(), 19 + 4 + 4 + 4);
+        assert_eq!(hours.moved.len(), 4 + 4);
+        assert!(hours.moved.iter().all(|m| m.sign == -1));
+        assert_eq!(
+            hours.moved[0],
+            Moved {
+                unit: t("2026-04-01T00:00:00Z"),
+                label: ny[1],
+                sign: -1
+            }
+        );
+        // Days of Kolkata (18:30 UTC): each UTC day stays in its own bucket and its last five and a
+        // half hours are taken back out of it (hours 19–23 and the 18:30 and 18:45 quarters).
+        let kolkata: Vec<DateTime<Utc>> = (0..4)
+            .map(|d| t("2026-11-01T18:30:00Z") + TimeDelta::days(d))
+            .collect();
+        let s = Split::of(kolkata[0], kolkata[3], &kolkata, true).unwrap();
+        let days = s.level(Grain::Day).unwrap();
+        assert_eq!(days.units().len(), 2, "November 2nd and 3rd");
+        assert!(days.moved.is_empty());
+        let quarters = s.level(Grain::Quarter).unwrap();
+        assert!(quarters
+            .moved
+            .iter()
+            .any(|m| m.unit == t("2026-11-02T18:45:00Z") && m.label == t("2026-11-02T00:00:00Z")));
     }
 
     proptest! {
-        /// Whatever the range and the boundaries, every quarter hour of the range is read exactly once,
-        /// each unit read lies in the range, and no boundary falls strictly inside a unit read.
+        /// Whatever the range and the boundaries, every quarter hour of the range counts exactly once
+        /// in its own bucket and nets to zero in every other (reads as themselves, moved and taken
+        /// back), and each unit read lies in the range.
         #[test]
-        fn every_quarter_of_the_range_is_read_once_and_no_unit_is_cut(
+        fn every_quarter_of_the_range_counts_once_in_its_bucket(
             from_q in 0i64..4000,
             len_q in 1i64..12000,
             cuts in proptest::collection::vec(0i64..16000, 0..12),
@@ -273,31 +394,46 @@ mod tests {
             let origin = t("2026-01-28T00:00:00Z");
             let q = |n: i64| origin + TimeDelta::minutes(15 * n);
             let (from, to) = (q(from_q), q(from_q + len_q));
-            let mut starts: Vec<DateTime<Utc>> = cuts.into_iter().map(q).collect();
+            // Bucket starts: the range's start, then the boundaries after it.
+            let mut starts: Vec<DateTime<Utc>> = cuts.into_iter().map(q).filter(|s| *s > from).collect();
+            starts.push(from);
             starts.sort();
             starts.dedup();
-            let mut seen: Vec<DateTime<Utc>> = vec![];
-            match Split::of(from, to, &starts, calendar) {
-                None => {
-                    let mut t = from;
-                    while t < to { seen.push(t); t += TimeDelta::minutes(15); }
+            let bucket = |x: DateTime<Utc>| starts.partition_point(|s| *s <= x);
+            // quarter -> bucket -> net count
+            let mut net: std::collections::BTreeMap<(DateTime<Utc>, usize), i64> = Default::default();
+            let mut add = |u: DateTime<Utc>, end: DateTime<Utc>, label: DateTime<Utc>, sign: i64| {
+                let mut x = u;
+                while x < end {
+                    *net.entry((x, bucket(label))).or_default() += sign;
+                    x += TimeDelta::minutes(15);
                 }
+            };
+            match Split::of(from, to, &starts, calendar) {
+                None => add(from, to, from, 0),
                 Some(split) => {
                     for level in &split.levels {
-                        prop_assert!(calendar || matches!(level.grain, Grain::Hour | Grain::Quarter));
+                        prop_assert!(calendar || (matches!(level.grain, Grain::Hour | Grain::Quarter) && level.moved.is_empty()));
                         for u in level.units() {
                             let end = level.grain.next(u);
                             prop_assert!(from <= u && end <= to);
-                            prop_assert!(!starts.iter().any(|s| u < *s && *s < end), "{u} cut");
-                            let mut t = u;
-                            while t < end { seen.push(t); t += TimeDelta::minutes(15); }
+                            add(u, end, u, 1);
+                        }
+                        for m in &level.moved {
+                            let end = level.grain.next(m.unit);
+                            prop_assert!(from <= m.unit && end <= to && from <= m.label);
+                            add(m.unit, end, m.label, m.sign);
                         }
                     }
                 }
             }
-            seen.sort();
-            let all: Vec<DateTime<Utc>> = (from_q..from_q + len_q).map(q).collect();
-            prop_assert_eq!(seen, all);
+            net.retain(|_, n| *n != 0);
+            let want: std::collections::BTreeMap<(DateTime<Utc>, usize), i64> = match net.is_empty() {
+                // Quarter rows alone: nothing was added above.
+                true => Default::default(),
+                false => (from_q..from_q + len_q).map(|n| ((q(n), bucket(q(n))), 1)).collect(),
+            };
+            prop_assert_eq!(net, want);
         }
     }
 }
