@@ -3,14 +3,17 @@
 //! from `usage_rollups_narrow` (or `usage_rollups_hourly`), and the rest from the 15-minute
 //! `usage_rollups` — each unit taken at the coarsest grain that no bucket boundary cuts.
 //!
-//! A UTC day or month that exactly one boundary cuts near one of its ends (a day of New York starts at
-//! 04:00 or 05:00 UTC, a day of Kolkata at 18:30) is still read whole: its row is *moved* to the bucket
-//! holding most of it, and the short side is read twice from finer rows, once as itself (into its own
-//! bucket) and once negated into the bucket the whole row went to ([`Moved`]). Sums are exact under
-//! subtraction, so every instant still counts once in its own bucket; a group whose sums come out all
-//! zero in a bucket (it was busy only on the short side) is dropped from the answer as any all-zero row
-//! is (`super::fetch`). A day of New York then reads one daily row and five hours twice instead of 24
-//! hours, and the evening hours it reads twice are the quiet ones.
+//! A UTC month that exactly one boundary cuts near one of its ends (a month of New York starts at 04:00
+//! or 05:00 UTC on the first, a month of Kolkata at 18:30 UTC on the last day of the one before) is
+//! still read whole: its row is *moved* to the bucket holding most of it, and the short side is read
+//! twice from finer rows, once as itself (into its own bucket) and once negated into the bucket the
+//! whole row went to ([`Moved`]). Sums are exact under subtraction, so every instant still counts once
+//! in its own bucket; a group whose sums come out all zero in a bucket (it was busy only on the short
+//! side) is dropped from the answer as any all-zero row is (`super::fetch`). A year of New York by month
+//! then reads twelve monthly rows and a few hours per month instead of every day. Days are not moved: a
+//! day's short side is hours read twice through one index probe each, which cost more pages than the
+//! day row saved where users are busy a few hours a day (measured: 2,418 pages instead of 1,318 for 30
+//! days of New York by day; see the performance docs).
 
 use chrono::{DateTime, DurationRound, Months, TimeDelta, Utc};
 
@@ -141,8 +144,7 @@ pub struct Split {
 impl Split {
     /// The split of `[from, to)` (both on 15-minute boundaries) for bucket starts `starts` (sorted, the
     /// first at or before `from`), reading months and days too when `calendar` (a grouping the daily and
-    /// monthly rollups keep), and then moving a day or month cut once near an end (see the module
-    /// notes). None when the range has no whole hour no boundary cuts: quarter rows alone.
+    /// monthly rollups keep), and then moving a month cut once near an end (see the module notes). None when the range has no whole hour no boundary cuts: quarter rows alone.
     pub fn of(
         from: DateTime<Utc>,
         to: DateTime<Utc>,
@@ -177,7 +179,7 @@ impl Split {
                 while grain.next(t) <= b {
                     let end = grain.next(t);
                     let cuts = inside(t, end);
-                    let movable = matches!(grain, Grain::Month | Grain::Day) && back.is_none();
+                    let movable = grain == Grain::Month && back.is_none();
                     match cuts {
                         [] => {
                             if gap_from < t {
@@ -364,20 +366,17 @@ mod tests {
                 sign: -1
             }
         );
-        // Days of Kolkata (18:30 UTC): each UTC day stays in its own bucket and its last five and a
-        // half hours are taken back out of it (hours 19–23 and the 18:30 and 18:45 quarters).
+        // Days of Kolkata (18:30 UTC) cut every UTC day: read by the hour, the cut hours by the quarter.
         let kolkata: Vec<DateTime<Utc>> = (0..4)
             .map(|d| t("2026-11-01T18:30:00Z") + TimeDelta::days(d))
             .collect();
         let s = Split::of(kolkata[0], kolkata[3], &kolkata, true).unwrap();
-        let days = s.level(Grain::Day).unwrap();
-        assert_eq!(days.units().len(), 2, "November 2nd and 3rd");
-        assert!(days.moved.is_empty());
-        let quarters = s.level(Grain::Quarter).unwrap();
-        assert!(quarters
-            .moved
-            .iter()
-            .any(|m| m.unit == t("2026-11-02T18:45:00Z") && m.label == t("2026-11-02T00:00:00Z")));
+        assert_eq!(s.level(Grain::Day), None);
+        assert!(s.levels.iter().all(|l| l.moved.is_empty()));
+        assert_eq!(
+            s.level(Grain::Quarter).unwrap().units().len(),
+            2 + 4 + 4 + 2
+        );
     }
 
     proptest! {
