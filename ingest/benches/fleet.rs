@@ -486,7 +486,8 @@ async fn print_row_writes(pool: &PgPool) -> anyhow::Result<()> {
          FROM pg_stat_all_tables t, pg_class s
          WHERE s.oid = 'sessions'::regclass
            AND (t.relid = s.reltoastrelid OR t.relname IN ('sessions', 'usage_rollups',
-                'usage_rollups_hourly', 'usage_rollups_narrow', 'tool_rollups', 'devices', 'stream_sessions'))
+                'usage_rollups_hourly', 'usage_rollups_narrow', 'usage_rollups_daily', 'usage_rollups_monthly',
+                'tool_rollups', 'devices', 'stream_sessions'))
          ORDER BY 1",
     )
     .fetch_all(pool)
