@@ -52,6 +52,7 @@
 //! too.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Datelike, DurationRound, TimeDelta, TimeZone, Utc};
 use sqlx::{Postgres, Transaction};
@@ -207,14 +208,14 @@ pub async fn upsert_many(
         regroup_all(monthly_of),
     );
     let quarter = tenants.iter().map(|(t, rows)| (*t, *rows));
-    let q = sqlx::query(UPSERT_QUARTER_SQL);
+    let q = sqlx::query(UPSERT_QUARTER_SQL.as_str());
     bind_rows(q, quarter, Key::Wide)?.execute(&mut **tx).await?;
-    let q = sqlx::query(UPSERT_HOURLY_SQL);
+    let q = sqlx::query(UPSERT_HOURLY_SQL.as_str());
     bind_rows(q, hourly.iter().map(|(t, r)| (*t, r)), Key::Wide)?
         .execute(&mut **tx)
         .await?;
     // Narrow, daily and monthly rows in one statement (see UPSERT_CALENDAR_SQL): bound in that order.
-    let mut q = sqlx::query(UPSERT_CALENDAR_SQL);
+    let mut q = sqlx::query(UPSERT_CALENDAR_SQL.as_str());
     for rows in [&narrow, &daily, &monthly] {
         q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
@@ -232,7 +233,7 @@ enum Key {
 
 type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
-/// Binds `tenants`' rows to `q` as the arrays of one `unnest` ([`upsert_sql!`]'s order).
+/// Binds `tenants`' rows to `q` as the arrays of one `unnest` ([`upsert_sql`]'s order).
 fn bind_rows<'q>(
     q: Query<'q>,
     tenants: impl Iterator<Item = (Uuid, &'q BTreeMap<RollupKey, Usage>)>,
@@ -278,74 +279,84 @@ fn bind_rows<'q>(
     Ok(q)
 }
 
-/// The rollup upsert into `$table` with key columns `$keys` (after tenant and bucket; one array each,
-/// bound in that order): rows come in the (sorted) array order; `unnest` preserves it.
-macro_rules! upsert_sql {
-    ($table:literal, $keys:literal, $key_arrays:literal, $sums:literal) => {
-        concat!("
-INSERT INTO ", $table, " AS r (tenant_id, bucket, ", $keys, ",
-    input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
-    tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
-    estimated_turns)
-SELECT u.* FROM unnest(", $key_arrays, ", ", $sums, ") AS u
-ON CONFLICT (tenant_id, bucket, ", $keys, ") DO UPDATE SET
-    input_tokens = r.input_tokens + EXCLUDED.input_tokens,
-    output_tokens = r.output_tokens + EXCLUDED.output_tokens,
-    cached_tokens = r.cached_tokens + EXCLUDED.cached_tokens,
-    cache_creation_tokens = r.cache_creation_tokens + EXCLUDED.cache_creation_tokens,
-    cost_nanos = r.cost_nanos + EXCLUDED.cost_nanos,
-    llm_calls = r.llm_calls + EXCLUDED.llm_calls,
-    unpriced_turns = r.unpriced_turns + EXCLUDED.unpriced_turns,
-    tool_calls = r.tool_calls + EXCLUDED.tool_calls,
-    tool_errors = r.tool_errors + EXCLUDED.tool_errors,
-    events = r.events + EXCLUDED.events,
-    tool_duration_ms = r.tool_duration_ms + EXCLUDED.tool_duration_ms,
-    active_ms = r.active_ms + EXCLUDED.active_ms,
-    cost_reported_nanos = r.cost_reported_nanos + EXCLUDED.cost_reported_nanos,
-    cost_estimated_nanos = r.cost_estimated_nanos + EXCLUDED.cost_estimated_nanos,
-    estimated_turns = r.estimated_turns + EXCLUDED.estimated_turns")
-    };
-    ($table:literal) => {
-        upsert_sql!(
-            $table,
-            "user_id, device_id, colony_id, session_id, model, runtime",
-            "$1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]",
-            "$9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::int8[],
-    $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[], $21::int8[], $22::int8[], $23::int8[]"
-        )
-    };
+/// The rollup columns holding sums, in [`Usage::columns`] order (the order [`bind_rows`] binds them).
+pub const SUM_COLUMNS: [&str; COLUMNS] = [
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cache_creation_tokens",
+    "cost_nanos",
+    "llm_calls",
+    "unpriced_turns",
+    "tool_calls",
+    "tool_errors",
+    "events",
+    "tool_duration_ms",
+    "active_ms",
+    "cost_reported_nanos",
+    "cost_estimated_nanos",
+    "estimated_turns",
+];
+
+/// The key columns after tenant and bucket, as [`bind_rows`] binds them for each [`Key`].
+fn key_columns(key: Key) -> &'static [&'static str] {
+    match key {
+        Key::Wide => &[
+            "user_id",
+            "device_id",
+            "colony_id",
+            "session_id",
+            "model",
+            "runtime",
+        ],
+        Key::Narrow => &["user_id", "model", "runtime"],
+    }
 }
-const UPSERT_QUARTER_SQL: &str = upsert_sql!("usage_rollups");
-const UPSERT_HOURLY_SQL: &str = upsert_sql!("usage_rollups_hourly");
-/// The narrow hourly, daily and monthly upserts as one statement (parameters 1–20, 21–40 and 41–60):
-/// one round trip, and the same statement in every transaction, so the three tables' rows are always
-/// locked in the same order.
-const UPSERT_CALENDAR_SQL: &str = concat!(
-    "WITH daily AS (",
-    upsert_sql!(
-        "usage_rollups_daily",
-        "user_id, model, runtime",
-        "$21::uuid[], $22::timestamptz[], $23::text[], $24::text[], $25::text[]",
-        "$26::int8[], $27::int8[], $28::int8[], $29::int8[], $30::int8[], $31::int8[], $32::int8[],
-    $33::int8[], $34::int8[], $35::int8[], $36::int8[], $37::int8[], $38::int8[], $39::int8[], $40::int8[]"
-    ),
-    "), monthly AS (",
-    upsert_sql!(
-        "usage_rollups_monthly",
-        "user_id, model, runtime",
-        "$41::uuid[], $42::timestamptz[], $43::text[], $44::text[], $45::text[]",
-        "$46::int8[], $47::int8[], $48::int8[], $49::int8[], $50::int8[], $51::int8[], $52::int8[],
-    $53::int8[], $54::int8[], $55::int8[], $56::int8[], $57::int8[], $58::int8[], $59::int8[], $60::int8[]"
-    ),
-    ")",
-    upsert_sql!(
-        "usage_rollups_narrow",
-        "user_id, model, runtime",
-        "$1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[]",
-        "$6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-    $14::int8[], $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], $20::int8[]"
+
+/// The rollup upsert into `table` with `key`'s columns, its arrays bound from parameter `$first` on in
+/// [`bind_rows`]' order: rows come in the (sorted) array order; `unnest` preserves it.
+fn upsert_sql(table: &str, key: Key, first: usize) -> String {
+    let keys = key_columns(key);
+    let types = ["uuid", "timestamptz"]
+        .into_iter()
+        .chain(keys.iter().map(|_| "text"))
+        .chain(SUM_COLUMNS.iter().map(|_| "int8"));
+    let arrays: Vec<String> = types
+        .enumerate()
+        .map(|(i, ty)| format!("${}::{ty}[]", first + i))
+        .collect();
+    let keys = keys.join(", ");
+    let sets: Vec<String> = SUM_COLUMNS
+        .iter()
+        .map(|c| format!("{c} = r.{c} + EXCLUDED.{c}"))
+        .collect();
+    format!(
+        "INSERT INTO {table} AS r (tenant_id, bucket, {keys}, {sums}) SELECT u.* FROM unnest({arrays}) AS u \
+         ON CONFLICT (tenant_id, bucket, {keys}) DO UPDATE SET {sets}",
+        sums = SUM_COLUMNS.join(", "),
+        arrays = arrays.join(", "),
+        sets = sets.join(", "),
     )
-);
+}
+
+/// The parameters one [`upsert_sql`] binds: tenant, bucket, the narrow key, the sums.
+const NARROW_PARAMS: usize = 2 + 3 + COLUMNS;
+
+static UPSERT_QUARTER_SQL: LazyLock<String> =
+    LazyLock::new(|| upsert_sql("usage_rollups", Key::Wide, 1));
+static UPSERT_HOURLY_SQL: LazyLock<String> =
+    LazyLock::new(|| upsert_sql("usage_rollups_hourly", Key::Wide, 1));
+/// The narrow hourly, daily and monthly upserts as one statement (their parameters bound in that
+/// order): one round trip, and the same statement in every transaction, so the three tables' rows are
+/// always locked in the same order.
+static UPSERT_CALENDAR_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH daily AS ({}), monthly AS ({}) {}",
+        upsert_sql("usage_rollups_daily", Key::Narrow, 1 + NARROW_PARAMS),
+        upsert_sql("usage_rollups_monthly", Key::Narrow, 1 + 2 * NARROW_PARAMS),
+        upsert_sql("usage_rollups_narrow", Key::Narrow, 1),
+    )
+});
 
 #[cfg(test)]
 mod tests {
@@ -426,6 +437,22 @@ mod tests {
         };
         assert_eq!(tool.with_estimate(Some(5)), tool);
         assert_eq!(tool.cost_basis(), CostBasis::None);
+    }
+
+    #[test]
+    fn the_calendar_statement_numbers_each_tables_parameters_after_the_last() {
+        let sql = UPSERT_CALENDAR_SQL.as_str();
+        let daily = &sql[sql.find("usage_rollups_daily").unwrap()..];
+        assert!(daily.contains("unnest($21::uuid[], $22::timestamptz[], $23::text[], $24::text[], $25::text[], $26::int8[]"), "{sql}");
+        assert!(sql.contains("$60::int8[]) AS u"), "{sql}");
+        assert!(!sql.contains("$61"), "{sql}");
+        let wide = UPSERT_QUARTER_SQL.as_str();
+        assert!(wide.contains("$8::text[], $9::int8[]"), "{wide}");
+        assert!(wide.contains("$23::int8[]) AS u"), "{wide}");
+        assert!(
+            wide.contains("estimated_turns = r.estimated_turns + EXCLUDED.estimated_turns"),
+            "{wide}"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use sqlx::{Postgres, QueryBuilder};
 
-use super::usage::split::{Grain, Split};
+use super::usage::split::Split;
 use super::usage::{push_colony_key_joins, COLONY_KEY_OF_ROW};
 use super::ReadDb;
 use crate::access::TenantRead;
@@ -67,14 +67,7 @@ fn grouped(
             for level in split.levels {
                 // No bucket boundary inside the range: nothing is moved.
                 debug_assert!(level.moved.is_empty());
-                let table = match (level.grain, colonies) {
-                    (Grain::Month, _) => "usage_rollups_monthly",
-                    (Grain::Day, _) => "usage_rollups_daily",
-                    (Grain::Hour, Some(_)) => "usage_rollups_hourly",
-                    (Grain::Hour, None) => "usage_rollups_narrow",
-                    (Grain::Quarter, _) => "usage_rollups",
-                };
-                parts.push((table, level.ranges));
+                parts.push((level.grain.table(colonies.is_none()), level.ranges));
             }
         }
         None => parts.push(("usage_rollups", vec![(start, end)])),

@@ -23,24 +23,7 @@ use crate::tool_rollups::SLOTS;
 
 pub use crate::store::headroom::is_out_of_range;
 
-/// The rollup columns, in [`Usage::columns`] order.
-const COLUMNS: [&str; crate::rollups::COLUMNS] = [
-    "input_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "cache_creation_tokens",
-    "cost_nanos",
-    "llm_calls",
-    "unpriced_turns",
-    "tool_calls",
-    "tool_errors",
-    "events",
-    "tool_duration_ms",
-    "active_ms",
-    "cost_reported_nanos",
-    "cost_estimated_nanos",
-    "estimated_turns",
-];
+use crate::rollups::SUM_COLUMNS as COLUMNS;
 
 /// The sum expressions, comma-separated, each named after its column: `apiary_sum(c) AS c`, or
 /// exact `sum(c)::text AS c` when `wide`.

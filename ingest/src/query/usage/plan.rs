@@ -17,6 +17,7 @@ use super::{push_colony_key_joins, Dim, Granularity, Part, UsageQuery, Within, O
 use crate::error::ApiError;
 use crate::query::buckets::{self, Buckets, Unit};
 use crate::query::sums;
+use crate::rollups::SUM_COLUMNS;
 
 /// Longest range whose buckets are computed without first asking for the data's extent.
 pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
@@ -165,29 +166,28 @@ fn push_units(q: &mut QueryBuilder<'static, Postgres>, level: &Level) {
 /// Appends the rows of `level`'s moved units ([`super::split::Moved`]) from `table`: each under its
 /// label as the row's bucket, its sums times its sign.
 fn push_moved(q: &mut QueryBuilder<'static, Postgres>, level: &Level, table: &str, narrow: bool) {
-    let columns: Vec<String> = COLUMNS
-        .split(", ")
-        .map(|c| match c {
-            "bucket" => "u.label AS bucket".to_string(),
-            "device_id" | "colony_id" | "session_id" if narrow => format!("''::text AS {c}"),
-            "tenant_id" | "user_id" | "device_id" | "colony_id" | "session_id" | "model"
-            | "runtime" => c.to_string(),
-            sum => format!("u.sign * {sum} AS {sum}"),
-        })
+    let keys = match narrow {
+        true => "tenant_id, user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id",
+        false => "tenant_id, user_id, device_id, colony_id, session_id",
+    };
+    let sums: Vec<String> = SUM_COLUMNS
+        .iter()
+        .map(|c| format!("u.sign * {c} AS {c}"))
         .collect();
+    let columns = format!(
+        "u.label AS bucket, {keys}, model, runtime, {}",
+        sums.join(", ")
+    );
     let pick = |f: fn(&super::split::Moved) -> DateTime<Utc>| -> Vec<DateTime<Utc>> {
         level.moved.iter().map(f).collect()
     };
-    q.push(format!(
-        "SELECT {} FROM {table} JOIN unnest(",
-        columns.join(", ")
-    ))
-    .push_bind(pick(|m| m.unit))
-    .push("::timestamptz[], ")
-    .push_bind(pick(|m| m.label))
-    .push("::timestamptz[], ")
-    .push_bind(level.moved.iter().map(|m| m.sign).collect::<Vec<i64>>())
-    .push("::int8[]) AS u(unit, label, sign) ON bucket = u.unit");
+    q.push(format!("SELECT {columns} FROM {table} JOIN unnest("))
+        .push_bind(pick(|m| m.unit))
+        .push("::timestamptz[], ")
+        .push_bind(pick(|m| m.label))
+        .push("::timestamptz[], ")
+        .push_bind(level.moved.iter().map(|m| m.sign).collect::<Vec<i64>>())
+        .push("::int8[]) AS u(unit, label, sign) ON bucket = u.unit");
 }
 
 /// The calendar unit of a granularity (none for totals).
@@ -328,13 +328,7 @@ impl Plan {
                     }
                 };
                 for level in &s.levels {
-                    let table = match (level.grain, self.narrow) {
-                        (Grain::Month, _) => "usage_rollups_monthly",
-                        (Grain::Day, _) => "usage_rollups_daily",
-                        (Grain::Hour, true) => "usage_rollups_narrow",
-                        (Grain::Hour, false) => "usage_rollups_hourly",
-                        (Grain::Quarter, _) => "usage_rollups",
-                    };
+                    let table = level.grain.table(self.narrow);
                     // The narrow tables have no device, colony or session: empty, as their key has them.
                     let narrow = self.narrow && level.grain != Grain::Quarter;
                     if !level.ranges.is_empty() {

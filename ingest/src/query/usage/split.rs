@@ -48,6 +48,18 @@ impl Grain {
         }
     }
 
+    /// The rollup holding this grain's rows: the narrow ones (no device, colony or session) when
+    /// `narrow`, else the wide hourly one for hours. Months and days exist only narrow.
+    pub fn table(self, narrow: bool) -> &'static str {
+        match (self, narrow) {
+            (Grain::Month, _) => "usage_rollups_monthly",
+            (Grain::Day, _) => "usage_rollups_daily",
+            (Grain::Hour, true) => "usage_rollups_narrow",
+            (Grain::Hour, false) => "usage_rollups_hourly",
+            (Grain::Quarter, _) => "usage_rollups",
+        }
+    }
+
     /// The start of the unit after the one starting at `t`.
     pub fn next(self, t: DateTime<Utc>) -> DateTime<Utc> {
         match self {
