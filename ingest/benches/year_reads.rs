@@ -472,7 +472,7 @@ async fn copy(pool: &PgPool, statement: &str, rows: String) -> anyhow::Result<()
 }
 
 /// The derived rollups, summed from the 15-minute rows as the write path keeps them.
-const DERIVED: [&str; 4] = [
+const DERIVED: [&str; 7] = [
     "INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
         input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
         tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
@@ -502,6 +502,18 @@ const DERIVED: [&str; 4] = [
         sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events), sum(tool_duration_ms),
         sum(active_ms), sum(cost_reported_nanos), sum(cost_estimated_nanos), sum(estimated_turns)
      FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5",
+    "INSERT INTO tool_rollups_hourly
+     SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id, runtime, tool_name, sum(calls),
+        sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
+     FROM tool_rollups GROUP BY 1, 2, 3, 4, 5",
+    "INSERT INTO tool_rollups_daily
+     SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, runtime, tool_name, sum(calls),
+        sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
+     FROM tool_rollups_hourly GROUP BY 1, 2, 3, 4, 5",
+    "INSERT INTO tool_rollups_monthly
+     SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, runtime, tool_name,
+        sum(calls), sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
+     FROM tool_rollups_daily GROUP BY 1, 2, 3, 4, 5",
 ];
 
 /// Generates the fleet (see the module notes) into a fresh, migrated database.
@@ -631,7 +643,7 @@ fn reads(end: DateTime<Utc>, queen: &str, colony: &str) -> Vec<Read> {
         }
     }
     // A zone whose days start at 04:00 or 05:00 UTC: each of its days cuts a UTC day.
-    for g in ["", "model"] {
+    for g in ["", "model", "tool"] {
         for (days, gran) in [(30, "day"), (365, "day"), (365, "month")] {
             let label = if g.is_empty() { "none" } else { g };
             out.push(Read {

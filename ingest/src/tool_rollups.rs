@@ -1,13 +1,19 @@
 //! Usage per tool (`tool_rollups`): completed calls, errors, durations and a duration histogram per
 //! 15-minute bucket × user × device × colony × session × runtime × tool name, written from the same new
 //! events as the usage rollups, in the same transaction, after them (in key order: the deadlock rule).
+//! The same rows summed without device, colony and session per UTC hour, day and month go to
+//! `tool_rollups_hourly`, `tool_rollups_daily` and `tool_rollups_monthly` in the same statement, so that
+//! a query grouped by tool (and tenant, user or runtime) reads each unit of a long range at its
+//! coarsest grain (`query::usage::split`), as the usage queries do.
 //!
 //! ## The histogram
 //! A fixed set of bucket bounds ([`DURATION_BOUNDS_MS`]): slot 0 holds 0 ms, then each slot `[lo, hi)`
 //! with bounds about √2 apart (1, 2, 3, 4, 6, 8, 11, 16, … ms, at most 2× at 1 → 2 ms), the last slot
 //! everything from 67,108,864 ms (≈ 18.6 h) on. A row's `duration_hist` counts its timed calls per slot,
 //! so histograms of any rows merge exactly by element-wise addition (on write, and as per-slot sums on
-//! read), and p50/p95 of any group come from its merged counts ([`percentile`]).
+//! read), and p50/p95 of any group come from its merged counts ([`percentile`]). A row's histogram is
+//! written without its trailing zero slots (a slot past its end counts 0; rows written before hold all
+//! of them), so it holds the slots up to its longest call's.
 //!
 //! ## Precision
 //! A percentile is the nearest-rank one (the smallest duration with at least p of the calls at or below
@@ -21,7 +27,8 @@
 //! `store::headroom`), so its calls and errors equal the usage rows' `tool_calls` and `tool_errors` and
 //! its durations their `tool_duration_ms`. Its sums cannot overflow: a tool row's sums are bounded by the
 //! usage row of the same bucket, session and identity (model ''), which the batch writer keeps within
-//! a bigint.
+//! a bigint; a narrow tool row's (hour, day or month) by the narrow, daily or monthly usage row of the
+//! same bucket, user and runtime (model ''), which it keeps within a bigint too.
 
 use std::collections::BTreeMap;
 
@@ -30,7 +37,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::rollups::RollupKey;
+use crate::rollups::{self, RollupKey};
 
 /// The upper bounds (exclusive) of the histogram slots but the last, in milliseconds: `round(2^(k/2))`
 /// for k = 0..=52, without the repeated 1. The migration `20261128000000_tool_durations` backfills with
@@ -148,24 +155,108 @@ impl ToolRows {
     }
 }
 
-/// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups` in one statement,
-/// in (tenant, key) order: `tenants` sorted by id and distinct.
+/// The unit start an instant falls in (an hour, day or month: [`rollups::hour_of`] and the like).
+type Unit = fn(DateTime<Utc>) -> DateTime<Utc>;
+
+/// The narrow tool rollups (no device, colony or session) and the unit of each: UTC hour, day, month.
+const TABLES: [(&str, Unit); 3] = [
+    ("tool_rollups_hourly", rollups::hour_of),
+    ("tool_rollups_daily", rollups::day_of),
+    ("tool_rollups_monthly", rollups::month_of),
+];
+
+/// `rows` summed per narrow key (device, colony and session empty) at the grain `to` gives. Sorted like
+/// the narrow tables' key, since the empty columns compare equal.
+fn narrow(rows: &ToolRows, to: Unit) -> ToolRows {
+    let mut out = ToolRows::default();
+    for (k, s) in &rows.0 {
+        let key = ToolKey {
+            bucket: to(k.bucket),
+            user_id: k.user_id.clone(),
+            device_id: String::new(),
+            colony_id: String::new(),
+            session_id: String::new(),
+            runtime: k.runtime.clone(),
+            tool_name: k.tool_name.clone(),
+        };
+        let sum = out.0.entry(key).or_default();
+        sum.calls += s.calls;
+        sum.errors += s.errors;
+        sum.timed_calls += s.timed_calls;
+        sum.duration_ms += s.duration_ms;
+        for (a, b) in sum.hist.iter_mut().zip(&s.hist) {
+            *a += b;
+        }
+    }
+    out
+}
+
+/// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups` and their narrow
+/// sums to `tool_rollups_hourly`, `_daily` and `_monthly`, in one statement, each in (tenant, key)
+/// order: `tenants` sorted by id and distinct.
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     tenants: &[(Uuid, &ToolRows)],
 ) -> Result<(), sqlx::Error> {
-    let n: usize = tenants.iter().map(|(_, r)| r.0.len()).sum();
-    if n == 0 {
+    if tenants.iter().all(|(_, r)| r.0.is_empty()) {
         return Ok(());
     }
-    let mut ids = Vec::with_capacity(n);
-    let mut buckets = Vec::with_capacity(n);
+    let grains: Vec<Vec<(Uuid, ToolRows)>> = TABLES
+        .iter()
+        .map(|(_, to)| tenants.iter().map(|(t, r)| (*t, narrow(r, *to))).collect())
+        .collect();
+    let q = sqlx::query(UPSERT_SQL.as_str());
+    let mut q = bind_rows(q, tenants.iter().map(|(t, r)| (*t, *r)), Key::Wide);
+    for rows in &grains {
+        q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow);
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// The key of a tool rollup: the 15-minute table's, or the narrow one (no device, colony or session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Wide,
+    Narrow,
+}
+
+impl Key {
+    /// The key columns after tenant and bucket, as [`bind_rows`] binds them.
+    fn columns(self) -> &'static [&'static str] {
+        match self {
+            Key::Wide => &[
+                "user_id",
+                "device_id",
+                "colony_id",
+                "session_id",
+                "runtime",
+                "tool_name",
+            ],
+            Key::Narrow => &["user_id", "runtime", "tool_name"],
+        }
+    }
+}
+
+type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
+/// Binds `tenants`' rows as the arrays of one [`upsert_sql`]: tenant, bucket, the key's columns, the
+/// four sums, where each row's histogram starts and ends (1-based, inclusive) in the next array, and the
+/// histograms without their trailing zero slots flattened into that array.
+fn bind_rows<'q>(
+    q: Query<'q>,
+    tenants: impl Iterator<Item = (Uuid, &'q ToolRows)>,
+    key: Key,
+) -> Query<'q> {
+    let mut ids = Vec::new();
+    let mut buckets = Vec::new();
     let mut dims: [Vec<&str>; 6] = Default::default();
     let mut nums: [Vec<i64>; 4] = Default::default();
-    let mut hists = Vec::with_capacity(n * SLOTS);
+    let (mut starts, mut ends) = (Vec::<i32>::new(), Vec::<i32>::new());
+    let mut hists = Vec::new();
     for (tenant_id, rows) in tenants {
         for (k, s) in &rows.0 {
-            ids.push(*tenant_id);
+            ids.push(tenant_id);
             buckets.push(k.bucket);
             for (col, v) in dims.iter_mut().zip([
                 &k.user_id,
@@ -183,50 +274,180 @@ pub async fn upsert(
             {
                 col.push(v);
             }
-            hists.extend_from_slice(&s.hist);
+            let used = s.hist.iter().rposition(|n| *n != 0).map_or(0, |i| i + 1);
+            // At most SLOTS slots per row and 2^31 / SLOTS rows in a group: far more than one holds.
+            starts.push(hists.len() as i32 + 1);
+            hists.extend_from_slice(&s.hist[..used]);
+            ends.push(hists.len() as i32);
         }
     }
     let [users, devices, colonies, sessions, runtimes, tools] = dims;
-    let mut q = sqlx::query(UPSERT_SQL)
-        .bind(ids)
-        .bind(buckets)
-        .bind(users)
-        .bind(devices)
-        .bind(colonies)
-        .bind(sessions)
-        .bind(runtimes)
-        .bind(tools);
+    let dims = match key {
+        Key::Wide => vec![users, devices, colonies, sessions, runtimes, tools],
+        Key::Narrow => vec![users, runtimes, tools],
+    };
+    let mut q = q.bind(ids).bind(buckets);
+    for col in dims {
+        q = q.bind(col);
+    }
     for col in nums {
         q = q.bind(col);
     }
-    q.bind(hists).bind(SLOTS as i32).execute(&mut **tx).await?;
-    Ok(())
+    q.bind(starts).bind(ends).bind(hists)
 }
 
-/// Rows come in the (sorted) array order; each row's histogram is its slice of the flattened `$13`. The
-/// histograms merge element-wise inline (what `apiary_hist_add` does: a function call per conflicting row
-/// cost about 2.5× as much, measured in psql), and not at all when the batch adds no timed call.
-const UPSERT_SQL: &str = "
-INSERT INTO tool_rollups AS r (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name,
-    calls, errors, timed_calls, duration_ms, duration_hist)
-SELECT u.tenant_id, u.bucket, u.user_id, u.device_id, u.colony_id, u.session_id, u.runtime, u.tool_name, u.calls,
-    u.errors, u.timed, u.ms, ($13::int8[])[(u.o - 1) * $14 + 1 : u.o * $14]
-FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-    $9::int8[], $10::int8[], $11::int8[], $12::int8[]) WITH ORDINALITY
-    AS u(tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name, calls, errors, timed, ms, o)
-ORDER BY u.o
-ON CONFLICT (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name) DO UPDATE SET
-    calls = r.calls + EXCLUDED.calls,
-    errors = r.errors + EXCLUDED.errors,
-    timed_calls = r.timed_calls + EXCLUDED.timed_calls,
-    duration_ms = r.duration_ms + EXCLUDED.duration_ms,
-    duration_hist = CASE WHEN EXCLUDED.timed_calls = 0 THEN r.duration_hist ELSE ARRAY(
-        SELECT COALESCE(x, 0) + COALESCE(y, 0)
-        FROM unnest(r.duration_hist, EXCLUDED.duration_hist) WITH ORDINALITY AS h(x, y, i) ORDER BY i) END";
+/// The parameters one [`upsert_sql`] binds with `key`.
+fn params(key: Key) -> usize {
+    2 + key.columns().len() + 4 + 3
+}
+
+/// The upsert into `table` with `key`'s columns, its arrays bound from `$first` on in [`bind_rows`]'
+/// order. Rows come in the (sorted) array order; each row's histogram is its slice of the flattened
+/// array. The histograms merge element-wise inline (what `apiary_hist_add` does: a function call per
+/// conflicting row cost about 2.5× as much, measured in psql; a slot one of them lacks counts 0), and
+/// not at all when the rows add no timed call.
+fn upsert_sql(table: &str, key: Key, first: usize) -> String {
+    let keys = key.columns();
+    let types = ["uuid", "timestamptz"]
+        .into_iter()
+        .chain(keys.iter().map(|_| "text"))
+        .chain(["int8"; 4])
+        .chain(["int4"; 2]);
+    let arrays: Vec<String> = types
+        .enumerate()
+        .map(|(i, ty)| format!("${}::{ty}[]", first + i))
+        .collect();
+    let hist = first + arrays.len();
+    let names = keys.join(", ");
+    let from_u: Vec<String> = keys.iter().map(|k| format!("u.{k}")).collect();
+    format!(
+        "INSERT INTO {table} AS r (tenant_id, bucket, {names}, calls, errors, timed_calls, duration_ms, \
+         duration_hist) \
+         SELECT u.tenant_id, u.bucket, {from_u}, u.calls, u.errors, u.timed, u.ms, \
+         (${hist}::int8[])[u.hist_from : u.hist_to] \
+         FROM unnest({arrays}) WITH ORDINALITY \
+         AS u(tenant_id, bucket, {names}, calls, errors, timed, ms, hist_from, hist_to, o) \
+         ORDER BY u.o \
+         ON CONFLICT (tenant_id, bucket, {names}) DO UPDATE SET \
+         calls = r.calls + EXCLUDED.calls, errors = r.errors + EXCLUDED.errors, \
+         timed_calls = r.timed_calls + EXCLUDED.timed_calls, duration_ms = r.duration_ms + EXCLUDED.duration_ms, \
+         duration_hist = CASE WHEN EXCLUDED.timed_calls = 0 THEN r.duration_hist ELSE ARRAY( \
+         SELECT COALESCE(x, 0) + COALESCE(y, 0) \
+         FROM unnest(r.duration_hist, EXCLUDED.duration_hist) WITH ORDINALITY AS h(x, y, i) ORDER BY i) END",
+        from_u = from_u.join(", "),
+        arrays = arrays.join(", "),
+    )
+}
+
+/// The 15-minute rows (parameters 1–15) and the hourly, daily and monthly ones (12 parameters each,
+/// from 16) as one statement: one round trip, and the same statement in every transaction, so the
+/// four tables' rows are always locked in the same order.
+static UPSERT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let parts: Vec<String> = TABLES
+        .iter()
+        .enumerate()
+        .map(|(i, (table, _))| {
+            let first = 1 + params(Key::Wide) + i * params(Key::Narrow);
+            format!(
+                "{} AS ({})",
+                table.trim_start_matches("tool_rollups_"),
+                upsert_sql(table, Key::Narrow, first)
+            )
+        })
+        .collect();
+    format!(
+        "WITH {} {}",
+        parts.join(", "),
+        upsert_sql("tool_rollups", Key::Wide, 1)
+    )
+});
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_statement_numbers_each_tables_parameters_after_the_last() {
+        let sql = UPSERT_SQL.as_str();
+        let quarter = &sql[sql.find("INSERT INTO tool_rollups AS r").unwrap()..];
+        assert!(
+            quarter.contains("unnest($1::uuid[], $2::timestamptz[], $3::text[]"),
+            "{sql}"
+        );
+        assert!(
+            quarter.contains("$12::int8[], $13::int4[], $14::int4[]) WITH ORDINALITY"),
+            "{sql}"
+        );
+        assert!(
+            quarter.contains("($15::int8[])[u.hist_from : u.hist_to]"),
+            "{sql}"
+        );
+        let hourly = &sql[sql.find("INSERT INTO tool_rollups_hourly").unwrap()..];
+        assert!(hourly.contains("unnest($16::uuid[], $17::timestamptz[], $18::text[], $19::text[], $20::text[], $21::int8[]"), "{sql}");
+        assert!(hourly.contains("($27::int8[])[u.hist_from"), "{sql}");
+        let monthly = &sql[sql.find("INSERT INTO tool_rollups_monthly").unwrap()..];
+        assert!(monthly.contains("unnest($40::uuid[]"), "{sql}");
+        assert!(monthly.contains("($51::int8[])"), "{sql}");
+        assert!(!sql.contains("$52"), "{sql}");
+    }
+
+    #[test]
+    fn narrow_rows_sum_every_session_and_histogram_slot_of_their_unit() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let mut rows = ToolRows::default();
+        for (bucket, session, tool, ms) in [
+            ("2026-11-03T10:15:00Z", "s1", "grep", 5),
+            ("2026-11-03T10:45:00Z", "s2", "grep", 2000),
+            ("2026-11-03T11:00:00Z", "s1", "grep", 7),
+            ("2026-11-03T10:15:00Z", "s1", "edit", 1),
+        ] {
+            let k = ToolKey {
+                bucket: at(bucket),
+                user_id: "alice".into(),
+                device_id: "d".into(),
+                colony_id: String::new(),
+                session_id: session.into(),
+                runtime: "hive".into(),
+                tool_name: tool.into(),
+            };
+            let s = rows.0.entry(k).or_default();
+            s.calls += 1;
+            s.timed_calls += 1;
+            s.duration_ms += ms;
+            s.hist[slot(ms)] += 1;
+        }
+        let hourly = narrow(&rows, rollups::hour_of);
+        let keys: Vec<(String, &str)> = hourly
+            .0
+            .keys()
+            .map(|k| (k.bucket.to_rfc3339(), k.tool_name.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("2026-11-03T10:00:00+00:00".to_string(), "edit"),
+                ("2026-11-03T10:00:00+00:00".to_string(), "grep"),
+                ("2026-11-03T11:00:00+00:00".to_string(), "grep"),
+            ]
+        );
+        let monthly = narrow(&rows, rollups::month_of);
+        let grep = monthly
+            .0
+            .iter()
+            .find(|(k, _)| k.tool_name == "grep")
+            .unwrap()
+            .1;
+        assert_eq!((grep.calls, grep.duration_ms), (3, 2012));
+        assert_eq!(grep.hist.iter().sum::<i64>(), 3);
+        assert_eq!(
+            (
+                grep.hist[slot(5)],
+                grep.hist[slot(7)],
+                grep.hist[slot(2000)]
+            ),
+            (1, 1, 1)
+        );
+    }
 
     #[test]
     fn slots_follow_the_bounds_like_width_bucket() {

@@ -57,7 +57,7 @@ pub fn tool_select(wide: bool) -> String {
 }
 
 /// The summed columns of `tool_rollups` (the histogram apart).
-const TOOL_COLUMNS: [&str; 4] = ["calls", "errors", "timed_calls", "duration_ms"];
+pub const TOOL_COLUMNS: [&str; 4] = ["calls", "errors", "timed_calls", "duration_ms"];
 
 /// A tool group's sums: calls, errors, timed calls, summed duration and the merged histogram.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -543,3 +543,103 @@ async fn the_calendar_rollup_migration_sums_narrow_rows_per_utc_day_and_month(po
         sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
     }
 }
+
+#[sqlx::test(migrations = false)]
+async fn the_tool_rollup_migration_sums_sessions_and_histograms_per_utc_hour_day_and_month(
+    pool: sqlx::PgPool,
+) {
+    // Every migration before the narrow tool rollups, then quarter rows the old code wrote: two sessions
+    // and devices in one hour, a later hour of the same day, another day, and the next month.
+    let all = sqlx::migrate!("../migrations");
+    let is_tools = |m: &&sqlx::migrate::Migration| m.description.contains("tool rollups calendar");
+    assert_eq!(all.iter().filter(is_tools).count(), 1);
+    for m in all.iter().take_while(|m| !is_tools(m)) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+    let tenant = uuid::Uuid::new_v4();
+    let hist = |slot: usize, n: i64| -> String {
+        let mut h = vec![0i64; apiary_ingest::tool_rollups::SLOTS];
+        h[slot] = n;
+        let h: Vec<String> = h.iter().map(i64::to_string).collect();
+        format!("'{{{}}}'", h.join(","))
+    };
+    sqlx::raw_sql(&format!(
+        "INSERT INTO tenants (tenant_id, name) VALUES ('{tenant}', 'acme');
+         INSERT INTO tool_rollups (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name,
+             calls, errors, timed_calls, duration_ms, duration_hist)
+         VALUES ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd1', '', 's1', 'hive', 'grep', 2, 1, 2, 10, {}),
+                ('{tenant}', '2026-11-03T10:45:00Z', 'alice', 'd2', 'c1', 's2', 'hive', 'grep', 1, 0, 1, 2000, {}),
+                ('{tenant}', '2026-11-03T23:15:00Z', 'alice', 'd1', '', 's1', 'hive', 'grep', 3, 0, 0, 0, {}),
+                ('{tenant}', '2026-11-30T23:00:00Z', 'alice', 'd1', '', 's3', 'hive', 'grep', 1, 0, 1, 5, {}),
+                ('{tenant}', '2026-12-01T00:00:00Z', 'alice', 'd1', '', 's3', 'hive', 'grep', 1, 0, 1, 5, {});",
+        hist(4, 2),
+        hist(21, 1),
+        hist(0, 0),
+        hist(4, 1),
+        hist(4, 1),
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let m = all.iter().find(is_tools).unwrap();
+    sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    type Row = (chrono::DateTime<chrono::Utc>, i64, i64, i64, i64, Vec<i64>);
+    let read = |table: &str| {
+        format!(
+            "SELECT bucket, calls, errors, timed_calls, duration_ms, duration_hist FROM {table}
+             WHERE user_id = 'alice' AND runtime = 'hive' AND tool_name = 'grep' ORDER BY bucket"
+        )
+    };
+    let at = |s: &str| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let row = |b: &str, sums: [i64; 4], slots: &[(usize, i64)]| -> Row {
+        let mut h = vec![0i64; apiary_ingest::tool_rollups::SLOTS];
+        for (i, n) in slots {
+            h[*i] = *n;
+        }
+        (at(b), sums[0], sums[1], sums[2], sums[3], h)
+    };
+    let fetch = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_as::<_, Row>(&read(table))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        fetch("tool_rollups_hourly").await,
+        vec![
+            row("2026-11-03T10:00:00Z", [3, 1, 3, 2010], &[(4, 2), (21, 1)]),
+            row("2026-11-03T23:00:00Z", [3, 0, 0, 0], &[]),
+            row("2026-11-30T23:00:00Z", [1, 0, 1, 5], &[(4, 1)]),
+            row("2026-12-01T00:00:00Z", [1, 0, 1, 5], &[(4, 1)]),
+        ]
+    );
+    assert_eq!(
+        fetch("tool_rollups_daily").await,
+        vec![
+            row("2026-11-03T00:00:00Z", [6, 1, 3, 2010], &[(4, 2), (21, 1)]),
+            row("2026-11-30T00:00:00Z", [1, 0, 1, 5], &[(4, 1)]),
+            row("2026-12-01T00:00:00Z", [1, 0, 1, 5], &[(4, 1)]),
+        ]
+    );
+    assert_eq!(
+        fetch("tool_rollups_monthly").await,
+        vec![
+            row("2026-11-01T00:00:00Z", [7, 1, 4, 2015], &[(4, 3), (21, 1)]),
+            row("2026-12-01T00:00:00Z", [1, 0, 1, 5], &[(4, 1)]),
+        ]
+    );
+    // A row off its grain is refused.
+    let off = sqlx::query(&format!(
+        "INSERT INTO tool_rollups_daily (tenant_id, bucket, user_id, runtime, tool_name, duration_hist)
+         VALUES ('{tenant}', '2026-11-02T01:00:00Z', 'bob', 'hive', 'grep', '{{}}')"
+    ))
+    .execute(&pool)
+    .await;
+    assert!(off.is_err(), "a daily row at 01:00 was stored");
+    for m in all.iter().skip_while(|m| !is_tools(m)).skip(1) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+}

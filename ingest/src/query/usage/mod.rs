@@ -26,10 +26,13 @@
 //!
 //! Rows come back sorted by bucket then group keys (sorted here, not by the database).
 //!
-//! Per tool (`group_by=tool`): the rows come from `tool_rollups` instead (15-minute rows only; tool
-//! grouping cannot be combined with `model`, which tool calls do not have): completed calls, errors,
-//! summed durations and the duration histogram, whose merged counts give each row's p50/p95
-//! ([`crate::tool_rollups`]). The other sums of such a row are zero.
+//! Per tool (`group_by=tool`): the rows come from the tool rollups instead (tool grouping cannot be
+//! combined with `model`, which tool calls do not have): completed calls, errors, summed durations and
+//! the duration histogram, whose merged counts give each row's p50/p95 ([`crate::tool_rollups`]). The
+//! other sums of such a row are zero. Grouped by tool and tenant, user or runtime at most, a
+//! tenant-wide query splits its range as above between `tool_rollups_monthly`, `_daily`, `_hourly`
+//! (the narrow key) and the 15-minute `tool_rollups`; grouped by tool and device, colony or session, or
+//! scoped to sessions or a colony, it reads the 15-minute rows only.
 //!
 //! Who sees what ([`Within`]): a [`TenantRead`] sums only its tenant's rows (and only its user's, for a
 //! user-bound `read` token); `group_by=tenant` then answers that one tenant. Only an [`OperatorRead`]

@@ -26,15 +26,6 @@ pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, \
     output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
     tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns";
-/// [`COLUMNS`] from `usage_rollups_narrow`, which has no device, colony or session (empty, as the narrow
-/// key has them).
-fn narrow_columns() -> String {
-    COLUMNS.replacen(
-        "device_id, colony_id, session_id",
-        "''::text AS device_id, ''::text AS colony_id, ''::text AS session_id",
-        1,
-    )
-}
 /// The dimensions `usage_rollups_narrow` keeps: a split query grouped by these alone reads its whole
 /// hours there.
 const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime];
@@ -42,6 +33,23 @@ const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime]
 const TOOL_COLUMNS: &str =
     "bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, \
     calls, errors, timed_calls, duration_ms, duration_hist";
+/// The dimensions the narrow tool rollups keep (hourly, daily, monthly): a query grouped by tool and
+/// these reads its whole units there.
+const NARROW_TOOL_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Runtime, Dim::Tool];
+
+/// The columns a source of the usage (or, `tools`, the tool) rollups gives, from a table with the
+/// narrow key when `narrow` (device, colony and session empty, as that key has them).
+fn columns(tools: bool, narrow: bool) -> String {
+    let all = if tools { TOOL_COLUMNS } else { COLUMNS };
+    match narrow {
+        true => all.replacen(
+            "device_id, colony_id, session_id",
+            "''::text AS device_id, ''::text AS colony_id, ''::text AS session_id",
+            1,
+        ),
+        false => all.to_string(),
+    }
+}
 
 /// The rollup a plan reads.
 fn table(tools: bool) -> &'static str {
@@ -163,21 +171,38 @@ fn push_units(q: &mut QueryBuilder<'static, Postgres>, level: &Level) {
     }
 }
 
-/// Appends the rows of `level`'s moved units ([`super::split::Moved`]) from `table`: each under its
-/// label as the row's bucket, its sums times its sign.
-fn push_moved(q: &mut QueryBuilder<'static, Postgres>, level: &Level, table: &str, narrow: bool) {
+/// Appends the rows of `level`'s moved units ([`super::split::Moved`]) from `table` (of the tool
+/// rollups when `tools`): each under its label as the row's bucket, its sums (and histogram slots)
+/// times its sign.
+fn push_moved(
+    q: &mut QueryBuilder<'static, Postgres>,
+    level: &Level,
+    table: &str,
+    narrow: bool,
+    tools: bool,
+) {
     let keys = match narrow {
         true => "tenant_id, user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id",
         false => "tenant_id, user_id, device_id, colony_id, session_id",
     };
-    let sums: Vec<String> = SUM_COLUMNS
-        .iter()
-        .map(|c| format!("u.sign * {c} AS {c}"))
-        .collect();
-    let columns = format!(
-        "u.label AS bucket, {keys}, model, runtime, {}",
+    let signed = |cols: &[&str]| -> String {
+        let sums: Vec<String> = cols
+            .iter()
+            .map(|c| format!("u.sign * {c} AS {c}"))
+            .collect();
         sums.join(", ")
-    );
+    };
+    let columns = match tools {
+        true => format!(
+            "u.label AS bucket, {keys}, runtime, tool_name, {}, ARRAY(SELECT u.sign * x \
+             FROM unnest(duration_hist) WITH ORDINALITY AS h(x, i) ORDER BY i) AS duration_hist",
+            signed(&sums::TOOL_COLUMNS)
+        ),
+        false => format!(
+            "u.label AS bucket, {keys}, model, runtime, {}",
+            signed(&SUM_COLUMNS)
+        ),
+    };
     let pick = |f: fn(&super::split::Moved) -> DateTime<Utc>| -> Vec<DateTime<Utc>> {
         level.moved.iter().map(f).collect()
     };
@@ -232,7 +257,9 @@ pub struct Plan {
     /// months from `usage_rollups_daily` and `usage_rollups_monthly` (grouped by tenant, user, model or
     /// runtime only); otherwise whole hours from `usage_rollups_hourly` and nothing coarser.
     pub narrow: bool,
-    /// Grouped by tool: the rows come from `tool_rollups`.
+    /// Grouped by tool: the rows come from `tool_rollups` (and, grouped by tenant, user or runtime
+    /// besides at most, whole hours, days and months from `tool_rollups_hourly`, `_daily` and
+    /// `_monthly`; a wider grouping reads quarter rows only).
     pub tools: bool,
 }
 
@@ -241,9 +268,13 @@ impl Plan {
     pub fn new(filter: Filter, q: &UsageQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Plan {
         let buckets = unit(q.granularity).map(|u| buckets::buckets(u, q.tz, from, to));
         let tools = q.group_by.contains(&Dim::Tool);
-        let narrow_dims = q.group_by.iter().all(|d| NARROW_DIMS.contains(d));
+        let narrow_dims = match tools {
+            true => q.group_by.iter().all(|d| NARROW_TOOL_DIMS.contains(d)),
+            false => q.group_by.iter().all(|d| NARROW_DIMS.contains(d)),
+        };
         let split = match (&filter.tenant, &filter.part) {
-            (Some(_), Part::Whole) if !tools => {
+            // The tool rollups have no wide hourly rows: a wide tool grouping reads quarters.
+            (Some(_), Part::Whole) if narrow_dims || !tools => {
                 let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
                 Split::of(from, to, &starts, narrow_dims)
             }
@@ -328,22 +359,22 @@ impl Plan {
                     }
                 };
                 for level in &s.levels {
-                    let table = level.grain.table(self.narrow);
+                    let table = match self.tools {
+                        true => level.grain.tool_table(),
+                        false => level.grain.table(self.narrow),
+                    };
                     // The narrow tables have no device, colony or session: empty, as their key has them.
                     let narrow = self.narrow && level.grain != Grain::Quarter;
                     if !level.ranges.is_empty() {
                         union(q);
-                        let columns = match narrow {
-                            true => narrow_columns(),
-                            false => COLUMNS.to_string(),
-                        };
+                        let columns = columns(self.tools, narrow);
                         q.push(format!("SELECT {columns} FROM {table}"));
                         self.filter.push_where(q);
                         push_units(q, level);
                     }
                     if !level.moved.is_empty() {
                         union(q);
-                        push_moved(q, level, table, narrow);
+                        push_moved(q, level, table, narrow, self.tools);
                         self.filter.push_where(q);
                     }
                 }
@@ -523,7 +554,10 @@ mod tests {
         );
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
         assert!(plan.tools);
-        assert_eq!(plan.split, None, "no hourly tool rollup");
+        assert_eq!(
+            plan.split, None,
+            "no tool rollup coarser than quarters keeps the session"
+        );
         let sql = plan.query(false).into_sql();
         assert!(
             sql.contains("FROM tool_rollups WHERE TRUE AND tenant_id = $2 AND bucket >= $3"),
@@ -543,6 +577,65 @@ mod tests {
             .extent_query(q.from, q.to, true)
             .into_sql();
         assert!(extent.starts_with("SELECT min(bucket), max(bucket) FROM tool_rollups"));
+    }
+
+    #[test]
+    fn a_tool_grouping_by_user_reads_the_narrow_tool_rollups_and_moves_months_with_their_histograms(
+    ) {
+        let q = query(
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+            Granularity::Month,
+            "UTC",
+            &[Dim::Tool, Dim::User],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        assert!(plan.tools && plan.narrow);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("SELECT bucket, tenant_id, user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id, runtime, tool_name, calls, errors, timed_calls, duration_ms, duration_hist FROM tool_rollups_monthly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
+        assert!(!sql.contains("usage_rollups"), "{sql}");
+        // New York: the months moved, each with its histogram times its sign, and the short sides taken
+        // back out of the hourly and quarter rows.
+        let q = query(
+            "2026-01-01T05:00:00Z",
+            "2027-01-01T05:00:00Z",
+            Granularity::Month,
+            "America/New_York",
+            &[Dim::Tool],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("u.sign * duration_ms AS duration_ms, ARRAY(SELECT u.sign * x FROM unnest(duration_hist) WITH ORDINALITY AS h(x, i) ORDER BY i) AS duration_hist FROM tool_rollups_monthly JOIN unnest("), "{sql}");
+        assert!(sql.contains("FROM tool_rollups_daily WHERE"), "{sql}");
+        assert!(
+            sql.contains("FROM tool_rollups_hourly JOIN unnest("),
+            "{sql}"
+        );
+        assert_eq!(
+            plan.split
+                .as_ref()
+                .unwrap()
+                .level(Grain::Month)
+                .unwrap()
+                .moved
+                .len(),
+            11
+        );
+        // A session scope reads quarter rows only, as before.
+        let q = query(
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+            Granularity::Month,
+            "UTC",
+            &[Dim::Tool],
+        );
+        let part = Part::Sessions(vec!["s1".into()]);
+        let plan = Plan::new(tenant_filter(part), &q, q.from, q.to);
+        assert_eq!(plan.split, None);
+        assert!(plan
+            .query(false)
+            .into_sql()
+            .contains("FROM tool_rollups WHERE"));
     }
 
     #[test]

@@ -60,6 +60,17 @@ impl Grain {
         }
     }
 
+    /// The tool rollup holding this grain's rows: the narrow ones (no device, colony or session) for
+    /// hours, days and months, the 15-minute `tool_rollups` for quarters.
+    pub fn tool_table(self) -> &'static str {
+        match self {
+            Grain::Month => "tool_rollups_monthly",
+            Grain::Day => "tool_rollups_daily",
+            Grain::Hour => "tool_rollups_hourly",
+            Grain::Quarter => "tool_rollups",
+        }
+    }
+
     /// The start of the unit after the one starting at `t`.
     pub fn next(self, t: DateTime<Utc>) -> DateTime<Utc> {
         match self {
