@@ -22,8 +22,9 @@
 //! each (100 users, 120 devices, 500 colonies). What is loaded is what the write path leaves behind,
 //! not raw events: the 15-minute `usage_rollups` and `tool_rollups` rows of every session, the
 //! `sessions`, `colony_runs`, `session_forks`, `devices` and 100 budgets of the large tenant; the hourly,
-//! narrow, daily and monthly rollups are then summed from the 15-minute rows in SQL (an hourly row is the
-//! sum of its quarter rows, and so on, as the write path keeps them). Each session: a start (working
+//! narrow, daily and monthly usage rollups and the hourly, daily and monthly tool rollups are then summed
+//! from the 15-minute rows in SQL (an hourly row is the sum of its quarter rows, and so on, as the write
+//! path keeps them). Each session: a start (working
 //! hours weighted), 1–12 quarter hours, one or two models (a skewed choice of 20), a row per quarter and
 //! model with its LLM turns, and a row per quarter with model '' holding the tool calls and active time.
 //! A colony run: a queen session, the run's own forked session (parent: the queen; its rows have no
@@ -471,7 +472,9 @@ async fn copy(pool: &PgPool, statement: &str, rows: String) -> anyhow::Result<()
     Ok(())
 }
 
-/// The derived rollups, summed from the 15-minute rows as the write path keeps them.
+/// The derived rollups, summed from the 15-minute rows as the write path keeps them. The tool rollups,
+/// whose reads fetch heap rows (their keys carry no sums), are inserted in time order, as the write path
+/// appends them.
 const DERIVED: [&str; 7] = [
     "INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
         input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
@@ -505,15 +508,15 @@ const DERIVED: [&str; 7] = [
     "INSERT INTO tool_rollups_hourly
      SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id, runtime, tool_name, sum(calls),
         sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
-     FROM tool_rollups GROUP BY 1, 2, 3, 4, 5",
+     FROM tool_rollups GROUP BY 1, 2, 3, 4, 5 ORDER BY 2",
     "INSERT INTO tool_rollups_daily
      SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, runtime, tool_name, sum(calls),
         sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
-     FROM tool_rollups_hourly GROUP BY 1, 2, 3, 4, 5",
+     FROM tool_rollups_hourly GROUP BY 1, 2, 3, 4, 5 ORDER BY 2",
     "INSERT INTO tool_rollups_monthly
      SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, runtime, tool_name,
         sum(calls), sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
-     FROM tool_rollups_daily GROUP BY 1, 2, 3, 4, 5",
+     FROM tool_rollups_daily GROUP BY 1, 2, 3, 4, 5 ORDER BY 2",
 ];
 
 /// Generates the fleet (see the module notes) into a fresh, migrated database.

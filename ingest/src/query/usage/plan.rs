@@ -193,9 +193,12 @@ fn push_moved(
         sums.join(", ")
     };
     let columns = match tools {
+        // A whole unit moved (sign 1) keeps its histogram as stored; only a short side taken back out
+        // (a few hours or quarters) has its slots negated.
         true => format!(
-            "u.label AS bucket, {keys}, runtime, tool_name, {}, ARRAY(SELECT u.sign * x \
-             FROM unnest(duration_hist) WITH ORDINALITY AS h(x, i) ORDER BY i) AS duration_hist",
+            "u.label AS bucket, {keys}, runtime, tool_name, {}, CASE WHEN u.sign = 1 THEN duration_hist \
+             ELSE ARRAY(SELECT u.sign * x FROM unnest(duration_hist) WITH ORDINALITY AS h(x, i) ORDER BY i) \
+             END AS duration_hist",
             signed(&sums::TOOL_COLUMNS)
         ),
         false => format!(
@@ -605,7 +608,7 @@ mod tests {
         );
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
         let sql = plan.query(false).into_sql();
-        assert!(sql.contains("u.sign * duration_ms AS duration_ms, ARRAY(SELECT u.sign * x FROM unnest(duration_hist) WITH ORDINALITY AS h(x, i) ORDER BY i) AS duration_hist FROM tool_rollups_monthly JOIN unnest("), "{sql}");
+        assert!(sql.contains("u.sign * duration_ms AS duration_ms, CASE WHEN u.sign = 1 THEN duration_hist ELSE ARRAY(SELECT u.sign * x FROM unnest(duration_hist) WITH ORDINALITY AS h(x, i) ORDER BY i) END AS duration_hist FROM tool_rollups_monthly JOIN unnest("), "{sql}");
         assert!(sql.contains("FROM tool_rollups_daily WHERE"), "{sql}");
         assert!(
             sql.contains("FROM tool_rollups_hourly JOIN unnest("),
