@@ -24,6 +24,57 @@ fn run(session: &str, at: &str, status: &str) -> Value {
     )
 }
 
+/// A histogram is stored up to its last non-zero slot, so a call in the last slot (18.6 hours or more)
+/// keeps it, in the quarter rows and in the hourly, daily and monthly ones a year's read sums.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_call_in_the_last_histogram_slot_is_kept_in_every_tool_rollup(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let events = vec![
+        timed("q3", "2026-11-03T10:01:00Z", "bash", Some(5), false),
+        timed(
+            "q3",
+            "2026-11-03T10:02:00Z",
+            "bash",
+            Some(90_000_000),
+            false,
+        ),
+    ];
+    let (s, v) = app
+        .post_batch(&t.ingest, &batch(events, vec![binding("q3", "alice")]))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let last = apiary_ingest::tool_rollups::SLOTS;
+    for table in [
+        "tool_rollups",
+        "tool_rollups_hourly",
+        "tool_rollups_daily",
+        "tool_rollups_monthly",
+    ] {
+        let (len, first, top): (i32, i64, i64) = sqlx::query_as(&format!(
+            "SELECT array_length(duration_hist, 1), duration_hist[{}], COALESCE(duration_hist[{last}], 0) FROM {table}",
+            apiary_ingest::tool_rollups::slot(5) + 1
+        ))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        assert_eq!((len, first, top), (last as i32, 1, 1), "{table}");
+    }
+    // A year by month reads the monthly row: the nearest-rank p95 of two calls is the long one, read
+    // as its slot's lower bound.
+    let (s, v) = app
+        .get(
+            &t.read,
+            "/v1/usage?from=2026-01-01&to=2027-01-01&group_by=tool&granularity=month",
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let row = &v["rows"][0];
+    assert_eq!(row["tool_calls_timed"], 2, "{v}");
+    assert_eq!(row["tool_duration_p95_ms"], 67_108_864, "{v}");
+    assert_eq!(row["tool_duration_p50_ms"], 5, "{v}");
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn group_by_tool_gives_calls_errors_durations_and_percentiles(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
