@@ -191,3 +191,59 @@ async fn an_operator_token_reads_usage_per_tenant_and_nothing_else(pool: sqlx::P
         assert_eq!(s, StatusCode::UNAUTHORIZED, "{bogus}");
     }
 }
+
+/// The events the ingest logs (target `apiary_ingest…`) on this thread, each as `name=value` text.
+struct CaptureLogs(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+struct FieldText(String);
+
+impl tracing::field::Visit for FieldText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        let _ = write!(self.0, "{}={:?} ", field.name(), value);
+    }
+}
+
+impl tracing::Subscriber for CaptureLogs {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        m.target().starts_with("apiary_ingest")
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        let mut text = FieldText(String::new());
+        e.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Every cross-tenant read is logged with the operator token that made it (the audit line).
+#[sqlx::test(migrations = "../migrations")]
+async fn an_operator_read_is_logged_with_its_token(pool: sqlx::PgPool) {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // The test's runtime has one thread, which the served requests run on too.
+    let _logs = tracing::subscriber::set_default(CaptureLogs(lines.clone()));
+    let app = spawn_app(pool).await;
+    let (token_id, operator) =
+        apiary_ingest::store::admin::create_operator_token(&app.pool, "billing")
+            .await
+            .unwrap();
+    let (s, v) = app.get(&operator, "/v1/usage?group_by=tenant").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let lines = lines.lock().unwrap();
+    let audit: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("operator usage read"))
+        .collect();
+    assert_eq!(audit.len(), 1, "{lines:?}");
+    assert!(
+        audit[0].contains(&format!("operator_token={token_id}")),
+        "{}",
+        audit[0]
+    );
+}
