@@ -15,8 +15,8 @@
 -- bound them and the batch writer keeps those within it (store::headroom).
 --
 -- One index each, the primary key, without the sums: a row is mostly its histogram, which every read
--- needs, so an index carrying it would be as large as the table and double what each write logs. An
--- update then changes no indexed column and can stay on its heap page. Histograms are stored without
+-- needs, so an index carrying it would be about as large as the table, and every write would log both
+-- (docs/performance.md). An update then changes no indexed column and can stay on its heap page. Histograms are stored without
 -- their trailing zero slots (a missing slot counts 0), here as in `tool_rollups` from now on.
 --
 -- Upgrading: stop the ingest replicas while this migration runs (it backfills from `tool_rollups`; a

@@ -206,9 +206,9 @@ pub async fn upsert(
         .map(|(_, to)| tenants.iter().map(|(t, r)| (*t, narrow(r, *to))).collect())
         .collect();
     let q = sqlx::query(UPSERT_SQL.as_str());
-    let mut q = bind_rows(q, tenants.iter().map(|(t, r)| (*t, *r)), Key::Wide);
+    let mut q = bind_rows(q, tenants.iter().map(|(t, r)| (*t, *r)), Key::Wide)?;
     for rows in &grains {
-        q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow);
+        q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
     q.execute(&mut **tx).await?;
     Ok(())
@@ -247,7 +247,7 @@ fn bind_rows<'q>(
     q: Query<'q>,
     tenants: impl Iterator<Item = (Uuid, &'q ToolRows)>,
     key: Key,
-) -> Query<'q> {
+) -> Result<Query<'q>, sqlx::Error> {
     let mut ids = Vec::new();
     let mut buckets = Vec::new();
     let mut dims: [Vec<&str>; 6] = Default::default();
@@ -275,10 +275,17 @@ fn bind_rows<'q>(
                 col.push(v);
             }
             let used = s.hist.iter().rposition(|n| *n != 0).map_or(0, |i| i + 1);
-            // At most SLOTS slots per row and 2^31 / SLOTS rows in a group: far more than one holds.
-            starts.push(hists.len() as i32 + 1);
+            // Postgres subscripts are int4: a group of more than 2^31 / SLOTS tool rows is refused.
+            let offset = |n: usize| {
+                i32::try_from(n).map_err(|_| {
+                    sqlx::Error::Encode(
+                        "a group's tool histograms exceed an array's int4 subscripts".into(),
+                    )
+                })
+            };
+            starts.push(offset(hists.len() + 1)?);
             hists.extend_from_slice(&s.hist[..used]);
-            ends.push(hists.len() as i32);
+            ends.push(offset(hists.len())?);
         }
     }
     let [users, devices, colonies, sessions, runtimes, tools] = dims;
@@ -293,7 +300,7 @@ fn bind_rows<'q>(
     for col in nums {
         q = q.bind(col);
     }
-    q.bind(starts).bind(ends).bind(hists)
+    Ok(q.bind(starts).bind(ends).bind(hists))
 }
 
 /// The parameters one [`upsert_sql`] binds with `key`.

@@ -70,6 +70,16 @@ pub struct ToolTotals {
     pub hist: Vec<i128>,
 }
 
+impl ToolTotals {
+    /// No call, error, duration or histogram count at all.
+    pub fn is_zero(&self) -> bool {
+        [self.calls, self.errors, self.timed_calls, self.duration_ms]
+            .iter()
+            .chain(&self.hist)
+            .all(|v| *v == 0)
+    }
+}
+
 impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for ToolTotals {
     fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<ToolTotals, sqlx::Error> {
         use sqlx::Row;

@@ -550,7 +550,13 @@ async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::Pg
     let base = chrono::DateTime::parse_from_rfc3339("2026-10-31T00:00:00Z")
         .unwrap()
         .with_timezone(&Utc);
-    let events: Vec<Value> = (0..1500).map(|_| random_event(&mut rng, base)).collect();
+    let mut events: Vec<Value> = (0..1500).map(|_| random_event(&mut rng, base)).collect();
+    // A tool used only in the first hours of UTC November, which are New York's October: the UTC month
+    // is moved into New York's November and those hours taken back out, netting to nothing there.
+    let mut rare = tool("s0", base + Duration::hours(26), false);
+    rare["data"]["tool_name"] = json!("rare");
+    rare["data"]["duration_ms"] = json!(40);
+    events.push(rare);
     let sessions: Vec<Value> = (0..12)
         .map(|i| binding(&format!("s{i}"), &format!("u{}", i % 4)))
         .collect();

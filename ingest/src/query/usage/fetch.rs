@@ -110,14 +110,16 @@ pub async fn run(
         usage,
         tool,
     };
+    // A row whose sums are all zero is no usage: active time added and later taken away, or a group busy
+    // only on the short side of a moved unit (`split::Moved`), which nets to nothing in the unit's bucket.
     let mut out: Vec<UsageRow> = if plan.tools {
         fetch::<RawTool>(db, &plan)
             .await?
             .into_iter()
+            .filter(|r| !r.sums.is_zero())
             .map(|r| row(&r.keys, r.sums.usage(), Some(r.sums)))
             .collect()
     } else {
-        // A row whose sums are all zero (active time added and later taken away) is no usage.
         fetch::<Raw>(db, &plan)
             .await?
             .into_iter()
