@@ -59,6 +59,7 @@ pub mod hive;
 pub mod identity;
 #[cfg(feature = "json-schema")]
 pub mod json_schema;
+pub mod line;
 pub mod otel;
 pub mod pipeline;
 pub mod policy;

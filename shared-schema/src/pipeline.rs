@@ -136,7 +136,10 @@ fn hive_context<'a>(opts: &ProcessOptions<'a>) -> hive::Context<'a> {
 }
 
 /// Colony keys, then the policy, then the range check, of an adapted or canonical event.
-fn finish(mut event: CanonicalEvent, opts: &ProcessOptions<'_>) -> Result<Outcome, ProcessError> {
+pub(crate) fn finish(
+    mut event: CanonicalEvent,
+    opts: &ProcessOptions<'_>,
+) -> Result<Outcome, ProcessError> {
     crate::colony::key_colony_name(&mut event, opts.colony);
     // A keyer that shares names (the tenant chose `names`, the user consented) widens the policy by
     // `colony_name` for the one kind that carries it: a rare event, so the widened copy is made here.
@@ -237,7 +240,7 @@ pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
 }
 
 /// Deeper lines than this go the full path (serde_json's value parser refuses past 128).
-const MAX_SNIFF_DEPTH: usize = 100;
+pub(crate) const MAX_SNIFF_DEPTH: usize = 100;
 
 /// True when the first `"type"` of `line` is followed by `: "T"` where `T` (without escapes) is a durable
 /// Hive type. Only a shortcut to the full path, so it may be wrong either way without changing an outcome:
@@ -268,7 +271,7 @@ fn first_type_is_durable(line: &[u8]) -> bool {
 /// 255 bytes with a byte-wide counter (the `usize` sum it replaced was 5% of the intake's parse in a
 /// profile; the `scanners` bench measures it only together with the durable-type look, see
 /// [`sniff_filtered`]).
-fn openers(line: &[u8]) -> usize {
+pub(crate) fn openers(line: &[u8]) -> usize {
     line.chunks(255)
         .map(|c| {
             usize::from(
@@ -280,7 +283,7 @@ fn openers(line: &[u8]) -> usize {
 }
 
 /// The deepest nesting of arrays and objects in `line`, brackets inside strings not counted.
-fn nesting(line: &[u8]) -> usize {
+pub(crate) fn nesting(line: &[u8]) -> usize {
     let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
     for &b in line {
         if in_string {

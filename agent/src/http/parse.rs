@@ -2,8 +2,10 @@
 //!
 //! [`super::split`] finds the events of a body (one JSON event, an array, or NDJSON; Hive-native or
 //! canonical) without building values, and refuses a body of more than `intake.max_events` outright.
-//! Each event is then parsed into a JSON value on its own, processed ([`apiary_schema::process_owned`]:
-//! classify, adapt, redact) and dropped, so at most one event's value is alive at a time. An event longer
+//! Each event is then parsed on its own: a durable Hive line in one pass that builds only what the policy
+//! can keep ([`apiary_schema::line`]), any other event into a JSON value, processed
+//! ([`apiary_schema::process_owned`]: classify, adapt, redact) and dropped, so at most one event's value is
+//! alive at a time. An event longer
 //! than `intake.max_line_bytes` is an error without being parsed; invalid UTF-8, bad JSON and nesting
 //! deeper than 128 levels are errors too. A line the pipeline filters by its type alone (deltas, chatty
 //! types) is only skimmed ([`sniff_filtered`]): no value is built for it.
@@ -16,6 +18,7 @@
 //! events and a bounded number of items besides, whatever it holds.
 
 use apiary_schema::hive::FilterReason;
+use apiary_schema::line::{process_line, LineVerdict};
 use apiary_schema::pipeline::sniff_filtered;
 use apiary_schema::{process_owned, Outcome, ProcessOptions};
 use serde::Serialize;
@@ -24,7 +27,7 @@ use serde_json::Value;
 use super::split::{lines, split, Piece, Split, TooManyEvents};
 use crate::config::IntakeSettings;
 use crate::outbox::sanitize_reason;
-use crate::outbox::Item;
+use crate::outbox::{Item, PreparedEvent};
 
 /// Unreadable events of one request that get a dead-letter row and an entry in the response each.
 pub const MAX_DEAD_LETTERS: usize = 100;
@@ -235,6 +238,18 @@ fn parse_piece(
     if let Some((reason, _)) = sniff_filtered(bytes) {
         out.count_filtered(reason);
         return true;
+    }
+    // A durable Hive line is read in one pass, building only what the policy can keep.
+    match process_line(bytes, opts) {
+        Some(LineVerdict::Kept(event)) => {
+            out.items.push(Item::Kept(PreparedEvent::new(&event)));
+            return true;
+        }
+        Some(LineVerdict::Filtered(reason)) => {
+            out.count_filtered(reason);
+            return true;
+        }
+        None => {}
     }
     match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => out.push_value(v, opts, piece),

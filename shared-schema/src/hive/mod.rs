@@ -190,7 +190,6 @@ fn adapt_with(
     ctx: &Context<'_>,
     data: impl FnOnce(&Map<String, Value>) -> Option<Value>,
 ) -> Result<Adapted, AdaptError> {
-    let (zone, source_identity) = (ctx.zone, ctx.source_identity);
     let obj = native
         .as_object()
         .ok_or(AdaptError::NotAnObject(json_type(native)))?;
@@ -219,9 +218,52 @@ fn adapt_with(
             })
         }
     };
-    let stream_id = opt_str(obj, "stream_id")?;
-    let execution_id = opt_str(obj, "execution_id")?;
-    let colony_id = opt_str(obj, "colony_id")?;
+    let envelope = Envelope {
+        native_type,
+        stream_id: opt_str(obj, "stream_id")?,
+        execution_id: opt_str(obj, "execution_id")?,
+        colony_id: opt_str(obj, "colony_id")?,
+        timestamp: obj.get("timestamp").and_then(Value::as_str),
+        seq: obj.get("seq"),
+        node_id: &|| opt_str(obj, "node_id"),
+        correlation_id: &|| opt_str(obj, "correlation_id"),
+    };
+    assemble(envelope, kind, derive, data, ctx, native)
+}
+
+/// The envelope fields of a native event, as [`assemble`] reads them. `timestamp` is `None` when it is
+/// missing or not a string; `seq` is the raw value (missing, null, or what must be an integer). `node_id`
+/// and `correlation_id` are read last, so an ill-typed one is an error only where [`adapt`] always
+/// made it one (after the session, time and sequence checks).
+pub(crate) struct Envelope<'a, 'f> {
+    pub native_type: &'a str,
+    pub stream_id: Option<&'a str>,
+    pub execution_id: Option<&'a str>,
+    pub colony_id: Option<&'a str>,
+    pub timestamp: Option<&'a str>,
+    pub seq: Option<&'a Value>,
+    pub node_id: &'f dyn Fn() -> Result<Option<&'a str>, AdaptError>,
+    pub correlation_id: &'f dyn Fn() -> Result<Option<&'a str>, AdaptError>,
+}
+
+/// A durable native event of `kind` as a canonical one (session, time, id, role, derived fields), its
+/// `data` already an object. `whole` is the native event, read only for an id derived from its content
+/// (no `seq`, no source identity).
+pub(crate) fn assemble(
+    envelope: Envelope<'_, '_>,
+    kind: EventKind,
+    derive: Derive,
+    data: Map<String, Value>,
+    ctx: &Context<'_>,
+    whole: &Value,
+) -> Result<Adapted, AdaptError> {
+    let Envelope {
+        native_type,
+        stream_id,
+        execution_id,
+        colony_id,
+        ..
+    } = envelope;
     let session_id = execution_id
         .or_else(|| {
             data.get("session_id")
@@ -231,17 +273,19 @@ fn adapt_with(
         .or(ctx.session_hint.filter(|s| !s.is_empty()));
     let session_id = match session_id {
         Some(s) => s.to_string(),
-        None => return filtered(FilterReason::NoSession),
+        None => {
+            return Ok(Adapted::Filtered {
+                native_type: native_type.to_string(),
+                reason: FilterReason::NoSession,
+            })
+        }
     };
-    let raw_ts = obj
-        .get("timestamp")
-        .and_then(Value::as_str)
-        .ok_or(AdaptError::BadField {
-            field: "timestamp",
-            expected: "a string",
-        })?;
-    let occurred_at = parse_timestamp(raw_ts, zone)?;
-    let seq = match obj.get("seq") {
+    let raw_ts = envelope.timestamp.ok_or(AdaptError::BadField {
+        field: "timestamp",
+        expected: "a string",
+    })?;
+    let occurred_at = parse_timestamp(raw_ts, ctx.zone)?;
+    let seq = match envelope.seq {
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_i64().ok_or(AdaptError::BadField {
             field: "seq",
@@ -254,8 +298,8 @@ fn adapt_with(
         seq,
         native_type,
         raw_ts,
-        source_identity,
-        native,
+        ctx.source_identity,
+        whole,
     );
 
     let worker_id = stream_id
@@ -283,9 +327,9 @@ fn adapt_with(
         colony_id: colony_id.map(str::to_string),
         worker_id,
         agent_role: Some(role),
-        node_id: opt_str(obj, "node_id")?.map(str::to_string),
+        node_id: (envelope.node_id)()?.map(str::to_string),
         execution_id: execution_id.map(str::to_string),
-        trace_id: opt_str(obj, "correlation_id")?.map(str::to_string),
+        trace_id: (envelope.correlation_id)()?.map(str::to_string),
         native_type: native_type.to_string(),
         data,
     };

@@ -337,7 +337,7 @@ fn envelope_id(clean: &'static str) -> impl Strategy<Value = Value> {
 }
 
 /// A native Hive event of any type, with markers in content, in allowlisted fields and in the ids.
-fn native_event() -> impl Strategy<Value = Value> {
+pub(crate) fn native_event() -> impl Strategy<Value = Value> {
     prop::sample::select(&HIVE_EVENT_TYPES[..]).prop_flat_map(|(ty, class)| {
         let fields: Vec<String> = match class {
             Classification::Durable(kind, _) => allowlist()
@@ -380,7 +380,7 @@ fn native_event() -> impl Strategy<Value = Value> {
     })
 }
 
-pub(super) fn cases() -> u32 {
+pub(crate) fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -560,7 +560,7 @@ pub fn normalise_id(s: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod canary;
+pub(crate) mod canary;
 #[cfg(test)]
 mod canary_otlp;
 #[cfg(test)]
