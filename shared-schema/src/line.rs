@@ -19,7 +19,6 @@
 //! of every type and on the fixture streams.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
@@ -29,8 +28,7 @@ use serde_json::{Map, Value};
 
 use crate::event::{CanonicalEvent, EventKind};
 use crate::hive::{self, Adapted, Classification, Derive, FilterReason};
-use crate::pipeline::{self, Outcome, ProcessOptions};
-use crate::policy::ValueKind;
+use crate::pipeline::{self, ProcessOptions};
 
 /// What became of a line the one-pass reader could decide.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,10 +99,10 @@ pub fn process_line(line: &[u8], opts: &ProcessOptions<'_>) -> Option<LineVerdic
         Adapted::Event(event) => event,
         Adapted::Filtered { reason, .. } => return Some(LineVerdict::Filtered(reason)),
     };
-    match pipeline::finish(event, opts).ok()? {
-        Outcome::Kept { event, .. } => Some(LineVerdict::Kept(event)),
-        Outcome::Filtered { reason, .. } => Some(LineVerdict::Filtered(reason)),
-    }
+    Some(match pipeline::finish_quietly(event, opts).ok()? {
+        Some(event) => LineVerdict::Kept(Box::new(event)),
+        None => LineVerdict::Filtered(FilterReason::KindNotAllowed),
+    })
 }
 
 /// serde_json's marker for a raw value inside a map: with the `raw_value` feature the value parser reads
@@ -115,9 +113,10 @@ const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 enum Plan<'p> {
     /// Every key (a kind whose adapter reads nested content: task and trigger ids, questions, colonies).
     All,
-    /// The policy's fields for the kind (first segments), and the adapter's inputs.
+    /// The keys the policy's paths for the kind start with, and the adapter's inputs.
     Keys {
-        policy: Option<&'p BTreeMap<String, ValueKind>>,
+        policy: &'p crate::Policy,
+        kind: EventKind,
         derived_from: &'static [&'static str],
     },
 }
@@ -142,7 +141,8 @@ impl<'p> Plan<'p> {
             _ => &[],
         };
         Plan::Keys {
-            policy: policy.fields(kind),
+            policy,
+            kind,
             derived_from,
         }
     }
@@ -152,33 +152,9 @@ impl<'p> Plan<'p> {
             Plan::All => true,
             Plan::Keys {
                 policy,
+                kind,
                 derived_from,
-            } => {
-                key == "session_id"
-                    || derived_from.contains(&key)
-                    || policy.is_some_and(|fields| lists(fields, key))
-            }
-        }
-    }
-}
-
-/// True when `fields` lists `key` or a path under it (`key.…`).
-fn lists(fields: &BTreeMap<String, ValueKind>, key: &str) -> bool {
-    // Paths sort by bytes: `key` itself, then (among others) `key.…`, which all sort before `key/`.
-    let mut after =
-        fields.range::<str, _>((std::ops::Bound::Included(key), std::ops::Bound::Unbounded));
-    match after.next() {
-        None => false,
-        Some((first, _)) if first == key => true,
-        Some(_) => {
-            let nested = format!("{key}.");
-            fields
-                .range::<str, _>((
-                    std::ops::Bound::Included(nested.as_str()),
-                    std::ops::Bound::Unbounded,
-                ))
-                .next()
-                .is_some_and(|(p, _)| p.starts_with(&nested))
+            } => key == "session_id" || derived_from.contains(&key) || policy.lists_key(*kind, key),
         }
     }
 }

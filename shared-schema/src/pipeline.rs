@@ -136,24 +136,37 @@ fn hive_context<'a>(opts: &ProcessOptions<'a>) -> hive::Context<'a> {
 }
 
 /// Colony keys, then the policy, then the range check, of an adapted or canonical event.
-pub(crate) fn finish(
+fn finish(mut event: CanonicalEvent, opts: &ProcessOptions<'_>) -> Result<Outcome, ProcessError> {
+    crate::colony::key_colony_name(&mut event, opts.colony);
+    let policy = policy_for(&event, opts);
+    within_range(redact(event, &policy)?)
+}
+
+/// [`finish`] without the redaction report: the kept event, `Ok(None)` for a kind the policy does not
+/// allow (filtered as `kind_not_allowed`), the same errors.
+pub(crate) fn finish_quietly(
     mut event: CanonicalEvent,
     opts: &ProcessOptions<'_>,
-) -> Result<Outcome, ProcessError> {
+) -> Result<Option<CanonicalEvent>, ProcessError> {
     crate::colony::key_colony_name(&mut event, opts.colony);
-    // A keyer that shares names (the tenant chose `names`, the user consented) widens the policy by
-    // `colony_name` for the one kind that carries it: a rare event, so the widened copy is made here.
-    let wider;
-    let policy = match event.kind == crate::EventKind::ColonyCreated
+    if policy_for(&event, opts).apply_quietly(&mut event).is_err() {
+        return Ok(None);
+    }
+    crate::usage::contribution_of(&event)
+        .map_err(|why| ProcessError::OutOfRange(why.to_string()))?;
+    Ok(Some(event))
+}
+
+/// The policy for `event`: a keyer that shares names (the tenant chose `names`, the user consented)
+/// widens it by `colony_name` for the one kind that carries it — a rare event, so the widened copy is
+/// made here.
+fn policy_for<'a>(event: &CanonicalEvent, opts: &ProcessOptions<'a>) -> Cow<'a, Policy> {
+    match event.kind == crate::EventKind::ColonyCreated
         && opts.colony.is_some_and(|k| k.shares_names())
     {
-        true => {
-            wider = opts.policy.with_colony_names();
-            &wider
-        }
-        false => opts.policy,
-    };
-    within_range(redact(event, policy)?)
+        true => Cow::Owned(opts.policy.with_colony_names()),
+        false => Cow::Borrowed(opts.policy),
+    }
 }
 
 /// Refuses a kept event whose values the ingest would refuse (tokens above 10^12, a negative or too large

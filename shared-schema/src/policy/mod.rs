@@ -78,7 +78,28 @@ pub struct Policy {
     name: String,
     version: u32,
     kinds: BTreeMap<EventKind, BTreeMap<String, ValueKind>>,
+    /// Per kind, the `data` keys any listed path starts with (`usage` for `usage.input_tokens`), sorted:
+    /// compiled at load, so a reader can skip every other key without looking at the paths.
+    top_keys: BTreeMap<EventKind, Vec<String>>,
     hash: String,
+}
+
+/// The first segment of each path, sorted and without repeats.
+fn top_keys_of(
+    kinds: &BTreeMap<EventKind, BTreeMap<String, ValueKind>>,
+) -> BTreeMap<EventKind, Vec<String>> {
+    kinds
+        .iter()
+        .map(|(kind, fields)| {
+            let mut keys: Vec<String> = fields
+                .keys()
+                .map(|p| p.split('.').next().unwrap_or(p).to_string())
+                .collect();
+            keys.sort();
+            keys.dedup();
+            (*kind, keys)
+        })
+        .collect()
 }
 
 /// Errors loading a policy.
@@ -217,6 +238,7 @@ impl Policy {
         Ok(Policy {
             name: file.name,
             version: file.policy_version,
+            top_keys: top_keys_of(&kinds),
             kinds,
             hash,
         })
@@ -240,6 +262,13 @@ impl Policy {
     /// The fields allowed for a kind, if the kind is allowed at all.
     pub fn fields(&self, kind: EventKind) -> Option<&BTreeMap<String, ValueKind>> {
         self.kinds.get(&kind)
+    }
+
+    /// True when a path allowed for `kind` is `key` or lies under it (`key.…`).
+    pub fn lists_key(&self, kind: EventKind, key: &str) -> bool {
+        self.top_keys
+            .get(&kind)
+            .is_some_and(|keys| keys.binary_search_by(|k| k.as_str().cmp(key)).is_ok())
     }
 
     /// This policy, letting a colony's name (`colony.created` `colony_name`, kind `name`) leave the
@@ -266,6 +295,7 @@ impl Policy {
             .collect();
         wider.hash = hash_of(wider.version, &by_name);
         wider.name = format!("{}+colony_names", self.name);
+        wider.top_keys = top_keys_of(&wider.kinds);
         wider
     }
 
@@ -278,17 +308,31 @@ impl Policy {
     /// Redacts `event` in place: drops every non-allowlisted or ill-typed field, scrubs strings and
     /// normalises envelope ids. Err when the kind is not allowed at all (the caller filters the event).
     pub fn apply(&self, event: &mut CanonicalEvent) -> Result<RedactionReport, KindNotAllowed> {
+        let mut report = RedactionReport::default();
+        self.apply_to(event, &mut report)?;
+        Ok(report)
+    }
+
+    /// [`Policy::apply`] without the report: the same event, none of the paths' strings.
+    pub fn apply_quietly(&self, event: &mut CanonicalEvent) -> Result<(), KindNotAllowed> {
+        self.apply_to(event, &mut NoReport)
+    }
+
+    fn apply_to(
+        &self,
+        event: &mut CanonicalEvent,
+        report: &mut impl Report,
+    ) -> Result<(), KindNotAllowed> {
         let fields = self
             .kinds
             .get(&event.kind)
             .ok_or(KindNotAllowed(event.kind))?;
-        let mut report = RedactionReport::default();
-        normalise_envelope(event, &mut report);
+        normalise_envelope(event, report);
         let data = std::mem::take(&mut event.data);
         let mut kept = Map::new();
-        redact_object(data, "", fields, &mut kept, &mut report);
+        redact_object(data, "", fields, &mut kept, report);
         event.data = kept;
-        Ok(report)
+        Ok(())
     }
 
     /// Checks, without changing it, that `event` holds nothing this policy would drop or scrub. The ingest
@@ -325,7 +369,48 @@ fn hash_of(version: u32, kinds: &BTreeMap<String, BTreeMap<String, ValueKind>>) 
     hex::encode(Sha256::digest(&bytes))
 }
 
-fn normalise_envelope(event: &mut CanonicalEvent, report: &mut RedactionReport) {
+/// Where redaction notes what it did: a [`RedactionReport`], or nowhere ([`NoReport`]). Paths and
+/// reasons are made only when they are recorded.
+trait Report {
+    fn kept(&mut self, path: impl FnOnce() -> String);
+    fn dropped(&mut self, path: impl FnOnce() -> String, why: impl FnOnce() -> String);
+    fn scrubbed(&mut self, path: impl FnOnce() -> String);
+    /// A scrubbed path, once however many elements of a record list it was scrubbed in.
+    fn scrubbed_once(&mut self, path: impl FnOnce() -> String);
+}
+
+impl Report for RedactionReport {
+    fn kept(&mut self, path: impl FnOnce() -> String) {
+        self.kept.push(path());
+    }
+    fn dropped(&mut self, path: impl FnOnce() -> String, why: impl FnOnce() -> String) {
+        self.dropped.push(FieldIssue {
+            path: path(),
+            why: why(),
+        });
+    }
+    fn scrubbed(&mut self, path: impl FnOnce() -> String) {
+        self.scrubbed.push(path());
+    }
+    fn scrubbed_once(&mut self, path: impl FnOnce() -> String) {
+        let p = path();
+        if !self.scrubbed.contains(&p) {
+            self.scrubbed.push(p);
+        }
+    }
+}
+
+/// Records nothing.
+struct NoReport;
+
+impl Report for NoReport {
+    fn kept(&mut self, _: impl FnOnce() -> String) {}
+    fn dropped(&mut self, _: impl FnOnce() -> String, _: impl FnOnce() -> String) {}
+    fn scrubbed(&mut self, _: impl FnOnce() -> String) {}
+    fn scrubbed_once(&mut self, _: impl FnOnce() -> String) {}
+}
+
+fn normalise_envelope(event: &mut CanonicalEvent, report: &mut impl Report) {
     let slots: [(&str, &mut Option<String>); 7] = [
         ("session_id", &mut event.session_id),
         ("parent_session_id", &mut event.parent_session_id),
@@ -339,18 +424,18 @@ fn normalise_envelope(event: &mut CanonicalEvent, report: &mut RedactionReport) 
         if let Some(v) = slot.as_mut() {
             if let Some(fixed) = normalise_id(v) {
                 *v = fixed;
-                report.scrubbed.push(name.to_string());
+                report.scrubbed(|| name.to_string());
             }
         }
     }
     if !is_word(&event.native_type) {
         event.native_type =
             normalise_id(&event.native_type).unwrap_or_else(|| event.native_type.clone());
-        report.scrubbed.push("native_type".into());
+        report.scrubbed(|| "native_type".into());
     }
     if !is_word(&event.runtime) {
         event.runtime = "unknown".into();
-        report.scrubbed.push("runtime".into());
+        report.scrubbed(|| "runtime".into());
     }
 }
 
@@ -359,57 +444,63 @@ fn redact_object(
     prefix: &str,
     fields: &BTreeMap<String, ValueKind>,
     out: &mut Map<String, Value>,
-    report: &mut RedactionReport,
+    report: &mut impl Report,
 ) {
     for (key, value) in obj {
-        let path = if prefix.is_empty() {
-            key.clone()
+        // At the top, the path is the key itself: no string is made for it.
+        let nested_path;
+        let path: &str = if prefix.is_empty() {
+            &key
         } else {
-            format!("{prefix}.{key}")
+            nested_path = format!("{prefix}.{key}");
+            &nested_path
         };
-        if let Some(ValueKind::Records { records, max }) = fields.get(&path) {
-            match redact_records(value, &path, records, *max, report) {
-                Some(v) => {
-                    report.kept.push(path);
-                    out.insert(key, v);
+        match fields.get(path) {
+            Some(ValueKind::Records { records, max }) => {
+                match redact_records(value, path, records, *max, report) {
+                    Some(v) => {
+                        report.kept(|| path.to_string());
+                        out.insert(key, v);
+                    }
+                    None => {
+                        report.dropped(|| path.to_string(), || "expected a list of objects".into())
+                    }
                 }
-                None => report.dropped.push(FieldIssue {
-                    path,
-                    why: "expected a list of objects".into(),
-                }),
             }
-        } else if let Some(vk) = fields.get(&path) {
-            match conform(value, vk) {
+            Some(vk) => match conform(value, vk) {
                 Ok((v, scrubbed)) => {
                     if scrubbed {
-                        report.scrubbed.push(path.clone());
+                        report.scrubbed(|| path.to_string());
                     }
-                    report.kept.push(path);
+                    report.kept(|| path.to_string());
                     out.insert(key, v);
                 }
-                Err(why) => report.dropped.push(FieldIssue { path, why }),
-            }
-        } else if let Value::Object(inner) = value {
-            let nested_prefix = format!("{path}.");
-            if fields.keys().any(|f| f.starts_with(&nested_prefix)) {
-                let mut inner_out = Map::new();
-                redact_object(inner, &path, fields, &mut inner_out, report);
-                if !inner_out.is_empty() {
-                    out.insert(key, Value::Object(inner_out));
+                Err(why) => report.dropped(|| path.to_string(), || why),
+            },
+            None => match value {
+                Value::Object(inner) if lists_under(fields, path) => {
+                    let mut inner_out = Map::new();
+                    redact_object(inner, path, fields, &mut inner_out, report);
+                    if !inner_out.is_empty() {
+                        out.insert(key, Value::Object(inner_out));
+                    }
                 }
-            } else {
-                report.dropped.push(FieldIssue {
-                    path,
-                    why: "not allowlisted".into(),
-                });
-            }
-        } else {
-            report.dropped.push(FieldIssue {
-                path,
-                why: "not allowlisted".into(),
-            });
+                _ => report.dropped(|| path.to_string(), || "not allowlisted".into()),
+            },
         }
     }
+}
+
+/// True when `fields` lists a path under `path` (`path.…`).
+fn lists_under(fields: &BTreeMap<String, ValueKind>, path: &str) -> bool {
+    let nested_prefix = format!("{path}.");
+    fields
+        .range::<str, _>((
+            std::ops::Bound::Included(nested_prefix.as_str()),
+            std::ops::Bound::Unbounded,
+        ))
+        .next()
+        .is_some_and(|(p, _)| p.starts_with(&nested_prefix))
 }
 
 /// Most elements a `records` field may allow.
@@ -422,42 +513,36 @@ fn redact_records(
     path: &str,
     records: &BTreeMap<String, SimpleKind>,
     max: usize,
-    report: &mut RedactionReport,
+    report: &mut impl Report,
 ) -> Option<Value> {
     let Value::Array(items) = value else {
         return None;
     };
     if items.len() > max {
-        report.dropped.push(FieldIssue {
-            path: format!("{path}[{max}..]"),
-            why: format!("at most {max} elements"),
-        });
+        report.dropped(
+            || format!("{path}[{max}..]"),
+            || format!("at most {max} elements"),
+        );
     }
     let mut out = Vec::new();
     for item in items.into_iter().take(max) {
         let Value::Object(obj) = item else {
-            report.dropped.push(FieldIssue {
-                path: format!("{path}[]"),
-                why: "expected an object".into(),
-            });
+            report.dropped(|| format!("{path}[]"), || "expected an object".into());
             continue;
         };
         let mut kept = Map::new();
         for (k, v) in obj {
-            let p = format!("{path}[].{k}");
+            let p = || format!("{path}[].{k}");
             match records.get(&k) {
-                None => report.dropped.push(FieldIssue {
-                    path: p,
-                    why: "not allowlisted".into(),
-                }),
+                None => report.dropped(p, || "not allowlisted".into()),
                 Some(kind) => match conform(v, &ValueKind::Simple(*kind)) {
                     Ok((v, scrubbed)) => {
-                        if scrubbed && !report.scrubbed.contains(&p) {
-                            report.scrubbed.push(p);
+                        if scrubbed {
+                            report.scrubbed_once(p);
                         }
                         kept.insert(k, v);
                     }
-                    Err(why) => report.dropped.push(FieldIssue { path: p, why }),
+                    Err(why) => report.dropped(p, || why),
                 },
             }
         }
