@@ -130,6 +130,7 @@ pub struct CanonicalEvent {
     #[serde(rename = "type")]
     pub kind: EventKind,
     /// When it happened, in UTC (naive producer times are resolved with the producer's zone).
+    #[serde(serialize_with = "crate::timefmt::time")]
     pub occurred_at: DateTime<Utc>,
     /// The runtime that produced it, e.g. `hive`.
     #[cfg_attr(feature = "json-schema", schemars(length(min = 1, max = 64)))]

@@ -327,3 +327,49 @@ fn adapting_an_owned_value_answers_as_adapting_a_borrowed_one() {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+    /// Hive's usual timestamp read by hand is the time chrono's format-string parse reads, and a shape
+    /// or value it does not take is left to that parse: random digits in the shape (days and hours that do
+    /// not exist, leap seconds, 1 to 12 fraction digits) and near misses.
+    #[test]
+    fn a_plain_timestamp_read_by_hand_is_the_format_string_parse(
+        digits in proptest::collection::vec(0u8..10, 26),
+        ty in proptest::sample::select(vec![b'T', b' ', b't', b'_']),
+        frac in 0usize..13,
+        dot in proptest::sample::select(vec![b'.', b',']),
+        small in proptest::bool::weighted(0.7),
+    ) {
+        let mut d = digits.clone();
+        if small {
+            // Mostly valid dates and times, so both answers are often a time.
+            d[4] %= 2; d[6] %= 3; d[8] %= 3; d[10] %= 6; d[12] %= 6;
+        }
+        let c = |i: usize| char::from(b'0' + d[i]);
+        let mut raw = format!(
+            "{}{}{}{}-{}{}-{}{}{}{}{}:{}{}:{}{}",
+            c(0), c(1), c(2), c(3), c(4), c(5), c(6), c(7), char::from(ty), c(8), c(9), c(10), c(11),
+            c(12), c(13)
+        );
+        if frac > 0 {
+            raw.push(char::from(dot));
+            for i in 0..frac {
+                raw.push(c(14 + i % 12));
+            }
+        }
+        let by_hand = super::naive_plain(&raw);
+        let by_format = chrono::NaiveDateTime::parse_from_str(&raw, "%Y-%m-%dT%H:%M:%S%.f")
+            .or_else(|_| chrono::NaiveDateTime::parse_from_str(&raw, "%Y-%m-%d %H:%M:%S%.f"))
+            .ok();
+        if let Some(t) = by_hand {
+            proptest::prop_assert_eq!(Some(t), by_format, "{}", raw);
+        }
+        // Where the hand reader declines, the format parse still reads it as before (parse_timestamp
+        // falls back to it); the hand reader takes every plain one it should.
+        if by_format.is_some() && frac <= 9 && ty != b'_' && ty != b't' && (frac == 0 || dot == b'.') && &raw[17..19] < "60" {
+            proptest::prop_assert!(by_hand.is_some(), "declined {}", raw);
+        }
+    }
+}
