@@ -29,12 +29,14 @@ use serde_json::{Map, Value};
 use crate::event::{CanonicalEvent, EventKind};
 use crate::hive::{self, Adapted, Classification, Derive, FilterReason};
 use crate::pipeline::{self, ProcessOptions};
+use crate::usage::Contribution;
 
 /// What became of a line the one-pass reader could decide.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LineVerdict {
-    /// Durable and allowed: the redacted canonical event, exactly as the full path keeps it.
-    Kept(Box<CanonicalEvent>),
+    /// Durable and allowed: the redacted canonical event, exactly as the full path keeps it, and what it
+    /// adds to usage ([`crate::usage::contribution_of`] of it, found by the range check).
+    Kept(Box<CanonicalEvent>, Option<Contribution>),
     /// A durable type that is not kept (no session, or a kind the policy does not allow).
     Filtered(FilterReason),
 }
@@ -100,7 +102,7 @@ pub fn process_line(line: &[u8], opts: &ProcessOptions<'_>) -> Option<LineVerdic
         Adapted::Filtered { reason, .. } => return Some(LineVerdict::Filtered(reason)),
     };
     Some(match pipeline::finish_quietly(event, opts).ok()? {
-        Some(event) => LineVerdict::Kept(Box::new(event)),
+        Some((event, contribution)) => LineVerdict::Kept(Box::new(event), contribution),
         None => LineVerdict::Filtered(FilterReason::KindNotAllowed),
     })
 }

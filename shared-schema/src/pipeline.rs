@@ -142,19 +142,20 @@ fn finish(mut event: CanonicalEvent, opts: &ProcessOptions<'_>) -> Result<Outcom
     within_range(redact(event, &policy)?)
 }
 
-/// [`finish`] without the redaction report: the kept event, `Ok(None)` for a kind the policy does not
-/// allow (filtered as `kind_not_allowed`), the same errors.
+/// [`finish`] without the redaction report: the kept event with its usage contribution (the range
+/// check's), `Ok(None)` for a kind the policy does not allow (filtered as `kind_not_allowed`), the same
+/// errors.
 pub(crate) fn finish_quietly(
     mut event: CanonicalEvent,
     opts: &ProcessOptions<'_>,
-) -> Result<Option<CanonicalEvent>, ProcessError> {
+) -> Result<Option<(CanonicalEvent, Option<crate::usage::Contribution>)>, ProcessError> {
     crate::colony::key_colony_name(&mut event, opts.colony);
     if policy_for(&event, opts).apply_quietly(&mut event).is_err() {
         return Ok(None);
     }
-    crate::usage::contribution_of(&event)
+    let contribution = crate::usage::contribution_of(&event)
         .map_err(|why| ProcessError::OutOfRange(why.to_string()))?;
-    Ok(Some(event))
+    Ok(Some((event, contribution)))
 }
 
 /// The policy for `event`: a keyer that shares names (the tenant chose `names`, the user consented)

@@ -241,8 +241,9 @@ fn parse_piece(
     }
     // A durable Hive line is read in one pass, building only what the policy can keep.
     match process_line(bytes, opts) {
-        Some(LineVerdict::Kept(event)) => {
-            out.items.push(Item::Kept(PreparedEvent::new(&event)));
+        Some(LineVerdict::Kept(event, contribution)) => {
+            let prepared = PreparedEvent::with_contribution(&event, Ok(contribution));
+            out.items.push(Item::Kept(prepared));
             return true;
         }
         Some(LineVerdict::Filtered(reason)) => {

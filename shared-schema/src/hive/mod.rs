@@ -451,7 +451,11 @@ fn naive_plain(raw: &str) -> Option<NaiveDateTime> {
         })
     };
     let sep = |at: usize, c: u8| b[at] == c;
-    if !(sep(4, b'-') && sep(7, b'-') && (sep(10, b'T') || sep(10, b' ')) && sep(13, b':') && sep(16, b':'))
+    if !(sep(4, b'-')
+        && sep(7, b'-')
+        && (sep(10, b'T') || sep(10, b' '))
+        && sep(13, b':')
+        && sep(16, b':'))
     {
         return None;
     }

@@ -11,7 +11,10 @@ use crate::Policy;
 fn full(line: &str, opts: &ProcessOptions<'_>) -> Option<LineVerdict> {
     let value: Value = serde_json::from_str(line).ok()?;
     match process_owned(value, opts).ok()? {
-        Outcome::Kept { event, .. } => Some(LineVerdict::Kept(event)),
+        Outcome::Kept { event, .. } => {
+            let contribution = crate::usage::contribution_of(&event).expect("in range");
+            Some(LineVerdict::Kept(event, contribution))
+        }
         Outcome::Filtered { reason, .. } => Some(LineVerdict::Filtered(reason)),
     }
 }
@@ -113,7 +116,7 @@ fn a_policy_with_nested_paths_reads_the_objects_it_lists() {
     let o = opts(&policy, None);
     let line = r#"{"type":"llm_turn_complete","execution_id":"s1","timestamp":"2026-11-03T10:00:00","seq":4,"data":{"model":"claude","usage":{"input_tokens":7,"prompt":"secret","detail":{"cached":2,"x":1}},"usage_extra":{"input_tokens":9},"cost_usd":0.5}}"#;
     assert_eq!(agrees(line, &o), Ok(true));
-    let Some(LineVerdict::Kept(event)) = process_line(line.as_bytes(), &o) else {
+    let Some(LineVerdict::Kept(event, _)) = process_line(line.as_bytes(), &o) else {
         panic!("kept")
     };
     assert_eq!(

@@ -629,7 +629,47 @@ pub fn is_id(s: &str) -> bool {
         && b.iter().all(|c| {
             c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'@' | b'+' | b'=' | b'-')
         })
-        && scrub::is_clean(s)
+        && clean_id(s)
+}
+
+/// How many ids each thread remembers as clean.
+const CLEAN_IDS: usize = 8;
+
+thread_local! {
+    /// The ids this thread last found clean, most recent first. An event's envelope names its session,
+    /// execution, node and colony, and the next event of the same session names the same ones: the
+    /// scrubber's patterns ran over each of them for every event (a sixth of a kept event's redaction).
+    static RECENT_CLEAN: std::cell::RefCell<Vec<Box<str>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`scrub::is_clean`] of an id-shaped string, remembered for the last [`CLEAN_IDS`] clean ones (the
+/// scrubber is a pure function of the string; only clean answers are kept).
+fn clean_id(s: &str) -> bool {
+    let known = RECENT_CLEAN.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        match recent.iter().position(|id| **id == *s) {
+            Some(0) => true,
+            Some(at) => {
+                recent[..=at].rotate_right(1);
+                true
+            }
+            None => false,
+        }
+    });
+    if known {
+        return true;
+    }
+    if !scrub::is_clean(s) {
+        return false;
+    }
+    RECENT_CLEAN.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if recent.len() == CLEAN_IDS {
+            recent.pop();
+        }
+        recent.insert(0, s.into());
+    });
+    true
 }
 
 /// `None` when `s` is already a valid id; else its stable hashed form `h:<32 hex>`.

@@ -311,3 +311,26 @@ fn a_colony_name_passes_only_a_keyer_sharing_names_and_the_policy_widened_for_th
     };
     assert!(!event.data.contains_key("colony_name"));
 }
+
+/// Remembering clean ids changes no answer: ids found clean, found again after others pushed them out,
+/// and secret-shaped ids (never remembered) between them, in any order.
+#[test]
+fn remembered_clean_ids_answer_as_the_scrubber() {
+    let secret_ids = [
+        "sk-ant-api03-abcdefghijklmnop1234",
+        "alice@example.com",
+        "AKIAABCDEFGHIJKLMNOP",
+        "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123",
+    ];
+    let clean: Vec<String> = (0..20).map(|i| format!("session-{i}")).collect();
+    for round in 0..3 {
+        for (i, id) in clean.iter().enumerate() {
+            assert!(is_id(id), "{id} (round {round})");
+            let secret = secret_ids[i % secret_ids.len()];
+            assert!(!is_id(secret), "{secret} (round {round})");
+            assert_eq!(normalise_id(secret).map(|h| h.len()), Some(34));
+            // The most recent ones again, from the front of the memory.
+            assert!(is_id(&clean[i / 2]));
+        }
+    }
+}

@@ -36,6 +36,15 @@ pub struct PreparedEvent {
 impl PreparedEvent {
     /// Serialises `event` and extracts its usage contribution.
     pub fn new(event: &CanonicalEvent) -> PreparedEvent {
+        PreparedEvent::with_contribution(event, contribution_of(event))
+    }
+
+    /// [`PreparedEvent::new`] with the event's usage contribution already found
+    /// ([`contribution_of`] of it: the intake's range check computes it).
+    pub fn with_contribution(
+        event: &CanonicalEvent,
+        contribution: Result<Option<Contribution>, usage::UsageError>,
+    ) -> PreparedEvent {
         let mut body = serde_json::to_string(event).expect("a canonical event serialises");
         // The serializer's buffer grows by doubling; an event is held until its commit (a request's
         // worth of them at once), so it keeps only its own length.
@@ -46,7 +55,7 @@ impl PreparedEvent {
             session_id: event.session_id.clone(),
             parent_session_id: event.parent_session_id.clone(),
             occurred_at_ms: event.occurred_at.timestamp_millis(),
-            usage: usage_of(event).map(Box::new),
+            usage: usage_of(event, contribution).map(Box::new),
             status: apiary_schema::status::Input::of(event, event.occurred_at).map(Box::new),
             work: apiary_schema::work::OwnedFact::of(event, event.occurred_at).map(Box::new),
             tool: ToolEdge::of(event).map(|mut t| {
@@ -336,9 +345,12 @@ impl UsageAgg {
 /// ([`contribution_of`]). Device-level events have none; neither has an event whose values are out of
 /// range: the ingest refuses it (and the push dead-letters it with that reason), so counting it here
 /// would make the device's totals disagree with the cloud's.
-fn usage_of(e: &CanonicalEvent) -> Option<(String, UsageAgg)> {
+fn usage_of(
+    e: &CanonicalEvent,
+    contribution: Result<Option<Contribution>, usage::UsageError>,
+) -> Option<(String, UsageAgg)> {
     e.session_id.as_ref()?;
-    match contribution_of(e) {
+    match contribution {
         Ok(c) => {
             let mut c = c?;
             let model = std::mem::take(&mut c.model);
