@@ -37,8 +37,12 @@ pub enum LineVerdict {
     /// Durable and allowed: the redacted canonical event, exactly as the full path keeps it, and what it
     /// adds to usage ([`crate::usage::contribution_of`] of it, found by the range check).
     Kept(Box<CanonicalEvent>, Option<Contribution>),
-    /// A durable type that is not kept (no session, or a kind the policy does not allow).
-    Filtered(FilterReason),
+    /// A durable type that is not kept (no session, or a kind the policy does not allow), with its native
+    /// type as the full path names it.
+    Filtered {
+        native_type: String,
+        reason: FilterReason,
+    },
 }
 
 /// Reads a native Hive line in one pass (see the module notes); `None` when the caller must take the
@@ -99,11 +103,22 @@ pub fn process_line(line: &[u8], opts: &ProcessOptions<'_>) -> Option<LineVerdic
         hive::assemble(envelope, read.kind, read.derive, data, &ctx, &Value::Null).ok()?;
     let event = match adapted {
         Adapted::Event(event) => event,
-        Adapted::Filtered { reason, .. } => return Some(LineVerdict::Filtered(reason)),
+        Adapted::Filtered {
+            native_type,
+            reason,
+        } => {
+            return Some(LineVerdict::Filtered {
+                native_type,
+                reason,
+            })
+        }
     };
     Some(match pipeline::finish_quietly(event, opts).ok()? {
         Some((event, contribution)) => LineVerdict::Kept(Box::new(event), contribution),
-        None => LineVerdict::Filtered(FilterReason::KindNotAllowed),
+        None => LineVerdict::Filtered {
+            native_type: read.native_type.into_owned(),
+            reason: FilterReason::KindNotAllowed,
+        },
     })
 }
 

@@ -246,7 +246,7 @@ fn parse_piece(
             out.items.push(Item::Kept(prepared));
             return true;
         }
-        Some(LineVerdict::Filtered(reason)) => {
+        Some(LineVerdict::Filtered { reason, .. }) => {
             out.count_filtered(reason);
             return true;
         }

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use super::deliver::colony::ColonyKeys;
 use super::handle::Outbox;
-use super::record::item::Item;
+use super::record::item::{Item, PreparedEvent};
 use crate::tail::sink::{Checkpoint, ColonyKeySource, TailItem, TailSink};
 
 impl ColonyKeySource for ColonyKeys {
@@ -23,6 +23,9 @@ impl TailSink for Outbox {
             .into_iter()
             .map(|item| match item {
                 TailItem::Processed(outcome) => Item::from_outcome(&outcome),
+                TailItem::Kept(event, contribution) => {
+                    Item::Kept(PreparedEvent::with_contribution(&event, Ok(contribution)))
+                }
                 TailItem::Malformed {
                     source_key,
                     line_no,

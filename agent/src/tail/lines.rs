@@ -6,6 +6,7 @@
 //! anything a user typed.
 
 use apiary_schema::hive::Zone;
+use apiary_schema::line::LineVerdict;
 use apiary_schema::pipeline::{sniff_filtered, ProcessError};
 use apiary_schema::{process_owned, Outcome, Policy, ProcessOptions};
 
@@ -64,11 +65,6 @@ pub fn process_line(line: &RawLine, line_no: u64, ctx: &LineContext<'_>) -> Opti
             reason,
         }));
     }
-    let value: serde_json::Value = match serde_json::from_str(text) {
-        Ok(value) => value,
-        // serde_json's syntax errors name a position, never the input.
-        Err(e) => return malformed(offset, format!("invalid JSON: {e}")),
-    };
     let source_identity = format!("file:{}:{offset}", ctx.file_id);
     let opts = ProcessOptions {
         policy: ctx.policy,
@@ -76,6 +72,27 @@ pub fn process_line(line: &RawLine, line_no: u64, ctx: &LineContext<'_>) -> Opti
         source_identity: Some(&source_identity),
         session_hint: ctx.session_hint,
         colony: ctx.colony,
+    };
+    // A durable Hive line is read in one pass, building only what the policy can keep.
+    match apiary_schema::line::process_line(bytes, &opts) {
+        Some(LineVerdict::Kept(event, contribution)) => {
+            return Some(TailItem::Kept(event, contribution))
+        }
+        Some(LineVerdict::Filtered {
+            native_type,
+            reason,
+        }) => {
+            return Some(TailItem::Processed(Outcome::Filtered {
+                native_type,
+                reason,
+            }))
+        }
+        None => {}
+    }
+    let value: serde_json::Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        // serde_json's syntax errors name a position, never the input.
+        Err(e) => return malformed(offset, format!("invalid JSON: {e}")),
     };
     match process_owned(value, &opts) {
         Ok(outcome) => Some(TailItem::Processed(outcome)),
@@ -163,8 +180,8 @@ mod tests {
     #[test]
     fn the_directory_session_is_used_for_events_that_name_none() {
         let line = br#"{"type": "queen_phase_changed", "stream_id": "queen", "node_id": null, "execution_id": null, "data": {"phase": "working"}, "timestamp": "2026-11-03T12:00:00", "correlation_id": null, "colony_id": null, "seq": 9}"#;
-        let Some(TailItem::Processed(Outcome::Kept { event, .. })) = run(line, Some("session_x"))
-        else {
+        let item = run(line, Some("session_x"));
+        let Some(event) = item.as_ref().and_then(TailItem::kept_event) else {
             panic!("expected a kept event");
         };
         assert_eq!(event.session_id.as_deref(), Some("session_x"));

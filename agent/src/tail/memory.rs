@@ -57,7 +57,9 @@ impl MemorySink {
         self.items()
             .iter()
             .filter_map(|item| match item {
-                TailItem::Processed(Outcome::Kept { event, .. }) => Some(event.event_id),
+                TailItem::Processed(Outcome::Kept { event, .. }) | TailItem::Kept(event, _) => {
+                    Some(event.event_id)
+                }
                 _ => None,
             })
             .collect()

@@ -143,7 +143,7 @@ impl PollReport {
         };
         for item in items {
             match item {
-                TailItem::Processed(Outcome::Kept { .. }) => r.kept += 1,
+                TailItem::Processed(Outcome::Kept { .. }) | TailItem::Kept(..) => r.kept += 1,
                 TailItem::Processed(Outcome::Filtered { .. }) => r.filtered += 1,
                 TailItem::Malformed { .. } => r.malformed += 1,
             }

@@ -8,7 +8,8 @@
 
 use std::future::Future;
 
-use apiary_schema::Outcome;
+use apiary_schema::usage::Contribution;
+use apiary_schema::{CanonicalEvent, Outcome};
 
 /// Where reading of one file stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +31,9 @@ pub struct Checkpoint {
 pub enum TailItem {
     /// A line that parsed: kept (redacted) or filtered.
     Processed(Outcome),
+    /// A durable line read in one pass ([`apiary_schema::line`]): the kept, redacted event and its usage
+    /// contribution (the same event the full path keeps; no redaction report is made).
+    Kept(Box<CanonicalEvent>, Option<Contribution>),
     /// A line that could not be read: it is counted as received and rejected (dead-lettered with the
     /// reason and its position, never its content).
     Malformed {
@@ -38,6 +42,18 @@ pub enum TailItem {
         offset: u64,
         reason: String,
     },
+}
+
+impl TailItem {
+    /// The kept event, whichever path read it.
+    pub fn kept_event(&self) -> Option<&CanonicalEvent> {
+        match self {
+            TailItem::Processed(Outcome::Kept { event, .. }) | TailItem::Kept(event, _) => {
+                Some(event)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Where tailed lines go. Implemented by the outbox.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use apiary_agent::tail::memory::MemorySink;
 use apiary_agent::tail::{TailItem, TailSettings};
 use apiary_schema::hive::Zone;
-use apiary_schema::{Outcome, Policy};
+use apiary_schema::Policy;
 
 /// The per-session log most tests follow.
 pub const LOG: &str = "queens/default/sessions/session_t/events.jsonl";
@@ -55,11 +55,9 @@ pub fn append(path: &Path, bytes: &[u8]) {
 pub fn turns(sink: &MemorySink) -> Vec<u64> {
     sink.items()
         .iter()
-        .filter_map(|item| match item {
-            TailItem::Processed(Outcome::Kept { event, .. }) => {
-                Some(event.data_u64("input_tokens"))
-            }
-            _ => None,
+        .filter_map(|item| {
+            item.kept_event()
+                .map(|event| event.data_u64("input_tokens"))
         })
         .collect()
 }

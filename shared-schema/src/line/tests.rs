@@ -15,7 +15,13 @@ fn full(line: &str, opts: &ProcessOptions<'_>) -> Option<LineVerdict> {
             let contribution = crate::usage::contribution_of(&event).expect("in range");
             Some(LineVerdict::Kept(event, contribution))
         }
-        Outcome::Filtered { reason, .. } => Some(LineVerdict::Filtered(reason)),
+        Outcome::Filtered {
+            native_type,
+            reason,
+        } => Some(LineVerdict::Filtered {
+            native_type,
+            reason,
+        }),
     }
 }
 
