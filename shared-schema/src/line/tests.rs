@@ -186,6 +186,29 @@ fn what_the_value_parser_refuses_or_reads_otherwise_is_left_to_the_full_path() {
             "the reader decided {line}"
         );
     }
+    // Invalid UTF-8 anywhere — in dropped content, a planned value, a key, an id — is never taken: the
+    // intake runs the reader before its own UTF-8 check of the line, and words that error itself.
+    let good = format!(r#"{head}{{"tool_name":"grep","result":"ok","tool_use_id":"t1"}}}}"#);
+    assert!(process_line(good.as_bytes(), &o).is_some());
+    let cases: [(&str, &[u8]); 4] = [
+        (r#""ok""#, b"\"o\xffk\""),
+        (r#""grep""#, b"\"gr\xc3\""),
+        (r#""result""#, b"\"re\xe2\x82sult\""),
+        (r#""s1""#, b"\"s\xf0\x9f\""),
+    ];
+    for (from, to) in cases {
+        let at = good.find(from).unwrap();
+        let mut bad = good.as_bytes()[..at].to_vec();
+        bad.extend_from_slice(to);
+        bad.extend_from_slice(&good.as_bytes()[at + from.len()..]);
+        assert!(std::str::from_utf8(&bad).is_err());
+        assert_eq!(
+            process_line(&bad, &o),
+            None,
+            "{}",
+            String::from_utf8_lossy(&bad)
+        );
+    }
 }
 
 #[test]
