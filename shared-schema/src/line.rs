@@ -296,22 +296,21 @@ impl<'de, 'p> Visitor<'de> for LineVisitor<'p> {
                     }
                     seq = Some(map.next_value::<Option<i64>>()?);
                 }
-                "schema_version" | "event_id" => {
-                    let seen = if key == "event_id" {
-                        &mut event_id
-                    } else {
-                        &mut schema_version
-                    };
-                    *seen = true;
-                    if schema_version && event_id {
-                        return Err(A::Error::custom("a canonical event"));
-                    }
+                "schema_version" => {
+                    schema_version = true;
+                    map.next_value::<Checked>()?;
+                }
+                "event_id" => {
+                    event_id = true;
                     map.next_value::<Checked>()?;
                 }
                 RAW_VALUE_TOKEN => return Err(A::Error::custom("a raw value marker")),
                 _ => {
                     map.next_value::<Checked>()?;
                 }
+            }
+            if schema_version && event_id {
+                return Err(A::Error::custom("a canonical event"));
             }
         }
         let Some((native_type, kind, derive)) = native else {

@@ -230,6 +230,14 @@ fn escapes_data_before_type_and_a_session_from_data_are_read_as_the_full_path_re
         // A worker's event and kinds read whole.
         r#"{"type":"subagent_report","stream_id":"worker:w1","colony_id":"q1","execution_id":"w1","timestamp":"2026-11-03T10:00:00","seq":5,"data":{"success":true,"summary":"/home/alice/x","worker_id":"w1"}}"#,
         r#"{"type":"task_created","execution_id":"s1","timestamp":"2026-11-03T10:00:00","seq":6,"data":{"task":{"id":12,"status":"pending","subject":"secret"}}}"#,
+        // One of the canonical envelope's two markers is not a canonical event.
+        r#"{"type":"tool_call_started","event_id":"e1","execution_id":"s1","timestamp":"2026-11-03T10:00:00","seq":7,"data":{"tool_name":"grep"}}"#,
+        r#"{"schema_version":1,"type":"tool_call_started","execution_id":"s1","timestamp":"2026-11-03T10:00:00","seq":8,"data":{"tool_name":"grep"}}"#,
+        // Many brackets, little nesting.
+        &format!(
+            r#"{{"type":"tool_call_completed","execution_id":"s1","timestamp":"2026-11-03T10:00:00","seq":9,"data":{{"tool_name":"grep","result":[{}]}}}}"#,
+            vec!["[1]"; 150].join(",")
+        ),
     ];
     for line in lines {
         assert_eq!(agrees(line, &o), Ok(true), "{line}");
@@ -311,4 +319,75 @@ fn the_reader_decides_most_generated_durable_events() {
         durable > 1_000 && decided * 10 >= durable * 9,
         "decided {decided} of {durable}"
     );
+}
+
+/// Nesting at the value parser's limit, inside dropped content, with `data` before and after `type`:
+/// the reader never takes a line the full path refuses. (Read raw first, `data` is parsed again on its
+/// own, where the value parser's depth count would start one level lower than on the whole line: the
+/// reader leaves every line deeper than the sniff's limit to the full path.)
+#[test]
+fn a_line_at_the_value_parsers_nesting_limit_is_read_as_the_full_path_reads_it() {
+    let policy = Policy::default_policy();
+    let o = opts(&policy, None);
+    let envelope = r#""type":"tool_call_completed","execution_id":"s1","timestamp":"2026-11-03T10:00:00","seq":4"#;
+    let (mut refused, mut decided) = (0, 0);
+    for depth in 90..140 {
+        let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        let data = format!(r#""data":{{"tool_name":"grep","result":{deep}}}"#);
+        for line in [
+            format!("{{{envelope},{data}}}"),
+            format!("{{{data},{envelope}}}"),
+        ] {
+            refused += usize::from(full(&line, &o).is_none());
+            match agrees(&line, &o) {
+                // Up to the sniff's depth (the line's object and `data` are two more levels), the
+                // reader takes the line itself.
+                Ok(d) => {
+                    assert!(d || depth + 2 > 100, "depth {depth} left to the full path");
+                    decided += usize::from(d)
+                }
+                Err(e) => panic!("depth {depth}: {e}"),
+            }
+        }
+    }
+    // Both sides of the limit were reached.
+    assert!(
+        refused > 0 && decided > 0,
+        "refused {refused}, decided {decided}"
+    );
+}
+
+/// A user's policy may keep what the adapter derives and drop what it derives it from: the reader still
+/// reads the inputs (tokens and cost for `cost_source`, the model for `provider`, `success` for a worker's
+/// `status`).
+const DERIVED_ONLY_POLICY: &str = r#"
+policy_version = 1
+name = "derived-only"
+[kinds."llm.turn"]
+provider = "name"
+cost_source = { enum = ["reported", "unreported"] }
+[kinds."worker.finished"]
+status = "word"
+"#;
+
+#[test]
+fn a_policy_that_keeps_derived_fields_but_not_their_inputs_reads_the_inputs() {
+    let base = Policy::default_policy();
+    let policy = Policy::load_user(DERIVED_ONLY_POLICY, &base).unwrap();
+    let o = opts(&policy, None);
+    let turn = r#"{"type":"llm_turn_complete","execution_id":"s1","timestamp":"2026-11-03T10:00:00","seq":4,"data":{"model":"claude-x","input_tokens":10,"output_tokens":2,"cost_usd":0}}"#;
+    let worker = r#"{"type":"subagent_report","stream_id":"worker:w1","colony_id":"q1","execution_id":"w1","timestamp":"2026-11-03T10:00:00","seq":5,"data":{"success":false,"worker_id":"w1"}}"#;
+    for (line, kept) in [
+        (
+            turn,
+            json!({"provider": "anthropic", "cost_source": "unreported"}),
+        ),
+        (worker, json!({"status": "failed"})),
+    ] {
+        assert_eq!(agrees(line, &o), Ok(true), "{line}");
+        let Some(LineVerdict::Kept(event, _)) = process_line(line.as_bytes(), &o) else {
+            panic!("kept: {line}")
+        };
+        assert_eq!(Value::Object(event.data.clone()), kept, "{line}");
+    }
 }
