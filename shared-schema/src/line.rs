@@ -51,8 +51,9 @@ pub fn process_line(line: &[u8], opts: &ProcessOptions<'_>) -> Option<LineVerdic
     if line.trim_ascii_start().first() != Some(&b'{') {
         return None;
     }
-    // Ignored values are checked by `deserialize_any`, which counts nesting as the value parser does, but
-    // the line is refused outright past the sniff's depth, as the sniff refuses it.
+    // Ignored values are checked by `deserialize_any`, which counts nesting as the value parser does; but
+    // `data` read raw (before `type`) is parsed again on its own, where the count starts a level lower,
+    // so a line deeper than the sniff's depth is left to the full path.
     if pipeline::openers(line) > pipeline::MAX_SNIFF_DEPTH
         && pipeline::nesting(line) > pipeline::MAX_SNIFF_DEPTH
     {
