@@ -97,8 +97,8 @@ pub fn process_line(line: &[u8], opts: &ProcessOptions<'_>) -> Option<LineVerdic
         colony_id: read.colony_id.as_deref().filter(|s| !s.is_empty()),
         timestamp: Some(read.timestamp.as_deref()?),
         seq: seq.as_ref(),
-        node_id: &|| Ok(node_id),
-        correlation_id: &|| Ok(correlation_id),
+        node_id: Ok(node_id),
+        correlation_id: Ok(correlation_id),
     };
     let adapted =
         hive::assemble(envelope, read.kind, read.derive, data, &ctx, &Value::Null).ok()?;
@@ -141,27 +141,13 @@ enum Plan<'p> {
 
 impl<'p> Plan<'p> {
     fn of(kind: EventKind, policy: &'p crate::Policy) -> Plan<'p> {
-        // The keys the adapter reads or tests for (`hive::derive_fields`), besides `session_id`, which
-        // names the session of an event without `execution_id`.
-        let derived_from: &'static [&'static str] = match kind {
-            EventKind::LlmTurn => &[
-                "input_tokens",
-                "output_tokens",
-                "cost_usd",
-                "provider",
-                "model",
-            ],
-            EventKind::WorkerFinished => &["status", "success", "worker_id"],
-            EventKind::SessionInput
-            | EventKind::TaskChanged
-            | EventKind::TriggerChanged
-            | EventKind::ColonyCreated => return Plan::All,
-            _ => &[],
-        };
-        Plan::Keys {
-            policy,
-            kind,
-            derived_from,
+        match hive::derived_from(kind) {
+            Some(derived_from) => Plan::Keys {
+                policy,
+                kind,
+                derived_from,
+            },
+            None => Plan::All,
         }
     }
 
@@ -172,7 +158,10 @@ impl<'p> Plan<'p> {
                 policy,
                 kind,
                 derived_from,
-            } => key == "session_id" || derived_from.contains(&key) || policy.lists_key(*kind, key),
+            } => {
+                // `session_id` names the session of an event without `execution_id`.
+                key == "session_id" || derived_from.contains(&key) || policy.lists_key(*kind, key)
+            }
         }
     }
 }

@@ -153,8 +153,7 @@ pub(crate) fn finish_quietly(
     if policy_for(&event, opts).apply_quietly(&mut event).is_err() {
         return Ok(None);
     }
-    let contribution = crate::usage::contribution_of(&event)
-        .map_err(|why| ProcessError::OutOfRange(why.to_string()))?;
+    let contribution = contribution_in_range(&event)?;
     Ok(Some((event, contribution)))
 }
 
@@ -176,10 +175,16 @@ fn policy_for<'a>(event: &CanonicalEvent, opts: &ProcessOptions<'a>) -> Cow<'a, 
 /// dead-lettered by the ingest.
 fn within_range(outcome: Outcome) -> Result<Outcome, ProcessError> {
     if let Outcome::Kept { event, .. } = &outcome {
-        crate::usage::contribution_of(event)
-            .map_err(|why| ProcessError::OutOfRange(why.to_string()))?;
+        contribution_in_range(event)?;
     }
     Ok(outcome)
+}
+
+/// The event's usage contribution, or the range error [`within_range`] refuses it with.
+fn contribution_in_range(
+    event: &CanonicalEvent,
+) -> Result<Option<crate::usage::Contribution>, ProcessError> {
+    crate::usage::contribution_of(event).map_err(|why| ProcessError::OutOfRange(why.to_string()))
 }
 
 /// The filter verdict (and the native type) of a line that the pipeline filters by its native type

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use apiary_schema::Outcome;
 use uuid::Uuid;
 
 use super::sink::{Checkpoint, TailItem, TailSink};
@@ -56,12 +55,7 @@ impl MemorySink {
     pub fn kept_event_ids(&self) -> Vec<Uuid> {
         self.items()
             .iter()
-            .filter_map(|item| match item {
-                TailItem::Processed(Outcome::Kept { event, .. }) | TailItem::Kept(event, _) => {
-                    Some(event.event_id)
-                }
-                _ => None,
-            })
+            .filter_map(|item| item.kept_event().map(|event| event.event_id))
             .collect()
     }
 
