@@ -56,3 +56,55 @@ async fn duplicates_are_found_in_the_merged_keys_at_any_event_time() {
     assert_eq!(submit(&outbox, again).await, (0, 3));
     outbox.close().await;
 }
+
+#[tokio::test]
+async fn a_submission_is_stored_in_its_order_each_new_event_once_whatever_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = support::open(dir.path(), OutboxSettings::default());
+    assert_eq!(submit(&outbox, vec![at(500, 0), at(501, 0)]).await, (2, 0));
+    // 104 kept events, 100 of them new (new rows go in by statements of many rows, the rest one by one), with
+    // duplicates of earlier items of the same submission and of the earlier submission among them.
+    let mut items = Vec::new();
+    let mut expected = Vec::new();
+    for n in 0..100u128 {
+        items.push(at(n, n as i64));
+        expected.push(support::id(n));
+        match n {
+            10 => items.push(at(3, 3)),
+            40 => items.push(at(500, 0)),
+            41 => items.push(at(40, 40)),
+            95 => items.push(at(501, 0)),
+            _ => {}
+        }
+    }
+    let bodies: Vec<String> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Kept(e) => Some(e.body.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(submit(&outbox, items).await, (100, 4));
+    outbox.close().await;
+
+    let conn = rusqlite::Connection::open(dir.path().join("outbox.db")).unwrap();
+    let rows: Vec<(Vec<u8>, i64, String)> = conn
+        .prepare("SELECT event_id, bytes, body FROM events ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let ids: Vec<uuid::Uuid> = rows[2..]
+        .iter()
+        .map(|(id, _, _)| uuid::Uuid::from_slice(id).unwrap())
+        .collect();
+    assert_eq!(
+        ids, expected,
+        "the new events, once each, in the submission's order"
+    );
+    for (_, bytes, body) in &rows[2..] {
+        assert!(bodies.contains(body));
+        assert_eq!(*bytes, body.len() as i64);
+    }
+}

@@ -11,6 +11,7 @@
 //!
 //! [`Update`]: apiary_schema::status::Update
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 use apiary_schema::status::{
@@ -24,9 +25,9 @@ use serde::Serialize;
 /// `cache` holds the last committed trackers of recent sessions (read instead of the row). A tracker the
 /// group pushes to is taken out of it (no copy) and goes to `written`, back into the cache once the
 /// group commits; if it fails, the cache simply lacks it and the next group reads it from the table.
-pub(crate) fn flush(
+pub(crate) fn flush<I: Borrow<Input>>(
     conn: &Connection,
-    inputs: &BTreeMap<String, Vec<Input>>,
+    inputs: &BTreeMap<String, Vec<I>>,
     cache: &mut HashMap<String, (u64, Tracker)>,
     written: &mut HashMap<String, Tracker>,
 ) -> rusqlite::Result<()> {
@@ -37,7 +38,7 @@ pub(crate) fn flush(
             Some((_, t)) => t,
             None => load(conn, session)?.unwrap_or_default(),
         };
-        let update = tracker.push(new.iter().cloned(), &rules);
+        let update = tracker.push(new.iter().map(|i| i.borrow().clone()), &rules);
         if update.replaces {
             conn.prepare_cached(
                 "DELETE FROM status_transitions WHERE session_id = ?1 AND seq >= ?2",

@@ -2,6 +2,8 @@
 //! inputs. Preparing an event (serialising it, extracting its usage) happens on the producer's thread, so
 //! the writer thread only runs SQL.
 
+use std::sync::Arc;
+
 use apiary_schema::usage::{self, contribution_of, Contribution};
 use apiary_schema::work::call_key;
 use apiary_schema::{CanonicalEvent, EventKind, Outcome};
@@ -22,12 +24,13 @@ pub struct PreparedEvent {
     /// What the event adds to the local usage table (model, totals). Boxed like `status`: an item is
     /// held from the producer to its commit.
     pub usage: Option<Box<(String, UsageAgg)>>,
-    /// What the event means for the session's local status (None for device-level events). Boxed: most
-    /// items are small and this would double every one of them.
-    pub status: Option<Box<apiary_schema::status::Input>>,
+    /// What the event means for the session's local status (None for device-level events). Behind a
+    /// pointer: most items are small and this would double every one of them; shared, so the writer's
+    /// group holds it without a copy.
+    pub status: Option<Arc<apiary_schema::status::Input>>,
     /// What the event means for the session's work (tasks, triggers, tool call in flight); None for the
     /// kinds [`apiary_schema::work::reads`] does not read.
-    pub work: Option<Box<apiary_schema::work::OwnedFact>>,
+    pub work: Option<Arc<apiary_schema::work::OwnedFact>>,
     /// A tool call's start or completion, for the duration pairing (the `durations` module); None for
     /// other events. Boxed like `status`.
     pub tool: Option<Box<ToolEdge>>,
@@ -56,8 +59,8 @@ impl PreparedEvent {
             parent_session_id: event.parent_session_id.clone(),
             occurred_at_ms: event.occurred_at.timestamp_millis(),
             usage: usage_of(event, contribution).map(Box::new),
-            status: apiary_schema::status::Input::of(event, event.occurred_at).map(Box::new),
-            work: apiary_schema::work::OwnedFact::of(event, event.occurred_at).map(Box::new),
+            status: apiary_schema::status::Input::of(event, event.occurred_at).map(Arc::new),
+            work: apiary_schema::work::OwnedFact::of(event, event.occurred_at).map(Arc::new),
             tool: ToolEdge::of(event).map(|mut t| {
                 if t.completed && !t.timed {
                     t.duration_slot = Some(DurationSlot::of(event, &body));

@@ -19,7 +19,9 @@
 //! holds [`COMPACT_ROWS`] rows (which bounds its size). A crash at any point leaves the stored rows and
 //! the journal of one commit: nothing to repair.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
+use std::marker::PhantomData;
 
 use apiary_schema::status::{Input, Rules, Tracker};
 use apiary_schema::work::{OwnedFact, Work};
@@ -76,10 +78,10 @@ impl JournalState {
 
 /// Appends one group's pushes: a row per session, its health inputs and work facts in the order the
 /// group pushed them.
-pub(crate) fn append(
+pub(crate) fn append<H: Borrow<Input>, W: Borrow<OwnedFact>>(
     conn: &Connection,
-    status: &BTreeMap<String, Vec<Input>>,
-    work: &BTreeMap<String, Vec<OwnedFact>>,
+    status: &BTreeMap<String, Vec<H>>,
+    work: &BTreeMap<String, Vec<W>>,
     journal: &mut JournalState,
 ) -> rusqlite::Result<()> {
     let mut insert = conn.prepare_cached(
@@ -95,12 +97,14 @@ pub(crate) fn append(
             journal.write_now.push(session.clone());
             continue;
         }
-        let health = status
-            .get(session)
-            .map(|i| serde_json::to_string(i).expect("health inputs serialise"));
-        let facts = work
-            .get(session)
-            .map(|f| serde_json::to_string(f).expect("work facts serialise"));
+        let health = status.get(session).map(|i| {
+            serde_json::to_string(&Seq::<Input, _>(i, PhantomData))
+                .expect("health inputs serialise")
+        });
+        let facts = work.get(session).map(|f| {
+            serde_json::to_string(&Seq::<OwnedFact, _>(f, PhantomData))
+                .expect("work facts serialise")
+        });
         insert.execute(params![session, health, facts])?;
         journal.rows += 1;
         match journal.per_session.get_mut(session.as_str()) {
@@ -111,6 +115,16 @@ pub(crate) fn append(
         }
     }
     Ok(())
+}
+
+/// A list of `T` held by whatever borrows as one (the group's inputs are shared with the events they came
+/// from), serialised as a list of `T`.
+struct Seq<'a, T, B>(&'a [B], PhantomData<fn() -> T>);
+
+impl<T: serde::Serialize, B: Borrow<T>> serde::Serialize for Seq<'_, T, B> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(Borrow::<T>::borrow))
+    }
 }
 
 /// A session's journaled pushes, oldest first: (health inputs, work facts) per group.
@@ -503,7 +517,13 @@ mod tests {
             let mut trackers = HashMap::new();
             super::super::health::flush(&conn, &status, &mut HashMap::new(), &mut trackers)
                 .unwrap();
-            append(&conn, &status, &BTreeMap::new(), journal).unwrap();
+            append(
+                &conn,
+                &status,
+                &BTreeMap::<String, Vec<OwnedFact>>::new(),
+                journal,
+            )
+            .unwrap();
             compact_due(&conn, journal, &|s| trackers.get(s).cloned(), &|_| None).unwrap();
             model.clone()
         };
@@ -529,7 +549,13 @@ mod tests {
         )]);
         let mut trackers = HashMap::new();
         super::super::health::flush(&conn, &status, &mut HashMap::new(), &mut trackers).unwrap();
-        append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+        append(
+            &conn,
+            &status,
+            &BTreeMap::<String, Vec<OwnedFact>>::new(),
+            &mut journal,
+        )
+        .unwrap();
         compact_due(&conn, &mut journal, &|s| trackers.get(s).cloned(), &|_| {
             None
         })
@@ -562,14 +588,26 @@ mod tests {
                     (format!("s{s}"), vec![input(n)])
                 })
                 .collect();
-            append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+            append(
+                &conn,
+                &status,
+                &BTreeMap::<String, Vec<OwnedFact>>::new(),
+                &mut journal,
+            )
+            .unwrap();
             compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
         }
         assert!(journal.rows > 0 && journal.per_session.len() == SESSIONS);
         let status: BTreeMap<String, Vec<Input>> = (0..SESSIONS)
             .map(|s| (format!("s{s}"), vec![input(n + 1 + s as u128)]))
             .collect();
-        append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+        append(
+            &conn,
+            &status,
+            &BTreeMap::<String, Vec<OwnedFact>>::new(),
+            &mut journal,
+        )
+        .unwrap();
         compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
         assert_eq!(
             journal.rows, 0,
@@ -585,7 +623,13 @@ mod tests {
             if g == 0 {
                 status.insert("cold".into(), vec![input(2_000_000)]);
             }
-            append(&conn, &status, &BTreeMap::new(), &mut journal).unwrap();
+            append(
+                &conn,
+                &status,
+                &BTreeMap::<String, Vec<OwnedFact>>::new(),
+                &mut journal,
+            )
+            .unwrap();
             compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
         }
         assert_eq!(journal.rows, 1, "only the cold session's row is left");

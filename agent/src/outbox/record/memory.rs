@@ -4,6 +4,7 @@
 //! state, the ops read the state and fill the delta; this module needs none of them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -23,14 +24,14 @@ pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
 pub(crate) struct Delta {
     /// Counter changes, flushed into `counters` at the end of the group.
     pub counters: BTreeMap<Counter, i64>,
-    /// Usage changes per (session, model), flushed into `usage`.
-    pub usage: HashMap<(String, String), UsageAgg>,
+    /// Usage changes per session and model (a session's few models in a list), flushed into `usage`.
+    pub usage: HashMap<String, Vec<(String, UsageAgg)>>,
     /// Usage changes per quarter-hour of event time, flushed into `usage_by_time` ([`super::usage_time`]).
     pub usage_by_time: BTreeMap<i64, UsageWindow>,
     /// New events' health inputs per session, folded at the end of the group ([`super::health`]).
-    pub status: BTreeMap<String, Vec<apiary_schema::status::Input>>,
+    pub status: BTreeMap<String, Vec<Arc<apiary_schema::status::Input>>>,
     /// New events' work facts per session, folded at the end of the group ([`super::work`]).
-    pub work: BTreeMap<String, Vec<apiary_schema::work::OwnedFact>>,
+    pub work: BTreeMap<String, Vec<Arc<apiary_schema::work::OwnedFact>>>,
     /// Change in the number of open tool-call starts ([`crate::outbox::write::durations`]).
     pub tool_starts: i64,
     /// Sessions first bound in this group (added to the writer's cache after commit).

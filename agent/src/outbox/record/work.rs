@@ -13,9 +13,9 @@ use rusqlite::Connection;
 
 /// Folds a group's new facts (per session) into the stored work.
 /// `cache` and `written` as for [`super::health::flush`].
-pub(crate) fn flush(
+pub(crate) fn flush<F: std::borrow::Borrow<OwnedFact>>(
     conn: &Connection,
-    facts: &BTreeMap<String, Vec<OwnedFact>>,
+    facts: &BTreeMap<String, Vec<F>>,
     cache: &mut HashMap<String, (u64, Work)>,
     written: &mut HashMap<String, Work>,
 ) -> rusqlite::Result<()> {
@@ -25,6 +25,7 @@ pub(crate) fn flush(
             None => load(conn, session)?.unwrap_or_default(),
         };
         for f in new {
+            let f = f.borrow();
             work.fold_parts(&f.fact(), f.at);
         }
         written.insert(session.clone(), work);

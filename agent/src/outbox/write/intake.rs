@@ -13,6 +13,9 @@
 //!
 //! The cap is therefore enforced within one submission's size; SQLite reuses the freed space.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -22,7 +25,7 @@ use super::sessions;
 use super::store::{self, state};
 use crate::outbox::error::OutboxError;
 use crate::outbox::record::counters::{Counter, DropReason};
-use crate::outbox::record::item::{Item, PreparedEvent};
+use crate::outbox::record::item::{Item, PreparedEvent, UsageAgg};
 use crate::outbox::record::usage_time;
 use crate::outbox::settings::Overflow;
 use crate::tail::sink::Checkpoint;
@@ -85,10 +88,21 @@ impl Task for Submit {
         let mut inserted = Vec::with_capacity(self.items.len());
         let conn = ctx.conn;
         let mut statements = EventStatements::prepare(conn)?;
+        // Keys first (each decides new or duplicate), then the new rows in multi-row inserts, then what
+        // they add to the group's state, in the submission's order throughout.
+        let mut new = Vec::with_capacity(self.items.len());
         for item in &self.items {
-            inserted.push(try_insert_item(ctx, &mut statements, item, &mut report)?);
+            let fresh = try_claim_item(ctx, &mut statements, item, &mut report)?;
+            if let (true, Item::Kept(e)) = (fresh, item) {
+                new.push(e);
+            }
+            inserted.push(fresh);
         }
+        statements.insert_rows(ctx, &new)?;
         drop(statements);
+        for e in new {
+            try_record_new(ctx, e)?;
+        }
         durations::record(ctx, &self.items, &inserted, pairing)?;
         let received: u64 = self.items.iter().map(Item::received).sum();
         ctx.count(Counter::Received, received as i64);
@@ -186,8 +200,9 @@ fn try_evict(ctx: &mut Ctx<'_>, need: u64) -> rusqlite::Result<u64> {
     Ok(n as u64)
 }
 
-/// Inserts or counts one item; true for a kept event that is new (not a duplicate).
-fn try_insert_item(
+/// Claims a kept event's key or counts any other item; true for a kept event that is new (not a
+/// duplicate), whose row the caller then inserts ([`EventStatements::insert_rows`]).
+fn try_claim_item(
     ctx: &mut Ctx<'_>,
     statements: &mut EventStatements<'_>,
     item: &Item,
@@ -195,7 +210,7 @@ fn try_insert_item(
 ) -> rusqlite::Result<bool> {
     match item {
         Item::Kept(e) => {
-            if try_insert_event(ctx, statements, e)? {
+            if try_claim_key(ctx, statements, e)? {
                 report.accepted += 1;
                 return Ok(true);
             }
@@ -243,7 +258,32 @@ pub(crate) struct EventStatements<'c> {
     known: rusqlite::CachedStatement<'c>,
     recent: rusqlite::CachedStatement<'c>,
     insert: rusqlite::CachedStatement<'c>,
+    insert_many: rusqlite::CachedStatement<'c>,
 }
+
+/// The columns of a new event's row, in the order [`EventStatements::bind_row`] binds them.
+const EVENT_COLUMNS: &str =
+    "event_id, state, held, kind, session_id, occurred_at, received_at, policy_id, bytes, body";
+const EVENT_VALUES: usize = 10;
+
+/// Rows one multi-row insert carries. Every execution of an insert opens a cursor on the table and on
+/// each of its indexes, reads and writes the table's AUTOINCREMENT counter, and resets the statement;
+/// a statement of many rows does that once for all of them (see docs/performance.md, "The writer's
+/// side").
+pub(crate) const ROWS_PER_INSERT: usize = 32;
+
+/// `INSERT INTO events (…) VALUES (?, …), … ` for `rows` rows.
+fn insert_sql(rows: usize) -> String {
+    let row = format!("({})", ["?"; EVENT_VALUES].join(", "));
+    format!(
+        "INSERT INTO events ({EVENT_COLUMNS}) VALUES {}",
+        vec![row.as_str(); rows].join(", ")
+    )
+}
+
+static INSERT_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| insert_sql(1));
+static INSERT_MANY: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| insert_sql(ROWS_PER_INSERT));
 
 impl<'c> EventStatements<'c> {
     pub(crate) fn prepare(conn: &'c rusqlite::Connection) -> rusqlite::Result<EventStatements<'c>> {
@@ -254,18 +294,69 @@ impl<'c> EventStatements<'c> {
             recent: conn.prepare_cached(
                 "INSERT OR IGNORE INTO dedup_recent (occurred_at, event_id) VALUES (?1, ?2)",
             )?,
-            insert: conn.prepare_cached(
-                "INSERT INTO events
-                    (event_id, state, held, kind, session_id, occurred_at, received_at, policy_id, bytes,
-                     body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?,
+            insert: conn.prepare_cached(&INSERT_ONE)?,
+            insert_many: conn.prepare_cached(&INSERT_MANY)?,
         })
     }
+
+    /// Inserts the rows of `events` (their keys claimed, [`try_claim_key`]), in order: whole chunks of
+    /// [`ROWS_PER_INSERT`] by the multi-row statement, the rest one by one.
+    pub(crate) fn insert_rows(
+        &mut self,
+        ctx: &Ctx<'_>,
+        events: &[&PreparedEvent],
+    ) -> rusqlite::Result<()> {
+        let mut chunks = events.chunks_exact(ROWS_PER_INSERT);
+        for chunk in &mut chunks {
+            for (row, e) in chunk.iter().enumerate() {
+                bind_row(&mut self.insert_many, row * EVENT_VALUES, ctx, e)?;
+            }
+            self.insert_many.raw_execute()?;
+        }
+        for e in chunks.remainder() {
+            bind_row(&mut self.insert, 0, ctx, e)?;
+            self.insert.raw_execute()?;
+        }
+        Ok(())
+    }
+}
+
+/// Binds `e`'s row at parameters `at + 1 ..= at + EVENT_VALUES` ([`EVENT_COLUMNS`]).
+fn bind_row(
+    stmt: &mut rusqlite::Statement<'_>,
+    at: usize,
+    ctx: &Ctx<'_>,
+    e: &PreparedEvent,
+) -> rusqlite::Result<()> {
+    stmt.raw_bind_parameter(at + 1, e.event_id.as_bytes().as_slice())?;
+    stmt.raw_bind_parameter(at + 2, state::PENDING)?;
+    stmt.raw_bind_parameter(at + 3, i64::from(!ctx.sync_enabled))?;
+    stmt.raw_bind_parameter(at + 4, e.kind.as_str())?;
+    stmt.raw_bind_parameter(at + 5, e.session_id.as_deref())?;
+    stmt.raw_bind_parameter(at + 6, e.occurred_at_ms)?;
+    stmt.raw_bind_parameter(at + 7, ctx.now_ms)?;
+    stmt.raw_bind_parameter(at + 8, ctx.state.policy_id)?;
+    stmt.raw_bind_parameter(at + 9, e.body.len() as i64)?;
+    stmt.raw_bind_parameter(at + 10, e.body.as_str())?;
+    Ok(())
 }
 
 /// Inserts one event; false when its id is already in the outbox (a duplicate).
 pub(crate) fn try_insert_event(
+    ctx: &mut Ctx<'_>,
+    statements: &mut EventStatements<'_>,
+    e: &PreparedEvent,
+) -> rusqlite::Result<bool> {
+    if !try_claim_key(ctx, statements, e)? {
+        return Ok(false);
+    }
+    statements.insert_rows(ctx, &[e])?;
+    try_record_new(ctx, e)?;
+    Ok(true)
+}
+
+/// Claims `e`'s dedup key: false when it is already in the outbox (a duplicate).
+fn try_claim_key(
     ctx: &mut Ctx<'_>,
     statements: &mut EventStatements<'_>,
     e: &PreparedEvent,
@@ -278,34 +369,30 @@ pub(crate) fn try_insert_event(
         Some(max) if e.occurred_at_ms <= max => statements.known.exists(key)?,
         _ => false,
     };
-    if known || statements.recent.execute(key)? == 0 {
-        return Ok(false);
-    }
-    let inserted = statements.insert.execute(rusqlite::params![
-        e.event_id.as_bytes().as_slice(),
-        state::PENDING,
-        i64::from(!ctx.sync_enabled),
-        e.kind.as_str(),
-        e.session_id,
-        e.occurred_at_ms,
-        ctx.now_ms,
-        ctx.state.policy_id,
-        e.body.len() as i64,
-        e.body
-    ])? == 1;
-    if !inserted {
-        return Ok(false);
-    }
+    Ok(!known && statements.recent.execute(key)? == 1)
+}
+
+/// What a new event (its row inserted) adds: counters, its session's first sight, the group's usage,
+/// health inputs and work facts.
+fn try_record_new(ctx: &mut Ctx<'_>, e: &PreparedEvent) -> rusqlite::Result<()> {
     ctx.count(Counter::Pending, 1);
     ctx.count(Counter::PendingBytes, e.body.len() as i64);
     if let Some(session) = &e.session_id {
         sessions::try_bind_on_first_sight(ctx, session, e.parent_session_id.as_deref())?;
         if let Some((model, u)) = e.usage.as_deref() {
-            ctx.delta
-                .usage
-                .entry((session.clone(), model.clone()))
-                .or_default()
-                .add(u);
+            // Looked up by reference: names are copied only for a session or model new to the group.
+            let models = match ctx.delta.usage.get_mut(session.as_str()) {
+                Some(models) => models,
+                None => ctx.delta.usage.entry(session.clone()).or_default(),
+            };
+            match models.iter_mut().find(|(m, _)| m == model) {
+                Some((_, sum)) => sum.add(u),
+                None => {
+                    let mut sum = UsageAgg::default();
+                    sum.add(u);
+                    models.push((model.clone(), sum));
+                }
+            }
             ctx.delta
                 .usage_by_time
                 .entry(usage_time::bucket_of(e.occurred_at_ms))
@@ -313,21 +400,24 @@ pub(crate) fn try_insert_event(
                 .add(u);
         }
         if let Some(i) = &e.status {
-            ctx.delta
-                .status
-                .entry(session.clone())
-                .or_default()
-                .push((**i).clone());
+            push_shared(&mut ctx.delta.status, session, i);
         }
         if let Some(f) = &e.work {
-            ctx.delta
-                .work
-                .entry(session.clone())
-                .or_default()
-                .push((**f).clone());
+            push_shared(&mut ctx.delta.work, session, f);
         }
     }
-    Ok(true)
+    Ok(())
+}
+
+/// Appends `item` (shared with its event, not copied) to `session`'s list; the session's name is copied
+/// only for its first item in the group.
+fn push_shared<T>(map: &mut BTreeMap<String, Vec<Arc<T>>>, session: &str, item: &Arc<T>) {
+    match map.get_mut(session) {
+        Some(list) => list.push(Arc::clone(item)),
+        None => {
+            map.insert(session.to_owned(), vec![Arc::clone(item)]);
+        }
+    }
 }
 
 /// The latest event time in `dedup_keys`, read at the group's first insert. It stays true for the whole

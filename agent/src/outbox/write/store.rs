@@ -155,7 +155,11 @@ pub(crate) fn flush_delta(
             first_at = min(first_at, ?16), last_at = max(last_at, ?17),
             tool_duration_ms = tool_duration_ms + ?18",
     )?;
-    for ((session, model), u) in &delta.usage {
+    for (session, model, u) in delta
+        .usage
+        .iter()
+        .flat_map(|(s, models)| models.iter().map(move |(m, u)| (s, m, u)))
+    {
         usage.execute(params![
             session,
             model,

@@ -256,7 +256,7 @@ impl Writer {
             &mut self.state.journal,
         )?;
         let touched: std::collections::BTreeSet<&str> =
-            delta.usage.keys().map(|(s, _)| s.as_str()).collect();
+            delta.usage.keys().map(String::as_str).collect();
         self.stream_due =
             crate::outbox::record::live::flush(&tx, touched, &delta.trackers, now_ms)?;
         let used = store::used_bytes(&tx)?;
