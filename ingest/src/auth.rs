@@ -418,4 +418,38 @@ mod tests {
         std::thread::sleep(Duration::from_millis(150));
         assert!(guard.admit_key(&key).is_ok());
     }
+
+    #[test]
+    fn the_guards_debug_form_shows_counts_and_no_token() {
+        let guard = TokenGuard::new(Duration::from_secs(30), 10.0, 2.0);
+        guard.admit_key(&hash_token("apy_secret")).unwrap();
+        assert_eq!(format!("{guard:?}"), "TokenGuard { cached: 0, buckets: 1 }");
+    }
+
+    #[test]
+    fn full_buckets_are_dropped_only_once_the_limiter_holds_its_most_keys() {
+        // Burst 1, one request a millisecond: a bucket is full again a millisecond after its request.
+        let guard = TokenGuard::new(Duration::from_secs(30), 1000.0, 1.0);
+        guard.admit_key(&[1; 32]).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        guard.admit_key(&[2; 32]).unwrap();
+        assert_eq!(
+            guard.buckets.len(),
+            2,
+            "below the bound a request does not scan every key to drop the full buckets"
+        );
+        for i in 2..MAX_ENTRIES {
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&i.to_le_bytes());
+            guard.admit_key(&key).unwrap();
+        }
+        assert_eq!(guard.buckets.len(), MAX_ENTRIES as usize);
+        std::thread::sleep(Duration::from_millis(5));
+        guard.admit_key(&[3; 32]).unwrap();
+        assert_eq!(
+            guard.buckets.len(),
+            1,
+            "past the bound the full buckets are dropped, the new key kept"
+        );
+    }
 }

@@ -101,6 +101,73 @@ async fn the_rate_limit_answers_429_with_retry_after(pool: sqlx::PgPool) {
     );
 }
 
+/// Unknown tokens spend their client address's allowance of failed authentications
+/// (`auth_failure_burst`); once it is spent, every request from that address that needs a token
+/// checked is answered 429 with `Retry-After` before any lookup, a valid token's too.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_address_sending_unknown_tokens_is_throttled_before_any_lookup(pool: sqlx::PgPool) {
+    let settings = apiary_ingest::config::IngestSettings {
+        auth_failure_burst: 2.0,
+        auth_failures_per_sec: 0.01,
+        ..test_settings()
+    };
+    let app = spawn_app_with(pool, settings).await;
+    let t = app.tenant("acme").await;
+    assert_eq!(app.get(&t.read, "/v1/devices").await.0, StatusCode::OK);
+    for i in 0..2 {
+        let unknown = format!("apy_{i:064x}");
+        let (s, v) = app.get(&unknown, "/v1/devices").await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "failure {i} of the burst: {v}");
+    }
+    for token in [format!("apy_{:064x}", 2), t.read.clone()] {
+        let r = app
+            .client
+            .get(format!("{}/v1/devices", app.base))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "the address has spent its failures, yet {token} was looked up"
+        );
+        let retry: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(retry >= 1, "{retry}");
+    }
+}
+
+/// A bearer value longer than any token (tokens are 68 characters; more than 200 is refused) is
+/// answered 401 at once: no lookup, so it spends nothing of its address's allowance of failures.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_bearer_value_too_long_to_be_a_token_is_refused_without_a_lookup(pool: sqlx::PgPool) {
+    let settings = apiary_ingest::config::IngestSettings {
+        auth_failure_burst: 1.0,
+        auth_failures_per_sec: 0.01,
+        ..test_settings()
+    };
+    let app = spawn_app_with(pool, settings).await;
+    let t = app.tenant("acme").await;
+    let too_long = format!("apy_{}", "0".repeat(300));
+    for i in 0..3 {
+        let (s, v) = app.get(&too_long, "/v1/devices").await;
+        assert_eq!(
+            s,
+            StatusCode::UNAUTHORIZED,
+            "attempt {i}: an over-long value was looked up and spent the address's failures: {v}"
+        );
+    }
+    assert_eq!(
+        app.get(&t.read, "/v1/devices").await.0,
+        StatusCode::OK,
+        "the address keeps its allowance"
+    );
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn shutdown_stops_the_server(pool: sqlx::PgPool) {
     let app = apiary_ingest::startup::Application::build(test_settings(), pool)
