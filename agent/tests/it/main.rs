@@ -23,5 +23,6 @@ mod tail_bad_input;
 mod tail_fixture;
 mod tail_follow;
 mod tail_restart;
+mod usage;
 mod wal;
 mod work_model;

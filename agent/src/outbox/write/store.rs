@@ -145,7 +145,6 @@ pub(crate) fn flush_delta(
             tool_calls, tool_errors, events, first_at, last_at, tool_duration_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
          ON CONFLICT(session_id, model) DO UPDATE SET
-            parent_session_id = coalesce(parent_session_id, ?3),
             llm_calls = llm_calls + ?4, input_tokens = input_tokens + ?5, output_tokens = output_tokens + ?6,
             cached_tokens = cached_tokens + ?7, cache_creation_tokens = cache_creation_tokens + ?8,
             cost_nanos = cost_nanos + ?9, unpriced_turns = unpriced_turns + ?10,
@@ -154,6 +153,10 @@ pub(crate) fn flush_delta(
             tool_errors = tool_errors + ?14, events = events + ?15,
             first_at = min(first_at, ?16), last_at = max(last_at, ?17),
             tool_duration_ms = tool_duration_ms + ?18",
+    )?;
+    let mut adopt_parent = conn.prepare_cached(
+        "UPDATE usage SET parent_session_id = ?3
+         WHERE session_id = ?1 AND model = ?2 AND parent_session_id IS NULL",
     )?;
     for (session, model, u) in delta
         .usage
@@ -180,6 +183,11 @@ pub(crate) fn flush_delta(
             u.last_at,
             u.tool_duration_ms
         ])?;
+        if u.parent_session_id.is_some() {
+            // Apart from the upsert: a column it sets is rewritten in `usage_parent` for every row it
+            // updates, parent or not; this statement changes a row only when its parent is missing.
+            adopt_parent.execute(params![session, model, u.parent_session_id])?;
+        }
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
     crate::outbox::record::usage_time::flush(conn, &delta.usage_by_time, now_ms)?;
