@@ -4,10 +4,11 @@
 //! canonical) without building values, and refuses a body of more than `intake.max_events` outright.
 //! Each event is then parsed on its own: a durable Hive line in one pass that builds only what the policy
 //! can keep ([`apiary_schema::line`]), any other event into a JSON value, processed
-//! ([`apiary_schema::process_owned`]: classify, adapt, redact) and dropped, so at most one event's value is
-//! alive at a time. An event longer than `intake.max_line_bytes` is an error without being parsed;
-//! invalid UTF-8, bad JSON and nesting deeper than 128 levels are errors too. A line the pipeline filters by its type alone (deltas, chatty
-//! types) is only skimmed ([`sniff_filtered`]): no value is built for it.
+//! ([`apiary_schema::process_owned`]: classify, adapt, redact) and dropped, so at most one event's value
+//! is alive at a time. An event longer than `intake.max_line_bytes` is an error without being parsed;
+//! invalid UTF-8, bad JSON and nesting deeper than 128 levels are errors too. A line the pipeline filters
+//! by its type alone (deltas, chatty types) is only skimmed ([`sniff_filtered`]): no value is built for
+//! it.
 //!
 //! Unreadable events are received and rejected: the first [`MAX_DEAD_LETTERS`] of a request each get a
 //! dead-letter row (line or index and reason, never content) and an entry in [`Parsed::errors`]; the rest

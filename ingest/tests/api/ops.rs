@@ -68,6 +68,22 @@ async fn readyz_is_503_when_migrations_are_missing(pool: sqlx::PgPool) {
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
+/// `GET /v1/devices` with `token`: the status and the `Retry-After` seconds, if any.
+async fn get_devices(app: &TestApp, token: &str) -> (StatusCode, Option<u64>) {
+    let r = app
+        .client
+        .get(format!("{}/v1/devices", app.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (r.status(), retry)
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn the_rate_limit_answers_429_with_retry_after(pool: sqlx::PgPool) {
     let settings = apiary_ingest::config::IngestSettings {
@@ -80,19 +96,9 @@ async fn the_rate_limit_answers_429_with_retry_after(pool: sqlx::PgPool) {
     for _ in 0..2 {
         assert_eq!(app.get(&t.read, "/v1/devices").await.0, StatusCode::OK);
     }
-    let r = app
-        .client
-        .get(format!("{}/v1/devices", app.base))
-        .bearer_auth(&t.read)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (status, retry) = get_devices(&app, &t.read).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry = retry.expect("a 429 says when to retry");
     assert!((1..=2).contains(&retry), "{retry}");
     // Another token has its own bucket.
     assert_eq!(
@@ -120,23 +126,13 @@ async fn an_address_sending_unknown_tokens_is_throttled_before_any_lookup(pool: 
         assert_eq!(s, StatusCode::UNAUTHORIZED, "failure {i} of the burst: {v}");
     }
     for token in [format!("apy_{:064x}", 2), t.read.clone()] {
-        let r = app
-            .client
-            .get(format!("{}/v1/devices", app.base))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap();
+        let (status, retry) = get_devices(&app, &token).await;
         assert_eq!(
-            r.status(),
+            status,
             StatusCode::TOO_MANY_REQUESTS,
             "the address has spent its failures, yet {token} was looked up"
         );
-        let retry: u64 = r.headers()["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let retry = retry.expect("a 429 says when to retry");
         assert!(retry >= 1, "{retry}");
     }
 }

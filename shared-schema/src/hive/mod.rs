@@ -440,9 +440,10 @@ pub fn parse_timestamp(raw: &str, zone: Zone) -> Result<DateTime<Utc>, AdaptErro
 
 /// Hive's usual timestamp, `YYYY-MM-DDTHH:MM:SS` (or a space for `T`) with 1 to 9 digits of a second
 /// after a dot or none, read by hand: chrono's `parse_from_str` interprets its format string on every
-/// call (3,000 of the ~60,000 instructions a kept Hive event's parse and preparation took). `None` for anything else — another shape, a leap second, a
-/// date or time that does not exist — which the format-string parse reads (or refuses) as before; where
-/// this gives a time, it is the one that parse gives (a test compares them).
+/// call (3,000 of the ~60,000 instructions a kept Hive event's parse and preparation took). `None` for
+/// anything else — another shape, a leap second, a date or time that does not exist — which the
+/// format-string parse reads (or refuses) as before; where this gives a time, it is the one that parse
+/// gives (a test compares them).
 fn naive_plain(raw: &str) -> Option<NaiveDateTime> {
     let b = raw.as_bytes();
     if !(19..=29).contains(&b.len()) || b.len() == 20 {

@@ -342,6 +342,11 @@ mod tests {
         conn
     }
 
+    /// A group that pushed no work facts.
+    fn no_facts() -> BTreeMap<String, Vec<OwnedFact>> {
+        BTreeMap::new()
+    }
+
     fn t0() -> DateTime<Utc> {
         "2026-11-03T10:00:00Z".parse().unwrap()
     }
@@ -517,13 +522,7 @@ mod tests {
             let mut trackers = HashMap::new();
             super::super::health::flush(&conn, &status, &mut HashMap::new(), &mut trackers)
                 .unwrap();
-            append(
-                &conn,
-                &status,
-                &BTreeMap::<String, Vec<OwnedFact>>::new(),
-                journal,
-            )
-            .unwrap();
+            append(&conn, &status, &no_facts(), journal).unwrap();
             compact_due(&conn, journal, &|s| trackers.get(s).cloned(), &|_| None).unwrap();
             model.clone()
         };
@@ -549,13 +548,7 @@ mod tests {
         )]);
         let mut trackers = HashMap::new();
         super::super::health::flush(&conn, &status, &mut HashMap::new(), &mut trackers).unwrap();
-        append(
-            &conn,
-            &status,
-            &BTreeMap::<String, Vec<OwnedFact>>::new(),
-            &mut journal,
-        )
-        .unwrap();
+        append(&conn, &status, &no_facts(), &mut journal).unwrap();
         compact_due(&conn, &mut journal, &|s| trackers.get(s).cloned(), &|_| {
             None
         })
@@ -588,26 +581,14 @@ mod tests {
                     (format!("s{s}"), vec![input(n)])
                 })
                 .collect();
-            append(
-                &conn,
-                &status,
-                &BTreeMap::<String, Vec<OwnedFact>>::new(),
-                &mut journal,
-            )
-            .unwrap();
+            append(&conn, &status, &no_facts(), &mut journal).unwrap();
             compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
         }
         assert!(journal.rows > 0 && journal.per_session.len() == SESSIONS);
         let status: BTreeMap<String, Vec<Input>> = (0..SESSIONS)
             .map(|s| (format!("s{s}"), vec![input(n + 1 + s as u128)]))
             .collect();
-        append(
-            &conn,
-            &status,
-            &BTreeMap::<String, Vec<OwnedFact>>::new(),
-            &mut journal,
-        )
-        .unwrap();
+        append(&conn, &status, &no_facts(), &mut journal).unwrap();
         compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
         assert_eq!(
             journal.rows, 0,
@@ -623,13 +604,7 @@ mod tests {
             if g == 0 {
                 status.insert("cold".into(), vec![input(2_000_000)]);
             }
-            append(
-                &conn,
-                &status,
-                &BTreeMap::<String, Vec<OwnedFact>>::new(),
-                &mut journal,
-            )
-            .unwrap();
+            append(&conn, &status, &no_facts(), &mut journal).unwrap();
             compact_due(&conn, &mut journal, &|_| None, &|_| None).unwrap();
         }
         assert_eq!(journal.rows, 1, "only the cold session's row is left");

@@ -261,7 +261,7 @@ pub(crate) struct EventStatements<'c> {
     insert_many: rusqlite::CachedStatement<'c>,
 }
 
-/// The columns of a new event's row, in the order [`EventStatements::bind_row`] binds them.
+/// The columns of a new event's row, in the order [`bind_row`] binds them.
 const EVENT_COLUMNS: &str =
     "event_id, state, held, kind, session_id, occurred_at, received_at, policy_id, bytes, body";
 const EVENT_VALUES: usize = 10;
@@ -270,7 +270,7 @@ const EVENT_VALUES: usize = 10;
 /// each of its indexes, reads and writes the table's AUTOINCREMENT counter, and resets the statement;
 /// a statement of many rows does that once for all of them (see docs/performance.md, "The writer's
 /// side").
-pub(crate) const ROWS_PER_INSERT: usize = 32;
+const ROWS_PER_INSERT: usize = 32;
 
 /// `INSERT INTO events (…) VALUES (?, …), … ` for `rows` rows.
 fn insert_sql(rows: usize) -> String {
