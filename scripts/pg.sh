@@ -277,6 +277,11 @@ _apiary_pg_private() {
                 echo "unix_socket_directories = ''"
             fi
             echo "max_connections = 200"
+            # Statement statistics (buffers per statement) for the write path's counts
+            # (ingest/tests/write_costs.rs), where the extension ships with the server.
+            if [ -f "$(dirname "$(readlink -f "$(command -v postgres)")")/../lib/pg_stat_statements.so" ]; then
+                echo "shared_preload_libraries = 'pg_stat_statements'"
+            fi
             if [ "$temp" = 1 ]; then
                 echo "fsync = off"
                 echo "synchronous_commit = off"

@@ -5,10 +5,16 @@
 //! 50 batches of 20 events from 50 devices, sent one after the other — it counts per 1000 events:
 //! - **statements** sqlx sent (every `sqlx::query` event: `BEGIN`/`COMMIT` included, a `COPY` once);
 //! - **WAL bytes** the cluster wrote (`pg_current_wal_insert_lsn()` before and after, after a `CHECKPOINT`
-//!   so the full-page images each first touch writes are the same every run).
+//!   so the full-page images each first touch writes are the same every run);
+//! - **buffers** the database's statements touched (shared buffer hits and reads, from
+//!   `pg_stat_statements`, which the private cluster of `scripts/pg.sh` loads; the test's own reads of
+//!   the counters left out).
+//!
+//! The instructions the ingest process spends on the same mix are counted by
+//! `scripts/ingest-path-guard.sh` (`ingest/benches/write_path.rs`).
 //!
 //! The check fails when a figure rises past the baseline by more than its tolerance (statements 2%, WAL
-//! bytes 5%; run to run they differ by about 1%), and when one falls below it by more than that too (so a gain is recorded and cannot hide a
+//! bytes and buffers 5%; run to run they differ by about 1%), and when one falls below it by more than that too (so a gain is recorded and cannot hide a
 //! later loss): `APIARY_WRITE_COSTS_BLESS=1` rewrites the baseline, in a commit that says why.
 //!
 //! WAL is counted for the whole cluster, so the check needs a PostgreSQL server nothing else writes to: it
@@ -100,31 +106,52 @@ async fn wal_lsn(pool: &sqlx::PgPool) -> i64 {
         .unwrap()
 }
 
-/// Statements and WAL bytes per 1000 events of `batches` sent one after the other.
-async fn measure(app: &TestApp, token: &str, batches: &[Value]) -> (f64, f64) {
+/// Shared buffers (hits and reads) the statements of this database touched so far, but for this test's
+/// own reads of the counters.
+async fn buffers(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "select coalesce(sum(shared_blks_hit + shared_blks_read), 0)::int8 from pg_stat_statements
+         where dbid = (select oid from pg_database where datname = current_database())
+           and query not like '%pg_stat_statements%' and query not like '%pg_current_wal_insert_lsn%'
+           and query not ilike 'checkpoint%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Statements, WAL bytes and buffers per 1000 events of `batches` sent one after the other.
+async fn measure(app: &TestApp, token: &str, batches: &[Value]) -> Costs {
     sqlx::query("checkpoint").execute(&app.pool).await.unwrap();
     let events: usize = batches
         .iter()
         .map(|b| b["events"].as_array().unwrap().len())
         .sum();
     let wal0 = wal_lsn(&app.pool).await;
+    let buf0 = buffers(&app.pool).await;
     let st0 = STATEMENTS.load(Ordering::Relaxed);
     for b in batches {
         let (s, v) = app.post_batch(token, b).await;
         assert_eq!(s, StatusCode::OK, "{v}");
         assert_eq!(v["rejected"], json!([]), "{v}");
     }
-    // The two reads of the LSN are statements of this test, not of the write path.
+    // The reads of the LSN and of the buffers are statements of this test, not of the write path.
     let statements = STATEMENTS.load(Ordering::Relaxed) - st0;
     let wal = wal_lsn(&app.pool).await - wal0;
+    let buffers = buffers(&app.pool).await - buf0;
     let per = 1_000.0 / events as f64;
-    (statements as f64 * per, wal as f64 * per)
+    Costs {
+        statements_per_1000: statements as f64 * per,
+        wal_bytes_per_1000: wal as f64 * per,
+        buffers_per_1000: buffers as f64 * per,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Costs {
     statements_per_1000: f64,
     wal_bytes_per_1000: f64,
+    buffers_per_1000: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -195,6 +222,10 @@ async fn the_write_path_costs_no_more_statements_or_wal_than_its_baseline(pool: 
         "APIARY_WRITE_COSTS=1 needs a private cluster nothing else writes to (APIARY_PG_FORCE_PRIVATE=1 with scripts/test.sh)"
     );
     let _ = tracing::subscriber::set_global_default(CountStatements);
+    sqlx::query("create extension if not exists pg_stat_statements")
+        .execute(&pool)
+        .await
+        .expect("pg_stat_statements: the private cluster of scripts/pg.sh loads it where the server ships it");
     let app = serve_write_path(pool).await;
     let t = app.tenant("acme").await;
     // Two hours ago, on the hour (plus ten minutes): every event falls in one hour and one day.
@@ -214,25 +245,19 @@ async fn the_write_path_costs_no_more_statements_or_wal_than_its_baseline(pool: 
         .collect();
     let small = measure(&app, &t.ingest, &small_batches).await;
     let now = Baseline {
-        large_batches: Costs {
-            statements_per_1000: large.0,
-            wal_bytes_per_1000: large.1,
-        },
-        small_batches: Costs {
-            statements_per_1000: small.0,
-            wal_bytes_per_1000: small.1,
-        },
+        large_batches: large,
+        small_batches: small,
     };
     println!("write costs per 1000 events:");
-    println!("| batches | statements | WAL bytes |");
-    println!("|---|---|---|");
+    println!("| batches | statements | WAL bytes | buffers |");
+    println!("|---|---|---|---|");
     for (name, c) in [
         ("1 × 1000 events", now.large_batches),
         ("50 × 20 events, 50 devices", now.small_batches),
     ] {
         println!(
-            "| {name} | {:.1} | {:.0} |",
-            c.statements_per_1000, c.wal_bytes_per_1000
+            "| {name} | {:.1} | {:.0} | {:.0} |",
+            c.statements_per_1000, c.wal_bytes_per_1000, c.buffers_per_1000
         );
     }
     if std::env::var("APIARY_WRITE_COSTS_BLESS").as_deref() == Ok("1") {
@@ -269,6 +294,18 @@ async fn the_write_path_costs_no_more_statements_or_wal_than_its_baseline(pool: 
             "20-event batches: WAL bytes per 1000 events",
             now.small_batches.wal_bytes_per_1000,
             base.small_batches.wal_bytes_per_1000,
+            0.05,
+        ),
+        (
+            "1000-event batches: buffers per 1000 events",
+            now.large_batches.buffers_per_1000,
+            base.large_batches.buffers_per_1000,
+            0.05,
+        ),
+        (
+            "20-event batches: buffers per 1000 events",
+            now.small_batches.buffers_per_1000,
+            base.small_batches.buffers_per_1000,
             0.05,
         ),
     ]
