@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::rollups::{daily_of, hourly_of, monthly_of, narrow_of, RollupKey, Usage};
+use crate::rollups::{daily_of, hourly_of, monthly_of, narrow_of, RollupKey, Usage, COLUMNS};
 
 /// Why an event was rejected for overflow.
 pub const REASON: &str =
@@ -38,11 +38,22 @@ pub struct Bases {
 const COARSER: [fn(&RollupKey) -> RollupKey; 4] = [hourly_of, narrow_of, daily_of, monthly_of];
 
 /// Admits events into a batch's rollup (see the module notes).
+///
+/// Most batches cannot come near the range: while the largest magnitude of any stored row's column plus
+/// the summed magnitudes of the events admitted so far stays within `i64::MAX`, no row can leave it (a
+/// row's total is its stored value plus some of those events), so an event is admitted by adding it to
+/// its 15-minute row alone. The first event that would take that bound past the range switches the
+/// batch to the exact check: the coarser rows are summed from the 15-minute rows admitted so far (all of
+/// them were admitted by the exact check too, since every row fitted), and from then on each event's five
+/// rows are checked as above.
 #[derive(Debug)]
 pub struct Fit<'a> {
     bases: &'a Bases,
     quarter: BTreeMap<RollupKey, Usage>,
-    coarser: [BTreeMap<RollupKey, Usage>; 4],
+    /// The coarser rows admitted so far, once the exact check is on (`None` while the bound holds).
+    coarser: Option<[BTreeMap<RollupKey, Usage>; 4]>,
+    /// Per column: the largest magnitude of a stored row plus the magnitudes of the admitted events.
+    bound: [i128; COLUMNS],
     rejected: Vec<Uuid>,
 }
 
@@ -57,25 +68,51 @@ fn with(base: Option<&Usage>, batch: Option<&Usage>, u: &Usage) -> Usage {
 
 impl<'a> Fit<'a> {
     pub fn new(bases: &'a Bases) -> Fit<'a> {
+        let mut bound = [0i128; COLUMNS];
+        for row in std::iter::once(&bases.quarter)
+            .chain(&bases.coarser)
+            .flat_map(BTreeMap::values)
+        {
+            for (b, v) in bound.iter_mut().zip(row.columns()) {
+                *b = (*b).max(v.saturating_abs());
+            }
+        }
         Fit {
             bases,
             quarter: BTreeMap::new(),
-            coarser: Default::default(),
+            coarser: None,
+            bound,
             rejected: vec![],
         }
     }
 
     /// Adds the event's usage to its row, or records it as rejected when a row would overflow.
     pub fn add(&mut self, key: RollupKey, usage: &Usage, event_id: Uuid) {
+        let coarser = match &mut self.coarser {
+            Some(coarser) => coarser,
+            None => {
+                let mut next = self.bound;
+                for (b, v) in next.iter_mut().zip(usage.columns()) {
+                    *b = b.saturating_add(v.saturating_abs());
+                }
+                if next.iter().all(|b| *b <= i128::from(i64::MAX)) {
+                    self.bound = next;
+                    self.quarter.entry(key).or_default().add(usage);
+                    return;
+                }
+                let mut coarser: [BTreeMap<RollupKey, Usage>; 4] = Default::default();
+                for (row, sum) in &self.quarter {
+                    for (rows, to) in coarser.iter_mut().zip(COARSER) {
+                        rows.entry(to(row)).or_default().add(sum);
+                    }
+                }
+                self.coarser.insert(coarser)
+            }
+        };
         let rows = COARSER.map(|to| to(&key));
         let fits = with(self.bases.quarter.get(&key), self.quarter.get(&key), usage).fits_row()
             && rows.iter().enumerate().all(|(i, row)| {
-                with(
-                    self.bases.coarser[i].get(row),
-                    self.coarser[i].get(row),
-                    usage,
-                )
-                .fits_row()
+                with(self.bases.coarser[i].get(row), coarser[i].get(row), usage).fits_row()
             });
         if !fits {
             self.rejected.push(event_id);
@@ -83,7 +120,7 @@ impl<'a> Fit<'a> {
         }
         self.quarter.entry(key).or_default().add(usage);
         for (i, row) in rows.into_iter().enumerate() {
-            self.coarser[i].entry(row).or_default().add(usage);
+            coarser[i].entry(row).or_default().add(usage);
         }
     }
 
@@ -307,7 +344,86 @@ mod tests {
         assert_eq!(fit.finish().unwrap_err(), vec![b]);
     }
 
+    /// The exact check alone, event by event: each of the five rows (stored + admitted + the event)
+    /// within bigint. What [`Fit`] must decide, whether or not it took the shortcut.
+    fn exact_only(
+        bases: &Bases,
+        events: &[(RollupKey, Usage, Uuid)],
+    ) -> (BTreeMap<RollupKey, Usage>, Vec<Uuid>) {
+        let mut quarter: BTreeMap<RollupKey, Usage> = BTreeMap::new();
+        let mut coarser: [BTreeMap<RollupKey, Usage>; 4] = Default::default();
+        let mut rejected = vec![];
+        for (key, usage, id) in events {
+            let rows = COARSER.map(|to| to(key));
+            let fits = with(bases.quarter.get(key), quarter.get(key), usage).fits_row()
+                && (0..4).all(|i| {
+                    with(
+                        bases.coarser[i].get(&rows[i]),
+                        coarser[i].get(&rows[i]),
+                        usage,
+                    )
+                    .fits_row()
+                });
+            if fits {
+                quarter.entry(key.clone()).or_default().add(usage);
+                for (i, row) in rows.into_iter().enumerate() {
+                    coarser[i].entry(row).or_default().add(usage);
+                }
+            } else {
+                rejected.push(*id);
+            }
+        }
+        (quarter, rejected)
+    }
+
     proptest! {
+        /// Over sessions, users, hours and days, with stored rows anywhere from empty to nearly full
+        /// and events from small to the per-event bound: the shortcut while no row can overflow, and
+        /// the switch to the exact check part-way through a batch, decide every event as the exact
+        /// check alone does.
+        #[test]
+        fn the_shortcut_decides_every_event_as_the_exact_check_does(
+            stored in proptest::collection::vec(
+                (0usize..4, 0u32..3000, 0usize..5, prop_oneof![0i128..=MAX, (MAX - 200_000_000_000_000_000)..=MAX]),
+                0..6,
+            ),
+            events in proptest::collection::vec((0usize..4, 0u32..3000, 0i128..=1_000_000_000_000_000, 0i128..=1_000_000), 1..300),
+        ) {
+            // Four keys (two sessions of one user, a session of another, an empty session) at minutes
+            // spread over two days.
+            let at = |k: usize, minute: u32| RollupKey {
+                user_id: if k == 2 { "v".into() } else { "u".into() },
+                session_id: ["s", "s2", "s3", ""][k].into(),
+                ..key(minute)
+            };
+            let mut bases = Bases::default();
+            for (k, minute, row, nanos) in stored {
+                let q = at(k, minute);
+                match row {
+                    0 => bases.quarter.insert(q, cost(nanos)),
+                    r => bases.coarser[r - 1].insert(COARSER[r - 1](&q), cost(nanos)),
+                };
+            }
+            let events: Vec<(RollupKey, Usage, Uuid)> = events
+                .into_iter()
+                .map(|(k, minute, nanos, tokens)| {
+                    (at(k, minute), Usage { input_tokens: tokens, ..cost(nanos) }, Uuid::new_v4())
+                })
+                .collect();
+            let mut fit = Fit::new(&bases);
+            for (key, usage, id) in &events {
+                fit.add(key.clone(), usage, *id);
+            }
+            let (want_rows, want_rejected) = exact_only(&bases, &events);
+            match fit.finish() {
+                Ok(rows) => {
+                    prop_assert!(want_rejected.is_empty(), "rejected by the exact check: {want_rejected:?}");
+                    prop_assert_eq!(rows, want_rows);
+                }
+                Err(rejected) => prop_assert_eq!(rejected, want_rejected),
+            }
+        }
+
         /// Whatever the stored totals and the events (each within the per-event bounds), the admitted
         /// rows and their hourly, daily and monthly sums stay within bigint, and an event is rejected
         /// only when it would not have fit.
