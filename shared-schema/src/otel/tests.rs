@@ -1,6 +1,7 @@
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
@@ -527,4 +528,460 @@ fn values_the_ingest_would_refuse_are_rejected_at_intake() {
             "{what}: {results:?}"
         );
     }
+}
+
+/// The canonical events the adapter makes of `request`, before the policy (rejected and filtered
+/// records left out).
+fn mapped(request: &Request) -> Vec<crate::event::CanonicalEvent> {
+    map_request(request)
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One log record of a resource whose `service.name` is `service`.
+fn logs_of(service: &str, record: LogRecord) -> Request {
+    Request::Logs(ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            resource: Some(Resource {
+                attributes: vec![s("service.name", service)],
+                ..Resource::default()
+            }),
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![record],
+                ..ScopeLogs::default()
+            }],
+            ..ResourceLogs::default()
+        }],
+    })
+}
+
+/// The one event the adapter makes of `request` (failing with the record it made instead).
+fn only_event(request: &Request) -> crate::event::CanonicalEvent {
+    match &map_request(request)[..] {
+        [Record::Event(e)] => e.clone(),
+        other => panic!("not one event: {other:?}"),
+    }
+}
+
+fn d(key: &str, v: f64) -> KeyValue {
+    kv(key, any_value::Value::DoubleValue(v))
+}
+
+#[test]
+fn claude_code_event_ids_never_change_between_releases() {
+    // Stored events are deduplicated by id: a release that derived them differently would store every
+    // record re-sent across the upgrade a second time. api_request and api_error are identified by
+    // their request_id, tool_result by its tool_use_id.
+    let ids: Vec<String> = kept(&claude_logs())
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap().to_string())
+        .collect();
+    // UUID v5 in OTEL_NAMESPACE of `claude_code`, the event name, `request` or `tool`, and the id.
+    assert_eq!(
+        ids,
+        [
+            "2080a996-88ef-5865-b2de-dcc18f3f358b",
+            "255c53e0-ad09-552b-96f7-716a41434e31",
+            "eb32e299-1ccb-5e47-ac64-4f30ef68a6c0",
+            "2db73728-030d-5877-8282-3e6cc40c4e5c",
+            "eb005b75-eb18-557c-acf0-6a92535c3478",
+        ]
+    );
+}
+
+#[test]
+fn a_claude_code_record_is_recognised_by_its_event_name_field_alone() {
+    let record = LogRecord {
+        time_unix_nano: 1_793_700_000_000_000_000,
+        event_name: "claude_code.api_request".into(),
+        attributes: vec![s("session.id", "s-1"), s("request_id", "req_1")],
+        ..LogRecord::default()
+    };
+    let event = only_event(&logs_of("some-collector", record));
+    assert_eq!(event.native_type, "claude_code.api_request");
+}
+
+#[test]
+fn a_short_event_name_attribute_is_claude_codes_only_from_the_claude_code_service() {
+    let record = LogRecord {
+        time_unix_nano: 1_793_700_000_000_000_000,
+        attributes: vec![s("event.name", "api_request"), s("session.id", "s-1")],
+        ..LogRecord::default()
+    };
+    let ours = only_event(&logs_of("claude-code", record.clone()));
+    assert_eq!(ours.native_type, "claude_code.api_request");
+    assert_eq!(
+        map_request(&logs_of("travel-agent", record)),
+        [Record::Filtered {
+            native_type: "otel.log".into(),
+            reason: crate::hive::FilterReason::NotDurable,
+        }]
+    );
+}
+
+#[test]
+fn a_tool_result_is_an_error_only_when_success_says_false() {
+    let t0 = 1_793_700_000_000_000_000u64;
+    let is_error = |success: Option<KeyValue>| {
+        let req = claude_record("tool_result", "s-1", t0, success.into_iter().collect());
+        only_event(&req).data["is_error"].clone()
+    };
+    assert_eq!(is_error(Some(s("success", "true"))), json!(false));
+    assert_eq!(
+        is_error(Some(kv("success", any_value::Value::BoolValue(true)))),
+        json!(false)
+    );
+    assert_eq!(is_error(None), json!(false));
+    assert_eq!(is_error(Some(s("success", "false"))), json!(true));
+    assert_eq!(
+        is_error(Some(kv("success", any_value::Value::BoolValue(false)))),
+        json!(true)
+    );
+    let odd = claude_record("tool_result", "s-1", t0, vec![s("success", "maybe")]);
+    assert_eq!(
+        map_request(&odd),
+        [Record::Rejected {
+            index: 0,
+            reason: "attribute `success` should be true or false".into(),
+        }]
+    );
+}
+
+#[test]
+fn an_api_refusal_becomes_a_refusal_signal() {
+    let req = claude_record(
+        "api_refusal",
+        "s-1",
+        1_793_700_000_000_000_000,
+        vec![s("request_id", "req_1"), i("attempt", 2)],
+    );
+    let event = only_event(&req);
+    assert_eq!(event.kind, EventKind::HealthSignal);
+    assert_eq!(
+        Value::Object(event.data),
+        json!({"signal": "refusal", "attempt": 2})
+    );
+}
+
+#[test]
+fn a_claude_code_cost_sent_as_an_integer_is_read() {
+    let req = claude_record(
+        "api_request",
+        "s-1",
+        1_793_700_000_000_000_000,
+        vec![
+            s("request_id", "req_1"),
+            i("cost_usd", 2),
+            i("output_tokens", 10),
+        ],
+    );
+    let data = &only_event(&req).data;
+    assert_eq!(
+        (&data["cost_usd"], &data["cost_source"]),
+        (&json!(2.0), &json!("reported"))
+    );
+}
+
+#[test]
+fn a_zero_cost_with_tokens_is_unreported_and_without_tokens_reported() {
+    // A turn that used tokens has a price; a cost of 0 for it says the producer did not know it.
+    let t0 = 1_793_700_000_000_000_000u64;
+    let claude = |tokens: Vec<KeyValue>| {
+        let mut attrs = vec![s("request_id", "req_1"), s("cost_usd", "0")];
+        attrs.extend(tokens);
+        only_event(&claude_record("api_request", "s-1", t0, attrs)).data["cost_source"].clone()
+    };
+    assert_eq!(
+        claude(vec![i("input_tokens", 7), i("output_tokens", 7)]),
+        "unreported"
+    );
+    assert_eq!(claude(vec![i("output_tokens", 5)]), "unreported");
+    assert_eq!(claude(vec![]), "reported");
+    let genai = |tokens: Vec<KeyValue>| {
+        let mut attrs = vec![
+            s("gen_ai.operation.name", "chat"),
+            d("gen_ai.usage.cost", 0.0),
+        ];
+        attrs.extend(tokens);
+        only_event(&traces(vec![span(1, attrs, false)])).data["cost_source"].clone()
+    };
+    assert_eq!(
+        genai(vec![i("gen_ai.usage.output_tokens", 5)]),
+        "unreported"
+    );
+    assert_eq!(genai(vec![]), "reported");
+}
+
+#[test]
+fn a_span_without_a_start_time_has_no_duration() {
+    let mut chat = span(1, vec![s("gen_ai.operation.name", "chat")], false);
+    chat.start_time_unix_nano = 0;
+    let mut tool = span(2, vec![s("gen_ai.operation.name", "execute_tool")], false);
+    tool.start_time_unix_nano = 0;
+    let events = mapped(&traces(vec![chat, tool]));
+    assert_eq!(events.len(), 2);
+    assert_eq!(
+        events[0].data.get("latency_ms"),
+        None,
+        "{:?}",
+        events[0].data
+    );
+    assert_eq!(
+        events[1].data.get("duration_ms"),
+        None,
+        "{:?}",
+        events[1].data
+    );
+}
+
+#[test]
+fn a_span_session_is_an_integer_conversation_id_written_out_and_never_an_empty_one() {
+    let numbered = span(
+        1,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            i("gen_ai.conversation.id", 42),
+        ],
+        false,
+    );
+    let empty = span(
+        2,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            s("gen_ai.conversation.id", ""),
+            s("session.id", "s-7"),
+        ],
+        false,
+    );
+    let sessions: Vec<Option<String>> = mapped(&traces(vec![numbered, empty]))
+        .into_iter()
+        .map(|e| e.session_id)
+        .collect();
+    assert_eq!(sessions, [Some("42".into()), Some("s-7".into())]);
+}
+
+#[test]
+fn a_token_count_sent_as_a_double_is_read_only_when_it_is_a_whole_number_below_10_to_the_18() {
+    use any_value::Value::DoubleValue;
+    // JavaScript SDKs send every number as a double.
+    let chat = span(
+        1,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            d("gen_ai.usage.input_tokens", 12.0),
+        ],
+        false,
+    );
+    assert_eq!(only_event(&traces(vec![chat])).data["input_tokens"], 12);
+    assert_eq!(attrs::count(&DoubleValue(12.0)), Some(12));
+    assert_eq!(attrs::count(&DoubleValue(0.0)), Some(0));
+    assert_eq!(
+        attrs::count(&DoubleValue(999_999_999_999_999_872.0)),
+        Some(999_999_999_999_999_872)
+    );
+    for refused in [1.5, -3.0, 1e18, f64::NAN, f64::INFINITY] {
+        assert_eq!(attrs::count(&DoubleValue(refused)), None, "{refused}");
+    }
+    let fractional = span(
+        2,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            d("gen_ai.usage.output_tokens", 1.5),
+        ],
+        false,
+    );
+    assert_eq!(
+        map_request(&traces(vec![fractional])),
+        [Record::Rejected {
+            index: 0,
+            reason: "attribute `gen_ai.usage.output_tokens` should be a non-negative integer"
+                .into(),
+        }]
+    );
+}
+
+#[test]
+fn an_input_exactly_the_size_of_its_cache_already_holds_it() {
+    assert_eq!(genai::inclusive_input(20_000, 18_000, 2_000), 20_000);
+}
+
+#[test]
+fn a_body_over_its_record_bound_names_the_records_and_one_at_the_bound_is_decoded() {
+    let Request::Traces(t) = traces(vec![
+        span(1, vec![], false),
+        span(2, vec![], false),
+        span(3, vec![], false),
+    ]) else {
+        unreachable!()
+    };
+    let body = t.encode_to_vec();
+    let at = |max_records| Bounds {
+        max_records,
+        max_nested: 1_000,
+    };
+    assert_eq!(
+        decode(Signal::Traces, Encoding::Protobuf, &body, at(2))
+            .unwrap_err()
+            .to_string(),
+        "the body holds more than 2 spans; send smaller exports"
+    );
+    assert!(decode(Signal::Traces, Encoding::Protobuf, &body, at(3)).is_ok());
+    let logs = decode(Signal::Logs, Encoding::Json, CLAUDE_JSON.as_bytes(), at(5));
+    assert_eq!(
+        logs.unwrap_err().to_string(),
+        "the body holds more than 5 log records; send smaller exports"
+    );
+}
+
+#[test]
+fn a_json_body_with_exactly_its_bound_of_containers_is_decoded() {
+    assert_eq!(wire::count_containers(b"[[]]", 2), Some(2));
+    assert_eq!(wire::count_containers(b"[[]]", 1), None);
+    let body = br#"{"resourceSpans": []}"#;
+    let bounds = Bounds {
+        max_records: 10,
+        max_nested: 2,
+    };
+    assert!(decode(Signal::Traces, Encoding::Json, body, bounds).is_ok());
+}
+
+#[test]
+fn containers_after_an_escaped_quote_in_a_json_string_are_counted() {
+    assert_eq!(
+        wire::count_containers(br#"[{"k": "say \"hi\""}, [], {}]"#, 10),
+        Some(4)
+    );
+}
+
+#[test]
+fn spans_holding_varints_fixed64s_or_fixed32s_are_counted_as_messages() {
+    let one_span = |s: Span| ScopeSpans {
+        spans: vec![s],
+        ..ScopeSpans::default()
+    };
+    for (what, s) in [
+        (
+            "kind (varint)",
+            Span {
+                kind: 3,
+                ..Span::default()
+            },
+        ),
+        (
+            "start time (fixed64)",
+            Span {
+                start_time_unix_nano: 7,
+                ..Span::default()
+            },
+        ),
+        (
+            "flags (fixed32)",
+            Span {
+                flags: 1,
+                ..Span::default()
+            },
+        ),
+    ] {
+        let body = one_span(s).encode_to_vec();
+        assert_eq!(wire::count_messages(&body, 10), Some(1), "{what}");
+    }
+}
+
+#[test]
+fn bytes_starting_with_field_number_zero_are_not_counted_as_a_message() {
+    // Field 1, 5 bytes: a key of field 0 (fixed32) and four bytes. Field numbers start at 1.
+    assert_eq!(
+        wire::count_messages(&[0x0a, 5, 0x05, 1, 2, 3, 4], 10),
+        Some(0)
+    );
+    assert_eq!(
+        wire::count_messages(&[0x0a, 5, 0x0d, 1, 2, 3, 4], 10),
+        Some(1)
+    );
+}
+
+#[test]
+fn nested_messages_are_counted_down_to_32_levels_and_no_further() {
+    let nest = |levels: usize| {
+        let mut body: Vec<u8> = vec![];
+        for _ in 0..levels {
+            let mut outer = vec![0x0a, body.len() as u8];
+            outer.extend(body);
+            body = outer;
+        }
+        body
+    };
+    assert_eq!(wire::count_messages(&nest(10), 100), Some(10));
+    assert_eq!(wire::count_messages(&nest(32), 100), Some(32));
+    assert_eq!(wire::count_messages(&nest(40), 100), Some(32));
+}
+
+#[test]
+fn an_attribute_holding_an_array_counts_each_value_as_a_message() {
+    // An attribute holding an array of 50 ints: the AnyValue, its ArrayValue and the 50 AnyValues
+    // inside (each an int, a varint field).
+    let ints = (0..50)
+        .map(|n| AnyValue {
+            value: Some(any_value::Value::IntValue(n)),
+        })
+        .collect();
+    let attr = kv(
+        "ids",
+        any_value::Value::ArrayValue(ArrayValue { values: ints }),
+    );
+    let body = attr.encode_to_vec();
+    assert_eq!(wire::count_messages(&body, 1_000), Some(52));
+}
+
+#[test]
+fn a_response_carries_partial_success_when_records_were_rejected_or_there_is_a_warning() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+    let rejected = wire::encode_response(Signal::Traces, Encoding::Protobuf, 3, "");
+    let partial = ExportTraceServiceResponse::decode(&rejected[..])
+        .unwrap()
+        .partial_success
+        .expect("partial_success when records were rejected");
+    assert_eq!(
+        (partial.rejected_spans, partial.error_message.as_str()),
+        (3, "")
+    );
+    let j: Value = serde_json::from_slice(&wire::encode_response(
+        Signal::Traces,
+        Encoding::Json,
+        3,
+        "",
+    ))
+    .unwrap();
+    assert_eq!(
+        j,
+        json!({"partialSuccess": {"rejectedSpans": "3", "errorMessage": ""}})
+    );
+    let warning = wire::encode_response(Signal::Traces, Encoding::Protobuf, 0, "slow down");
+    let partial = ExportTraceServiceResponse::decode(&warning[..])
+        .unwrap()
+        .partial_success
+        .expect("partial_success for a warning");
+    assert_eq!(
+        (partial.rejected_spans, partial.error_message.as_str()),
+        (0, "slow down")
+    );
+}
+
+#[test]
+fn an_error_response_is_a_google_rpc_status_in_the_requests_encoding() {
+    let pb = wire::encode_status(Encoding::Protobuf, 8, "send smaller exports");
+    assert_eq!(
+        wire::Status::decode(&pb[..]).unwrap(),
+        wire::Status {
+            code: 8,
+            message: "send smaller exports".into(),
+        }
+    );
+    let j: Value =
+        serde_json::from_slice(&wire::encode_status(Encoding::Json, 3, "not OTLP")).unwrap();
+    assert_eq!(j, json!({"code": 3, "message": "not OTLP"}));
 }
