@@ -538,7 +538,7 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
         (operator.as_str(), StatusCode::FORBIDDEN),
         ("apy_unknown", StatusCode::UNAUTHORIZED),
     ] {
-        let (code, v) = app.get(token, "/v1/stream").await;
+        let (code, v) = refused(&app, token, "/v1/stream").await;
         assert_eq!(code, want, "{v}");
         assert!(v["error"]["code"].is_string(), "{v}");
     }
@@ -550,7 +550,7 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     for query in ["?after=yesterday", "?colour=red", "?after=1-2-3"] {
-        let (code, v) = app.get(&t.read, &format!("/v1/stream{query}")).await;
+        let (code, v) = refused(&app, &t.read, &format!("/v1/stream{query}")).await;
         assert_eq!(code, StatusCode::BAD_REQUEST, "{query}: {v}");
     }
     let r = app
@@ -678,6 +678,16 @@ async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_free
         "a closed stream's place is given back"
     );
     drop((a2, g1));
+}
+
+/// The answer to a request the stream must refuse, read whole. A stream opened instead never ends: that
+/// fails here, saying so, rather than leaving the test waiting.
+async fn refused(app: &TestApp, token: &str, path: &str) -> (StatusCode, Value) {
+    tokio::time::timeout(Duration::from_secs(10), app.get(token, path))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{path}: no complete answer within 10 s: a stream was opened where it must be refused")
+        })
 }
 
 /// Opens a stream and lets it go at once: the status, the error body when refused, `Retry-After`.
