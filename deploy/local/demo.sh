@@ -149,7 +149,10 @@ stop_recorded() { # stops what an earlier --keep-running demo left (from $RUNFIL
                     stopped=$((stopped + 1))
                 fi ;;
             pg) if [ -d "$val/data" ]; then
-                    APIARY_PG_DIR=$val "$ROOT/scripts/pg.sh" stop || echo "demo.sh: could not stop Postgres in $val" >&2
+                    # The recorded cluster, not one an outer `scripts/pg.sh start` exported (APIARY_PG_DATA
+                    # names the cluster to stop before APIARY_PG_DIR does).
+                    (unset APIARY_PG_DATA APIARY_PG_BASE && APIARY_PG_DIR=$val "$ROOT/scripts/pg.sh" stop) ||
+                        echo "demo.sh: could not stop Postgres in $val" >&2
                 fi ;;
         esac
     done <"$RUNFILE"
