@@ -219,9 +219,13 @@ info "$("$BIN/apiary-ingest" --version), $("$BIN/apiary-agent" --version)"
 # ---------------------------------------------------------------------------------------------------------
 step "Making Postgres reachable (scripts/pg.sh)"
 export APIARY_PG_DIR=${APIARY_PG_DIR:-$STATE/pg}
+# pg.sh's lines go through a file, not a pipe: a cluster it starts would inherit the pipe and hold the
+# demo's output open for as long as it runs (a reader of a --keep-running demo would never see the end).
+pg_ok=1
 # shellcheck source=../../scripts/pg.sh
-. "$ROOT/scripts/pg.sh" 2> >(sed -u 's/^/    /') || die "no PostgreSQL available (see the pg.sh lines above)"
-sleep 0.1
+. "$ROOT/scripts/pg.sh" 2>"$LOGS/pg.sh.log" || pg_ok=0
+sed 's/^/    /' "$LOGS/pg.sh.log"
+[ "$pg_ok" = 1 ] || die "no PostgreSQL available (see the pg.sh lines above)"
 if [ "${APIARY_PG_STARTED:-0}" = 1 ] || { [ "${APIARY_PG_SOURCE:-}" = private ] \
     && [ "${APIARY_PG_BASE:-}" = "$(cd "$STATE/pg" 2>/dev/null && pwd -P)" ]; }; then
     OWN_PG=1 # started now, or left running in ./.apiary/pg by an earlier --keep-running demo: ours to stop
