@@ -24,6 +24,7 @@
 #       listens on 127.0.0.1 on the first free port from 25432 (below Linux's
 #       ephemeral range, where an outgoing connection can take a probed port before the bind); unix socket inside the cluster dir.
 #       Layout of the cluster dir: data/ (PGDATA), run/ (socket), postgres.log, initdb.log.
+#       Preloads pg_stat_statements where the server ships it (the write-cost guard reads it).
 #       As root, initdb/pg_ctl run as user `postgres` (or a created system user `apiary-pg`).
 #
 # Inputs (environment):
