@@ -474,4 +474,136 @@ mod tests {
             at("2027-01-01T00:00:00Z")
         );
     }
+
+    fn sonnet_turn() -> Usage {
+        // 5250 uncached + 12000 cache reads + 1000 cache writes inside 18250 input tokens, 412 output.
+        Usage {
+            input_tokens: 18250,
+            output_tokens: 412,
+            cached_tokens: 12000,
+            cache_creation_tokens: 1000,
+            llm_calls: 1,
+            unpriced_turns: 1,
+            events: 1,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_turn_is_priced_by_the_tenants_entry_else_the_catalog_and_anything_else_is_not_priced() {
+        let at: DateTime<Utc> = "2026-11-03T10:00:00Z".parse().unwrap();
+        let model = "claude-sonnet-4-5-20250929";
+        // The shipped Sonnet 4.5 rates (USD per million): 3 input, 0.30 cache read, 3.75 for a cache
+        // write (priced as a 5-minute one), 15 output.
+        assert_eq!(
+            estimate_of(&[], model, at, &sonnet_turn()),
+            Some(5250 * 3000 + 12000 * 300 + 1000 * 3750 + 412 * 15000)
+        );
+        let tenant = apiary_schema::prices::PriceSpec {
+            id: None,
+            models: vec!["claude-sonnet-4-5*".into()],
+            from: "2026-01-01".into(),
+            until: None,
+            input: "1.00".into(),
+            output: "2.00".into(),
+            cache_read: None,
+            cache_write_5m: None,
+            cache_write_1h: None,
+            tiers: vec![],
+            source: None,
+            as_of: None,
+            note: None,
+        }
+        .check("tenant/sonnet")
+        .unwrap();
+        // Without cache rates the tenant's entry prices cache reads and writes as input.
+        assert_eq!(
+            estimate_of(&[tenant], model, at, &sonnet_turn()),
+            Some(18250 * 1000 + 412 * 2000)
+        );
+        // A tool call with the same tokens and model is not a turn; a turn without a model has no price.
+        let not_a_turn = Usage {
+            llm_calls: 0,
+            unpriced_turns: 0,
+            tool_calls: 1,
+            ..sonnet_turn()
+        };
+        assert_eq!(estimate_of(&[], model, at, &not_a_turn), None);
+        assert_eq!(estimate_of(&[], "", at, &sonnet_turn()), None);
+        // Before the catalog's first Sonnet 4.5 price, nothing prices it.
+        let before: DateTime<Utc> = "2025-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(estimate_of(&[], model, before, &sonnet_turn()), None);
+    }
+
+    fn key(bucket: &str, session: &str, model: &str) -> RollupKey {
+        RollupKey {
+            bucket: bucket.parse().unwrap(),
+            user_id: "u1".into(),
+            device_id: "d1".into(),
+            colony_id: "c1".into(),
+            session_id: session.into(),
+            model: model.into(),
+            runtime: "hive".into(),
+        }
+    }
+
+    #[test]
+    fn coarser_rows_keep_the_user_model_and_runtime_at_their_utc_hour_day_and_month() {
+        let k = key("2026-11-03T10:45:00Z", "s1", "m");
+        let narrow = |bucket: &str| RollupKey {
+            bucket: bucket.parse().unwrap(),
+            device_id: String::new(),
+            colony_id: String::new(),
+            session_id: String::new(),
+            ..k.clone()
+        };
+        assert_eq!(hourly_of(&k), key("2026-11-03T10:00:00Z", "s1", "m"));
+        assert_eq!(narrow_of(&k), narrow("2026-11-03T10:00:00Z"));
+        assert_eq!(daily_of(&k), narrow("2026-11-03T00:00:00Z"));
+        assert_eq!(monthly_of(&k), narrow("2026-11-01T00:00:00Z"));
+    }
+
+    #[test]
+    fn regrouping_sums_the_rows_that_share_a_coarser_key_and_keeps_the_others_apart() {
+        let cost = |n: i128, events: i128| Usage {
+            cost_nanos: n,
+            events,
+            ..Usage::default()
+        };
+        let rows = BTreeMap::from([
+            (key("2026-11-03T10:00:00Z", "s1", "m"), cost(1, 1)),
+            (key("2026-11-03T10:15:00Z", "s2", "m"), cost(10, 1)),
+            (key("2026-11-03T10:30:00Z", "s1", "n"), cost(100, 1)),
+            (key("2026-11-03T10:45:00Z", "s1", "m"), cost(1000, 1)),
+            (key("2026-11-03T11:00:00Z", "s1", "m"), cost(10000, 1)),
+        ]);
+        // Per hour, one session's quarters of one model meet; other sessions and models stay apart.
+        assert_eq!(
+            regroup(&rows, hourly_of),
+            BTreeMap::from([
+                (key("2026-11-03T10:00:00Z", "s1", "m"), cost(1001, 2)),
+                (key("2026-11-03T10:00:00Z", "s1", "n"), cost(100, 1)),
+                (key("2026-11-03T10:00:00Z", "s2", "m"), cost(10, 1)),
+                (key("2026-11-03T11:00:00Z", "s1", "m"), cost(10000, 1)),
+            ])
+        );
+        // Narrow, every session of a model in an hour meets.
+        assert_eq!(
+            regroup(&rows, narrow_of),
+            BTreeMap::from([
+                (
+                    narrow_of(&key("2026-11-03T10:00:00Z", "", "m")),
+                    cost(1011, 3)
+                ),
+                (
+                    narrow_of(&key("2026-11-03T10:00:00Z", "", "n")),
+                    cost(100, 1)
+                ),
+                (
+                    narrow_of(&key("2026-11-03T11:00:00Z", "", "m")),
+                    cost(10000, 1)
+                ),
+            ])
+        );
+    }
 }
