@@ -14,7 +14,8 @@
 //! `scripts/ingest-path-guard.sh` (`ingest/benches/write_path.rs`).
 //!
 //! The check fails when a figure rises past the baseline by more than its tolerance (statements 2%, WAL
-//! bytes and buffers 5%; run to run they differ by about 1%), and when one falls below it by more than that too (so a gain is recorded and cannot hide a
+//! bytes 5%, buffers 10%; run to run they differ by about 1%, but the buffers of the 20-event batches moved
+//! by up to 6% between sittings hours apart with the same code), and when one falls below it by more than that too (so a gain is recorded and cannot hide a
 //! later loss): `APIARY_WRITE_COSTS_BLESS=1` rewrites the baseline, in a commit that says why.
 //!
 //! WAL is counted for the whole cluster, so the check needs a PostgreSQL server nothing else writes to: it
@@ -300,13 +301,13 @@ async fn the_write_path_costs_no_more_statements_or_wal_than_its_baseline(pool: 
             "1000-event batches: buffers per 1000 events",
             now.large_batches.buffers_per_1000,
             base.large_batches.buffers_per_1000,
-            0.05,
+            0.10,
         ),
         (
             "20-event batches: buffers per 1000 events",
             now.small_batches.buffers_per_1000,
             base.small_batches.buffers_per_1000,
-            0.05,
+            0.10,
         ),
     ]
     .into_iter()
