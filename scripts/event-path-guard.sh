@@ -19,14 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BASELINE=agent/benches/event-path.baseline
 LINES=1000
 mode=${1:-check}
-case "$mode" in check | --print | --update) ;; *)
-    echo "usage: $0 [--update | --print]" >&2
-    exit 2
-    ;;
-esac
 
 # shellcheck source=scripts/lib/instructions.sh
 . scripts/lib/instructions.sh
+guard_mode "$mode"
 guard_valgrind
 
 # EVENT_PATH_RELEASE=1 counts the release build instead (`cargo bench`), as the performance page's
@@ -49,22 +45,5 @@ echo "  one group's commit:       $commit"
 echo "  total:                    $((parse + commit))"
 sed 's/^/  /' "$work/commit-2-out"
 
-case "$mode" in
---print)
-    exit 0
-    ;;
---update)
-    tolerance=$(awk -F= '$1 == "tolerance_percent" { print $2 }' "$BASELINE" 2>/dev/null || true)
-    {
-        echo "# Instructions per input line of the event path (scripts/event-path-guard.sh), measured by callgrind"
-        echo "# on the dev build of agent/benches/event_path.rs. It moves only in a commit that says why."
-        echo "tolerance_percent=${tolerance:-3}"
-        echo "parse=$parse"
-        echo "commit=$commit"
-    } >"$BASELINE"
-    echo "baseline written to $BASELINE"
-    exit 0
-    ;;
-esac
-
-guard_compare "$BASELINE" parse commit
+guard_finish "$mode" "$BASELINE" "Instructions per input line of the event path (scripts/event-path-guard.sh), measured by callgrind
+on the dev build of agent/benches/event_path.rs. It moves only in a commit that says why." parse commit

@@ -19,14 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BASELINE=ingest/benches/write-path.baseline
 mode=${1:-check}
-case "$mode" in check | --print | --update) ;; *)
-    echo "usage: $0 [--update | --print]" >&2
-    exit 2
-    ;;
-esac
 
 # shellcheck source=scripts/lib/instructions.sh
 . scripts/lib/instructions.sh
+guard_mode "$mode"
 guard_valgrind
 
 bin=${WRITE_PATH_BIN:-$(guard_bench_bin apiary-ingest write_path "${WRITE_PATH_RELEASE:-0}")}
@@ -46,22 +42,5 @@ echo "ingest write path, instructions of the ingest process per 1000 events:"
 echo "  one batch of 1000 events:             $large"
 echo "  50 batches of 20 events, 50 devices:  $small"
 
-case "$mode" in
---print)
-    exit 0
-    ;;
---update)
-    tolerance=$(awk -F= '$1 == "tolerance_percent" { print $2 }' "$BASELINE" 2>/dev/null || true)
-    {
-        echo "# Instructions of the ingest process per 1000 events of the batch write path (scripts/ingest-path-guard.sh),"
-        echo "# measured by callgrind on the dev build of ingest/benches/write_path.rs. It moves only in a commit that says why."
-        echo "tolerance_percent=${tolerance:-3}"
-        echo "large=$large"
-        echo "small=$small"
-    } >"$BASELINE"
-    echo "baseline written to $BASELINE"
-    exit 0
-    ;;
-esac
-
-guard_compare "$BASELINE" large small
+guard_finish "$mode" "$BASELINE" "Instructions of the ingest process per 1000 events of the batch write path (scripts/ingest-path-guard.sh),
+measured by callgrind on the dev build of ingest/benches/write_path.rs. It moves only in a commit that says why." large small

@@ -13,8 +13,9 @@
 //! what the ingest spent taking those batches: HTTP routing, decompression, parsing, validation, the token,
 //! and its side of the database's protocol (not the database's own work: that is
 //! `ingest/tests/write_costs.rs`, in statements, WAL bytes and buffers). Requests go to the router in this
-//! process (`tower::ServiceExt::oneshot`) on one thread, so the counts do not depend on how threads or
-//! sockets were scheduled. The mix is `ingest/tests/write_costs.rs`'s.
+//! process (`tower::ServiceExt::oneshot`), one at a time, on a single-threaded runtime (the body's
+//! decoding and check on its blocking pool), with no sockets of their own: the counts do not depend on
+//! how threads or sockets were scheduled. The mix is `ingest/tests/write_costs.rs`'s.
 
 use std::net::SocketAddr;
 

@@ -499,23 +499,18 @@ mod tests {
             estimate_of(&[], model, at, &sonnet_turn()),
             Some(5250 * 3000 + 12000 * 300 + 1000 * 3750 + 412 * 15000)
         );
-        let tenant = apiary_schema::prices::PriceSpec {
-            id: None,
-            models: vec!["claude-sonnet-4-5*".into()],
-            from: "2026-01-01".into(),
-            until: None,
-            input: "1.00".into(),
-            output: "2.00".into(),
-            cache_read: None,
-            cache_write_5m: None,
-            cache_write_1h: None,
-            tiers: vec![],
-            source: None,
-            as_of: None,
-            note: None,
-        }
-        .check("tenant/sonnet")
-        .unwrap();
+        let tenant = apiary_schema::prices::parse_catalog(
+            r#"
+            [[price]]
+            id = "tenant/sonnet"
+            models = ["claude-sonnet-4-5*"]
+            from = "2026-01-01"
+            input = "1.00"
+            output = "2.00"
+            "#,
+        )
+        .unwrap()
+        .remove(0);
         // Without cache rates the tenant's entry prices cache reads and writes as input.
         assert_eq!(
             estimate_of(&[tenant], model, at, &sonnet_turn()),

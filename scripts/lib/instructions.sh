@@ -7,9 +7,21 @@
 #                                          RELEASE is 1) and prints its path
 #   guard_count WORK BIN ARGS...           instructions callgrind counted over a whole run of BIN ARGS
 #                                          (its output kept in WORK/<args>.out)
+#   guard_mode MODE                        exits with the usage unless MODE is check, --print or --update
 #   guard_compare BASELINE PART...         each PART (a shell variable holding today's figure) against the
 #                                          baseline file's `PART=N` and its `tolerance_percent`; prints a
 #                                          line per part, returns 1 if any moved past the tolerance, up or down
+#   guard_finish MODE BASELINE HEADER PART...
+#                                          --print: nothing more; --update: rewrites BASELINE (HEADER's lines
+#                                          as comments, the tolerance kept, each PART=N); check: guard_compare
+
+guard_mode() {
+    case "$1" in check | --print | --update) ;; *)
+        echo "usage: $0 [--update | --print]" >&2
+        exit 2
+        ;;
+    esac
+}
 
 guard_valgrind() {
     command -v valgrind >/dev/null 2>&1 && return 0
@@ -73,4 +85,24 @@ print("%+.1f%%" % change, "FAIL" if change > tol else ("FAIL (lower: record the 
         echo "commit that says why. Cheaper: record the gain (--update), so that a later loss cannot hide in the slack." >&2
     fi
     return "$status"
+}
+
+guard_finish() {
+    local mode=$1 baseline=$2 header=$3 tolerance part
+    shift 3
+    case "$mode" in
+    --print) return 0 ;;
+    --update)
+        tolerance=$(awk -F= '$1 == "tolerance_percent" { print $2 }' "$baseline" 2>/dev/null || true)
+        {
+            printf '%s\n' "$header" | sed 's/^/# /'
+            echo "tolerance_percent=${tolerance:-3}"
+            for part in "$@"; do
+                echo "$part=${!part}"
+            done
+        } >"$baseline"
+        echo "baseline written to $baseline"
+        ;;
+    *) guard_compare "$baseline" "$@" ;;
+    esac
 }

@@ -538,7 +538,7 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
         (operator.as_str(), StatusCode::FORBIDDEN),
         ("apy_unknown", StatusCode::UNAUTHORIZED),
     ] {
-        let (code, v) = refused(&app, token, "/v1/stream").await;
+        let (code, v, _) = try_open(&app, token, "").await;
         assert_eq!(code, want, "{v}");
         assert!(v["error"]["code"].is_string(), "{v}");
     }
@@ -550,7 +550,7 @@ async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     for query in ["?after=yesterday", "?colour=red", "?after=1-2-3"] {
-        let (code, v) = refused(&app, &t.read, &format!("/v1/stream{query}")).await;
+        let (code, v, _) = try_open(&app, &t.read, query).await;
         assert_eq!(code, StatusCode::BAD_REQUEST, "{query}: {v}");
     }
     let r = app
@@ -627,7 +627,7 @@ async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_free
     let mut a2 = open(&app, &acme.read, None, "").await;
     a2.ready().await;
     // acme's third is over its tenant's limit; globex still gets one (the server has room for one more).
-    let (code, v, retry) = try_open(&app, &acme.read).await;
+    let (code, v, retry) = try_open(&app, &acme.read, "").await;
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "acme's third: {v}");
     assert_eq!(v["error"]["code"], "busy", "{v}");
     assert!(
@@ -641,7 +641,7 @@ async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_free
     let mut g1 = open(&app, &globex.read, None, "").await;
     g1.ready().await;
     // The server is full: even a tenant with no stream open is refused.
-    let (code, v, retry) = try_open(&app, &initech.read).await;
+    let (code, v, retry) = try_open(&app, &initech.read, "").await;
     assert_eq!(
         code,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -661,7 +661,7 @@ async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_free
     drop(a1);
     let mut opened = None;
     for _ in 0..200 {
-        let (code, _, _) = try_open(&app, &initech.read).await;
+        let (code, _, _) = try_open(&app, &initech.read, "").await;
         if code == StatusCode::OK {
             opened = Some(code);
             break;
@@ -680,21 +680,13 @@ async fn open_streams_are_capped_per_tenant_and_per_server_and_a_closed_one_free
     drop((a2, g1));
 }
 
-/// The answer to a request the stream must refuse, read whole. A stream opened instead never ends: that
-/// fails here, saying so, rather than leaving the test waiting.
-async fn refused(app: &TestApp, token: &str, path: &str) -> (StatusCode, Value) {
-    tokio::time::timeout(Duration::from_secs(10), app.get(token, path))
-        .await
-        .unwrap_or_else(|_| {
-            panic!("{path}: no complete answer within 10 s: a stream was opened where it must be refused")
-        })
-}
-
-/// Opens a stream and lets it go at once: the status, the error body when refused, `Retry-After`.
-async fn try_open(app: &TestApp, token: &str) -> (StatusCode, Value, Option<String>) {
+/// Opens a stream (`query`: what follows `/v1/stream`, or "") and lets it go at once: the status, the
+/// error body when refused, `Retry-After`. An opened stream is never read, so a stream opened where it
+/// must be refused fails on its status rather than leaving the test waiting on its body.
+async fn try_open(app: &TestApp, token: &str, query: &str) -> (StatusCode, Value, Option<String>) {
     let r = app
         .client
-        .get(format!("{}/v1/stream", app.base))
+        .get(format!("{}/v1/stream{query}", app.base))
         .bearer_auth(token)
         .send()
         .await
