@@ -475,7 +475,7 @@ async fn copy(pool: &PgPool, statement: &str, rows: String) -> anyhow::Result<()
 /// The derived rollups, summed from the 15-minute rows as the write path keeps them. The tool rollups,
 /// whose reads fetch heap rows (their keys carry no sums), are inserted in time order, as the write path
 /// appends them.
-const DERIVED: [&str; 7] = [
+const DERIVED: [&str; 10] = [
     "INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime,
         input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns,
         tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos,
@@ -517,6 +517,18 @@ const DERIVED: [&str; 7] = [
      SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, runtime, tool_name,
         sum(calls), sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)
      FROM tool_rollups_daily GROUP BY 1, 2, 3, 4, 5 ORDER BY 2",
+    "INSERT INTO tool_rollups_tenant_hourly
+     SELECT tenant_id, bucket, runtime, tool_name, sum(calls), sum(errors), sum(timed_calls), sum(duration_ms),
+        apiary_hist_sum(duration_hist)
+     FROM tool_rollups_hourly GROUP BY 1, 2, 3, 4 ORDER BY 2",
+    "INSERT INTO tool_rollups_tenant_daily
+     SELECT tenant_id, bucket, runtime, tool_name, sum(calls), sum(errors), sum(timed_calls), sum(duration_ms),
+        apiary_hist_sum(duration_hist)
+     FROM tool_rollups_daily GROUP BY 1, 2, 3, 4 ORDER BY 2",
+    "INSERT INTO tool_rollups_tenant_monthly
+     SELECT tenant_id, bucket, runtime, tool_name, sum(calls), sum(errors), sum(timed_calls), sum(duration_ms),
+        apiary_hist_sum(duration_hist)
+     FROM tool_rollups_monthly GROUP BY 1, 2, 3, 4 ORDER BY 2",
 ];
 
 /// Generates the fleet (see the module notes) into a fresh, migrated database.

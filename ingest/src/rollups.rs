@@ -162,6 +162,19 @@ pub fn monthly_of(k: &RollupKey) -> RollupKey {
     }
 }
 
+/// The tenant's month for a row's runtime, every user, model and tool together (only the key is empty
+/// but for the month and the runtime): no table holds it, but it bounds every row of
+/// `tool_rollups_tenant_hourly`, `_daily` and `_monthly` (`crate::tool_rollups`), so the batch writer
+/// keeps it within a bigint (`store::headroom`).
+pub fn tenant_monthly_of(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        bucket: month_of(k.bucket),
+        user_id: String::new(),
+        model: String::new(),
+        ..narrow_of(k)
+    }
+}
+
 /// Sums `rows` into the rows `to` names.
 fn regroup(
     rows: &BTreeMap<RollupKey, Usage>,

@@ -2,9 +2,11 @@
 //! 15-minute bucket × user × device × colony × session × runtime × tool name, written from the same new
 //! events as the usage rollups, in the same transaction, after them (in key order: the deadlock rule).
 //! The same rows summed without device, colony and session per UTC hour, day and month go to
-//! `tool_rollups_hourly`, `tool_rollups_daily` and `tool_rollups_monthly` in the same statement, so that
-//! a query grouped by tool (and tenant, user or runtime) reads each unit of a long range at its
-//! coarsest grain (`query::usage::split`), as the usage queries do.
+//! `tool_rollups_hourly`, `tool_rollups_daily` and `tool_rollups_monthly`, and those summed over users
+//! to `tool_rollups_tenant_hourly`, `_daily` and `_monthly`, in the same statement, so that a query
+//! grouped by tool (and tenant, user or runtime) reads each unit of a long range at its coarsest grain
+//! (`query::usage::split`), as the usage queries do, and one not grouped by user reads a row per tool
+//! and runtime rather than one per user.
 //!
 //! ## The histogram
 //! A fixed set of bucket bounds ([`DURATION_BOUNDS_MS`]): slot 0 holds 0 ms, then each slot `[lo, hi)`
@@ -28,7 +30,9 @@
 //! its durations their `tool_duration_ms`. Its sums cannot overflow: a tool row's sums are bounded by the
 //! usage row of the same bucket, session and identity (model ''), which the batch writer keeps within
 //! a bigint; a narrow tool row's (hour, day or month) by the narrow, daily or monthly usage row of the
-//! same bucket, user and runtime (model ''), which it keeps within a bigint too.
+//! same bucket, user and runtime (model ''), which it keeps within a bigint too; a tenant tool row's by
+//! the tenant's month of tool calls, errors and durations for its runtime, all users and tools
+//! together, which the batch writer keeps within a bigint for this reason alone (`store::headroom`).
 
 use std::collections::BTreeMap;
 
@@ -191,9 +195,31 @@ fn narrow(rows: &ToolRows, to: Unit) -> ToolRows {
     out
 }
 
-/// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups` and their narrow
-/// sums to `tool_rollups_hourly`, `_daily` and `_monthly`, in one statement, each in (tenant, key)
-/// order: `tenants` sorted by id and distinct.
+/// `rows` (narrow ones) summed over users: the tenant tables' key (the user empty as well). Sorted like
+/// that key.
+fn over_users(rows: &ToolRows) -> ToolRows {
+    let mut out = ToolRows::default();
+    for (k, s) in &rows.0 {
+        let key = ToolKey {
+            user_id: String::new(),
+            ..k.clone()
+        };
+        let sum = out.0.entry(key).or_default();
+        sum.calls += s.calls;
+        sum.errors += s.errors;
+        sum.timed_calls += s.timed_calls;
+        sum.duration_ms += s.duration_ms;
+        for (a, b) in sum.hist.iter_mut().zip(&s.hist) {
+            *a += b;
+        }
+    }
+    out
+}
+
+/// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups`, their narrow
+/// sums to `tool_rollups_hourly`, `_daily` and `_monthly` and those summed over users to the tenant's
+/// tables ([`TENANT_TABLES`]), in one statement, each in (tenant, key) order: `tenants` sorted by id
+/// and distinct.
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     tenants: &[(Uuid, &ToolRows)],
@@ -205,20 +231,35 @@ pub async fn upsert(
         .iter()
         .map(|(_, to)| tenants.iter().map(|(t, r)| (*t, narrow(r, *to))).collect())
         .collect();
+    let tenant_rows: Vec<Vec<(Uuid, ToolRows)>> = grains
+        .iter()
+        .map(|rows| rows.iter().map(|(t, r)| (*t, over_users(r))).collect())
+        .collect();
     let q = sqlx::query(UPSERT_SQL.as_str());
     let mut q = bind_rows(q, tenants.iter().map(|(t, r)| (*t, *r)), Key::Wide)?;
     for rows in &grains {
         q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
+    // The three tenant tables' rows in one set of arrays, each row marked with its table's grain.
+    let q = bind_rows(
+        q,
+        tenant_rows
+            .iter()
+            .enumerate()
+            .flat_map(|(g, rows)| rows.iter().map(move |(t, r)| (g as i32, *t, r))),
+        Key::Tenant,
+    )?;
     q.execute(&mut **tx).await?;
     Ok(())
 }
 
-/// The key of a tool rollup: the 15-minute table's, or the narrow one (no device, colony or session).
+/// The key of a tool rollup: the 15-minute table's, the narrow one (no device, colony or session) or
+/// the tenant's (no user either).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Key {
     Wide,
     Narrow,
+    Tenant,
 }
 
 impl Key {
@@ -234,30 +275,53 @@ impl Key {
                 "tool_name",
             ],
             Key::Narrow => &["user_id", "runtime", "tool_name"],
+            Key::Tenant => &["runtime", "tool_name"],
         }
+    }
+}
+
+/// A row as [`bind_rows`] takes it: its tenant and its rows, and for the tenant tables, whose three
+/// grains share one set of arrays, the grain (the index in [`TENANT_TABLES`]).
+trait Rows<'q> {
+    fn parts(self) -> (Option<i32>, Uuid, &'q ToolRows);
+}
+
+impl<'q> Rows<'q> for (Uuid, &'q ToolRows) {
+    fn parts(self) -> (Option<i32>, Uuid, &'q ToolRows) {
+        (None, self.0, self.1)
+    }
+}
+
+impl<'q> Rows<'q> for (i32, Uuid, &'q ToolRows) {
+    fn parts(self) -> (Option<i32>, Uuid, &'q ToolRows) {
+        (Some(self.0), self.1, self.2)
     }
 }
 
 type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
-/// Binds `tenants`' rows as the arrays of one [`upsert_sql`]: tenant, bucket, the key's columns, the
-/// four sums, where each row's histogram starts and ends (1-based, inclusive) in the next array, and the
-/// histograms without their trailing zero slots flattened into that array.
-fn bind_rows<'q>(
+/// Binds `tenants`' rows as the arrays of one [`upsert_sql`]: tenant, bucket, (for the tenant tables
+/// the grain,) the key's columns, the four sums, where each row's histogram starts and ends (1-based,
+/// inclusive) in the next array, and the histograms without their trailing zero slots flattened into
+/// that array.
+fn bind_rows<'q, R: Rows<'q>>(
     q: Query<'q>,
-    tenants: impl Iterator<Item = (Uuid, &'q ToolRows)>,
+    tenants: impl Iterator<Item = R>,
     key: Key,
 ) -> Result<Query<'q>, sqlx::Error> {
     let mut ids = Vec::new();
     let mut buckets = Vec::new();
+    let mut grains = Vec::<i32>::new();
     let mut dims: [Vec<&str>; 6] = Default::default();
     let mut nums: [Vec<i64>; 4] = Default::default();
     let (mut starts, mut ends) = (Vec::<i32>::new(), Vec::<i32>::new());
     let mut hists = Vec::new();
-    for (tenant_id, rows) in tenants {
+    for r in tenants {
+        let (grain, tenant_id, rows) = r.parts();
         for (k, s) in &rows.0 {
             ids.push(tenant_id);
             buckets.push(k.bucket);
+            grains.extend(grain);
             for (col, v) in dims.iter_mut().zip([
                 &k.user_id,
                 &k.device_id,
@@ -292,8 +356,12 @@ fn bind_rows<'q>(
     let dims = match key {
         Key::Wide => vec![users, devices, colonies, sessions, runtimes, tools],
         Key::Narrow => vec![users, runtimes, tools],
+        Key::Tenant => vec![runtimes, tools],
     };
     let mut q = q.bind(ids).bind(buckets);
+    if key == Key::Tenant {
+        q = q.bind(grains);
+    }
     for col in dims {
         q = q.bind(col);
     }
@@ -303,9 +371,9 @@ fn bind_rows<'q>(
     Ok(q.bind(starts).bind(ends).bind(hists))
 }
 
-/// The parameters one [`upsert_sql`] binds with `key`.
+/// The parameters one [`upsert_sql`] binds with `key` (the tenant tables' grain included).
 fn params(key: Key) -> usize {
-    2 + key.columns().len() + 4 + 3
+    2 + usize::from(key == Key::Tenant) + key.columns().len() + 4 + 3
 }
 
 /// The upsert into `table` with `key`'s columns, its arrays bound from `$first` on in [`bind_rows`]'
@@ -314,9 +382,16 @@ fn params(key: Key) -> usize {
 /// conflicting row cost about 2.5× as much, measured in psql; a slot one of them lacks counts 0), and
 /// not at all when the rows add no timed call.
 fn upsert_sql(table: &str, key: Key, first: usize) -> String {
+    upsert_sql_of(table, key, first, None)
+}
+
+/// [`upsert_sql`], for a tenant table the rows of `grain` only (its arrays hold the three tables').
+fn upsert_sql_of(table: &str, key: Key, first: usize, grain: Option<usize>) -> String {
     let keys = key.columns();
+    let grain_type = grain.map(|_| "int4");
     let types = ["uuid", "timestamptz"]
         .into_iter()
+        .chain(grain_type)
         .chain(keys.iter().map(|_| "text"))
         .chain(["int8"; 4])
         .chain(["int4"; 2]);
@@ -327,14 +402,18 @@ fn upsert_sql(table: &str, key: Key, first: usize) -> String {
     let hist = first + arrays.len();
     let names = keys.join(", ");
     let from_u: Vec<String> = keys.iter().map(|k| format!("u.{k}")).collect();
+    let (grain_column, only) = match grain {
+        Some(g) => ("grain, ", format!("WHERE u.grain = {g} ")),
+        None => ("", String::new()),
+    };
     format!(
         "INSERT INTO {table} AS r (tenant_id, bucket, {names}, calls, errors, timed_calls, duration_ms, \
          duration_hist) \
          SELECT u.tenant_id, u.bucket, {from_u}, u.calls, u.errors, u.timed, u.ms, \
          (${hist}::int8[])[u.hist_from : u.hist_to] \
          FROM unnest({arrays}) WITH ORDINALITY \
-         AS u(tenant_id, bucket, {names}, calls, errors, timed, ms, hist_from, hist_to, o) \
-         ORDER BY u.o \
+         AS u(tenant_id, bucket, {grain_column}{names}, calls, errors, timed, ms, hist_from, hist_to, o) \
+         {only}ORDER BY u.o \
          ON CONFLICT (tenant_id, bucket, {names}) DO UPDATE SET \
          calls = r.calls + EXCLUDED.calls, errors = r.errors + EXCLUDED.errors, \
          timed_calls = r.timed_calls + EXCLUDED.timed_calls, duration_ms = r.duration_ms + EXCLUDED.duration_ms, \
@@ -346,10 +425,20 @@ fn upsert_sql(table: &str, key: Key, first: usize) -> String {
     )
 }
 
-/// The 15-minute rows (parameters 1–15) and the hourly, daily and monthly ones (12 parameters each,
-/// from 16) as one statement: one round trip, and the same statement in every transaction, so the
-/// four tables' rows are always locked in the same order.
+/// The tenant's tool rollups (no user either), by UTC hour, day and month: the per-user rows of the same
+/// grain summed over users.
+const TENANT_TABLES: [&str; 3] = [
+    "tool_rollups_tenant_hourly",
+    "tool_rollups_tenant_daily",
+    "tool_rollups_tenant_monthly",
+];
+
+/// The 15-minute rows (parameters 1–15), the hourly, daily and monthly ones (12 parameters each, from
+/// 16) and the tenant's hourly, daily and monthly ones (12 parameters together, from 52: each table
+/// takes the rows of its grain) as one statement: one round trip, and the same statement in every
+/// transaction, so the seven tables' rows are always locked in the same order.
 static UPSERT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let tenant_first = 1 + params(Key::Wide) + TABLES.len() * params(Key::Narrow);
     let parts: Vec<String> = TABLES
         .iter()
         .enumerate()
@@ -361,6 +450,13 @@ static UPSERT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                 upsert_sql(table, Key::Narrow, first)
             )
         })
+        .chain(TENANT_TABLES.iter().enumerate().map(|(g, table)| {
+            format!(
+                "{} AS ({})",
+                table.trim_start_matches("tool_rollups_"),
+                upsert_sql_of(table, Key::Tenant, tenant_first, Some(g))
+            )
+        }))
         .collect();
     format!(
         "WITH {} {}",
@@ -395,7 +491,25 @@ mod tests {
         let monthly = &sql[sql.find("INSERT INTO tool_rollups_monthly").unwrap()..];
         assert!(monthly.contains("unnest($40::uuid[]"), "{sql}");
         assert!(monthly.contains("($51::int8[])"), "{sql}");
-        assert!(!sql.contains("$52"), "{sql}");
+        // The tenant's three tables share one set of arrays, each taking its grain's rows.
+        for (g, table) in TENANT_TABLES.iter().enumerate() {
+            let part = &sql[sql.find(&format!("INSERT INTO {table} AS r")).unwrap()..];
+            assert!(
+                part.contains("(tenant_id, bucket, runtime, tool_name, calls, errors"),
+                "{sql}"
+            );
+            assert!(part.contains("unnest($52::uuid[], $53::timestamptz[], $54::int4[], $55::text[], $56::text[], $57::int8[], $58::int8[], $59::int8[], $60::int8[], $61::int4[], $62::int4[]) WITH ORDINALITY AS u(tenant_id, bucket, grain, runtime, tool_name, calls"), "{sql}");
+            assert!(
+                part.contains(&format!("WHERE u.grain = {g} ORDER BY u.o")),
+                "{sql}"
+            );
+            assert!(part.contains("($63::int8[])[u.hist_from"), "{sql}");
+            assert!(
+                part.contains("ON CONFLICT (tenant_id, bucket, runtime, tool_name)"),
+                "{sql}"
+            );
+        }
+        assert!(!sql.contains("$64"), "{sql}");
     }
 
     #[test]
@@ -451,6 +565,67 @@ mod tests {
                 grep.hist[slot(5)],
                 grep.hist[slot(7)],
                 grep.hist[slot(2000)]
+            ),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn tenant_rows_sum_every_user_of_their_unit_runtime_and_tool() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let mut rows = ToolRows::default();
+        for (bucket, user, runtime, ms) in [
+            ("2026-11-03T10:15:00Z", "alice", "hive", 5),
+            ("2026-11-03T10:30:00Z", "bob", "hive", 2000),
+            ("2026-11-03T10:30:00Z", "bob", "claude-code", 7),
+            ("2026-11-04T09:00:00Z", "carol", "hive", 1),
+        ] {
+            let k = ToolKey {
+                bucket: at(bucket),
+                user_id: user.into(),
+                device_id: format!("{user}-laptop"),
+                colony_id: String::new(),
+                session_id: format!("{user}-s"),
+                runtime: runtime.into(),
+                tool_name: "grep".into(),
+            };
+            let s = rows.0.entry(k).or_default();
+            s.calls += 1;
+            s.timed_calls += 1;
+            s.duration_ms += ms;
+            s.hist[slot(ms)] += 1;
+        }
+        let view = |rows: &ToolRows| -> Vec<(String, String, String, i64, i64)> {
+            rows.0
+                .iter()
+                .map(|(k, s)| {
+                    (
+                        k.bucket.to_rfc3339(),
+                        k.user_id.clone(),
+                        k.runtime.clone(),
+                        s.calls,
+                        s.duration_ms,
+                    )
+                })
+                .collect()
+        };
+        let day = |d: &str| format!("2026-11-0{d}T00:00:00+00:00");
+        assert_eq!(
+            view(&over_users(&narrow(&rows, rollups::day_of))),
+            [
+                (day("3"), String::new(), "claude-code".into(), 1, 7),
+                (day("3"), String::new(), "hive".into(), 2, 2005),
+                (day("4"), String::new(), "hive".into(), 1, 1),
+            ]
+        );
+        let month = over_users(&narrow(&rows, rollups::month_of));
+        let hive = month.0.iter().find(|(k, _)| k.runtime == "hive").unwrap().1;
+        assert_eq!((hive.calls, hive.duration_ms), (3, 2006));
+        assert_eq!(
+            (
+                hive.hist[slot(1)],
+                hive.hist[slot(5)],
+                hive.hist[slot(2000)]
             ),
             (1, 1, 1)
         );

@@ -28,7 +28,10 @@ pub const FORBIDDEN: &[&str] = &[
     "xoxp-",
     "sk_live_",
     "-----BEGIN ",
-    "eyJ",
+    // A JWT's header: `{"alg"` or `{"typ"` in base64url. Not the bare `eyJ`, which a random base64 value
+    // (a bundle's signature, a device key) holds once in a few thousand.
+    "eyJhbGci",
+    "eyJ0eXAi",
 ];
 
 /// In the path of the home directory the fixture day is tailed from: forbidden in the cloud and on the

@@ -601,19 +601,25 @@ async fn write_shared(
     rows.insert(tx).await?;
     let rollups: Vec<(Uuid, &BTreeMap<RollupKey, Usage>)> =
         tails.iter().map(|t| (t.tenant, &t.rollup)).collect();
+    // Either upsert meets "out of range" only when a stored row was fuller than the first attempt
+    // assumed: the tenant's tool rows are bounded by its month, which headroom checks once it is read.
+    let stale = |tails: &[Tail]| {
+        Retry::Stale(
+            tails
+                .iter()
+                .map(|t| (t.tenant, t.rollup.keys().cloned().collect()))
+                .collect(),
+        )
+    };
     match rollups::upsert_many(tx, &rollups).await {
-        Err(e) if headroom::is_out_of_range(&e) => {
-            return Err(Retry::Stale(
-                tails
-                    .iter()
-                    .map(|t| (t.tenant, t.rollup.keys().cloned().collect()))
-                    .collect(),
-            ))
-        }
+        Err(e) if headroom::is_out_of_range(&e) => return Err(stale(tails)),
         r => r?,
     }
     let tools: Vec<(Uuid, &ToolRows)> = tails.iter().map(|t| (t.tenant, &t.tools)).collect();
-    crate::tool_rollups::upsert(tx, &tools).await?;
+    match crate::tool_rollups::upsert(tx, &tools).await {
+        Err(e) if headroom::is_out_of_range(&e) => return Err(stale(tails)),
+        r => r?,
+    }
     let mut facts: Vec<DeviceFacts> = tails
         .iter_mut()
         .flat_map(|t| std::mem::take(&mut t.facts))

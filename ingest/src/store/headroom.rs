@@ -5,10 +5,15 @@
 //! the whole batch fail again on every retry — a permanent 500 the agent retries forever — and Rust's
 //! `+` would wrap in release builds. Instead the batch writer admits events into the rollup one at a time,
 //! in `event_id` order ([`Fit`]): an event is admitted when its 15-minute row, its hourly row, its
-//! narrow hourly row (`rollups::narrow_of`) *and* its daily and monthly rows (`rollups::daily_of`,
-//! `monthly_of`) stay within `i64::MAX` counting what is already stored ([`Bases`]) and what this batch
-//! admitted before it;
+//! narrow hourly row (`rollups::narrow_of`), its daily and monthly rows (`rollups::daily_of`,
+//! `monthly_of`) *and* its tenant's month for its runtime (`rollups::tenant_monthly_of`, which bounds
+//! the tenant's tool rows) stay within `i64::MAX` counting what is already stored ([`Bases`]) and what
+//! this batch admitted before it;
 //! otherwise it is rejected with [`REASON`] and nothing of it is stored.
+//!
+//! The tenant's month counts only what the tenant's tool rows hold (tool calls, errors and durations,
+//! [`tool_part`]); it is stored nowhere as such, so its stored part is read from the tenant's monthly
+//! tool rows summed over tools (clamped to `i64::MAX`, which is full anyway).
 //!
 //! The stored totals are not read on the common path: the first attempt assumes empty rows (which already
 //! catches a batch that overflows on its own). Only when the upsert then meets 22003 does the writer read
@@ -20,7 +25,9 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::rollups::{daily_of, hourly_of, monthly_of, narrow_of, RollupKey, Usage, COLUMNS};
+use crate::rollups::{
+    daily_of, hourly_of, monthly_of, narrow_of, tenant_monthly_of, RollupKey, Usage, COLUMNS,
+};
 
 /// Why an event was rejected for overflow.
 pub const REASON: &str =
@@ -31,11 +38,40 @@ pub const REASON: &str =
 pub struct Bases {
     quarter: BTreeMap<RollupKey, Usage>,
     /// The coarser rows, in the order of [`COARSER`].
-    coarser: [BTreeMap<RollupKey, Usage>; 4],
+    coarser: [BTreeMap<RollupKey, Usage>; 5],
 }
 
-/// The rows an event's 15-minute row adds to: hourly, narrow hourly, daily and monthly.
-const COARSER: [fn(&RollupKey) -> RollupKey; 4] = [hourly_of, narrow_of, daily_of, monthly_of];
+/// The rows an event's 15-minute row adds to (hourly, narrow hourly, daily and monthly), and the
+/// tenant's month that bounds the tenant's tool rows.
+const COARSER: [fn(&RollupKey) -> RollupKey; 5] = [
+    hourly_of,
+    narrow_of,
+    daily_of,
+    monthly_of,
+    tenant_monthly_of,
+];
+
+/// Where in [`COARSER`] the tenant's month is.
+const TENANT_MONTH: usize = 4;
+
+/// What of an event's usage the `i`-th row of [`COARSER`] adds up: all of it, or for the tenant's month
+/// only the tool columns, which are all the tenant's tool rows hold.
+fn part(i: usize, u: &Usage) -> Usage {
+    match i {
+        TENANT_MONTH => tool_part(u),
+        _ => *u,
+    }
+}
+
+/// The tool calls, errors and durations of `u`, nothing else.
+pub fn tool_part(u: &Usage) -> Usage {
+    Usage {
+        tool_calls: u.tool_calls,
+        tool_errors: u.tool_errors,
+        tool_duration_ms: u.tool_duration_ms,
+        ..Usage::default()
+    }
+}
 
 /// Admits events into a batch's rollup (see the module notes).
 ///
@@ -51,7 +87,7 @@ pub struct Fit<'a> {
     bases: &'a Bases,
     quarter: BTreeMap<RollupKey, Usage>,
     /// The coarser rows admitted so far, once the exact check is on (`None` while the bound holds).
-    coarser: Option<[BTreeMap<RollupKey, Usage>; 4]>,
+    coarser: Option<[BTreeMap<RollupKey, Usage>; 5]>,
     /// Per column: the largest magnitude of a stored row plus the magnitudes of the admitted events.
     bound: [i128; COLUMNS],
     rejected: Vec<Uuid>,
@@ -100,10 +136,10 @@ impl<'a> Fit<'a> {
                     self.quarter.entry(key).or_default().add(usage);
                     return;
                 }
-                let mut coarser: [BTreeMap<RollupKey, Usage>; 4] = Default::default();
+                let mut coarser: [BTreeMap<RollupKey, Usage>; 5] = Default::default();
                 for (row, sum) in &self.quarter {
-                    for (rows, to) in coarser.iter_mut().zip(COARSER) {
-                        rows.entry(to(row)).or_default().add(sum);
+                    for (i, (rows, to)) in coarser.iter_mut().zip(COARSER).enumerate() {
+                        rows.entry(to(row)).or_default().add(&part(i, sum));
                     }
                 }
                 self.coarser.insert(coarser)
@@ -112,7 +148,12 @@ impl<'a> Fit<'a> {
         let rows = COARSER.map(|to| to(&key));
         let fits = with(self.bases.quarter.get(&key), self.quarter.get(&key), usage).fits_row()
             && rows.iter().enumerate().all(|(i, row)| {
-                with(self.bases.coarser[i].get(row), coarser[i].get(row), usage).fits_row()
+                with(
+                    self.bases.coarser[i].get(row),
+                    coarser[i].get(row),
+                    &part(i, usage),
+                )
+                .fits_row()
             });
         if !fits {
             self.rejected.push(event_id);
@@ -120,7 +161,7 @@ impl<'a> Fit<'a> {
         }
         self.quarter.entry(key).or_default().add(usage);
         for (i, row) in rows.into_iter().enumerate() {
-            coarser[i].entry(row).or_default().add(usage);
+            coarser[i].entry(row).or_default().add(&part(i, usage));
         }
     }
 
@@ -157,8 +198,9 @@ pub async fn fetch(
         &narrow_source("usage_rollups_narrow"),
         &narrow_source("usage_rollups_daily"),
         &narrow_source("usage_rollups_monthly"),
+        TENANT_MONTHS,
     ];
-    let mut coarser: [BTreeMap<RollupKey, Usage>; 4] = Default::default();
+    let mut coarser: [BTreeMap<RollupKey, Usage>; 5] = Default::default();
     for ((rows, to), source) in coarser.iter_mut().zip(COARSER).zip(sources) {
         *rows = read(pool, tenant_id, &rows_of(to), source).await?;
     }
@@ -186,6 +228,19 @@ fn narrow_source(table: &str) -> String {
         "(SELECT *, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id FROM {table})"
     )
 }
+
+/// The tenant's months per runtime ([`tenant_monthly_of`]) as rows with the usage rollups' columns: the
+/// monthly tenant tool rows summed over tools into `tool_calls`, `tool_errors` and `tool_duration_ms`
+/// (each clamped to `i64::MAX`), every other column 0 (the month counts only those, [`tool_part`]).
+const TENANT_MONTHS: &str = "(SELECT tenant_id, bucket, ''::text AS user_id, ''::text AS device_id,
+        ''::text AS colony_id, ''::text AS session_id, ''::text AS model, runtime,
+        0::int8 AS input_tokens, 0::int8 AS output_tokens, 0::int8 AS cached_tokens,
+        0::int8 AS cache_creation_tokens, 0::int8 AS cost_nanos, 0::int8 AS llm_calls,
+        0::int8 AS unpriced_turns, least(sum(calls), 9223372036854775807)::int8 AS tool_calls,
+        least(sum(errors), 9223372036854775807)::int8 AS tool_errors, 0::int8 AS events,
+        least(sum(duration_ms), 9223372036854775807)::int8 AS tool_duration_ms, 0::int8 AS active_ms,
+        0::int8 AS cost_reported_nanos, 0::int8 AS cost_estimated_nanos, 0::int8 AS estimated_turns
+    FROM tool_rollups_tenant_monthly GROUP BY tenant_id, bucket, runtime)";
 
 /// The stored sums of the rows `keys` of `table` (a table or a parenthesised query with its columns).
 async fn read(
@@ -344,30 +399,62 @@ mod tests {
         assert_eq!(fit.finish().unwrap_err(), vec![b]);
     }
 
-    /// The exact check alone, event by event: each of the five rows (stored + admitted + the event)
+    #[test]
+    fn the_tenants_month_sums_users_so_it_can_fill_first() {
+        // Each user's month has room for a long tool call; the tenant's month for the runtime (what
+        // its tool rows hold, every user and tool together) has room for one.
+        let call = |ms: i128| Usage {
+            tool_calls: 1,
+            tool_duration_ms: ms,
+            events: 1,
+            ..Usage::default()
+        };
+        let tool = |user: &str| RollupKey {
+            user_id: user.into(),
+            model: String::new(),
+            ..key(0)
+        };
+        let per = 1_000_000_000_000; // the per-event bound of a duration
+        let mut bases = Bases::default();
+        bases.coarser[3].insert(monthly_of(&tool("u")), call(MAX / 2));
+        bases.coarser[3].insert(monthly_of(&tool("v")), call(MAX / 2 - per - 1));
+        bases.coarser[4].insert(tenant_monthly_of(&tool("u")), call(MAX - per - 1));
+        let mut fit = Fit::new(&bases);
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        fit.add(tool("v"), &call(per), a);
+        fit.add(tool("u"), &call(per), b); // the tenant's month is full
+        let other_runtime = RollupKey {
+            runtime: "claude-code".into(),
+            ..tool("u")
+        };
+        fit.add(other_runtime, &call(per), c); // its month for another runtime is empty
+        assert_eq!(fit.finish().unwrap_err(), vec![b]);
+    }
+
+    /// The exact check alone, event by event: each of the six rows (stored + admitted + the event)
     /// within bigint. What [`Fit`] must decide, whether or not it took the shortcut.
     fn exact_only(
         bases: &Bases,
         events: &[(RollupKey, Usage, Uuid)],
     ) -> (BTreeMap<RollupKey, Usage>, Vec<Uuid>) {
         let mut quarter: BTreeMap<RollupKey, Usage> = BTreeMap::new();
-        let mut coarser: [BTreeMap<RollupKey, Usage>; 4] = Default::default();
+        let mut coarser: [BTreeMap<RollupKey, Usage>; 5] = Default::default();
         let mut rejected = vec![];
         for (key, usage, id) in events {
             let rows = COARSER.map(|to| to(key));
             let fits = with(bases.quarter.get(key), quarter.get(key), usage).fits_row()
-                && (0..4).all(|i| {
+                && (0..5).all(|i| {
                     with(
                         bases.coarser[i].get(&rows[i]),
                         coarser[i].get(&rows[i]),
-                        usage,
+                        &part(i, usage),
                     )
                     .fits_row()
                 });
             if fits {
                 quarter.entry(key.clone()).or_default().add(usage);
                 for (i, row) in rows.into_iter().enumerate() {
-                    coarser[i].entry(row).or_default().add(usage);
+                    coarser[i].entry(row).or_default().add(&part(i, usage));
                 }
             } else {
                 rejected.push(*id);
@@ -384,7 +471,7 @@ mod tests {
         #[test]
         fn the_shortcut_decides_every_event_as_the_exact_check_does(
             stored in proptest::collection::vec(
-                (0usize..4, 0u32..3000, 0usize..5, prop_oneof![0i128..=MAX, (MAX - 200_000_000_000_000_000)..=MAX]),
+                (0usize..4, 0u32..3000, 0usize..6, prop_oneof![0i128..=MAX, (MAX - 200_000_000_000_000_000)..=MAX]),
                 0..6,
             ),
             events in proptest::collection::vec((0usize..4, 0u32..3000, 0i128..=1_000_000_000_000_000, 0i128..=1_000_000), 1..300),
@@ -396,18 +483,21 @@ mod tests {
                 session_id: ["s", "s2", "s3", ""][k].into(),
                 ..key(minute)
             };
+            // Costs and tool durations alike, so that the tenant's month (tool columns only, both
+            // users) can fill first too.
+            let spent = |n: i128| Usage { tool_duration_ms: n, ..cost(n) };
             let mut bases = Bases::default();
             for (k, minute, row, nanos) in stored {
                 let q = at(k, minute);
                 match row {
-                    0 => bases.quarter.insert(q, cost(nanos)),
-                    r => bases.coarser[r - 1].insert(COARSER[r - 1](&q), cost(nanos)),
+                    0 => bases.quarter.insert(q, spent(nanos)),
+                    r => bases.coarser[r - 1].insert(COARSER[r - 1](&q), spent(nanos)),
                 };
             }
             let events: Vec<(RollupKey, Usage, Uuid)> = events
                 .into_iter()
                 .map(|(k, minute, nanos, tokens)| {
-                    (at(k, minute), Usage { input_tokens: tokens, ..cost(nanos) }, Uuid::new_v4())
+                    (at(k, minute), Usage { input_tokens: tokens, ..spent(nanos) }, Uuid::new_v4())
                 })
                 .collect();
             let mut fit = Fit::new(&bases);

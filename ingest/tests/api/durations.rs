@@ -50,6 +50,9 @@ async fn a_call_in_the_last_histogram_slot_is_kept_in_every_tool_rollup(pool: sq
         "tool_rollups_hourly",
         "tool_rollups_daily",
         "tool_rollups_monthly",
+        "tool_rollups_tenant_hourly",
+        "tool_rollups_tenant_daily",
+        "tool_rollups_tenant_monthly",
     ] {
         let (len, first, top): (i32, i64, i64) = sqlx::query_as(&format!(
             "SELECT array_length(duration_hist, 1), duration_hist[{}], COALESCE(duration_hist[{last}], 0) FROM {table}",
@@ -324,4 +327,93 @@ async fn the_durations_migration_backfills_what_was_stored_before_it(pool: sqlx:
     let mut hist = vec![0i64; apiary_ingest::tool_rollups::SLOTS];
     hist[apiary_ingest::tool_rollups::slot(1_500)] = 1;
     assert_eq!(tool, ("grep".into(), 2, 1, 1, 1_500, hist));
+}
+
+/// The tenant's tool rows sum every user: a call that would take the tenant's month for its runtime past
+/// the bigint range is refused (found when the database reports the overflow, then checked against the
+/// stored month), while the same tool's calls that still fit, and another month's, are kept.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_call_that_would_overflow_the_tenants_month_is_refused_and_the_rest_kept(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let (s, v) = app
+        .post_batch(
+            &t.ingest,
+            &batch(
+                vec![timed("qa", "2026-11-03T10:01:00Z", "bash", Some(5), false)],
+                vec![binding("qa", "alice")],
+            ),
+        )
+        .await;
+    assert_eq!(
+        (s, v["accepted"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    // As if the tenant's other users had nearly filled November's durations for bash.
+    sqlx::query(
+        "UPDATE tool_rollups_tenant_monthly SET duration_ms = 9223372036854775807 - 10
+         WHERE tenant_id = $1",
+    )
+    .bind(t.id)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let bob = |id: &str, at: &str, ms: u64| {
+        batch(
+            vec![timed(id, at, "bash", Some(ms), false)],
+            vec![binding(id, "bob")],
+        )
+    };
+    let (s, v) = app
+        .post_batch(&t.ingest, &bob("qb", "2026-11-20T09:00:00Z", 1000))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["accepted"].as_u64(), Some(0), "{v}");
+    let reason = v["rejected"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("supported range"), "{v}");
+    let (s, v) = app
+        .post_batch(&t.ingest, &bob("qc", "2026-11-20T09:01:00Z", 7))
+        .await;
+    assert_eq!(
+        (s, v["accepted"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    let (s, v) = app
+        .post_batch(&t.ingest, &bob("qd", "2026-10-02T09:00:00Z", 1000))
+        .await;
+    assert_eq!(
+        (s, v["accepted"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    let stored: Vec<(chrono::DateTime<chrono::Utc>, i64, i64)> = sqlx::query_as(
+        "SELECT bucket, calls, duration_ms FROM tool_rollups_tenant_monthly WHERE tenant_id = $1
+         ORDER BY bucket",
+    )
+    .bind(t.id)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let month = |s: &str| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    assert_eq!(
+        stored,
+        vec![
+            (month("2026-10-01T00:00:00Z"), 1, 1000),
+            (month("2026-11-01T00:00:00Z"), 2, i64::MAX - 3),
+        ]
+    );
+    // Bob's own rows hold only what was kept.
+    let (bob_calls, bob_ms): (i64, i64) = sqlx::query_as(
+        "SELECT sum(calls)::int8, sum(duration_ms)::int8 FROM tool_rollups_monthly
+         WHERE tenant_id = $1 AND user_id = 'bob'",
+    )
+    .bind(t.id)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((bob_calls, bob_ms), (2, 1007));
 }

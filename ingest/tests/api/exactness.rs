@@ -403,7 +403,20 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
             ),
         )
     });
-    for (finer, coarser) in pairs.into_iter().chain(tool_pairs) {
+    // The tenant's tool rows: the per-user rows of the same grain summed over users.
+    let tenant_pairs = ["hourly", "daily", "monthly"].map(|grain| {
+        (
+            format!(
+                "SELECT tenant_id, bucket, runtime, tool_name, {tool_sums} FROM tool_rollups_{grain}
+                GROUP BY 1, 2, 3, 4"
+            ),
+            format!(
+                "SELECT tenant_id, bucket, runtime, tool_name, {tool_sums} FROM tool_rollups_tenant_{grain}
+                GROUP BY 1, 2, 3, 4"
+            ),
+        )
+    });
+    for (finer, coarser) in pairs.into_iter().chain(tool_pairs).chain(tenant_pairs) {
         let differ: i64 = sqlx::query_scalar(&format!(
             "SELECT count(*) FROM (({finer} EXCEPT {coarser}) UNION ALL ({coarser} EXCEPT {finer})) d"
         ))

@@ -36,19 +36,43 @@ const TOOL_COLUMNS: &str =
 /// The dimensions the narrow tool rollups keep (hourly, daily, monthly): a query grouped by tool and
 /// these reads its whole units there.
 const NARROW_TOOL_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Runtime, Dim::Tool];
+/// The dimensions the tenant's tool rollups keep: a query grouped by tool and these, of a whole tenant
+/// (not one user's usage), reads its whole units there.
+const TENANT_TOOL_DIMS: [Dim; 3] = [Dim::Tenant, Dim::Runtime, Dim::Tool];
 
-/// The columns a source of the usage (or, `tools`, the tool) rollups gives, from a table with the
-/// narrow key when `narrow` (device, colony and session empty, as that key has them).
-fn columns(tools: bool, narrow: bool) -> String {
-    let all = if tools { TOOL_COLUMNS } else { COLUMNS };
-    match narrow {
-        true => all.replacen(
-            "device_id, colony_id, session_id",
-            "''::text AS device_id, ''::text AS colony_id, ''::text AS session_id",
-            1,
-        ),
-        false => all.to_string(),
+/// Which key the table a source reads has: the wide key, the narrow one (device, colony and session
+/// empty, as that key has them) or the tenant's (the user empty too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    Wide,
+    Narrow,
+    Tenant,
+}
+
+impl Keys {
+    /// The key columns after `tenant_id`, each read or empty.
+    fn select(self) -> &'static str {
+        match self {
+            Keys::Wide => "user_id, device_id, colony_id, session_id",
+            Keys::Narrow => {
+                "user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id"
+            }
+            Keys::Tenant => {
+                "''::text AS user_id, ''::text AS device_id, ''::text AS colony_id, \
+                 ''::text AS session_id"
+            }
+        }
     }
+}
+
+/// The columns a source of the usage (or, `tools`, the tool) rollups gives from a table with `keys`.
+fn columns(tools: bool, keys: Keys) -> String {
+    let all = if tools { TOOL_COLUMNS } else { COLUMNS };
+    all.replacen(
+        "user_id, device_id, colony_id, session_id",
+        keys.select(),
+        1,
+    )
 }
 
 /// The rollup a plan reads.
@@ -178,13 +202,10 @@ fn push_moved(
     q: &mut QueryBuilder<'static, Postgres>,
     level: &Level,
     table: &str,
-    narrow: bool,
+    keys: Keys,
     tools: bool,
 ) {
-    let keys = match narrow {
-        true => "tenant_id, user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id",
-        false => "tenant_id, user_id, device_id, colony_id, session_id",
-    };
+    let keys = format!("tenant_id, {}", keys.select());
     let signed = |cols: &[&str]| -> String {
         let sums: Vec<String> = cols
             .iter()
@@ -264,6 +285,9 @@ pub struct Plan {
     /// besides at most, whole hours, days and months from `tool_rollups_hourly`, `_daily` and
     /// `_monthly`; a wider grouping reads quarter rows only).
     pub tools: bool,
+    /// Grouped by tool (and tenant or runtime at most) over a whole tenant's usage: whole hours, days
+    /// and months come from `tool_rollups_tenant_hourly`, `_daily` and `_monthly` instead.
+    pub tenant_tools: bool,
 }
 
 impl Plan {
@@ -284,6 +308,10 @@ impl Plan {
             _ => None,
         };
         let narrow = split.is_some() && narrow_dims;
+        let tenant_tools = narrow
+            && tools
+            && filter.user.is_none()
+            && q.group_by.iter().all(|d| TENANT_TOOL_DIMS.contains(d));
         Plan {
             filter,
             from,
@@ -293,6 +321,7 @@ impl Plan {
             split,
             narrow,
             tools,
+            tenant_tools,
         }
     }
 
@@ -363,21 +392,26 @@ impl Plan {
                 };
                 for level in &s.levels {
                     let table = match self.tools {
-                        true => level.grain.tool_table(),
+                        true => level.grain.tool_table(self.tenant_tools),
                         false => level.grain.table(self.narrow),
                     };
-                    // The narrow tables have no device, colony or session: empty, as their key has them.
-                    let narrow = self.narrow && level.grain != Grain::Quarter;
+                    // The narrow tables have no device, colony or session, the tenant's no user either:
+                    // empty, as their key has them.
+                    let keys = match (level.grain, self.narrow, self.tenant_tools) {
+                        (Grain::Quarter, ..) | (_, false, _) => Keys::Wide,
+                        (_, true, false) => Keys::Narrow,
+                        (_, true, true) => Keys::Tenant,
+                    };
                     if !level.ranges.is_empty() {
                         union(q);
-                        let columns = columns(self.tools, narrow);
+                        let columns = columns(self.tools, keys);
                         q.push(format!("SELECT {columns} FROM {table}"));
                         self.filter.push_where(q);
                         push_units(q, level);
                     }
                     if !level.moved.is_empty() {
                         union(q);
-                        push_moved(q, level, table, narrow, self.tools);
+                        push_moved(q, level, table, keys, self.tools);
                         self.filter.push_where(q);
                     }
                 }
@@ -604,7 +638,7 @@ mod tests {
             "2027-01-01T05:00:00Z",
             Granularity::Month,
             "America/New_York",
-            &[Dim::Tool],
+            &[Dim::Tool, Dim::User],
         );
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
         let sql = plan.query(false).into_sql();
@@ -639,6 +673,80 @@ mod tests {
             .query(false)
             .into_sql()
             .contains("FROM tool_rollups WHERE"));
+    }
+
+    #[test]
+    fn a_tool_grouping_of_a_whole_tenant_reads_the_tenants_tool_rollups() {
+        let year = |tz: &str, from: &str, to: &str, group_by: &[Dim]| {
+            query(from, to, Granularity::Month, tz, group_by)
+        };
+        for group_by in [
+            &[Dim::Tool][..],
+            &[Dim::Tool, Dim::Runtime],
+            &[Dim::Tenant, Dim::Tool],
+        ] {
+            let q = year(
+                "UTC",
+                "2026-01-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+                group_by,
+            );
+            let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+            assert!(
+                plan.tools && plan.narrow && plan.tenant_tools,
+                "{group_by:?}"
+            );
+            let sql = plan.query(false).into_sql();
+            assert!(sql.contains("SELECT bucket, tenant_id, ''::text AS user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id, runtime, tool_name, calls, errors, timed_calls, duration_ms, duration_hist FROM tool_rollups_tenant_monthly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
+            assert!(!sql.contains("FROM tool_rollups_monthly"), "{sql}");
+        }
+        // New York: months moved from the tenant's monthly rows, the short sides and the hours that are
+        // neither from its hourly rows.
+        let q = year(
+            "America/New_York",
+            "2026-01-01T05:00:00Z",
+            "2027-01-01T05:00:00Z",
+            &[Dim::Tool],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("SELECT u.label AS bucket, tenant_id, ''::text AS user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id, runtime, tool_name, u.sign * calls AS calls"), "{sql}");
+        assert!(
+            sql.contains("FROM tool_rollups_tenant_monthly JOIN unnest("),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("FROM tool_rollups_tenant_hourly JOIN unnest("),
+            "{sql}"
+        );
+        assert!(!sql.contains("FROM tool_rollups_monthly"), "{sql}");
+        // Grouped by user, or read by a token limited to one user: the per-user rows.
+        let q = year(
+            "UTC",
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+            &[Dim::Tool, Dim::User],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        assert!(plan.narrow && !plan.tenant_tools);
+        let q = year(
+            "UTC",
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+            &[Dim::Tool],
+        );
+        let alice = TenantRead::for_user(Uuid::nil(), "alice");
+        let filter = Filter::of(Within::Tenant(&alice, &Part::Whole), &[]).unwrap();
+        let plan = Plan::new(filter, &q, q.from, q.to);
+        assert!(plan.narrow && !plan.tenant_tools);
+        let sql = plan.query(false).into_sql();
+        assert!(
+            sql.contains(
+                "FROM tool_rollups_monthly WHERE TRUE AND tenant_id = $2 AND user_id = $3"
+            ),
+            "{sql}"
+        );
+        assert!(!sql.contains("tool_rollups_tenant"), "{sql}");
     }
 
     #[test]

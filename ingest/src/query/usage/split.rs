@@ -60,14 +60,18 @@ impl Grain {
         }
     }
 
-    /// The tool rollup holding this grain's rows: the narrow ones (no device, colony or session) for
-    /// hours, days and months, the 15-minute `tool_rollups` for quarters.
-    pub fn tool_table(self) -> &'static str {
-        match self {
-            Grain::Month => "tool_rollups_monthly",
-            Grain::Day => "tool_rollups_daily",
-            Grain::Hour => "tool_rollups_hourly",
-            Grain::Quarter => "tool_rollups",
+    /// The tool rollup holding this grain's rows: for hours, days and months the narrow ones (no
+    /// device, colony or session), or the tenant's (no user either) when `tenant`; the 15-minute
+    /// `tool_rollups` for quarters.
+    pub fn tool_table(self, tenant: bool) -> &'static str {
+        match (self, tenant) {
+            (Grain::Month, false) => "tool_rollups_monthly",
+            (Grain::Day, false) => "tool_rollups_daily",
+            (Grain::Hour, false) => "tool_rollups_hourly",
+            (Grain::Month, true) => "tool_rollups_tenant_monthly",
+            (Grain::Day, true) => "tool_rollups_tenant_daily",
+            (Grain::Hour, true) => "tool_rollups_tenant_hourly",
+            (Grain::Quarter, _) => "tool_rollups",
         }
     }
 
