@@ -147,8 +147,13 @@ pub(crate) type Job = Box<dyn Op>;
 
 impl Writer {
     /// Runs until every sender is gone or a close op was processed.
-    pub fn run(mut self, rx: Receiver<Job>) {
-        let mut last_prune = Instant::now();
+    pub fn run(self, rx: Receiver<Job>) {
+        self.run_pruned_at(rx, Instant::now());
+    }
+
+    /// [`Self::run`], the last tombstone pruning taken as done at `last_prune` (a test starts it ten
+    /// minutes back, to see a busy writer prune).
+    fn run_pruned_at(mut self, rx: Receiver<Job>, mut last_prune: Instant) {
         loop {
             let tick = if self.stream_due {
                 STREAM_TICK
@@ -402,6 +407,7 @@ impl Op for Close {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::identity::IdentityDefaults;
     use crate::outbox::{Item, Outbox, OutboxSettings, PreparedEvent};
     use apiary_schema::{EventKind, Policy};
@@ -453,5 +459,431 @@ mod tests {
         assert_eq!(st.pending_events, 400);
         outbox.close().await;
         assert!(outbox.submit(vec![item(1)]).await.is_err(), "closed");
+    }
+
+    /// What the test ops were answered, in the order they were answered: (name, committed).
+    type Answers = Arc<Mutex<Vec<(&'static str, bool)>>>;
+
+    /// A test op: writes `value` under its name in `meta` (after a statement on a missing table when
+    /// `fails`: an SQL error that is not about the database), and notes its answer.
+    struct Noted {
+        name: &'static str,
+        value: String,
+        weight: usize,
+        fails: bool,
+        answers: Answers,
+    }
+
+    impl Noted {
+        fn new(name: &'static str, answers: &Answers) -> Noted {
+            Noted {
+                name,
+                value: "applied".into(),
+                weight: 1,
+                fails: false,
+                answers: answers.clone(),
+            }
+        }
+        fn boxed(self) -> Job {
+            Box::new(self)
+        }
+    }
+
+    impl Op for Noted {
+        fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+            if self.fails {
+                ctx.conn
+                    .execute("INSERT INTO no_such_table VALUES (1)", [])?;
+            }
+            store::set_meta(ctx.conn, self.name, &self.value)
+        }
+        fn finish(&mut self, committed: Result<(), OutboxError>) {
+            self.answers
+                .lock()
+                .unwrap()
+                .push((self.name, committed.is_ok()));
+        }
+        fn weight(&self) -> usize {
+            self.weight
+        }
+    }
+
+    /// A writer over a new outbox file in `dir`, without its thread: a test hands it ops directly, or
+    /// fills its queue and runs it to the end on the test's thread.
+    fn writer_in(dir: &std::path::Path) -> Writer {
+        let settings = OutboxSettings::default();
+        let mut conn = store::open_writer(&dir.join("o.db"), &settings).unwrap();
+        crate::outbox::record::schema::migrate(&mut conn).unwrap();
+        Writer {
+            conn,
+            state: WriterState::default(),
+            settings,
+            health: SharedHealth::default(),
+            wal: Arc::new(WalControl::default()),
+            live: Arc::new(tokio::sync::watch::Sender::new(0)),
+            stream_due: false,
+            reaper: Reaper::spawn(),
+        }
+    }
+
+    fn meta_in(dir: &std::path::Path, key: &str) -> Option<String> {
+        let conn = rusqlite::Connection::open(dir.join("o.db")).unwrap();
+        store::get_meta(&conn, key).unwrap()
+    }
+
+    fn answers_of(answers: &Answers) -> Vec<(&'static str, bool)> {
+        answers.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn a_health_state_reads_as_its_name_in_the_status() {
+        for state in [HealthState::Ok, HealthState::DiskFull, HealthState::Error] {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::Value::from(state.as_str()),
+                "{state:?}"
+            );
+        }
+        assert_eq!(HealthState::DiskFull.as_str(), "disk_full");
+    }
+
+    #[test]
+    fn a_group_stops_draining_the_queue_once_it_holds_the_most_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = writer_in(dir.path());
+        let health = writer.health.clone();
+        let answers = Answers::default();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        for (name, weight) in [("a", 1), ("b", GROUP_MAX_EVENTS - 1), ("c", 1)] {
+            let op = Noted {
+                weight,
+                ..Noted::new(name, &answers)
+            };
+            tx.send(op.boxed()).unwrap();
+        }
+        drop(tx);
+        writer.run(rx);
+        assert_eq!(
+            answers_of(&answers),
+            [("a", true), ("b", true), ("c", true)]
+        );
+        let h = health.lock().unwrap();
+        assert_eq!(
+            (h.commits, h.ops_committed),
+            (2, 3),
+            "a and b hold {GROUP_MAX_EVENTS} events: c waits for the next group"
+        );
+    }
+
+    #[test]
+    fn the_writer_stops_after_the_group_that_closes_it_and_applies_nothing_queued_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = writer_in(dir.path());
+        let answers = Answers::default();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let (closed_tx, mut closed) = tokio::sync::oneshot::channel();
+        tx.send(Noted::new("before", &answers).boxed()).unwrap();
+        tx.send(Box::new(Close(Some(closed_tx)))).unwrap();
+        tx.send(Noted::new("behind", &answers).boxed()).unwrap();
+        drop(tx);
+        writer.run(rx);
+        assert!(closed.try_recv().is_ok(), "the close was answered");
+        assert_eq!(answers_of(&answers), [("before", true)]);
+        assert_eq!(meta_in(dir.path(), "before").as_deref(), Some("applied"));
+        assert_eq!(
+            meta_in(dir.path(), "behind"),
+            None,
+            "applied after the close"
+        );
+    }
+
+    #[test]
+    fn a_failing_op_fails_alone_its_neighbours_commit_and_the_failure_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = writer_in(dir.path());
+        let health = writer.health.clone();
+        let answers = Answers::default();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        tx.send(Noted::new("a", &answers).boxed()).unwrap();
+        tx.send(Noted::new("b", &answers).boxed()).unwrap();
+        let bad = Noted {
+            fails: true,
+            ..Noted::new("bad", &answers)
+        };
+        tx.send(bad.boxed()).unwrap();
+        drop(tx);
+        writer.run(rx);
+        assert_eq!(
+            answers_of(&answers),
+            [("a", true), ("b", true), ("bad", false)],
+            "retried one by one, only the bad op fails"
+        );
+        assert_eq!(meta_in(dir.path(), "a").as_deref(), Some("applied"));
+        assert_eq!(meta_in(dir.path(), "b").as_deref(), Some("applied"));
+        assert_eq!(meta_in(dir.path(), "bad"), None);
+        let h = health.lock().unwrap();
+        assert_eq!(h.state, HealthState::Error, "until a later commit succeeds");
+        assert!(h.since.is_some(), "{h:?}");
+        assert!(
+            h.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("no_such_table")),
+            "{h:?}"
+        );
+    }
+
+    #[test]
+    fn a_full_database_fails_the_whole_group_and_a_probe_clears_it_once_the_disk_has_room() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            crate::outbox::disk::free_bytes(dir.path())
+                .is_some_and(|free| free >= crate::outbox::disk::LOW_FREE_BYTES),
+            "the test needs room on the temporary directory's disk"
+        );
+        let mut writer = writer_in(dir.path());
+        let pages: i64 = writer
+            .conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        // Room for one op's value (60 pages), not for two.
+        writer
+            .conn
+            .pragma_update(None, "max_page_count", pages + 100)
+            .unwrap();
+        let answers = Answers::default();
+        let big = |name| Noted {
+            value: "x".repeat(60 * store::PAGE_SIZE as usize),
+            ..Noted::new(name, &answers)
+        };
+        writer.try_commit_jobs(vec![big("a").boxed(), big("b").boxed()]);
+        assert_eq!(
+            answers_of(&answers),
+            [("a", false), ("b", false)],
+            "a full disk fails the whole group: no op is retried alone"
+        );
+        let first = writer.health.lock().unwrap().clone();
+        assert_eq!(first.state, HealthState::DiskFull);
+        assert!(
+            first.since.is_some() && first.last_error.is_some(),
+            "{first:?}"
+        );
+        writer.try_commit_jobs(vec![big("a").boxed(), big("b").boxed()]);
+        let again = writer.health.lock().unwrap().clone();
+        assert_eq!(again.state, HealthState::DiskFull);
+        assert_eq!(again.since, first.since, "full since the first failure");
+        // Nobody writes; the idle probe's few bytes fit, and the disk has room: healthy again.
+        writer.try_housekeeping(&mut Instant::now());
+        let h = writer.health.lock().unwrap().clone();
+        assert_eq!(h.state, HealthState::Ok, "{h:?}");
+        assert_eq!((h.since, h.last_error), (None, None));
+    }
+
+    #[test]
+    fn a_database_that_refuses_writes_stays_unhealthy_until_a_probe_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = writer_in(dir.path());
+        writer.conn.pragma_update(None, "query_only", true).unwrap();
+        let answers = Answers::default();
+        writer.try_commit_jobs(vec![Noted::new("a", &answers).boxed()]);
+        assert_eq!(answers_of(&answers), [("a", false)]);
+        let first = writer.health.lock().unwrap().clone();
+        assert_eq!(first.state, HealthState::Error);
+        assert!(first.since.is_some(), "{first:?}");
+        // The idle probe cannot write either.
+        writer.try_housekeeping(&mut Instant::now());
+        let probed = writer.health.lock().unwrap().clone();
+        assert_eq!(probed.state, HealthState::Error, "{probed:?}");
+        assert_eq!(probed.since, first.since);
+        assert_eq!(meta_in(dir.path(), "last_probe_at"), None);
+        writer
+            .conn
+            .pragma_update(None, "query_only", false)
+            .unwrap();
+        writer.try_housekeeping(&mut Instant::now());
+        let h = writer.health.lock().unwrap().clone();
+        assert_eq!(h.state, HealthState::Ok, "{h:?}");
+        assert!(meta_in(dir.path(), "last_probe_at").is_some());
+    }
+
+    #[test]
+    fn a_failed_group_leaves_the_journal_counted_as_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = writer_in(dir.path());
+        // The journal takes session a's row and refuses b's: the group fails after counting a's.
+        writer
+            .conn
+            .execute_batch(
+                "CREATE TEMP TRIGGER refuse_b BEFORE INSERT ON fold_journal WHEN NEW.session_id = 'b'
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            )
+            .unwrap();
+        let answers = Answers::default();
+        writer.try_commit_jobs(vec![Box::new(Pushes {
+            sessions: &["a", "b"],
+            answers: answers.clone(),
+        })]);
+        assert_eq!(answers_of(&answers), [("pushes", false)]);
+        assert_eq!(writer.state.journal.rows, 0, "a's row was rolled back");
+        assert!(writer.state.journal.per_session.is_empty());
+    }
+
+    #[test]
+    fn a_journal_whose_size_cannot_be_read_after_a_failed_group_is_compacted_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = writer_in(dir.path());
+        // A view of this connection in front of the table: the journal can be neither written nor read.
+        writer
+            .conn
+            .execute_batch("CREATE TEMP VIEW fold_journal AS SELECT 1 AS unrelated")
+            .unwrap();
+        let answers = Answers::default();
+        writer.try_commit_jobs(vec![Box::new(Pushes {
+            sessions: &["a"],
+            answers: answers.clone(),
+        })]);
+        assert_eq!(answers_of(&answers), [("pushes", false)]);
+        assert!(writer.state.journal.due(), "{:?}", writer.state.journal);
+    }
+
+    /// A test op that pushes one health input to each of its sessions (journaled at the group's end).
+    struct Pushes {
+        sessions: &'static [&'static str],
+        answers: Answers,
+    }
+
+    impl Op for Pushes {
+        fn apply(&mut self, ctx: &mut Ctx<'_>) -> rusqlite::Result<()> {
+            for (n, session) in self.sessions.iter().enumerate() {
+                let input = apiary_schema::status::Input {
+                    at: Utc::now(),
+                    id: Uuid::from_u128(n as u128),
+                    what: apiary_schema::status::What::Llm { ends_turn: true },
+                    interactive: false,
+                };
+                ctx.delta
+                    .status
+                    .entry(session.to_string())
+                    .or_default()
+                    .push(Arc::new(input));
+            }
+            Ok(())
+        }
+        fn finish(&mut self, committed: Result<(), OutboxError>) {
+            self.answers
+                .lock()
+                .unwrap()
+                .push(("pushes", committed.is_ok()));
+        }
+    }
+
+    #[test]
+    fn housekeeping_forgets_old_tombstones_and_tool_starts_every_ten_minutes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = writer_in(dir.path());
+        let now = Utc::now().timestamp_millis();
+        let hour = 3_600_000;
+        let retention = writer.settings.dedup_retention_hours as i64 * hour;
+        for (n, done_at) in [
+            (1, now - 60_000),
+            (2, now - retention / 2),
+            (3, now - retention - hour),
+        ] {
+            tombstone(&writer.conn, n, done_at);
+        }
+        for (call, recorded_at) in [
+            ("fresh", now - 60_000),
+            ("old", now - durations::START_TTL_MS - hour),
+        ] {
+            writer
+                .conn
+                .execute(
+                    "INSERT INTO tool_starts (session_id, call_key, started_at, recorded_at)
+                     VALUES ('s', ?1, 0, ?2)",
+                    rusqlite::params![call, recorded_at],
+                )
+                .unwrap();
+        }
+        writer.state.open_tool_starts = 2;
+        let done_ats = |w: &Writer| -> Vec<i64> {
+            let mut s = w
+                .conn
+                .prepare("SELECT done_at FROM events ORDER BY done_at DESC")
+                .unwrap();
+            s.query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        let calls = |w: &Writer| -> Vec<String> {
+            let mut s = w
+                .conn
+                .prepare("SELECT call_key FROM tool_starts ORDER BY 1")
+                .unwrap();
+            s.query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        // Pruned five minutes ago: not yet again.
+        let mut last_prune = ago(300);
+        writer.try_housekeeping(&mut last_prune);
+        assert_eq!(done_ats(&writer).len(), 3);
+        assert_eq!(calls(&writer), ["fresh", "old"]);
+        // Eleven minutes ago: what is past its age goes, the rest stays.
+        let mut last_prune = ago(660);
+        writer.try_housekeeping(&mut last_prune);
+        assert_eq!(
+            done_ats(&writer),
+            [now - 60_000, now - retention / 2],
+            "tombstones are kept for the dedup retention"
+        );
+        assert_eq!(calls(&writer), ["fresh"]);
+        assert_eq!(writer.state.open_tool_starts, 1);
+        assert!(
+            last_prune.elapsed() < Duration::from_secs(60),
+            "the next prune is ten minutes away"
+        );
+    }
+
+    /// The instant `secs` seconds ago.
+    fn ago(secs: u64) -> Instant {
+        Instant::now()
+            .checked_sub(Duration::from_secs(secs))
+            .expect("the monotonic clock reads more than the test goes back")
+    }
+
+    /// Inserts a delivered event's tombstone, finished at `done_at` (Unix ms).
+    fn tombstone(conn: &rusqlite::Connection, n: u128, done_at: i64) {
+        conn.execute(
+            "INSERT INTO events (event_id, state, kind, occurred_at, received_at, policy_id, bytes,
+                done_at)
+             VALUES (?1, 1, 'tool.call', 0, 0, 1, 0, ?2)",
+            rusqlite::params![Uuid::from_u128(n).as_bytes().as_slice(), done_at],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_writer_that_is_never_idle_still_prunes_every_ten_minutes() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = writer_in(dir.path());
+        let old = Utc::now().timestamp_millis()
+            - (writer.settings.dedup_retention_hours as i64 + 1) * 3_600_000;
+        tombstone(&writer.conn, 1, old);
+        let answers = Answers::default();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        tx.send(Noted::new("a", &answers).boxed()).unwrap();
+        drop(tx);
+        // Last pruned eleven minutes ago; the queue never leaves the writer idle for its tick.
+        writer.run_pruned_at(rx, ago(660));
+        assert_eq!(answers_of(&answers), [("a", true)]);
+        let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
+        let tombstones: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            tombstones, 0,
+            "the old tombstone was pruned after the group"
+        );
     }
 }
