@@ -282,12 +282,7 @@ impl Writer {
     /// between two refused requests. A commit that wrote events clears it at any free space.
     fn record_success(&self, used_bytes: u64, ops: usize, wrote_events: bool) {
         let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let still_full = !wrote_events
-            && h.state == HealthState::DiskFull
-            && self
-                .free_bytes()
-                .is_some_and(|free| free < crate::outbox::disk::LOW_FREE_BYTES);
-        if !still_full {
+        if !stays_full(wrote_events, h.state, || self.free_bytes()) {
             if h.state != HealthState::Ok {
                 tracing::info!(was = h.state.as_str(), "outbox writes recovered");
             }
@@ -358,6 +353,18 @@ impl Writer {
             }
         }
     }
+}
+
+/// Whether a commit leaves `disk_full` standing (see [`Writer::record_success`]): it wrote no events,
+/// and the disk is still short of room (`free_bytes`, asked only then: unknown counts as room).
+fn stays_full(
+    wrote_events: bool,
+    state: HealthState,
+    free_bytes: impl FnOnce() -> Option<u64>,
+) -> bool {
+    !wrote_events
+        && state == HealthState::DiskFull
+        && free_bytes().is_some_and(|free| free < crate::outbox::disk::LOW_FREE_BYTES)
 }
 
 /// True for errors about the database as a whole (retrying op by op would not help).
@@ -885,5 +892,42 @@ mod tests {
             tombstones, 0,
             "the old tombstone was pruned after the group"
         );
+    }
+
+    #[test]
+    fn a_commit_without_events_leaves_disk_full_standing_only_while_the_disk_is_short_of_room() {
+        use crate::outbox::disk::LOW_FREE_BYTES;
+        let short = || Some(LOW_FREE_BYTES - 1);
+        assert!(stays_full(false, HealthState::DiskFull, short));
+        assert!(stays_full(false, HealthState::DiskFull, || Some(0)));
+        assert!(
+            !stays_full(true, HealthState::DiskFull, short),
+            "a commit that wrote events clears it at any free space"
+        );
+        assert!(
+            !stays_full(false, HealthState::DiskFull, || Some(LOW_FREE_BYTES)),
+            "room again"
+        );
+        assert!(
+            !stays_full(false, HealthState::DiskFull, || None),
+            "unknown"
+        );
+        assert!(
+            !stays_full(false, HealthState::Error, short),
+            "only disk_full stays"
+        );
+        assert!(!stays_full(false, HealthState::Ok, short));
+    }
+
+    #[test]
+    fn the_writer_reads_the_free_space_of_its_databases_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = writer_in(dir.path());
+        assert!(writer.free_bytes().is_some_and(|free| free > 0));
+        let in_memory = Writer {
+            conn: rusqlite::Connection::open_in_memory().unwrap(),
+            ..writer
+        };
+        assert_eq!(in_memory.free_bytes(), None, "no disk");
     }
 }
