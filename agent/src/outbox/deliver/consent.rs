@@ -166,3 +166,111 @@ fn try_purge(ctx: &mut Ctx<'_>) -> rusqlite::Result<u64> {
     tracing::info!(purged = n, "pending events purged");
     Ok(n as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use apiary_schema::{EventKind, Policy};
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::identity::IdentityDefaults;
+    use crate::outbox::{Item, Outbox, OutboxSettings, PreparedEvent};
+
+    fn item(n: u128) -> Item {
+        Item::Kept(PreparedEvent {
+            event_id: Uuid::from_u128(n),
+            kind: EventKind::ToolCall,
+            session_id: Some("s".into()),
+            parent_session_id: None,
+            occurred_at_ms: n as i64,
+            body: format!("{{\"n\":{n}}}"),
+            usage: None,
+            status: None,
+            work: None,
+            tool: None,
+        })
+    }
+
+    type LogRow = (String, String, Option<String>, bool, i64, i64);
+
+    #[tokio::test]
+    async fn consent_is_logged_with_its_policy_and_a_purge_tombstones_every_pending_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = Policy::default_policy();
+        let outbox = Outbox::open(
+            &dir.path().join("o.db"),
+            OutboxSettings::default(),
+            IdentityDefaults::default(),
+            &policy,
+        )
+        .unwrap();
+        outbox.submit((1..=3).map(item).collect()).await.unwrap();
+        let enable = SyncChange::Enable {
+            endpoint: "https://ingest.example".into(),
+            token_file: "/tmp/token".into(),
+            include_backlog: true,
+        };
+        let on = outbox.set_sync(enable).await.unwrap();
+        assert_eq!(
+            on,
+            SyncReport {
+                enabled: true,
+                released: 3,
+                purged: 0
+            }
+        );
+        let off = outbox
+            .set_sync(SyncChange::Disable { purge: true })
+            .await
+            .unwrap();
+        assert_eq!(
+            off,
+            SyncReport {
+                enabled: false,
+                released: 0,
+                purged: 3
+            }
+        );
+        let log: Vec<LogRow> = outbox
+            .raw_read_for_test(|c| {
+                c.prepare(
+                    "SELECT action, policy_hash, endpoint, include_backlog, purged, released
+                     FROM consent_log ORDER BY id",
+                )?
+                .query_map([], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                })?
+                .collect()
+            })
+            .await
+            .unwrap();
+        let hash = policy.hash().to_string();
+        assert_eq!(
+            log,
+            [
+                (
+                    "enable".into(),
+                    hash.clone(),
+                    Some("https://ingest.example".into()),
+                    true,
+                    0,
+                    3
+                ),
+                ("disable".into(), hash, None, false, 3, 0),
+            ]
+        );
+        let stored = outbox.status().await.unwrap().stored;
+        let c = &stored.counters;
+        assert_eq!((c.purged, c.pending, c.pending_bytes), (3, 0, 0));
+        assert_eq!(stored.pending_events, 0);
+        assert!(stored.balanced, "{stored:?}");
+        outbox.close().await;
+    }
+}

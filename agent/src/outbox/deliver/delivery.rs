@@ -433,3 +433,406 @@ pub(crate) fn try_finish_row(
     ctx.count(Counter::PendingBytes, -bytes);
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+
+    use rusqlite::Connection;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::outbox::record::memory::{Delta, WriterState, CLAIM_LEASE};
+    use crate::outbox::record::schema;
+    use crate::outbox::settings::OutboxSettings;
+
+    /// An outbox's tables and the writer's state, without the writer thread: each task runs as one
+    /// group at a time the test chooses, its changes kept as after a commit.
+    struct Fixture {
+        conn: Connection,
+        state: WriterState,
+        settings: OutboxSettings,
+        policy: i64,
+    }
+
+    /// The time (Unix ms) the tests' first group runs at.
+    const T0: i64 = 1_800_000_000_000;
+
+    fn fixture() -> Fixture {
+        let mut conn = Connection::open_in_memory().unwrap();
+        schema::migrate(&mut conn).unwrap();
+        let policy = store::ensure_policy(&conn, "policy-a", "default", 1, 0).unwrap();
+        conn.execute("UPDATE sync_state SET enabled = 1 WHERE id = 1", [])
+            .unwrap();
+        Fixture {
+            conn,
+            state: WriterState::default(),
+            settings: OutboxSettings::default(),
+            policy,
+        }
+    }
+
+    impl Fixture {
+        fn run<T: Task>(&mut self, mut task: T, now_ms: i64) -> T::Output {
+            let mut delta = Delta::default();
+            let sync_enabled = store::sync_enabled(&self.conn).unwrap();
+            let mut ctx = Ctx {
+                conn: &self.conn,
+                state: &self.state,
+                delta: &mut delta,
+                settings: &self.settings,
+                now_ms,
+                sync_enabled,
+            };
+            let out = task.apply(&mut ctx).unwrap().unwrap();
+            store::flush_delta(
+                &self.conn,
+                &mut delta,
+                &mut self.state.folds,
+                &mut self.state.journal,
+            )
+            .unwrap();
+            self.state.merge(delta);
+            out
+        }
+
+        /// Stores a pending event `n` of session `s` with this body, redacted under `policy`.
+        fn event(&self, n: u128, body: &str, policy: i64) -> Uuid {
+            let id = Uuid::from_u128(n);
+            self.conn
+                .execute(
+                    "INSERT INTO events (event_id, kind, session_id, occurred_at, received_at, policy_id,
+                        bytes, body)
+                     VALUES (?1, 'tool.call', 's', ?2, 0, ?3, ?4, ?5)",
+                    params![id.as_bytes().as_slice(), n as i64, policy, body.len() as i64, body],
+                )
+                .unwrap();
+            self.count("pending", 1);
+            self.count("pending_bytes", body.len() as i64);
+            id
+        }
+
+        fn count(&self, name: &str, n: i64) {
+            self.conn
+                .execute(
+                    "INSERT INTO counters (name, value) VALUES (?1, ?2)
+                     ON CONFLICT(name) DO UPDATE SET value = value + ?2",
+                    params![name, n],
+                )
+                .unwrap();
+        }
+
+        fn counters(&self) -> BTreeMap<String, i64> {
+            store::read_counter_map(&self.conn).unwrap()
+        }
+
+        fn claim(&mut self, max_events: usize, max_bytes: usize, now_ms: i64) -> Claimed {
+            let limits = ClaimLimits {
+                max_events,
+                max_bytes,
+            };
+            self.run(Claim { limits }, now_ms)
+        }
+
+        fn settle(&mut self, kind: SettleKind, now_ms: i64) -> SettleReport {
+            self.run(Settle { kind }, now_ms)
+        }
+
+        /// `(attempts, next_attempt_at, last_error)` of event `id`.
+        fn retry_of(&self, id: Uuid) -> (i64, i64, Option<String>) {
+            self.conn
+                .query_row(
+                    "SELECT attempts, next_attempt_at, last_error FROM events WHERE event_id = ?1",
+                    [id.as_bytes().as_slice()],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .unwrap()
+        }
+    }
+
+    fn settled(settled: u64, not_pending: u64) -> SettleReport {
+        SettleReport {
+            settled,
+            not_pending,
+        }
+    }
+
+    const BIG: usize = 1 << 20;
+
+    #[test]
+    fn a_batch_is_its_head_then_the_stored_events_byte_for_byte() {
+        let agent = apiary_schema::batch::AgentInfo {
+            device_id: Some("dev-1".into()),
+            agent_version: "0.1.0".into(),
+        };
+        let claimed = |bodies: &[&str]| Claimed {
+            events: bodies
+                .iter()
+                .enumerate()
+                .map(|(n, b)| ClaimedEvent {
+                    event_id: Uuid::from_u128(n as u128),
+                    body: b.to_string(),
+                    attempts: 0,
+                })
+                .collect(),
+            policy_hash: "policy-a".into(),
+            ..Claimed::default()
+        };
+        let batch_id = Uuid::from_u128(7);
+        let two = claimed(&[r#"{"n":1}"#, r#"{"n":2}"#]);
+        let text = two.batch_json(batch_id, &agent);
+        assert!(text.ends_with(r#""events":[{"n":1},{"n":2}]}"#), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["batch_id"], json!(batch_id));
+        assert_eq!(v["policy_hash"], "policy-a");
+        assert_eq!(v["agent"]["device_id"], "dev-1");
+        assert_eq!(v["events"], json!([{"n": 1}, {"n": 2}]));
+        assert_eq!(two.ids(), [Uuid::from_u128(0), Uuid::from_u128(1)]);
+        let with = two.batch_json_with(batch_id, &agent, Some(r#"{"beat":1}"#));
+        let v: Value = serde_json::from_str(&with).unwrap();
+        assert_eq!(v["events"], json!([{"n": 1}, {"n": 2}, {"beat": 1}]));
+        let alone = claimed(&[]).batch_json_with(batch_id, &agent, Some(r#"{"beat":1}"#));
+        let v: Value = serde_json::from_str(&alone).unwrap();
+        assert_eq!(v["events"], json!([{"beat": 1}]), "{alone}");
+    }
+
+    #[test]
+    fn nothing_is_claimed_while_sync_is_off_or_paused_and_the_claim_says_why() {
+        let mut o = fixture();
+        o.event(1, r#"{"n":1}"#, o.policy);
+        let idle = |c: &Claimed| (c.events.len(), c.idle);
+        o.conn
+            .execute("UPDATE sync_state SET enabled = 0", [])
+            .unwrap();
+        assert_eq!(idle(&o.claim(10, BIG, T0)), (0, Some(Idle::SyncOff)));
+        o.conn
+            .execute(
+                "UPDATE sync_state SET enabled = 1, paused_reason = 're-authenticate'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(idle(&o.claim(10, BIG, T0)), (0, Some(Idle::Paused)));
+        o.conn
+            .execute("UPDATE sync_state SET paused_reason = NULL", [])
+            .unwrap();
+        assert_eq!(idle(&o.claim(10, BIG, T0)), (1, None));
+        assert_eq!(
+            idle(&o.claim(10, BIG, T0)),
+            (0, Some(Idle::NothingDue)),
+            "in flight"
+        );
+    }
+
+    #[test]
+    fn a_claim_takes_rows_in_order_up_to_its_count_and_bytes_and_at_least_one() {
+        let mut o = fixture();
+        let body = r#"{"n":"0123456789"}"#;
+        let ids: Vec<Uuid> = (1..=6).map(|n| o.event(n, body, o.policy)).collect();
+        let first = o.claim(2, BIG, T0);
+        assert_eq!(first.ids(), ids[..2]);
+        assert_eq!(first.policy_hash, "policy-a");
+        // Exactly two bodies' bytes: both fit.
+        let second = o.claim(10, 2 * body.len(), T0);
+        assert_eq!(second.ids(), ids[2..4]);
+        // Fewer bytes than one body: one goes anyway.
+        let third = o.claim(10, 1, T0);
+        assert_eq!(third.ids(), ids[4..5]);
+        let last = o.claim(10, BIG, T0);
+        assert_eq!(last.ids(), ids[5..]);
+        assert_eq!(
+            last.events[0],
+            ClaimedEvent {
+                event_id: ids[5],
+                body: body.into(),
+                attempts: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_batch_holds_the_events_of_one_policy() {
+        let mut o = fixture();
+        let other = store::ensure_policy(&o.conn, "policy-b", "names", 1, 0).unwrap();
+        let a = o.event(1, r#"{"n":1}"#, o.policy);
+        let b = o.event(2, r#"{"n":2}"#, other);
+        let c = o.event(3, r#"{"n":3}"#, other);
+        let first = o.claim(10, BIG, T0);
+        assert_eq!(
+            (first.ids(), first.policy_hash.as_str()),
+            (vec![a], "policy-a")
+        );
+        let second = o.claim(10, BIG, T0);
+        assert_eq!(
+            (second.ids(), second.policy_hash.as_str()),
+            (vec![b, c], "policy-b")
+        );
+    }
+
+    #[test]
+    fn an_expired_claim_is_taken_again_by_the_routine_full_scan_not_before() {
+        let mut o = fixture();
+        let a = o.event(1, r#"{"n":1}"#, o.policy);
+        assert_eq!(o.claim(10, BIG, T0).ids(), [a]);
+        // The push loop never settled it: its lease ran out.
+        let expired = Instant::now()
+            .checked_sub(CLAIM_LEASE + Duration::from_secs(1))
+            .unwrap();
+        o.state.in_flight.get_mut(&a).unwrap().1 = expired;
+        // Claims scan from the cursor, past the row, until the full scan falls due.
+        assert_eq!(o.claim(10, BIG, T0 + 1_000).ids(), Vec::<Uuid>::new());
+        assert_eq!(o.claim(10, BIG, T0 + 2_000).ids(), Vec::<Uuid>::new());
+        let full = T0 + FULL_SCAN_EVERY.as_millis() as i64;
+        assert_eq!(o.claim(10, BIG, full).ids(), [a]);
+    }
+
+    #[test]
+    fn acks_turn_rows_into_tombstones_once_and_keep_the_last_sent() {
+        let mut o = fixture();
+        let body = r#"{"n":"0123456789"}"#;
+        let ids: Vec<Uuid> = (1..=3).map(|n| o.event(n, body, o.policy)).collect();
+        o.claim(10, BIG, T0);
+        let report = o.settle(
+            SettleKind::Ack(vec![
+                (ids[0], Delivery::Delivered),
+                (ids[1], Delivery::Duplicate),
+                (Uuid::from_u128(99), Delivery::Delivered),
+            ]),
+            T0,
+        );
+        assert_eq!(report, settled(2, 1), "an id never claimed is not pending");
+        let c = o.counters();
+        assert_eq!(
+            (
+                c["delivered"],
+                c["duplicate"],
+                c["pending"],
+                c["pending_bytes"]
+            ),
+            (1, 1, 1, body.len() as i64)
+        );
+        let sent = sent::newest(&o.conn, 10).unwrap();
+        let kept: Vec<(Uuid, bool, &str)> = sent
+            .iter()
+            .map(|s| (s.event_id, s.duplicate, s.body.as_str()))
+            .collect();
+        assert_eq!(kept, [(ids[1], true, body), (ids[0], false, body)]);
+        let again = o.settle(SettleKind::Ack(vec![(ids[0], Delivery::Delivered)]), T0);
+        assert_eq!(again, settled(0, 1), "settled twice");
+        assert_eq!(o.counters()["delivered"], 1);
+    }
+
+    #[test]
+    fn the_ring_of_sent_events_keeps_only_the_newest() {
+        let mut o = fixture();
+        let n = sent::SENT_KEPT as u128 + 5;
+        let ids: Vec<Uuid> = (1..=n)
+            .map(|n| o.event(n, &format!(r#"{{"n":{n}}}"#), o.policy))
+            .collect();
+        o.claim(1000, BIG, T0);
+        // Two batches: the first fills the ring, the second pushes its oldest out.
+        let (early, late) = ids.split_at(sent::SENT_KEPT);
+        let acks = |ids: &[Uuid]| -> Vec<(Uuid, Delivery)> {
+            ids.iter().map(|id| (*id, Delivery::Delivered)).collect()
+        };
+        o.settle(SettleKind::Ack(acks(early)), T0);
+        o.settle(SettleKind::Ack(acks(late)), T0);
+        let sent = sent::newest(&o.conn, 1000).unwrap();
+        assert_eq!(sent.len(), sent::SENT_KEPT);
+        assert_eq!(sent[0].event_id, *ids.last().unwrap());
+        assert_eq!(sent[sent::SENT_KEPT - 1].event_id, ids[5]);
+    }
+
+    #[test]
+    fn a_rejected_event_becomes_a_dead_letter_with_its_reason_and_body() {
+        let mut o = fixture();
+        let body = r#"{"n":"0123456789"}"#;
+        let a = o.event(1, body, o.policy);
+        o.claim(10, BIG, T0);
+        let report = o.settle(
+            SettleKind::Reject(vec![
+                (a, "schema: bad field".into()),
+                (Uuid::from_u128(99), "never claimed".into()),
+            ]),
+            T0,
+        );
+        assert_eq!(report, settled(1, 1));
+        let letters: Vec<(Vec<u8>, String, String, Option<String>)> = o
+            .conn
+            .prepare("SELECT event_id, source, reason, body FROM dead_letters")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            letters,
+            [(
+                a.as_bytes().to_vec(),
+                "ingest".into(),
+                "schema: bad field".into(),
+                Some(body.into())
+            )]
+        );
+        let c = o.counters();
+        assert_eq!(
+            (
+                c["rejected"],
+                c["drops_unreported.rejected"],
+                c["pending"],
+                c["pending_bytes"]
+            ),
+            (1, 1, 0, 0)
+        );
+        let again = o.settle(SettleKind::Reject(vec![(a, "again".into())]), T0);
+        assert_eq!(again, settled(0, 1));
+    }
+
+    #[test]
+    fn a_failed_event_waits_for_its_retry_time_then_goes_again() {
+        let mut o = fixture();
+        let a = o.event(1, r#"{"n":1}"#, o.policy);
+        assert_eq!(o.claim(10, BIG, T0).ids(), [a]);
+        let report = o.settle(
+            SettleKind::Fail {
+                ids: vec![a, Uuid::from_u128(99)],
+                delay: Duration::from_secs(60),
+                error: "503".into(),
+            },
+            T0,
+        );
+        assert_eq!(report, settled(1, 1));
+        assert_eq!(o.retry_of(a), (1, T0 + 60_000, Some("503".into())));
+        let waiting = o.claim(10, BIG, T0 + 59_000);
+        assert_eq!(
+            (waiting.ids(), waiting.idle),
+            (vec![], Some(Idle::NothingDue))
+        );
+        let due = o.claim(10, BIG, T0 + 60_000);
+        assert_eq!(due.ids(), [a]);
+        assert_eq!(due.events[0].attempts, 1);
+    }
+
+    #[test]
+    fn a_released_claim_is_claimable_again_at_once_without_an_attempt() {
+        let mut o = fixture();
+        let ids: Vec<Uuid> = (1..=2)
+            .map(|n| o.event(n, r#"{"n":1}"#, o.policy))
+            .collect();
+        assert_eq!(o.claim(10, BIG, T0).ids(), ids);
+        let report = o.settle(SettleKind::Release(ids.clone()), T0 + 1);
+        assert_eq!(report, settled(2, 0));
+        let again = o.claim(10, BIG, T0 + 2);
+        assert_eq!(again.ids(), ids);
+        assert_eq!(again.events[0].attempts, 0);
+    }
+
+    #[test]
+    fn a_settlement_weighs_its_ids() {
+        let ids = vec![Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3)];
+        let weight = |kind| Settle { kind }.weight();
+        let acks = ids.iter().map(|id| (*id, Delivery::Delivered)).collect();
+        assert_eq!(weight(SettleKind::Ack(acks)), 3);
+        assert_eq!(weight(SettleKind::Release(ids)), 3);
+    }
+}
