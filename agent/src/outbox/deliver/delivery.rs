@@ -792,16 +792,17 @@ mod tests {
     fn a_failed_event_waits_for_its_retry_time_then_goes_again() {
         let mut o = fixture();
         let a = o.event(1, r#"{"n":1}"#, o.policy);
-        assert_eq!(o.claim(10, BIG, T0).ids(), [a]);
+        let b = o.event(2, r#"{"n":2}"#, o.policy);
+        assert_eq!(o.claim(10, BIG, T0).ids(), [a, b]);
         let report = o.settle(
             SettleKind::Fail {
-                ids: vec![a, Uuid::from_u128(99)],
+                ids: vec![a, b, Uuid::from_u128(99)],
                 delay: Duration::from_secs(60),
                 error: "503".into(),
             },
             T0,
         );
-        assert_eq!(report, settled(1, 1));
+        assert_eq!(report, settled(2, 1), "an id never claimed is not pending");
         assert_eq!(o.retry_of(a), (1, T0 + 60_000, Some("503".into())));
         let waiting = o.claim(10, BIG, T0 + 59_000);
         assert_eq!(
@@ -809,7 +810,7 @@ mod tests {
             (vec![], Some(Idle::NothingDue))
         );
         let due = o.claim(10, BIG, T0 + 60_000);
-        assert_eq!(due.ids(), [a]);
+        assert_eq!(due.ids(), [a, b]);
         assert_eq!(due.events[0].attempts, 1);
     }
 
