@@ -230,4 +230,43 @@ mod tests {
         assert!(err.to_string().contains("not a public address"), "{err}");
         assert!(!resolve(&url, true).await.unwrap().is_empty());
     }
+
+    #[test]
+    fn kinds_read_back_the_words_they_are_stored_as() {
+        for (k, word) in [(Kind::Webhook, "webhook"), (Kind::Slack, "slack")] {
+            assert_eq!(k.as_str(), word);
+            assert_eq!(Kind::parse(word), Some(k));
+        }
+        for word in ["", "Webhook", "SLACK", "email"] {
+            assert_eq!(Kind::parse(word), None, "{word:?}");
+        }
+    }
+
+    #[test]
+    fn a_url_of_2000_characters_is_taken_and_one_longer_is_not() {
+        let base = "https://hooks.example.com/";
+        let at = |n: usize| format!("{base}{}", "a".repeat(n - base.len()));
+        assert!(check_url(Kind::Webhook, &at(2000), false).is_ok());
+        let err = check_url(Kind::Webhook, &at(2001), false).unwrap_err();
+        assert!(err.contains("at most 2000"), "{err}");
+    }
+
+    #[test]
+    fn a_user_name_alone_or_a_password_alone_is_refused_as_credentials() {
+        for u in [
+            "https://user@hooks.example.com/x",
+            "https://:pw@hooks.example.com/x",
+        ] {
+            let err = check_url(Kind::Webhook, u, false).unwrap_err();
+            assert!(err.contains("credentials"), "{u}: {err}");
+        }
+    }
+
+    #[test]
+    fn names_under_localhost_are_not_public_hosts() {
+        for u in ["https://hooks.localhost/x", "https://a.b.localhost./x"] {
+            let err = check_url(Kind::Webhook, u, false).unwrap_err();
+            assert!(err.contains("is not a public host name"), "{u}: {err}");
+        }
+    }
 }

@@ -409,4 +409,14 @@ mod tests {
             "2026-11-23T00:00:00Z".parse::<DateTime<Utc>>().unwrap()
         );
     }
+
+    #[test]
+    fn times_in_summaries_are_utc_rfc3339_with_the_fraction_they_have() {
+        let t: DateTime<Utc> = "2026-11-30T10:00:00Z".parse().unwrap();
+        assert_eq!(rfc3339(t), "2026-11-30T10:00:00Z");
+        assert_eq!(
+            rfc3339(t + TimeDelta::milliseconds(250)),
+            "2026-11-30T10:00:00.250Z"
+        );
+    }
 }
