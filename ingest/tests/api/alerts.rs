@@ -10,7 +10,7 @@ use apiary_ingest::config::{AlertSettings, IngestSettings};
 use apiary_ingest::query::ReadDb;
 use axum::http::{HeaderMap, StatusCode as AxumStatus};
 use axum::response::IntoResponse;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, NaiveTime, TimeDelta, Utc};
 use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -256,12 +256,21 @@ async fn budget_alerts_fire_once_per_threshold_through_two_replicas_and_resolve_
         .collect();
     thresholds.sort();
     assert_eq!(thresholds, [50, 100]);
-    assert!(
-        got.iter().any(|r| r.body["alert"]["summary"]
-            .as_str()
-            .unwrap()
-            .contains("reached 100%")),
-        "{got:?}"
+    // The summary says the amounts in the budget's unit and when the period began.
+    let full = got
+        .iter()
+        .find(|r| r.body["alert"]["details"]["threshold_percent"] == 100)
+        .unwrap();
+    let summary = full.body["alert"]["summary"].as_str().unwrap();
+    assert!(summary.contains("reached 100%"), "{summary}");
+    let (_, from) = summary
+        .split_once(" limit: 1.10 USD of 1.00 USD (period from ")
+        .unwrap_or_else(|| panic!("{summary}"));
+    let start: DateTime<Utc> = budget["period_start"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        from.strip_suffix(')').map(str::parse),
+        Some(Ok(start)),
+        "{summary}"
     );
     // The period ends: both resolve (evaluated as of the next day), each with one notification.
     let end: DateTime<Utc> = budget["period_end"].as_str().unwrap().parse().unwrap();
@@ -379,6 +388,33 @@ async fn session_status_alerts_wait_their_minimum_duration_resolve_and_fire_agai
     }
     let (_, alerts) = app.get(&t.read, "/v1/alerts?state=firing").await;
     assert_eq!(alerts["alerts"].as_array().unwrap().len(), 1, "{alerts}");
+    // The guard fires once the stretch has lasted its hour to the second, not a second before
+    // (evaluated here at those instants; a background round may hold the tenant's lock: try again).
+    let since: DateTime<Utc> = receiver.received()[2].body["alert"]["details"]["since"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let db = db(&app);
+    let eval = |at: DateTime<Utc>| {
+        let (pool, db) = (app.pool.clone(), db.clone());
+        async move {
+            for _ in 0..100 {
+                let c = apiary_ingest::alerts::evaluate::tenant(&pool, &db, t.id, 180, at)
+                    .await
+                    .unwrap();
+                if c.evaluated {
+                    return c;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            panic!("the tenant's rules were never evaluated: its lock was held every time");
+        }
+    };
+    let c = eval(since + TimeDelta::seconds(3599)).await;
+    assert_eq!((c.fired, c.resolved), (0, 0));
+    let c = eval(since + TimeDelta::seconds(3600)).await;
+    assert_eq!((c.fired, c.resolved), (1, 0));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -483,6 +519,15 @@ async fn device_offline_backlog_and_silence_rules_fire_and_resolve(pool: sqlx::P
     assert_eq!(c.resolved, 1 + usize::from(worked_days >= 2));
     let (_, firing) = app.get(&t.read, "/v1/alerts?state=firing").await;
     assert_eq!(firing["alerts"], json!([]), "{firing}");
+    // At the start of the day it was found silent on, but less than the rule's 24 hours after its last
+    // word, the device is offline and not silent. (That start is less than 23 hours away when the test
+    // starts between 01:00 and 18:00 UTC; at other hours this is not checked.)
+    let spoke = Utc::now();
+    let day_start = later.date_naive().and_time(NaiveTime::MIN).and_utc();
+    if day_start - spoke < TimeDelta::hours(23) {
+        let c = eval(day_start).await;
+        assert_eq!((c.fired, c.resolved), (1, 0), "only the offline rule fires");
+    }
     let _ = silence;
 }
 
