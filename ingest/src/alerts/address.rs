@@ -410,4 +410,26 @@ mod tests {
         assert_eq!(refusal("2002:a00:1::1".parse().unwrap()), Some("6to4"));
         assert_eq!(refusal("8.8.8.8".parse().unwrap()), None);
     }
+
+    #[test]
+    fn refusals_outside_global_unicast_name_their_block() {
+        for (ip, block) in [
+            ("::1", "loopback"),
+            ("::", "unspecified"),
+            ("::8.8.8.8", "IPv4-compatible (deprecated)"),
+            ("::ffff:0:8.8.8.8", "IPv4-translated"),
+            ("64:ff9b:1::8.8.8.8", "local-use NAT64"),
+            ("100::1", "discard-only"),
+            ("fc00::1", "unique-local"),
+            ("fdff:ffff::1", "unique-local"),
+            ("fe80::1", "link-local"),
+            ("febf:ffff::1", "link-local"),
+            ("ff02::1", "multicast"),
+            ("fec0::1", "not global unicast"),
+            ("5f00::1", "not global unicast"),
+            ("4000::1", "not global unicast"),
+        ] {
+            assert_eq!(refusal(ip.parse().unwrap()), Some(block), "{ip}");
+        }
+    }
 }
