@@ -383,4 +383,71 @@ mod tests {
         );
         assert!(text.contains("al_1:firing"));
     }
+
+    /// Deliveries to a receiver on this machine, given up after a second.
+    fn local() -> AlertSettings {
+        AlertSettings {
+            allow_private_destinations: true,
+            delivery_timeout_secs: 1,
+            ..AlertSettings::default()
+        }
+    }
+
+    #[test]
+    fn answers_are_delivered_retried_or_given_up_by_their_status() {
+        let answer = |status: u16, retry_after: Option<&str>| {
+            let mut b = axum::http::Response::builder().status(status);
+            if let Some(v) = retry_after {
+                b = b.header("retry-after", v);
+            }
+            answered(&reqwest::Response::from(b.body(Vec::<u8>::new()).unwrap()))
+        };
+        assert_eq!(answer(204, None), Outcome::Delivered);
+        for s in [408, 425, 429, 500, 503, 599] {
+            assert!(matches!(answer(s, None), Outcome::Retry(None, _)), "{s}");
+        }
+        assert_eq!(
+            answer(429, Some("7")),
+            Outcome::Retry(
+                Some(Duration::from_secs(7)),
+                "the destination answered 429 Too Many Requests".into()
+            )
+        );
+        for s in [302, 400, 401, 404, 410] {
+            assert!(matches!(answer(s, None), Outcome::Permanent(_)), "{s}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_destination_that_does_not_answer_in_time_is_retried_as_timed_out() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Takes every connection and never answers.
+        tokio::spawn(async move {
+            let mut held = vec![];
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s);
+            }
+        });
+        let url = Url::parse(&format!("http://{addr}/hook")).unwrap();
+        let outcome = post_checked(&url, &local(), Default::default(), b"{}".to_vec()).await;
+        assert_eq!(outcome, Outcome::Retry(None, "timed out".into()));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_retried_with_the_causes_of_its_error() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let url = Url::parse(&format!("http://{addr}/hook")).unwrap();
+        match post_checked(&url, &local(), Default::default(), b"{}".to_vec()).await {
+            Outcome::Retry(None, e) => {
+                assert!(e.starts_with("request failed: "), "{e}");
+                // The innermost cause, the system's, is named.
+                assert!(e.contains("Connection refused"), "{e}");
+                assert!(!e.contains("/hook"), "the URL is never in the error: {e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
