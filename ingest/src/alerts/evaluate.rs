@@ -193,7 +193,8 @@ async fn budget(
                     key: format!("budget:{id}:{}:{threshold}", start.timestamp()),
                     subject: id.clone(),
                     summary: format!(
-                        "Budget \"{label}\" reached {threshold}% of its {period}ly limit: {} of {} (period from {})",
+                        "Budget \"{label}\" reached {threshold}% of its {} limit: {} of {} (period from {})",
+                        per(&period),
                         amount(spent),
                         amount(limit),
                         rfc3339(start)
@@ -390,6 +391,17 @@ async fn silence(
         .collect())
 }
 
+/// A budget's period as its limit is named: "daily", "weekly", "monthly" (a period not known here, as
+/// stored).
+fn per(period: &str) -> &str {
+    match period {
+        "day" => "daily",
+        "week" => "weekly",
+        "month" => "monthly",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,6 +419,14 @@ mod tests {
         assert_eq!(
             working_days_back(now, 5),
             "2026-11-23T00:00:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+    }
+
+    #[test]
+    fn a_budgets_limit_is_named_after_its_period() {
+        assert_eq!(
+            ["day", "week", "month"].map(per),
+            ["daily", "weekly", "monthly"]
         );
     }
 

@@ -264,7 +264,7 @@ async fn budget_alerts_fire_once_per_threshold_through_two_replicas_and_resolve_
     let summary = full.body["alert"]["summary"].as_str().unwrap();
     assert!(summary.contains("reached 100%"), "{summary}");
     let (_, from) = summary
-        .split_once(" limit: 1.10 USD of 1.00 USD (period from ")
+        .split_once(" of its daily limit: 1.10 USD of 1.00 USD (period from ")
         .unwrap_or_else(|| panic!("{summary}"));
     let start: DateTime<Utc> = budget["period_start"].as_str().unwrap().parse().unwrap();
     assert_eq!(
