@@ -384,7 +384,7 @@ mod tests {
         assert!(text.contains("al_1:firing"));
     }
 
-    /// Deliveries to a receiver on this machine, given up after a second.
+    /// Deliveries to a receiver on the loopback address, given up after a second.
     fn local() -> AlertSettings {
         AlertSettings {
             allow_private_destinations: true,
