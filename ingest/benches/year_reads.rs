@@ -22,9 +22,9 @@
 //! each (100 users, 120 devices, 500 colonies). What is loaded is what the write path leaves behind,
 //! not raw events: the 15-minute `usage_rollups` and `tool_rollups` rows of every session, the
 //! `sessions`, `colony_runs`, `session_forks`, `devices` and 100 budgets of the large tenant; the hourly,
-//! narrow, daily and monthly usage rollups and the hourly, daily and monthly tool rollups are then summed
-//! from the 15-minute rows in SQL (an hourly row is the sum of its quarter rows, and so on, as the write
-//! path keeps them). Each session: a start (working
+//! narrow, daily and monthly usage rollups, the hourly, daily and monthly tool rollups and the tenant's
+//! (those summed over users) are then summed from the 15-minute rows in SQL (an hourly row is the sum of
+//! its quarter rows, and so on, as the write path keeps them). Each session: a start (working
 //! hours weighted), 1–12 quarter hours, one or two models (a skewed choice of 20), a row per quarter and
 //! model with its LLM turns, and a row per quarter with model '' holding the tool calls and active time.
 //! A colony run: a queen session, the run's own forked session (parent: the queen; its rows have no
