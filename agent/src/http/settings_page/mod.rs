@@ -171,6 +171,108 @@ async fn security_headers(req: Request, next: Next) -> Response {
 mod tests {
     use super::*;
 
+    use std::sync::Arc;
+
+    use axum::extract::State;
+    use axum::Form;
+    use axum_extra::extract::cookie::CookieJar;
+
+    use crate::config::Mode;
+
+    /// The agent's port in these tests (it is bound to the loopback address).
+    const PORT: u16 = 4319;
+
+    /// An agent's state over a new outbox in `dir`, bound to the loopback address: the intake token
+    /// is `intake-token`, the settings token `settings-token`.
+    pub(super) fn state_in(dir: &std::path::Path, mode: Mode) -> AppState {
+        let policy = apiary_schema::Policy::default_policy();
+        let outbox = crate::outbox::Outbox::open(
+            &dir.join("outbox.db"),
+            crate::outbox::OutboxSettings::default(),
+            crate::identity::IdentityDefaults::default(),
+            &policy,
+        )
+        .unwrap();
+        let intake = crate::config::IntakeSettings::default();
+        AppState {
+            outbox,
+            token: Arc::new("intake-token".into()),
+            settings_token: Arc::new("settings-token".into()),
+            policy: Arc::new(policy),
+            zone: apiary_schema::hive::Zone::Utc,
+            body_budget: Arc::new(crate::http::budget::BodyBudget::new(
+                intake.max_bytes_in_flight,
+            )),
+            intake,
+            mode,
+            started_at: std::time::Instant::now(),
+            stats: Arc::default(),
+            runtimes: crate::tail::runtime::RuntimeWatch::new(),
+            streams: Arc::default(),
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], PORT)),
+            page_sessions: Arc::default(),
+            exports: Arc::default(),
+            identity: Arc::default(),
+            hive_home: None,
+        }
+    }
+
+    /// The headers of a request from the page itself (`Host` and `Origin` of this agent), with the
+    /// browser's `Cookie` header if given.
+    pub(super) fn from_the_page(cookie: Option<&HeaderValue>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        let own = format!("127.0.0.1:{PORT}");
+        h.insert(header::HOST, HeaderValue::from_str(&own).unwrap());
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_str(&format!("http://{own}")).unwrap(),
+        );
+        if let Some(c) = cookie {
+            h.insert(header::COOKIE, c.clone());
+        }
+        h
+    }
+
+    /// The same request as if another site's page had made the browser send it.
+    pub(super) fn from_another_site(cookie: Option<&HeaderValue>) -> HeaderMap {
+        let mut h = from_the_page(cookie);
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        h
+    }
+
+    /// Signs in with the settings token: the `Cookie` header the browser then sends.
+    pub(super) async fn signed_in_cookie(state: &AppState) -> HeaderValue {
+        let form =
+            serde_json::from_value(serde_json::json!({ "token": "settings-token" })).unwrap();
+        let r = signin::sign_in(
+            State(state.clone()),
+            from_the_page(None),
+            CookieJar::new(),
+            Ok(Form(form)),
+        )
+        .await;
+        let set = r.headers()[header::SET_COOKIE].to_str().unwrap();
+        HeaderValue::from_str(set.split(';').next().unwrap()).unwrap()
+    }
+
+    /// Where a redirect sends the browser, if the answer is one.
+    pub(super) fn location(r: &Response) -> Option<&str> {
+        r.headers()
+            .get(header::LOCATION)
+            .map(|v| v.to_str().unwrap())
+    }
+
+    /// The answer's body as text.
+    pub(super) async fn body_text(r: Response) -> String {
+        let bytes = axum::body::to_bytes(r.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
     #[test]
     fn the_page_answers_to_the_bound_address_and_localhost_only() {
         let own = own_authorities("127.0.0.1:4319".parse().unwrap());

@@ -248,3 +248,229 @@ fn notice_text(n: &Notice) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Map, Value};
+
+    use super::super::tests::{
+        body_text, from_another_site, from_the_page, location, signed_in_cookie, state_in,
+    };
+    use super::*;
+    use crate::config::Mode;
+    use crate::outbox::SyncChange;
+    use apiary_schema::colony::ColonyNames;
+
+    /// An ingest address nothing listens at (the loopback address, port 1): sharing turns on all the
+    /// same, the token's identity adopted once it answers.
+    const NOWHERE: &str = "http://127.0.0.1:1";
+
+    /// A private token file for the ingest, in `dir`.
+    fn token_file(dir: &std::path::Path) -> String {
+        let path = dir.join("ingest.token");
+        crate::private::write_atomic(&path, b"tok-123\n").unwrap();
+        path.display().to_string()
+    }
+
+    /// The toggle's form with these fields.
+    fn toggle_form(fields: &[(&str, &str)]) -> Result<Form<ToggleForm>, FormRejection> {
+        let fields: Map<String, Value> = fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        Ok(Form(serde_json::from_value(Value::Object(fields)).unwrap()))
+    }
+
+    async fn sharing_on(state: &AppState) -> bool {
+        state.outbox.status().await.unwrap().stored.sync.enabled
+    }
+
+    #[tokio::test]
+    async fn a_signed_in_browser_sees_the_state_of_sharing_and_any_other_is_sent_to_sign_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_in(dir.path(), Mode::Online);
+        let enable = SyncChange::Enable {
+            endpoint: NOWHERE.into(),
+            token_file: token_file(dir.path()),
+            include_backlog: false,
+        };
+        state.outbox.set_sync(enable).await.unwrap();
+        let r = show(
+            State(state.clone()),
+            from_the_page(None),
+            Ok(Query(Notice::default())),
+        )
+        .await;
+        assert_eq!(
+            (r.status(), location(&r)),
+            (StatusCode::SEE_OTHER, Some("/settings/sign-in"))
+        );
+        let cookie = signed_in_cookie(&state).await;
+        let notice = Notice {
+            done: Some("on".into()),
+            released: Some(2),
+            purged: None,
+        };
+        let r = show(
+            State(state.clone()),
+            from_the_page(Some(&cookie)),
+            Ok(Query(notice)),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let page = body_text(r).await;
+        for shown in [
+            r#"<dd data-field="sync">On</dd>"#,
+            r#"<dd data-field="endpoint_host">127.0.0.1:1</dd>"#,
+            "the 2 events recorded earlier will be sent too",
+        ] {
+            assert!(page.contains(shown), "{shown} in {page}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_toggle_turns_sharing_on_and_off_and_says_what_it_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_in(dir.path(), Mode::Online);
+        let cookie = signed_in_cookie(&state).await;
+        let file = token_file(dir.path());
+        let endpoint = format!("  {NOWHERE} ");
+        let on = toggle_form(&[
+            ("enabled", "true"),
+            ("endpoint", &endpoint),
+            ("token_file", &file),
+        ]);
+        let r = toggle(State(state.clone()), from_the_page(Some(&cookie)), on).await;
+        assert_eq!(
+            (r.status(), location(&r)),
+            (StatusCode::SEE_OTHER, Some("/settings?done=on&released=0"))
+        );
+        assert!(sharing_on(&state).await);
+        let off = toggle_form(&[("enabled", "false")]);
+        let r = toggle(State(state.clone()), from_the_page(Some(&cookie)), off).await;
+        assert_eq!(
+            (r.status(), location(&r)),
+            (StatusCode::SEE_OTHER, Some("/settings?done=off&purged=0"))
+        );
+        assert!(!sharing_on(&state).await);
+    }
+
+    #[tokio::test]
+    async fn a_toggle_from_another_site_s_page_or_without_a_sign_in_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_in(dir.path(), Mode::Online);
+        let cookie = signed_in_cookie(&state).await;
+        let file = token_file(dir.path());
+        let on = [
+            ("enabled", "true"),
+            ("endpoint", NOWHERE),
+            ("token_file", file.as_str()),
+        ];
+        let r = toggle(
+            State(state.clone()),
+            from_another_site(Some(&cookie)),
+            toggle_form(&on),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        let r = toggle(State(state.clone()), from_the_page(None), toggle_form(&on)).await;
+        assert_eq!(
+            (r.status(), location(&r)),
+            (StatusCode::SEE_OTHER, Some("/settings/sign-in"))
+        );
+        assert!(!sharing_on(&state).await, "sharing stays off");
+    }
+
+    #[tokio::test]
+    async fn when_the_organisation_shares_colony_names_the_choice_is_shown_before_sharing_turns_on()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_in(dir.path(), Mode::Online);
+        state
+            .outbox
+            .adopt_colony_names(ColonyNames::Names)
+            .await
+            .unwrap();
+        let cookie = signed_in_cookie(&state).await;
+        let file = token_file(dir.path());
+        let on = [
+            ("enabled", "true"),
+            ("endpoint", NOWHERE),
+            ("token_file", file.as_str()),
+        ];
+        let r = toggle(
+            State(state.clone()),
+            from_the_page(Some(&cookie)),
+            toggle_form(&on),
+        )
+        .await;
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "the page again, nothing switched"
+        );
+        let page = body_text(r).await;
+        assert!(
+            page.contains("Your organisation shares colony names"),
+            "{page}"
+        );
+        for typed in [NOWHERE, file.as_str()] {
+            assert!(
+                page.contains(&format!(r#"value="{typed}""#)),
+                "what was typed stays in the form: {typed} in {page}"
+            );
+        }
+        assert!(!sharing_on(&state).await);
+        let seen = [on.as_slice(), &[("colony_names_seen", "on")]].concat();
+        let r = toggle(
+            State(state.clone()),
+            from_the_page(Some(&cookie)),
+            toggle_form(&seen),
+        )
+        .await;
+        assert_eq!(
+            (r.status(), location(&r)),
+            (StatusCode::SEE_OTHER, Some("/settings?done=on&released=0"))
+        );
+        assert!(sharing_on(&state).await);
+    }
+
+    #[test]
+    fn a_form_field_counts_only_with_something_in_it_trimmed() {
+        assert_eq!(
+            filled(Some("  https://ingest.example \n".into())).as_deref(),
+            Some("https://ingest.example")
+        );
+        assert_eq!(filled(Some(" \t ".into())), None);
+        assert_eq!(filled(None), None);
+    }
+
+    #[test]
+    fn the_notice_after_a_toggle_says_what_was_released_or_deleted() {
+        let said = |done: Option<&str>, released, purged| {
+            notice_text(&Notice {
+                done: done.map(Into::into),
+                released,
+                purged,
+            })
+        };
+        assert_eq!(
+            said(Some("on"), None, None).as_deref(),
+            Some("Sharing is on. Your consent was recorded.")
+        );
+        assert_eq!(
+            said(Some("on"), Some(1), None).as_deref(),
+            Some("Sharing is on. Your consent was recorded; the 1 event recorded earlier will be sent too.")
+        );
+        assert_eq!(
+            said(Some("off"), None, Some(0)).as_deref(),
+            Some("Sharing is off. Nothing more leaves this device.")
+        );
+        assert_eq!(
+            said(Some("off"), None, Some(3)).as_deref(),
+            Some("Sharing is off. Nothing more leaves this device; the 3 events waiting were deleted.")
+        );
+        assert_eq!(said(None, Some(3), None), None);
+        assert_eq!(said(Some("maybe"), None, None), None);
+    }
+}

@@ -190,6 +190,151 @@ pub async fn sign_out(
 mod tests {
     use super::*;
 
+    use axum::http::{header, HeaderValue};
+
+    use super::super::tests::{body_text, from_another_site, from_the_page, location, state_in};
+    use crate::config::Mode;
+
+    fn posted(token: &str) -> Result<Form<SignIn>, FormRejection> {
+        Ok(Form(SignIn {
+            token: token.into(),
+        }))
+    }
+
+    #[tokio::test]
+    async fn the_settings_token_opens_a_twelve_hour_session_in_a_cookie_named_after_the_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_in(dir.path(), Mode::Online);
+        let r = sign_in(
+            State(state.clone()),
+            from_the_page(None),
+            CookieJar::new(),
+            posted(" settings-token\n"),
+        )
+        .await;
+        assert_eq!(
+            (r.status(), location(&r)),
+            (StatusCode::SEE_OTHER, Some("/settings"))
+        );
+        let set = r.headers()[header::SET_COOKIE].to_str().unwrap();
+        let (pair, attributes) = set.split_once(';').unwrap();
+        let (name, id) = pair.split_once('=').unwrap();
+        assert_eq!(name, "apiary_settings_4319", "{set}");
+        assert!(
+            id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "a random 256-bit id: {set}"
+        );
+        for wanted in [
+            "HttpOnly",
+            "SameSite=Strict",
+            "Path=/settings",
+            "Max-Age=43200",
+        ] {
+            assert!(attributes.contains(wanted), "{wanted} in {set}");
+        }
+        let cookie = HeaderValue::from_str(pair).unwrap();
+        assert!(signed_in(&state, &from_the_page(Some(&cookie))));
+        assert!(!signed_in(&state, &from_the_page(None)), "no cookie");
+        let unknown = HeaderValue::from_str(&format!("{name}={}", "0".repeat(64))).unwrap();
+        assert!(
+            !signed_in(&state, &from_the_page(Some(&unknown))),
+            "an id this agent never opened"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_settings_token_posted_from_the_page_itself_signs_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_in(dir.path(), Mode::Online);
+        let refused = [
+            (
+                "intake-token",
+                StatusCode::FORBIDDEN,
+                "That is the intake token",
+            ),
+            (
+                "not-it",
+                StatusCode::UNAUTHORIZED,
+                "not this agent's settings token",
+            ),
+            ("  ", StatusCode::BAD_REQUEST, "Enter the settings token."),
+        ];
+        for (token, status, reason) in refused {
+            let r = sign_in(
+                State(state.clone()),
+                from_the_page(None),
+                CookieJar::new(),
+                posted(token),
+            )
+            .await;
+            assert_eq!(r.status(), status, "{token:?}");
+            assert!(r.headers().get(header::SET_COOKIE).is_none(), "{token:?}");
+            let page = body_text(r).await;
+            assert!(
+                page.contains(reason) && page.contains(r#"type="password""#),
+                "the form again with the reason: {page}"
+            );
+        }
+        let r = sign_in(
+            State(state.clone()),
+            from_another_site(None),
+            CookieJar::new(),
+            posted("settings-token"),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(r.headers().get(header::SET_COOKIE).is_none());
+        assert!(
+            state.page_sessions.live.lock().unwrap().is_empty(),
+            "no session was opened"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_sign_in_form_asks_for_the_settings_token_in_a_password_field() {
+        let r = form().await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let page = body_text(r).await;
+        assert!(
+            page.contains(r#"action="/settings/sign-in""#)
+                && page.contains(r#"type="password" name="token""#),
+            "{page}"
+        );
+    }
+
+    #[tokio::test]
+    async fn signing_out_ends_the_session_and_clears_the_cookie_but_another_site_cannot() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state_in(dir.path(), Mode::Online);
+        let cookie = super::super::tests::signed_in_cookie(&state).await;
+        let elsewhere = from_another_site(Some(&cookie));
+        let r = sign_out(
+            State(state.clone()),
+            elsewhere.clone(),
+            CookieJar::from_headers(&elsewhere),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        let own = from_the_page(Some(&cookie));
+        assert!(signed_in(&state, &own), "still signed in");
+        let r = sign_out(
+            State(state.clone()),
+            own.clone(),
+            CookieJar::from_headers(&own),
+        )
+        .await;
+        assert_eq!(
+            (r.status(), location(&r)),
+            (StatusCode::SEE_OTHER, Some("/settings/sign-in"))
+        );
+        let set = r.headers()[header::SET_COOKIE].to_str().unwrap();
+        assert!(
+            set.starts_with("apiary_settings_4319=;") && set.contains("Max-Age=0"),
+            "the cookie is cleared: {set}"
+        );
+        assert!(!signed_in(&state, &own), "the session ended");
+    }
+
     #[test]
     fn sessions_expire_are_bounded_and_close() {
         let s = PageSessions::default();
