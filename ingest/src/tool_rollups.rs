@@ -169,51 +169,49 @@ const TABLES: [(&str, Unit); 3] = [
     ("tool_rollups_monthly", rollups::month_of),
 ];
 
-/// `rows` summed per narrow key (device, colony and session empty) at the grain `to` gives. Sorted like
-/// the narrow tables' key, since the empty columns compare equal.
-fn narrow(rows: &ToolRows, to: Unit) -> ToolRows {
-    let mut out = ToolRows::default();
-    for (k, s) in &rows.0 {
-        let key = ToolKey {
-            bucket: to(k.bucket),
-            user_id: k.user_id.clone(),
-            device_id: String::new(),
-            colony_id: String::new(),
-            session_id: String::new(),
-            runtime: k.runtime.clone(),
-            tool_name: k.tool_name.clone(),
-        };
-        let sum = out.0.entry(key).or_default();
-        sum.calls += s.calls;
-        sum.errors += s.errors;
-        sum.timed_calls += s.timed_calls;
-        sum.duration_ms += s.duration_ms;
-        for (a, b) in sum.hist.iter_mut().zip(&s.hist) {
+impl ToolSums {
+    /// Adds another row's sums, histogram slot by slot.
+    fn add(&mut self, other: &ToolSums) {
+        self.calls += other.calls;
+        self.errors += other.errors;
+        self.timed_calls += other.timed_calls;
+        self.duration_ms += other.duration_ms;
+        for (a, b) in self.hist.iter_mut().zip(&other.hist) {
             *a += b;
         }
     }
+}
+
+/// `rows` summed per the key `to` gives each.
+fn regroup(rows: &ToolRows, to: impl Fn(&ToolKey) -> ToolKey) -> ToolRows {
+    let mut out = ToolRows::default();
+    for (k, s) in &rows.0 {
+        out.0.entry(to(k)).or_default().add(s);
+    }
     out
+}
+
+/// `rows` summed per narrow key (device, colony and session empty) at the grain `to` gives. Sorted like
+/// the narrow tables' key, since the empty columns compare equal.
+fn narrow(rows: &ToolRows, to: Unit) -> ToolRows {
+    regroup(rows, |k| ToolKey {
+        bucket: to(k.bucket),
+        user_id: k.user_id.clone(),
+        device_id: String::new(),
+        colony_id: String::new(),
+        session_id: String::new(),
+        runtime: k.runtime.clone(),
+        tool_name: k.tool_name.clone(),
+    })
 }
 
 /// `rows` (narrow ones) summed over users: the tenant tables' key (the user empty as well). Sorted like
 /// that key.
 fn over_users(rows: &ToolRows) -> ToolRows {
-    let mut out = ToolRows::default();
-    for (k, s) in &rows.0 {
-        let key = ToolKey {
-            user_id: String::new(),
-            ..k.clone()
-        };
-        let sum = out.0.entry(key).or_default();
-        sum.calls += s.calls;
-        sum.errors += s.errors;
-        sum.timed_calls += s.timed_calls;
-        sum.duration_ms += s.duration_ms;
-        for (a, b) in sum.hist.iter_mut().zip(&s.hist) {
-            *a += b;
-        }
-    }
-    out
+    regroup(rows, |k| ToolKey {
+        user_id: String::new(),
+        ..k.clone()
+    })
 }
 
 /// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups`, their narrow

@@ -64,7 +64,7 @@ fn part(i: usize, u: &Usage) -> Usage {
 }
 
 /// The tool calls, errors and durations of `u`, nothing else.
-pub fn tool_part(u: &Usage) -> Usage {
+fn tool_part(u: &Usage) -> Usage {
     Usage {
         tool_calls: u.tool_calls,
         tool_errors: u.tool_errors,
