@@ -487,6 +487,7 @@ async fn print_row_writes(pool: &PgPool) -> anyhow::Result<()> {
          WHERE s.oid = 'sessions'::regclass
            AND (t.relid = s.reltoastrelid OR t.relname IN ('sessions', 'usage_rollups',
                 'usage_rollups_hourly', 'usage_rollups_narrow', 'usage_rollups_daily', 'usage_rollups_monthly',
+                'usage_rollups_colony_daily', 'usage_rollups_colony_monthly',
                 'tool_rollups', 'tool_rollups_hourly', 'tool_rollups_daily', 'tool_rollups_monthly',
                 'tool_rollups_tenant_hourly', 'tool_rollups_tenant_daily', 'tool_rollups_tenant_monthly', 'devices',
                 'stream_sessions'))

@@ -89,12 +89,14 @@ SELECT tenant_id, bucket, user_id, model, runtime, sum(input_tokens), sum(output
 FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5";
 
 /// Every usage rollup table.
-const ROLLUP_TABLES: [&str; 5] = [
+const ROLLUP_TABLES: [&str; 7] = [
     "usage_rollups",
     "usage_rollups_hourly",
     "usage_rollups_narrow",
     "usage_rollups_daily",
     "usage_rollups_monthly",
+    "usage_rollups_colony_daily",
+    "usage_rollups_colony_monthly",
 ];
 
 /// The daily and monthly rollups from the narrow rows (likewise written in the same transaction).
@@ -150,6 +152,9 @@ async fn generate(
     sqlx::query(ROLL_UP_NARROW).execute(pool).await?;
     for q in ROLL_UP_CALENDAR {
         sqlx::query(q).execute(pool).await?;
+    }
+    for q in apiary_ingest::rollups::colony_rollups_from_hourly() {
+        sqlx::query(&q).execute(pool).await?;
     }
     for table in ROLLUP_TABLES {
         sqlx::query(&format!("VACUUM ANALYZE {table}"))

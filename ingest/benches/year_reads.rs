@@ -600,8 +600,11 @@ async fn generate(pool: &PgPool, o: &Opts, end: DateTime<Utc>) -> anyhow::Result
     for q in DERIVED {
         sqlx::query(q).execute(pool).await?;
     }
+    for q in apiary_ingest::rollups::colony_rollups_from_hourly() {
+        sqlx::query(&q).execute(pool).await?;
+    }
     eprintln!(
-        "hourly, narrow, daily and monthly sums in {:.0} s",
+        "hourly, narrow, daily, monthly and colony sums in {:.0} s",
         t1.elapsed().as_secs_f64()
     );
     sqlx::query("VACUUM ANALYZE").execute(pool).await?;

@@ -6,10 +6,10 @@
 //!   retries, nothing waits unbounded in memory).
 //! - **Groups.** A writer takes the first queued batch, then whatever arrives within `group_commit_wait_ms`
 //!   of it, until the group holds `group_commit_max_events` events and bindings. Only *disjoint* batches
-//!   share a group ([`Keys`]: per tenant, no common session — as session, parent or colony — no common
-//!   device, no common event id), so every batch's verdicts are exactly what it would get alone; a
-//!   conflicting batch (a replay of a queued batch, another batch of the same device) is held back by the
-//!   writer and starts its next group.
+//!   share a group ([`Keys`]: per tenant, no common session — as session, parent, colony or forked
+//!   colony run — no common device, no common event id), so every batch's verdicts are exactly what it
+//!   would get alone; a conflicting batch (a replay of a queued batch, another batch of the same device)
+//!   is held back by the writer and starts its next group.
 //! - **One tenant per group on Citus.** When the database is a Citus coordinator ([`Engine::Citus`],
 //!   found once at start-up by [`Store::detect_engine`]), a group takes only batches of its first
 //!   batch's tenant; another tenant's batch is held back like a conflicting one. A tenant's rows all
@@ -88,6 +88,7 @@ impl Keys {
             {
                 sessions.push(s.clone());
             }
+            sessions.extend(crate::store::colonies::forked_run_named(ev).map(str::to_string));
         }
         sessions.sort_unstable();
         sessions.dedup();

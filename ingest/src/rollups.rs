@@ -175,6 +175,27 @@ pub fn tenant_monthly_of(k: &RollupKey) -> RollupKey {
     }
 }
 
+/// The `usage_rollups_colony_daily` input a row adds to: its UTC day, without the device. The session
+/// stays: the statement keeps it as `fork_session_id` when the session is a forked colony run, else ''
+/// ([`UPSERT_CALENDAR_SQL`]).
+pub fn colony_day_of(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        bucket: day_of(k.bucket),
+        device_id: String::new(),
+        ..k.clone()
+    }
+}
+
+/// Usage already stored under one colony row that moves to another because its session became a forked
+/// colony run or stopped being one (`store::colonies`): `key` (a [`colony_day_of`] key) is taken out of
+/// the row with `fork_session_id` = `stored_fork` and added where the session's state now puts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColonyMove {
+    pub key: RollupKey,
+    pub stored_fork: String,
+    pub usage: Usage,
+}
+
 /// Sums `rows` into the rows `to` names.
 fn regroup(
     rows: &BTreeMap<RollupKey, Usage>,
@@ -196,44 +217,112 @@ pub async fn upsert(
     tenant_id: Uuid,
     rows: &BTreeMap<RollupKey, Usage>,
 ) -> Result<(), sqlx::Error> {
-    upsert_many(tx, &[(tenant_id, rows)]).await
+    upsert_many(tx, &[(tenant_id, rows, &[])]).await
 }
+
+/// One tenant's rows for [`upsert_many`]: its id, its 15-minute rows, and the colony usage its batch
+/// moves ([`ColonyMove`]).
+pub type TenantRows<'a> = (Uuid, &'a BTreeMap<RollupKey, Usage>, &'a [ColonyMove]);
 
 /// [`upsert`] for several tenants' rows (a group's, [`crate::store::batch`]) in one statement per
 /// table: rows in (tenant, key) order, `tenants` sorted by id and distinct.
 pub async fn upsert_many(
     tx: &mut Transaction<'_, Postgres>,
-    tenants: &[(Uuid, &BTreeMap<RollupKey, Usage>)],
+    tenants: &[TenantRows<'_>],
 ) -> Result<(), sqlx::Error> {
-    if tenants.iter().all(|(_, rows)| rows.is_empty()) {
+    if tenants
+        .iter()
+        .all(|(_, rows, moves)| rows.is_empty() && moves.is_empty())
+    {
         return Ok(());
     }
     let regroup_all = |to: fn(&RollupKey) -> RollupKey| -> Vec<_> {
         tenants
             .iter()
-            .map(|(t, rows)| (*t, regroup(rows, to)))
+            .map(|(t, rows, _)| (*t, regroup(rows, to)))
             .collect()
     };
     let hourly = regroup_all(hourly_of);
-    let (narrow, daily, monthly) = (
+    let (narrow, daily, monthly, colony) = (
         regroup_all(narrow_of),
         regroup_all(daily_of),
         regroup_all(monthly_of),
+        regroup_all(colony_day_of),
     );
-    let quarter = tenants.iter().map(|(t, rows)| (*t, *rows));
-    let q = sqlx::query(UPSERT_QUARTER_SQL.as_str());
-    bind_rows(q, quarter, Key::Wide)?.execute(&mut **tx).await?;
-    let q = sqlx::query(UPSERT_HOURLY_SQL.as_str());
-    bind_rows(q, hourly.iter().map(|(t, r)| (*t, r)), Key::Wide)?
-        .execute(&mut **tx)
-        .await?;
-    // Narrow, daily and monthly rows in one statement (see UPSERT_CALENDAR_SQL): bound in that order.
+    let quarter = tenants.iter().map(|(t, rows, _)| (*t, *rows));
+    if tenants.iter().any(|(_, rows, _)| !rows.is_empty()) {
+        let q = sqlx::query(UPSERT_QUARTER_SQL.as_str());
+        bind_rows(q, quarter, Key::Wide)?.execute(&mut **tx).await?;
+        let q = sqlx::query(UPSERT_HOURLY_SQL.as_str());
+        bind_rows(q, hourly.iter().map(|(t, r)| (*t, r)), Key::Wide)?
+            .execute(&mut **tx)
+            .await?;
+    }
+    // Narrow, daily, monthly and colony rows in one statement (see UPSERT_CALENDAR_SQL): bound in that
+    // order.
     let mut q = sqlx::query(UPSERT_CALENDAR_SQL.as_str());
     for rows in [&narrow, &daily, &monthly] {
         q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
-    q.execute(&mut **tx).await?;
+    let mut inputs: Vec<(Uuid, &RollupKey, Option<&str>, Usage)> = vec![];
+    for ((t, rows), (_, _, moves)) in colony.iter().zip(tenants) {
+        for (k, u) in rows {
+            inputs.push((*t, k, None, u.clone()));
+        }
+        // A move: in where the session's state puts it now, out of where it was stored.
+        for m in moves.iter() {
+            inputs.push((*t, &m.key, None, m.usage.clone()));
+            let out = Usage::from_columns(m.usage.columns().map(|c| -c));
+            inputs.push((*t, &m.key, Some(m.stored_fork.as_str()), out));
+        }
+    }
+    bind_colony_rows(q, &inputs)?.execute(&mut **tx).await?;
     Ok(())
+}
+
+/// Binds the colony statement's input rows (tenant, day key, the `fork_session_id` when it is given
+/// rather than decided from the session, sums) as the arrays of its `unnest`.
+fn bind_colony_rows<'q>(
+    q: Query<'q>,
+    rows: &[(Uuid, &'q RollupKey, Option<&'q str>, Usage)],
+) -> Result<Query<'q>, sqlx::Error> {
+    let too_big = || sqlx::Error::Encode("a rollup sum exceeds the bigint range".into());
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut buckets = Vec::with_capacity(rows.len());
+    let mut forks = Vec::with_capacity(rows.len());
+    let mut dims: [Vec<&str>; 5] = Default::default();
+    let mut nums: [Vec<i64>; COLUMNS] = Default::default();
+    for (t, k, fork, u) in rows {
+        ids.push(*t);
+        buckets.push(k.bucket);
+        forks.push(*fork);
+        for (col, v) in dims.iter_mut().zip([
+            &k.colony_id,
+            &k.session_id,
+            &k.user_id,
+            &k.model,
+            &k.runtime,
+        ]) {
+            col.push(v.as_str());
+        }
+        for (col, v) in nums.iter_mut().zip(u.columns()) {
+            col.push(i64::try_from(v).map_err(|_| too_big())?);
+        }
+    }
+    let [colonies, sessions, users, models, runtimes] = dims;
+    let mut q = q
+        .bind(ids)
+        .bind(buckets)
+        .bind(colonies)
+        .bind(sessions)
+        .bind(forks);
+    for col in [users, models, runtimes] {
+        q = q.bind(col);
+    }
+    for col in nums {
+        q = q.bind(col);
+    }
+    Ok(q)
 }
 
 /// The key of a rollup table: the wide one (15-minute and hourly tables), or the narrow one (narrow
@@ -359,14 +448,112 @@ static UPSERT_QUARTER_SQL: LazyLock<String> =
     LazyLock::new(|| upsert_sql("usage_rollups", Key::Wide, 1));
 static UPSERT_HOURLY_SQL: LazyLock<String> =
     LazyLock::new(|| upsert_sql("usage_rollups_hourly", Key::Wide, 1));
-/// The narrow hourly, daily and monthly upserts as one statement (their parameters bound in that
-/// order): one round trip, and the same statement in every transaction, so the three tables' rows are
-/// always locked in the same order.
+/// The colony tables' key columns after tenant and bucket.
+const COLONY_KEYS: &str = "colony_id, fork_session_id, user_id, model, runtime";
+
+/// The colony daily and monthly upserts, as `WITH` items, their input arrays bound from `$first` on
+/// ([`bind_colony_rows`]' order). Each input row is a day of one session's usage (or a move,
+/// [`ColonyMove`]); its `fork_session_id` is the given one, else its session when that is a forked
+/// colony run (`colony_runs` as this transaction sees it: after the batch's own runs), else ''. The rows
+/// are summed per key and written in key order, the days before the months.
+fn colony_sql(first: usize) -> String {
+    let sums: Vec<String> = SUM_COLUMNS
+        .iter()
+        .map(|c| format!("sum({c})::int8 AS {c}"))
+        .collect();
+    let arrays: Vec<String> = [
+        "uuid",
+        "timestamptz",
+        "text",
+        "text",
+        "text",
+        "text",
+        "text",
+        "text",
+    ]
+    .into_iter()
+    .chain(SUM_COLUMNS.iter().map(|_| "int8"))
+    .enumerate()
+    .map(|(i, ty)| format!("${}::{ty}[]", first + i))
+    .collect();
+    let sets: Vec<String> = SUM_COLUMNS
+        .iter()
+        .map(|c| format!("{c} = r.{c} + EXCLUDED.{c}"))
+        .collect();
+    let upsert = |table: &str, bucket: &str, from: &str, group: bool| {
+        format!(
+            "INSERT INTO {table} AS r (tenant_id, bucket, {COLONY_KEYS}, {cols}) \
+             SELECT tenant_id, {bucket}, {COLONY_KEYS}, {sums} FROM {from} {group} ORDER BY 1, 2, 3, 4, 5, 6, 7 \
+             ON CONFLICT (tenant_id, bucket, {COLONY_KEYS}) DO UPDATE SET {sets}",
+            cols = SUM_COLUMNS.join(", "),
+            sums = match group {
+                true => sums.join(", "),
+                false => SUM_COLUMNS.join(", "),
+            },
+            group = if group { "GROUP BY 1, 2, 3, 4, 5, 6, 7" } else { "" },
+            sets = sets.join(", "),
+        )
+    };
+    format!(
+        "colony_in AS (SELECT u.tenant_id, u.bucket, u.colony_id, COALESCE(u.fork, CASE WHEN EXISTS (\
+         SELECT 1 FROM colony_runs c WHERE c.tenant_id = u.tenant_id AND c.session_id = u.session_id \
+         AND c.parent_session_id IS NOT NULL) THEN u.session_id ELSE '' END) AS fork_session_id, \
+         u.user_id, u.model, u.runtime, {cols} FROM unnest({arrays}) AS u(tenant_id, bucket, colony_id, \
+         session_id, fork, user_id, model, runtime, {cols})), \
+         colony_day AS (SELECT tenant_id, bucket, {COLONY_KEYS}, {sums} FROM colony_in \
+         GROUP BY 1, 2, 3, 4, 5, 6, 7), \
+         colony_daily AS ({daily}), colony_monthly AS ({monthly})",
+        cols = SUM_COLUMNS.join(", "),
+        arrays = arrays.join(", "),
+        sums = sums.join(", "),
+        daily = upsert("usage_rollups_colony_daily", "bucket", "colony_day", false),
+        monthly = upsert(
+            "usage_rollups_colony_monthly",
+            "date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
+            "colony_day",
+            true
+        ),
+    )
+}
+
+/// The colony daily and monthly rows computed from `usage_rollups_hourly` and `colony_runs` as they
+/// stand (two `INSERT … SELECT`s, days then months): what the write path keeps in those tables, for a
+/// bench that loads the finer rows directly. (The migration that created the tables backfilled them the
+/// same way.)
+pub fn colony_rollups_from_hourly() -> [String; 2] {
+    let sums = |prefix: &str| -> String {
+        SUM_COLUMNS
+            .iter()
+            .map(|c| format!("sum({prefix}{c})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    [
+        format!(
+            "INSERT INTO usage_rollups_colony_daily SELECT h.tenant_id, date_bin('1 day', h.bucket, \
+             '2000-01-01 00:00:00+00'), h.colony_id, CASE WHEN f.session_id IS NULL THEN '' ELSE h.session_id END, \
+             h.user_id, h.model, h.runtime, {} FROM usage_rollups_hourly h LEFT JOIN colony_runs f \
+             ON f.tenant_id = h.tenant_id AND f.session_id = h.session_id AND f.parent_session_id IS NOT NULL \
+             GROUP BY 1, 2, 3, 4, 5, 6, 7",
+            sums("h.")
+        ),
+        format!(
+            "INSERT INTO usage_rollups_colony_monthly SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE \
+             'UTC') AT TIME ZONE 'UTC', {COLONY_KEYS}, {} FROM usage_rollups_colony_daily GROUP BY 1, 2, 3, 4, 5, 6, 7",
+            sums("")
+        ),
+    ]
+}
+
+/// The narrow hourly, daily and monthly upserts and the colony daily and monthly ones as one statement
+/// (their parameters bound in that order): one round trip, and the same statement in every transaction,
+/// so the tables' rows are always locked in the same order.
 static UPSERT_CALENDAR_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH daily AS ({}), monthly AS ({}) {}",
+        "WITH daily AS ({}), monthly AS ({}), {} {}",
         upsert_sql("usage_rollups_daily", Key::Narrow, 1 + NARROW_PARAMS),
         upsert_sql("usage_rollups_monthly", Key::Narrow, 1 + 2 * NARROW_PARAMS),
+        colony_sql(1 + 3 * NARROW_PARAMS),
         upsert_sql("usage_rollups_narrow", Key::Narrow, 1),
     )
 });
@@ -458,7 +645,12 @@ mod tests {
         let daily = &sql[sql.find("usage_rollups_daily").unwrap()..];
         assert!(daily.contains("unnest($21::uuid[], $22::timestamptz[], $23::text[], $24::text[], $25::text[], $26::int8[]"), "{sql}");
         assert!(sql.contains("$60::int8[]) AS u"), "{sql}");
-        assert!(!sql.contains("$61"), "{sql}");
+        // The colony rows' arrays after the three narrow tables': tenant, day, colony, session, the
+        // given fork, user, model, runtime, the sums.
+        let colony = &sql[sql.find("colony_in AS").unwrap()..];
+        assert!(colony.contains("unnest($61::uuid[], $62::timestamptz[], $63::text[], $64::text[], $65::text[], $66::text[], $67::text[], $68::text[], $69::int8[]"), "{sql}");
+        assert!(colony.contains("$83::int8[]) AS u(tenant_id"), "{sql}");
+        assert!(!sql.contains("$84"), "{sql}");
         let wide = UPSERT_QUARTER_SQL.as_str();
         assert!(wide.contains("$8::text[], $9::int8[]"), "{wide}");
         assert!(wide.contains("$23::int8[]) AS u"), "{wide}");

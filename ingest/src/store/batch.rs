@@ -6,8 +6,9 @@
 //! an unbound sender's inheritance, the removal of unused sessions, colony runs, status transitions, a
 //! heartbeat's runtime liveness — still runs per tenant, in tenant order, and only when there is some:
 //!
-//! 1. `sessions` (sorted by session_id): every session the batches name is claimed — inserted with its
-//!    owner when new, locked otherwise — and its owner decides which events each sender may write
+//! 1. `sessions` (sorted by session_id): every session the batches name (and every forked colony run a
+//!    `colony.created` of theirs names, [`super::colonies::forked_run_named`]) is claimed — inserted with
+//!    its owner when new, locked otherwise — and its owner decides which events each sender may write
 //!    ([`owners`]: an event into another user's or device's session, or under another user's parent,
 //!    is rejected with a reason). Each batch is judged against the owners of its own claims only.
 //! 2. `event_keys` (sorted by event_id): `INSERT … ON CONFLICT DO NOTHING RETURNING event_id` for the
@@ -18,13 +19,15 @@
 //!    then `status_transitions` (by session id): the transitions they change ([`super::health`]). The
 //!    same upsert writes each session's work (tasks, triggers, tool call in flight; [`super::work`]).
 //!    Then `colony_runs` and `session_forks` (by session id): the colony runs and forks the new
-//!    `colony.created` events name ([`super::colonies`]). The tenants' prices (`tenant_prices`, read
-//!    once for the group, for the tenants with a turn with a model) give each LLM turn's estimated cost
+//!    `colony.created` events name ([`super::colonies`]), and the usage already stored for a session
+//!    that became a forked run, or stopped being one, is read to be moved between colony rows in step
+//!    5. The tenants' prices (`tenant_prices`, read once for the group, for the tenants with a turn with a model) give each LLM turn's estimated cost
 //!    ([`rollups::estimate_of`], [`Usage::with_estimate`]), and the `sessions` of each heartbeat's
 //!    device take its runtime liveness ([`super::runtime`], devices in order).
 //! 4. `events`: the group's new events, with the identity the session row holds and each LLM turn's
 //!    estimated cost (one `COPY`, see [`EventRows`]).
-//! 5. `usage_rollups` (sorted by tenant and key; then `usage_rollups_hourly`, `usage_rollups_narrow`):
+//! 5. `usage_rollups` (sorted by tenant and key; then `usage_rollups_hourly`, `usage_rollups_narrow`,
+//!    `_daily`, `_monthly` and the colony rows, `usage_rollups_colony_daily` and `_monthly`):
 //!    the new *runtime* events pre-aggregated per rollup key, plus the active time the sessions' new
 //!    histories add or take away ([`super::active`]); then `tool_rollups` (sorted by tenant and key): the
 //!    completed tool calls per tool name ([`crate::tool_rollups`]).
@@ -553,6 +556,8 @@ struct Tail {
     tenant: Uuid,
     /// Its 15-minute usage rows (pre-aggregated; the hourly and narrow ones are derived from them).
     rollup: BTreeMap<RollupKey, Usage>,
+    /// Colony usage its new or changed colony runs move (`super::colonies::record`).
+    colony_moves: Vec<rollups::ColonyMove>,
     tools: ToolRows,
     /// Its sending devices.
     facts: Vec<DeviceFacts>,
@@ -599,8 +604,10 @@ async fn write_shared(
     tails: &mut [Tail],
 ) -> Result<(), Retry> {
     rows.insert(tx).await?;
-    let rollups: Vec<(Uuid, &BTreeMap<RollupKey, Usage>)> =
-        tails.iter().map(|t| (t.tenant, &t.rollup)).collect();
+    let rollups: Vec<rollups::TenantRows> = tails
+        .iter()
+        .map(|t| (t.tenant, &t.rollup, t.colony_moves.as_slice()))
+        .collect();
     // Either upsert meets "out of range" only when a stored row was fuller than the first attempt
     // assumed: the tenant's tool rows are bounded by its month, which headroom checks once it is read.
     let stale = |tails: &[Tail]| {
@@ -646,7 +653,7 @@ async fn write_tenant(
 ) -> Result<Tail, Retry> {
     let tenant = fold.tenant;
     let active = health.active.clone();
-    super::colonies::record(tx, tenant, &fold.events, &identity).await?;
+    let colony_moves = super::colonies::record(tx, tenant, &fold.events, &identity).await?;
     let mut live = super::stream::BatchStream {
         transitions: health.streamed(),
         ..Default::default()
@@ -755,6 +762,7 @@ async fn write_tenant(
     Ok(Tail {
         tenant,
         rollup,
+        colony_moves,
         tools,
         facts,
         owners: owners

@@ -58,6 +58,8 @@ pub const DISTRIBUTED_TABLES: &[&str] = &[
     "usage_rollups_narrow",
     "usage_rollups_daily",
     "usage_rollups_monthly",
+    "usage_rollups_colony_daily",
+    "usage_rollups_colony_monthly",
     "tool_rollups",
     "tool_rollups_hourly",
     "tool_rollups_daily",

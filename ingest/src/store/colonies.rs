@@ -17,10 +17,11 @@ use std::collections::{BTreeMap, HashMap};
 use apiary_schema::colony::{is_colony_key, KEY_FIELD, NAME_FIELD};
 use apiary_schema::EventKind;
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use crate::intake::ReadyEvent;
+use crate::rollups::{ColonyMove, RollupKey, Usage, COLUMNS, SUM_COLUMNS};
 
 /// The tenant's colony secret as 64 hex digits, created on first use.
 pub async fn secret_of(pool: &PgPool, tenant_id: Uuid) -> Result<String, sqlx::Error> {
@@ -74,14 +75,31 @@ fn run_of(e: &apiary_schema::CanonicalEvent) -> Option<(String, Option<String>)>
     Some((run, parent))
 }
 
+/// The session a `colony.created` event names as a colony run when that is not the event's own session
+/// (a forked run): whether its usage counts under the run's colony depends on this event
+/// (`usage_rollups_colony_daily`'s `fork_session_id`), so a batch carrying the event claims that session
+/// like its own ([`super::owners::wanted`]) and is never grouped with a batch naming it
+/// (`crate::group_commit`).
+pub fn forked_run_named(e: &apiary_schema::CanonicalEvent) -> Option<&str> {
+    if e.kind != EventKind::ColonyCreated {
+        return None;
+    }
+    let own = e.session_id.as_deref()?;
+    e.data_str("forked_session_id")
+        .or_else(|| e.data_str("queen_session_id"))
+        .filter(|s| !s.is_empty() && *s != own)
+}
+
 /// Records the runs and forks the batch's new `colony.created` events name (see the module notes).
-/// `owner` gives each session's user.
+/// `owner` gives each session's user. Returns the sessions that became forked runs or stopped being
+/// one (their run's parent came or went with an earlier event), with their usage already stored under
+/// the colony key they had before: [`moves`].
 pub async fn record(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
     events: &[&ReadyEvent],
     owner: &HashMap<String, (String, String)>,
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<ColonyMove>, sqlx::Error> {
     let mut runs: BTreeMap<String, Fact> = BTreeMap::new();
     let mut forks: BTreeMap<String, Fact> = BTreeMap::new();
     for e in events
@@ -123,13 +141,14 @@ pub async fn record(
             keep_earliest(&mut runs, &run, &fact);
         }
     }
-    if !runs.is_empty() {
-        upsert_runs(tx, tenant_id, &runs).await?;
-    }
+    let flips = match runs.is_empty() {
+        true => vec![],
+        false => upsert_runs(tx, tenant_id, &runs).await?,
+    };
     if !forks.is_empty() {
         upsert_forks(tx, tenant_id, &forks).await?;
     }
-    Ok(())
+    moves(tx, tenant_id, &flips).await
 }
 
 fn keep_earliest(map: &mut BTreeMap<String, Fact>, session: &str, fact: &Fact) {
@@ -141,11 +160,14 @@ fn keep_earliest(map: &mut BTreeMap<String, Fact>, session: &str, fact: &Fact) {
     }
 }
 
+/// Upserts the runs (the earliest event of each wins) and returns the sessions whose forked state (a
+/// run with a parent) the upsert changed, with the state they now have. The runs' sessions are claimed
+/// by this transaction (`super::owners::wanted`), so no other transaction changes them in between.
 async fn upsert_runs(
     tx: &mut Transaction<'_, Postgres>,
     tenant_id: Uuid,
     runs: &BTreeMap<String, Fact>,
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<(String, bool)>, sqlx::Error> {
     let sessions: Vec<&str> = runs.keys().map(String::as_str).collect();
     let keys: Vec<&str> = runs
         .values()
@@ -156,17 +178,26 @@ async fn upsert_runs(
     let ats: Vec<DateTime<Utc>> = runs.values().map(|f| f.at).collect();
     let ids: Vec<Uuid> = runs.values().map(|f| f.event_id).collect();
     let names: Vec<Option<&str>> = runs.values().map(|f| f.name.as_deref()).collect();
-    sqlx::query(
-        "INSERT INTO colony_runs AS c (tenant_id, session_id, colony_key, parent_session_id, user_id,
-            created_at, event_id, colony_name)
-         SELECT $1, u.s, u.k, u.p, u.u, u.t, u.e, u.n
-         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::uuid[],
-            $8::text[]) AS u(s, k, p, u, t, e, n)
-         ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-            colony_key = EXCLUDED.colony_key, parent_session_id = EXCLUDED.parent_session_id,
-            user_id = EXCLUDED.user_id, created_at = EXCLUDED.created_at, event_id = EXCLUDED.event_id,
-            colony_name = EXCLUDED.colony_name
-         WHERE (EXCLUDED.created_at, EXCLUDED.event_id) < (c.created_at, c.event_id)",
+    sqlx::query_as(
+        "WITH old AS (
+            SELECT session_id, parent_session_id IS NOT NULL AS forked FROM colony_runs
+            WHERE tenant_id = $1 AND session_id = ANY($2)
+         ), up AS (
+            INSERT INTO colony_runs AS c (tenant_id, session_id, colony_key, parent_session_id, user_id,
+                created_at, event_id, colony_name)
+            SELECT $1, u.s, u.k, u.p, u.u, u.t, u.e, u.n
+            FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::uuid[],
+                $8::text[]) AS u(s, k, p, u, t, e, n)
+            ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+                colony_key = EXCLUDED.colony_key, parent_session_id = EXCLUDED.parent_session_id,
+                user_id = EXCLUDED.user_id, created_at = EXCLUDED.created_at, event_id = EXCLUDED.event_id,
+                colony_name = EXCLUDED.colony_name
+            WHERE (EXCLUDED.created_at, EXCLUDED.event_id) < (c.created_at, c.event_id)
+            RETURNING session_id, parent_session_id IS NOT NULL AS forked
+         )
+         SELECT up.session_id, up.forked FROM up LEFT JOIN old ON old.session_id = up.session_id
+         WHERE up.forked <> COALESCE(old.forked, false)
+         ORDER BY 1",
     )
     .bind(tenant_id)
     .bind(&sessions)
@@ -176,9 +207,75 @@ async fn upsert_runs(
     .bind(&ats)
     .bind(&ids)
     .bind(&names)
-    .execute(&mut **tx)
+    .fetch_all(&mut **tx)
+    .await
+}
+
+/// The usage stored for each session of `flips` before its forked state changed, per UTC day, colony
+/// id, user, model and runtime, as [`ColonyMove`]s. Read from `usage_rollups_hourly` between the hour
+/// of the session's first event and the later of its last event and its stall deadline: the span every
+/// rollup row of a session lies in (its events' quarters; its active time, which runs from one of its
+/// transitions to the next or to that deadline, `super::active`). Read before this batch's own rows are
+/// written, so only what earlier transactions stored moves.
+async fn moves(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    flips: &[(String, bool)],
+) -> Result<Vec<ColonyMove>, sqlx::Error> {
+    if flips.is_empty() {
+        return Ok(vec![]);
+    }
+    let sessions: Vec<&str> = flips.iter().map(|(s, _)| s.as_str()).collect();
+    let forked: HashMap<&str, bool> = flips.iter().map(|(s, f)| (s.as_str(), *f)).collect();
+    let sums: Vec<String> = SUM_COLUMNS
+        .iter()
+        .map(|c| format!("sum(h.{c})::int8"))
+        .collect();
+    let rows = sqlx::query(&format!(
+        "SELECT date_bin('1 day', h.bucket, '2000-01-01 00:00:00+00'), h.colony_id, h.session_id, h.user_id,
+            h.model, h.runtime, {}
+         FROM sessions s JOIN usage_rollups_hourly h ON h.tenant_id = s.tenant_id
+            AND h.bucket >= date_bin('1 hour', s.first_seen_at, '2000-01-01 00:00:00+00')
+            AND h.bucket <= GREATEST(s.last_event_at, s.stall_due_at)
+            AND h.session_id = s.session_id
+         WHERE s.tenant_id = $1 AND s.session_id = ANY($2)
+         GROUP BY 1, 2, 3, 4, 5, 6
+         ORDER BY 1, 2, 3, 4, 5, 6",
+        sums.join(", ")
+    ))
+    .bind(tenant_id)
+    .bind(&sessions)
+    .fetch_all(&mut **tx)
     .await?;
-    Ok(())
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let session_id: String = r.try_get(2)?;
+        let mut columns = [0i128; COLUMNS];
+        for (i, c) in columns.iter_mut().enumerate() {
+            *c = i128::from(r.try_get::<i64, _>(6 + i)?);
+        }
+        // Stored under '' while it was not a forked run, under its own session while it was.
+        let now = forked.get(session_id.as_str()).copied().unwrap_or(false);
+        let stored_fork = if now {
+            String::new()
+        } else {
+            session_id.clone()
+        };
+        out.push(ColonyMove {
+            key: RollupKey {
+                bucket: r.try_get(0)?,
+                user_id: r.try_get(3)?,
+                device_id: String::new(),
+                colony_id: r.try_get(1)?,
+                session_id,
+                model: r.try_get(4)?,
+                runtime: r.try_get(5)?,
+            },
+            stored_fork,
+            usage: Usage::from_columns(columns),
+        });
+    }
+    Ok(out)
 }
 
 async fn upsert_forks(
@@ -253,5 +350,23 @@ mod tests {
         assert_eq!(run_of(&named), Some(("c2".into(), Some("queen1".into()))));
         let own = event(serde_json::json!({"queen_session_id": "queen1"}));
         assert_eq!(run_of(&own), Some(("queen1".into(), None)));
+    }
+
+    #[test]
+    fn the_run_a_batch_claims_is_the_forked_or_named_session_when_it_is_not_the_event_s_own() {
+        let forked = event(serde_json::json!({"forked_session_id": "c1", "queen_session_id": "x"}));
+        assert_eq!(forked_run_named(&forked), Some("c1"));
+        let named = event(serde_json::json!({"queen_session_id": "c2"}));
+        assert_eq!(forked_run_named(&named), Some("c2"));
+        for own in [
+            serde_json::json!({"queen_session_id": "queen1"}),
+            serde_json::json!({"forked_session_id": ""}),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(forked_run_named(&event(own.clone())), None, "{own}");
+        }
+        let mut turn = forked.clone();
+        turn.kind = EventKind::LlmTurn;
+        assert_eq!(forked_run_named(&turn), None);
     }
 }

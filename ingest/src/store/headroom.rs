@@ -11,6 +11,10 @@
 //! this batch admitted before it;
 //! otherwise it is rejected with [`REASON`] and nothing of it is stored.
 //!
+//! The colony rows (`usage_rollups_colony_daily`, `_monthly`) need no check of their own: each sums part
+//! of the hours of one user, model and runtime in its month, never negative once a transaction ends, so
+//! it is at most that user's monthly row, which is checked.
+//!
 //! The tenant's month counts only what the tenant's tool rows hold (tool calls, errors and durations,
 //! [`tool_part`]); it is stored nowhere as such, so its stored part is read from the tenant's monthly
 //! tool rows summed over tools (clamped to `i64::MAX`, which is full anyway).

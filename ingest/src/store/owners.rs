@@ -88,8 +88,9 @@ pub struct Owner {
     inserted: bool,
 }
 
-/// The sessions a batch names and the owner each would get: every bound session and every event's
-/// session and, for a bound sender, the parents and colonies they name (claimed for it when new).
+/// The sessions a batch names and the owner each would get: every bound session, every event's session
+/// and every forked colony run a `colony.created` names and, for a bound sender, the parents and
+/// colonies they name (claimed for it when new).
 pub fn wanted(
     sender: &Sender,
     device: &str,
@@ -123,6 +124,17 @@ pub fn wanted(
         c.first_seen_at = c.first_seen_at.min(e.effective_at);
         if c.parent.is_none() {
             c.parent = parent.cloned();
+        }
+    }
+    // A forked colony run a `colony.created` names is claimed (locked, or inserted and then dropped as
+    // unused) so that no batch with the run's own usage is written beside this one: which colony row
+    // that usage goes to depends on the run (`super::colonies::forked_run_named`).
+    for e in events {
+        if let Some(run) = super::colonies::forked_run_named(&e.event) {
+            let c = out
+                .entry(run.to_string())
+                .or_insert_with(|| new(e.effective_at, None, false));
+            c.first_seen_at = c.first_seen_at.min(e.effective_at);
         }
     }
     if sender.is_bound() {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{Duration, DurationRound, Utc};
+use chrono::{Datelike, Duration, DurationRound, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
@@ -275,4 +275,138 @@ async fn usage_by_colony_and_user_model_or_tool_gives_each_row_its_runs_colony(p
         spent_somewhere >= 4,
         "the colonies' budgets see their usage: {list}"
     );
+}
+
+/// Input tokens per (bucket, colony) of a `/v1/usage` answer grouped by colony, rows without tokens left
+/// out.
+fn tokens_by_colony(v: &Value) -> BTreeMap<(String, String), i64> {
+    let mut out = BTreeMap::new();
+    for r in v["rows"].as_array().expect("rows") {
+        let n = r["input_tokens"].as_i64().unwrap();
+        if n != 0 {
+            let key = (
+                r["bucket"].as_str().unwrap_or("").to_string(),
+                r["colony_id"].as_str().unwrap_or("").to_string(),
+            );
+            *out.entry(key).or_default() += n;
+        }
+    }
+    out
+}
+
+/// A session whose `colony.created` arrives after its usage becomes a forked run then, and a run whose
+/// own earlier `colony.created` names it without a parent stops being one: the usage already stored moves
+/// to the colony's key and back to none, in the days, the months and the total, and the colony rollups
+/// stay the hourly rows summed.
+#[sqlx::test(migrations = "../migrations")]
+async fn usage_stored_before_a_run_is_told_or_changed_moves_to_its_colony(pool: sqlx::PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let key = format!("ck_{}", "a".repeat(32));
+    let now = Utc::now();
+    let day0 = (now - Duration::days(3))
+        .duration_trunc(Duration::days(1))
+        .unwrap();
+    let at = |h: i64| day0 + Duration::hours(h);
+    let bindings = vec![binding("q", "u0"), binding("fa", "u0"), binding("fb", "u0")];
+    let forked = |run: &str, at| {
+        event(
+            "colony.created",
+            Some("q"),
+            at,
+            json!({ "source": "created", "colony_id": run, "queen_session_id": "q",
+                    "forked_session_id": run, "colony_key": key }),
+        )
+    };
+    let post = |events: Vec<Value>| {
+        let (app, t, body) = (&app, &t, batch(events, bindings.clone()));
+        async move {
+            let (s, v) = app.post_batch(&t.ingest, &body).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            assert_eq!(v["rejected"], json!([]), "{v}");
+        }
+    };
+    // fb is a forked run before its usage arrives; fa's usage arrives first, on two days.
+    let mut first = vec![forked("fb", at(0))];
+    for (s, h, n) in [
+        ("fa", 1, 100),
+        ("fa", 30, 200),
+        ("fb", 2, 1000),
+        ("fb", 26, 2000),
+    ] {
+        first.push(llm(s, at(h), "m1", n, 1, 0.0));
+    }
+    post(first).await;
+    let month = |t: chrono::DateTime<Utc>| {
+        t.with_day(1)
+            .unwrap()
+            .duration_trunc(Duration::days(1))
+            .unwrap()
+    };
+    let (from, to) = (month(day0), month(month(now) + Duration::days(32)));
+    let read = |gran: &'static str| {
+        let (app, t) = (&app, &t);
+        let path = format!(
+            "/v1/usage?from={}&to={}&group_by=colony&granularity={gran}",
+            from.to_rfc3339().replace('+', "%2B"),
+            to.to_rfc3339().replace('+', "%2B")
+        );
+        async move {
+            let (s, v) = app.get(&t.read, &path).await;
+            assert_eq!(s, StatusCode::OK, "{path}: {v}");
+            tokens_by_colony(&v)
+        }
+    };
+    let day = |d: i64| (day0 + Duration::days(d)).to_rfc3339();
+    let by_day = |rows: &[(i64, &str, i64)]| -> BTreeMap<(String, String), i64> {
+        rows.iter()
+            .map(|(d, c, n)| ((day(*d), c.to_string()), *n))
+            .collect()
+    };
+    let totals = |v: BTreeMap<(String, String), i64>| -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        for ((_, c), n) in v {
+            *out.entry(c).or_default() += n;
+        }
+        out
+    };
+    let check = |days: BTreeMap<(String, String), i64>| {
+        let (read, pool) = (&read, &pool);
+        async move {
+            assert_eq!(read("day").await, days, "by day");
+            assert_eq!(
+                totals(read("month").await),
+                totals(days.clone()),
+                "by month"
+            );
+            assert_eq!(totals(read("total").await), totals(days), "in total");
+            crate::exactness::assert_rollups_agree(pool).await;
+        }
+    };
+    check(by_day(&[
+        (0, "", 100),
+        (1, "", 200),
+        (0, &key, 1000),
+        (1, &key, 2000),
+    ]))
+    .await;
+    // fa is told now: its stored usage moves to the colony.
+    post(vec![forked("fa", at(0))]).await;
+    check(by_day(&[(0, &key, 1100), (1, &key, 2200)])).await;
+    // An earlier `colony.created` of fb's own session names fb itself: fb is a run without a parent now,
+    // so its own usage is no colony's any more.
+    post(vec![event(
+        "colony.created",
+        Some("fb"),
+        at(0) - Duration::minutes(1),
+        json!({ "source": "created", "colony_id": "fb", "queen_session_id": "fb", "colony_key": key }),
+    )])
+    .await;
+    check(by_day(&[
+        (0, &key, 100),
+        (1, &key, 200),
+        (0, "", 1000),
+        (1, "", 2000),
+    ]))
+    .await;
 }

@@ -416,7 +416,48 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
             ),
         )
     });
-    for (finer, coarser) in pairs.into_iter().chain(tool_pairs).chain(tenant_pairs) {
+    // The colony rows: the hourly rows per UTC day and colony, the session kept where it is a forked
+    // run (as `colony_runs` says now), then per month; rows whose sums are all zero (usage moved away
+    // when a run became forked) left out on both sides.
+    let nonzero = format!(
+        "HAVING NOT ({})",
+        apiary_ingest::rollups::SUM_COLUMNS
+            .map(|c| format!("sum({c}) = 0"))
+            .join(" AND ")
+    );
+    let colony_keys = "colony_id, fork_session_id, user_id, model, runtime";
+    let colony_pairs = [
+        (
+            format!(
+                "SELECT h.tenant_id, date_bin('1 day', h.bucket, '2000-01-01 00:00:00+00'), h.colony_id,
+                CASE WHEN f.session_id IS NULL THEN '' ELSE h.session_id END, h.user_id, h.model, h.runtime,
+                {SUMS} FROM usage_rollups_hourly h LEFT JOIN colony_runs f ON f.tenant_id = h.tenant_id
+                AND f.session_id = h.session_id AND f.parent_session_id IS NOT NULL
+                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+            )
+            .replace("sum(", "sum(h."),
+            format!(
+                "SELECT tenant_id, bucket, {colony_keys}, {SUMS} FROM usage_rollups_colony_daily
+                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+            ),
+        ),
+        (
+            format!(
+                "SELECT tenant_id, {month}, {colony_keys}, {SUMS} FROM usage_rollups_colony_daily
+                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+            ),
+            format!(
+                "SELECT tenant_id, bucket, {colony_keys}, {SUMS} FROM usage_rollups_colony_monthly
+                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+            ),
+        ),
+    ];
+    for (finer, coarser) in pairs
+        .into_iter()
+        .chain(tool_pairs)
+        .chain(tenant_pairs)
+        .chain(colony_pairs)
+    {
         let differ: i64 = sqlx::query_scalar(&format!(
             "SELECT count(*) FROM (({finer} EXCEPT {coarser}) UNION ALL ({coarser} EXCEPT {finer})) d"
         ))

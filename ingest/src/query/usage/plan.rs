@@ -29,6 +29,16 @@ const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session
 /// The dimensions `usage_rollups_narrow` keeps: a split query grouped by these alone reads its whole
 /// hours there.
 const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime];
+/// The dimensions the colony rollups keep (daily and monthly; the colony as its id and forked session,
+/// whose key is resolved at read time): a split query grouped by colony and these reads its whole days
+/// and months there, its whole hours from the wide hourly rollup.
+const COLONY_DIMS: [Dim; 5] = [
+    Dim::Tenant,
+    Dim::User,
+    Dim::Model,
+    Dim::Runtime,
+    Dim::Colony,
+];
 /// The `tool_rollups` columns a query grouped by tool reads.
 const TOOL_COLUMNS: &str =
     "bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, \
@@ -41,12 +51,14 @@ const NARROW_TOOL_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Runtime, Dim::T
 const TENANT_TOOL_DIMS: [Dim; 3] = [Dim::Tenant, Dim::Runtime, Dim::Tool];
 
 /// Which key the table a source reads has: the wide key, the narrow one (device, colony and session
-/// empty, as that key has them) or the tenant's (the user empty too).
+/// empty, as that key has them), the tenant's (the user empty too) or the colony rollups' (no device;
+/// the session only where it is a forked colony run, which is all the colony key reads of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Keys {
     Wide,
     Narrow,
     Tenant,
+    Colony,
 }
 
 impl Keys {
@@ -60,6 +72,9 @@ impl Keys {
             Keys::Tenant => {
                 "''::text AS user_id, ''::text AS device_id, ''::text AS colony_id, \
                  ''::text AS session_id"
+            }
+            Keys::Colony => {
+                "user_id, ''::text AS device_id, colony_id, fork_session_id AS session_id"
             }
         }
     }
@@ -288,6 +303,9 @@ pub struct Plan {
     /// Grouped by tool (and tenant or runtime at most) over a whole tenant's usage: whole hours, days
     /// and months come from `tool_rollups_tenant_hourly`, `_daily` and `_monthly` instead.
     pub tenant_tools: bool,
+    /// Grouped by colony (and tenant, user, model or runtime at most): whole days and months come from
+    /// `usage_rollups_colony_daily` and `_monthly`, whole hours from `usage_rollups_hourly`.
+    pub colony: bool,
 }
 
 impl Plan {
@@ -299,15 +317,19 @@ impl Plan {
             true => q.group_by.iter().all(|d| NARROW_TOOL_DIMS.contains(d)),
             false => q.group_by.iter().all(|d| NARROW_DIMS.contains(d)),
         };
+        let colony_dims = !tools
+            && q.group_by.contains(&Dim::Colony)
+            && q.group_by.iter().all(|d| COLONY_DIMS.contains(d));
         let split = match (&filter.tenant, &filter.part) {
             // The tool rollups have no wide hourly rows: a wide tool grouping reads quarters.
             (Some(_), Part::Whole) if narrow_dims || !tools => {
                 let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
-                Split::of(from, to, &starts, narrow_dims)
+                Split::of(from, to, &starts, narrow_dims || colony_dims)
             }
             _ => None,
         };
         let narrow = split.is_some() && narrow_dims;
+        let split_colony = split.is_some() && colony_dims;
         let tenant_tools = narrow
             && tools
             && filter.user.is_none()
@@ -322,6 +344,7 @@ impl Plan {
             narrow,
             tools,
             tenant_tools,
+            colony: split_colony,
         }
     }
 
@@ -391,13 +414,15 @@ impl Plan {
                     }
                 };
                 for level in &s.levels {
-                    let table = match self.tools {
-                        true => level.grain.tool_table(self.tenant_tools),
-                        false => level.grain.table(self.narrow),
+                    let table = match (self.tools, self.colony) {
+                        (true, _) => level.grain.tool_table(self.tenant_tools),
+                        (false, true) => level.grain.colony_table(),
+                        (false, false) => level.grain.table(self.narrow),
                     };
                     // The narrow tables have no device, colony or session, the tenant's no user either:
-                    // empty, as their key has them.
+                    // empty, as their key has them; the colony tables no device.
                     let keys = match (level.grain, self.narrow, self.tenant_tools) {
+                        (Grain::Day | Grain::Month, _, _) if self.colony => Keys::Colony,
                         (Grain::Quarter, ..) | (_, false, _) => Keys::Wide,
                         (_, true, false) => Keys::Narrow,
                         (_, true, true) => Keys::Tenant,
@@ -487,7 +512,8 @@ mod tests {
             .into_sql()
             .contains("sum(events)::text AS events"));
 
-        // A colony (or session, or device) grouping needs the wide hourly rows.
+        // A session or device grouping needs the wide hourly rows; a colony grouping reads whole days
+        // from the colony rollup, hours from the wide hourly rows.
         for wide in [Dim::Colony, Dim::Session, Dim::Device] {
             let q = query(
                 "2026-11-01T00:00:00Z",
@@ -498,8 +524,18 @@ mod tests {
             );
             let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
             assert!(!plan.narrow, "{wide:?}");
+            assert_eq!(plan.colony, wide == Dim::Colony, "{wide:?}");
             let sql = plan.query(false).into_sql();
-            assert!(sql.contains("FROM usage_rollups_hourly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
+            let table = match wide {
+                Dim::Colony => "SELECT bucket, tenant_id, user_id, ''::text AS device_id, colony_id, fork_session_id AS session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns FROM usage_rollups_colony_daily",
+                _ => "FROM usage_rollups_hourly",
+            };
+            assert!(
+                sql.contains(&format!(
+                    "{table} WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"
+                )),
+                "{sql}"
+            );
             assert!(!sql.contains("usage_rollups_narrow"), "{sql}");
             assert!(!sql.contains("usage_rollups_daily"), "{sql}");
             assert_eq!(

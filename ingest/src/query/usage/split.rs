@@ -60,6 +60,18 @@ impl Grain {
         }
     }
 
+    /// The rollup holding this grain's rows for a query grouped by colony: the colony ones for days
+    /// and months (no device; the session only where it is a forked colony run), the wide ones for hours
+    /// and quarters.
+    pub fn colony_table(self) -> &'static str {
+        match self {
+            Grain::Month => "usage_rollups_colony_monthly",
+            Grain::Day => "usage_rollups_colony_daily",
+            Grain::Hour => "usage_rollups_hourly",
+            Grain::Quarter => "usage_rollups",
+        }
+    }
+
     /// The tool rollup holding this grain's rows: for hours, days and months the narrow ones (no
     /// device, colony or session), or the tenant's (no user either) when `tenant`; the 15-minute
     /// `tool_rollups` for quarters.
