@@ -175,25 +175,25 @@ pub fn tenant_monthly_of(k: &RollupKey) -> RollupKey {
     }
 }
 
-/// The `usage_rollups_colony_daily` input a row adds to: its UTC day, without the device. The session
-/// stays: the statement keeps it as `fork_session_id` when the session is a forked colony run, else ''
-/// ([`UPSERT_CALENDAR_SQL`]).
-pub fn colony_day_of(k: &RollupKey) -> RollupKey {
-    RollupKey {
-        bucket: day_of(k.bucket),
-        device_id: String::new(),
-        ..k.clone()
-    }
-}
-
 /// Usage already stored under one colony row that moves to another because its session became a forked
-/// colony run or stopped being one (`store::colonies`): `key` (a [`colony_day_of`] key) is taken out of
-/// the row with `fork_session_id` = `stored_fork` and added where the session's state now puts it.
+/// colony run or stopped being one (`store::colonies`): `key` (its UTC day, colony id, session, model
+/// and runtime; no user or device) is taken out of the row with `fork_session_id` = `stored_fork` and
+/// added where the session's state now puts it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ColonyMove {
     pub key: RollupKey,
     pub stored_fork: String,
     pub usage: Usage,
+}
+
+/// The tenant's month for a row's model and runtime, every user and colony together: no table holds it
+/// as such, but it bounds every row of `usage_rollups_colony_daily` and `_monthly` (whose rows sum
+/// users), so the batch writer keeps it within a bigint (`store::headroom`).
+pub fn tenant_model_monthly_of(k: &RollupKey) -> RollupKey {
+    RollupKey {
+        user_id: String::new(),
+        ..monthly_of(k)
+    }
 }
 
 /// Sums `rows` into the rows `to` names.
@@ -243,11 +243,10 @@ pub async fn upsert_many(
             .collect()
     };
     let hourly = regroup_all(hourly_of);
-    let (narrow, daily, monthly, colony) = (
+    let (narrow, daily, monthly) = (
         regroup_all(narrow_of),
         regroup_all(daily_of),
         regroup_all(monthly_of),
-        regroup_all(colony_day_of),
     );
     let quarter = tenants.iter().map(|(t, rows, _)| (*t, *rows));
     if tenants.iter().any(|(_, rows, _)| !rows.is_empty()) {
@@ -264,15 +263,22 @@ pub async fn upsert_many(
     for rows in [&narrow, &daily, &monthly] {
         q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
-    let mut inputs: Vec<(Uuid, &RollupKey, Option<&str>, Usage)> = vec![];
-    for ((t, rows), (_, _, moves)) in colony.iter().zip(tenants) {
-        for (k, u) in rows {
-            inputs.push((*t, k, None, u.clone()));
-        }
-        // A move: in where the session's state puts it now, out of where it was stored.
-        for m in moves.iter() {
-            inputs.push((*t, &m.key, None, m.usage.clone()));
-            let out = Usage::from_columns(m.usage.columns().map(|c| -c));
+    // The colony rows from the hourly ones (the statement sums them per day) and the moves: in where
+    // the session's state puts it now, out of where it was stored.
+    let taken_out: Vec<Vec<Usage>> = tenants
+        .iter()
+        .map(|(_, _, moves)| {
+            moves
+                .iter()
+                .map(|m| Usage::from_columns(m.usage.columns().map(|c| -c)))
+                .collect()
+        })
+        .collect();
+    let mut inputs: Vec<ColonyInput> = vec![];
+    for (((t, rows), (_, _, moves)), out) in hourly.iter().zip(tenants).zip(&taken_out) {
+        inputs.extend(rows.iter().map(|(k, u)| (*t, k, None, u)));
+        for (m, out) in moves.iter().zip(out) {
+            inputs.push((*t, &m.key, None, &m.usage));
             inputs.push((*t, &m.key, Some(m.stored_fork.as_str()), out));
         }
     }
@@ -280,45 +286,41 @@ pub async fn upsert_many(
     Ok(())
 }
 
-/// Binds the colony statement's input rows (tenant, day key, the `fork_session_id` when it is given
-/// rather than decided from the session, sums) as the arrays of its `unnest`.
-fn bind_colony_rows<'q>(
-    q: Query<'q>,
-    rows: &[(Uuid, &'q RollupKey, Option<&'q str>, Usage)],
-) -> Result<Query<'q>, sqlx::Error> {
+/// One input row of the colony statement: tenant, key (an hourly one or a move's day), the
+/// `fork_session_id` when it is given rather than decided from the session, sums.
+type ColonyInput<'a> = (Uuid, &'a RollupKey, Option<&'a str>, &'a Usage);
+
+/// Binds the colony statement's input rows as the arrays of its `unnest`.
+fn bind_colony_rows<'q>(q: Query<'q>, rows: &[ColonyInput<'q>]) -> Result<Query<'q>, sqlx::Error> {
     let too_big = || sqlx::Error::Encode("a rollup sum exceeds the bigint range".into());
     let mut ids = Vec::with_capacity(rows.len());
     let mut buckets = Vec::with_capacity(rows.len());
     let mut forks = Vec::with_capacity(rows.len());
-    let mut dims: [Vec<&str>; 5] = Default::default();
+    let mut dims: [Vec<&str>; 4] = Default::default();
     let mut nums: [Vec<i64>; COLUMNS] = Default::default();
     for (t, k, fork, u) in rows {
         ids.push(*t);
         buckets.push(k.bucket);
         forks.push(*fork);
-        for (col, v) in dims.iter_mut().zip([
-            &k.colony_id,
-            &k.session_id,
-            &k.user_id,
-            &k.model,
-            &k.runtime,
-        ]) {
+        for (col, v) in dims
+            .iter_mut()
+            .zip([&k.colony_id, &k.session_id, &k.model, &k.runtime])
+        {
             col.push(v.as_str());
         }
         for (col, v) in nums.iter_mut().zip(u.columns()) {
             col.push(i64::try_from(v).map_err(|_| too_big())?);
         }
     }
-    let [colonies, sessions, users, models, runtimes] = dims;
+    let [colonies, sessions, models, runtimes] = dims;
     let mut q = q
         .bind(ids)
         .bind(buckets)
         .bind(colonies)
         .bind(sessions)
-        .bind(forks);
-    for col in [users, models, runtimes] {
-        q = q.bind(col);
-    }
+        .bind(forks)
+        .bind(models)
+        .bind(runtimes);
     for col in nums {
         q = q.bind(col);
     }
@@ -449,22 +451,22 @@ static UPSERT_QUARTER_SQL: LazyLock<String> =
 static UPSERT_HOURLY_SQL: LazyLock<String> =
     LazyLock::new(|| upsert_sql("usage_rollups_hourly", Key::Wide, 1));
 /// The colony tables' key columns after tenant and bucket.
-const COLONY_KEYS: &str = "colony_id, fork_session_id, user_id, model, runtime";
+const COLONY_KEYS: &str = "colony_id, fork_session_id, model, runtime";
 
 /// The colony daily and monthly upserts, as `WITH` items, their input arrays bound from `$first` on
-/// ([`bind_colony_rows`]' order). Each input row is a day of one session's usage (or a move,
-/// [`ColonyMove`]); its `fork_session_id` is the given one, else its session when that is a forked
-/// colony run (`colony_runs` as this transaction sees it: after the batch's own runs), else ''. The rows
+/// ([`bind_colony_rows`]' order). Each input row is an hour of one session's usage (or a move of a
+/// day's, [`ColonyMove`]), summed into its UTC day; its `fork_session_id` is the given one, else its
+/// session when that is a forked colony run (`colony_runs` as this transaction sees it: after the batch's own runs), else ''. The rows
 /// are summed per key and written in key order, the days before the months.
 fn colony_sql(first: usize) -> String {
     let sums: Vec<String> = SUM_COLUMNS
         .iter()
         .map(|c| format!("sum({c})::int8 AS {c}"))
         .collect();
+    // tenant, bucket, colony, session, fork, model, runtime, then the sums
     let arrays: Vec<String> = [
         "uuid",
         "timestamptz",
-        "text",
         "text",
         "text",
         "text",
@@ -483,25 +485,26 @@ fn colony_sql(first: usize) -> String {
     let upsert = |table: &str, bucket: &str, from: &str, group: bool| {
         format!(
             "INSERT INTO {table} AS r (tenant_id, bucket, {COLONY_KEYS}, {cols}) \
-             SELECT tenant_id, {bucket}, {COLONY_KEYS}, {sums} FROM {from} {group} ORDER BY 1, 2, 3, 4, 5, 6, 7 \
+             SELECT tenant_id, {bucket}, {COLONY_KEYS}, {sums} FROM {from} {group} ORDER BY 1, 2, 3, 4, 5, 6 \
              ON CONFLICT (tenant_id, bucket, {COLONY_KEYS}) DO UPDATE SET {sets}",
             cols = SUM_COLUMNS.join(", "),
             sums = match group {
                 true => sums.join(", "),
                 false => SUM_COLUMNS.join(", "),
             },
-            group = if group { "GROUP BY 1, 2, 3, 4, 5, 6, 7" } else { "" },
+            group = if group { "GROUP BY 1, 2, 3, 4, 5, 6" } else { "" },
             sets = sets.join(", "),
         )
     };
     format!(
-        "colony_in AS (SELECT u.tenant_id, u.bucket, u.colony_id, COALESCE(u.fork, CASE WHEN EXISTS (\
+        "colony_in AS (SELECT u.tenant_id, date_bin('1 day', u.bucket, '2000-01-01 00:00:00+00') AS bucket, \
+         u.colony_id, COALESCE(u.fork, CASE WHEN EXISTS (\
          SELECT 1 FROM colony_runs c WHERE c.tenant_id = u.tenant_id AND c.session_id = u.session_id \
          AND c.parent_session_id IS NOT NULL) THEN u.session_id ELSE '' END) AS fork_session_id, \
-         u.user_id, u.model, u.runtime, {cols} FROM unnest({arrays}) AS u(tenant_id, bucket, colony_id, \
-         session_id, fork, user_id, model, runtime, {cols})), \
+         u.model, u.runtime, {cols} FROM unnest({arrays}) AS u(tenant_id, bucket, colony_id, session_id, \
+         fork, model, runtime, {cols})), \
          colony_day AS (SELECT tenant_id, bucket, {COLONY_KEYS}, {sums} FROM colony_in \
-         GROUP BY 1, 2, 3, 4, 5, 6, 7), \
+         GROUP BY 1, 2, 3, 4, 5, 6), \
          colony_daily AS ({daily}), colony_monthly AS ({monthly})",
         cols = SUM_COLUMNS.join(", "),
         arrays = arrays.join(", "),
@@ -532,14 +535,14 @@ pub fn colony_rollups_from_hourly() -> [String; 2] {
         format!(
             "INSERT INTO usage_rollups_colony_daily SELECT h.tenant_id, date_bin('1 day', h.bucket, \
              '2000-01-01 00:00:00+00'), h.colony_id, CASE WHEN f.session_id IS NULL THEN '' ELSE h.session_id END, \
-             h.user_id, h.model, h.runtime, {} FROM usage_rollups_hourly h LEFT JOIN colony_runs f \
+             h.model, h.runtime, {} FROM usage_rollups_hourly h LEFT JOIN colony_runs f \
              ON f.tenant_id = h.tenant_id AND f.session_id = h.session_id AND f.parent_session_id IS NOT NULL \
-             GROUP BY 1, 2, 3, 4, 5, 6, 7",
+             GROUP BY 1, 2, 3, 4, 5, 6",
             sums("h.")
         ),
         format!(
             "INSERT INTO usage_rollups_colony_monthly SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE \
-             'UTC') AT TIME ZONE 'UTC', {COLONY_KEYS}, {} FROM usage_rollups_colony_daily GROUP BY 1, 2, 3, 4, 5, 6, 7",
+             'UTC') AT TIME ZONE 'UTC', {COLONY_KEYS}, {} FROM usage_rollups_colony_daily GROUP BY 1, 2, 3, 4, 5, 6",
             sums("")
         ),
     ]
@@ -645,12 +648,12 @@ mod tests {
         let daily = &sql[sql.find("usage_rollups_daily").unwrap()..];
         assert!(daily.contains("unnest($21::uuid[], $22::timestamptz[], $23::text[], $24::text[], $25::text[], $26::int8[]"), "{sql}");
         assert!(sql.contains("$60::int8[]) AS u"), "{sql}");
-        // The colony rows' arrays after the three narrow tables': tenant, day, colony, session, the
-        // given fork, user, model, runtime, the sums.
+        // The colony rows' arrays after the three narrow tables': tenant, hour, colony, session, the
+        // given fork, model, runtime, the sums.
         let colony = &sql[sql.find("colony_in AS").unwrap()..];
-        assert!(colony.contains("unnest($61::uuid[], $62::timestamptz[], $63::text[], $64::text[], $65::text[], $66::text[], $67::text[], $68::text[], $69::int8[]"), "{sql}");
-        assert!(colony.contains("$83::int8[]) AS u(tenant_id"), "{sql}");
-        assert!(!sql.contains("$84"), "{sql}");
+        assert!(colony.contains("unnest($61::uuid[], $62::timestamptz[], $63::text[], $64::text[], $65::text[], $66::text[], $67::text[], $68::int8[]"), "{sql}");
+        assert!(colony.contains("$82::int8[]) AS u(tenant_id"), "{sql}");
+        assert!(!sql.contains("$83"), "{sql}");
         let wide = UPSERT_QUARTER_SQL.as_str();
         assert!(wide.contains("$8::text[], $9::int8[]"), "{wide}");
         assert!(wide.contains("$23::int8[]) AS u"), "{wide}");

@@ -212,7 +212,7 @@ async fn upsert_runs(
 }
 
 /// The usage stored for each session of `flips` before its forked state changed, per UTC day, colony
-/// id, user, model and runtime, as [`ColonyMove`]s. Read from `usage_rollups_hourly` between the hour
+/// id, model and runtime, as [`ColonyMove`]s. Read from `usage_rollups_hourly` between the hour
 /// of the session's first event and the later of its last event and its stall deadline: the span every
 /// rollup row of a session lies in (its events' quarters; its active time, which runs from one of its
 /// transitions to the next or to that deadline, `super::active`). Read before this batch's own rows are
@@ -232,15 +232,15 @@ async fn moves(
         .map(|c| format!("sum(h.{c})::int8"))
         .collect();
     let rows = sqlx::query(&format!(
-        "SELECT date_bin('1 day', h.bucket, '2000-01-01 00:00:00+00'), h.colony_id, h.session_id, h.user_id,
-            h.model, h.runtime, {}
+        "SELECT date_bin('1 day', h.bucket, '2000-01-01 00:00:00+00'), h.colony_id, h.session_id, h.model,
+            h.runtime, {}
          FROM sessions s JOIN usage_rollups_hourly h ON h.tenant_id = s.tenant_id
             AND h.bucket >= date_bin('1 hour', s.first_seen_at, '2000-01-01 00:00:00+00')
             AND h.bucket <= GREATEST(s.last_event_at, s.stall_due_at)
             AND h.session_id = s.session_id
          WHERE s.tenant_id = $1 AND s.session_id = ANY($2)
-         GROUP BY 1, 2, 3, 4, 5, 6
-         ORDER BY 1, 2, 3, 4, 5, 6",
+         GROUP BY 1, 2, 3, 4, 5
+         ORDER BY 1, 2, 3, 4, 5",
         sums.join(", ")
     ))
     .bind(tenant_id)
@@ -252,7 +252,7 @@ async fn moves(
         let session_id: String = r.try_get(2)?;
         let mut columns = [0i128; COLUMNS];
         for (i, c) in columns.iter_mut().enumerate() {
-            *c = i128::from(r.try_get::<i64, _>(6 + i)?);
+            *c = i128::from(r.try_get::<i64, _>(5 + i)?);
         }
         // Stored under '' while it was not a forked run, under its own session while it was.
         let now = forked.get(session_id.as_str()).copied().unwrap_or(false);
@@ -264,12 +264,12 @@ async fn moves(
         out.push(ColonyMove {
             key: RollupKey {
                 bucket: r.try_get(0)?,
-                user_id: r.try_get(3)?,
+                user_id: String::new(),
                 device_id: String::new(),
                 colony_id: r.try_get(1)?,
                 session_id,
-                model: r.try_get(4)?,
-                runtime: r.try_get(5)?,
+                model: r.try_get(3)?,
+                runtime: r.try_get(4)?,
             },
             stored_fork,
             usage: Usage::from_columns(columns),

@@ -6,14 +6,16 @@
 //! `+` would wrap in release builds. Instead the batch writer admits events into the rollup one at a time,
 //! in `event_id` order ([`Fit`]): an event is admitted when its 15-minute row, its hourly row, its
 //! narrow hourly row (`rollups::narrow_of`), its daily and monthly rows (`rollups::daily_of`,
-//! `monthly_of`) *and* its tenant's month for its runtime (`rollups::tenant_monthly_of`, which bounds
-//! the tenant's tool rows) stay within `i64::MAX` counting what is already stored ([`Bases`]) and what
-//! this batch admitted before it;
+//! `monthly_of`), its tenant's month for its runtime (`rollups::tenant_monthly_of`, which bounds
+//! the tenant's tool rows) *and* its tenant's month for its model and runtime
+//! (`rollups::tenant_model_monthly_of`, which bounds the colony rows) stay within `i64::MAX` counting
+//! what is already stored ([`Bases`]) and what this batch admitted before it;
 //! otherwise it is rejected with [`REASON`] and nothing of it is stored.
 //!
-//! The colony rows (`usage_rollups_colony_daily`, `_monthly`) need no check of their own: each sums part
-//! of the hours of one user, model and runtime in its month, never negative once a transaction ends, so
-//! it is at most that user's monthly row, which is checked.
+//! The colony rows (`usage_rollups_colony_daily`, `_monthly`) sum part of the tenant's hours of one
+//! model and runtime in a month (every user's), never negative once a transaction ends, so each is at
+//! most the tenant's month for that model and runtime; that month's stored part is read from the
+//! monthly colony rows summed over colonies, which hold all of it.
 //!
 //! The tenant's month counts only what the tenant's tool rows hold (tool calls, errors and durations,
 //! [`tool_part`]); it is stored nowhere as such, so its stored part is read from the tenant's monthly
@@ -30,7 +32,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::rollups::{
-    daily_of, hourly_of, monthly_of, narrow_of, tenant_monthly_of, RollupKey, Usage, COLUMNS,
+    daily_of, hourly_of, monthly_of, narrow_of, tenant_model_monthly_of, tenant_monthly_of,
+    RollupKey, Usage, COLUMNS,
 };
 
 /// Why an event was rejected for overflow.
@@ -42,17 +45,19 @@ pub const REASON: &str =
 pub struct Bases {
     quarter: BTreeMap<RollupKey, Usage>,
     /// The coarser rows, in the order of [`COARSER`].
-    coarser: [BTreeMap<RollupKey, Usage>; 5],
+    coarser: [BTreeMap<RollupKey, Usage>; 6],
 }
 
-/// The rows an event's 15-minute row adds to (hourly, narrow hourly, daily and monthly), and the
-/// tenant's month that bounds the tenant's tool rows.
-const COARSER: [fn(&RollupKey) -> RollupKey; 5] = [
+/// The rows an event's 15-minute row adds to (hourly, narrow hourly, daily and monthly), the tenant's
+/// month that bounds the tenant's tool rows, and the tenant's month of a model that bounds the colony
+/// rows.
+const COARSER: [fn(&RollupKey) -> RollupKey; 6] = [
     hourly_of,
     narrow_of,
     daily_of,
     monthly_of,
     tenant_monthly_of,
+    tenant_model_monthly_of,
 ];
 
 /// Where in [`COARSER`] the tenant's month is.
@@ -84,14 +89,14 @@ fn tool_part(u: &Usage) -> Usage {
 /// row's total is its stored value plus some of those events), so an event is admitted by adding it to
 /// its 15-minute row alone. The first event that would take that bound past the range switches the
 /// batch to the exact check: the coarser rows are summed from the 15-minute rows admitted so far (all of
-/// them were admitted by the exact check too, since every row fitted), and from then on each event's five
+/// them were admitted by the exact check too, since every row fitted), and from then on each event's six
 /// rows are checked as above.
 #[derive(Debug)]
 pub struct Fit<'a> {
     bases: &'a Bases,
     quarter: BTreeMap<RollupKey, Usage>,
     /// The coarser rows admitted so far, once the exact check is on (`None` while the bound holds).
-    coarser: Option<[BTreeMap<RollupKey, Usage>; 5]>,
+    coarser: Option<[BTreeMap<RollupKey, Usage>; 6]>,
     /// Per column: the largest magnitude of a stored row plus the magnitudes of the admitted events.
     bound: [i128; COLUMNS],
     rejected: Vec<Uuid>,
@@ -140,7 +145,7 @@ impl<'a> Fit<'a> {
                     self.quarter.entry(key).or_default().add(usage);
                     return;
                 }
-                let mut coarser: [BTreeMap<RollupKey, Usage>; 5] = Default::default();
+                let mut coarser: [BTreeMap<RollupKey, Usage>; 6] = Default::default();
                 for (row, sum) in &self.quarter {
                     for (i, (rows, to)) in coarser.iter_mut().zip(COARSER).enumerate() {
                         rows.entry(to(row)).or_default().add(&part(i, sum));
@@ -203,8 +208,9 @@ pub async fn fetch(
         &narrow_source("usage_rollups_daily"),
         &narrow_source("usage_rollups_monthly"),
         TENANT_MONTHS,
+        &TENANT_MODEL_MONTHS,
     ];
-    let mut coarser: [BTreeMap<RollupKey, Usage>; 5] = Default::default();
+    let mut coarser: [BTreeMap<RollupKey, Usage>; 6] = Default::default();
     for ((rows, to), source) in coarser.iter_mut().zip(COARSER).zip(sources) {
         *rows = read(pool, tenant_id, &rows_of(to), source).await?;
     }
@@ -245,6 +251,21 @@ const TENANT_MONTHS: &str = "(SELECT tenant_id, bucket, ''::text AS user_id, '':
         least(sum(duration_ms), 9223372036854775807)::int8 AS tool_duration_ms, 0::int8 AS active_ms,
         0::int8 AS cost_reported_nanos, 0::int8 AS cost_estimated_nanos, 0::int8 AS estimated_turns
     FROM tool_rollups_tenant_monthly GROUP BY tenant_id, bucket, runtime)";
+
+/// The tenant's months per model and runtime ([`tenant_model_monthly_of`]) as rows with the usage
+/// rollups' columns: the monthly colony rows summed over colonies (each column clamped to `i64::MAX`).
+static TENANT_MODEL_MONTHS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let sums: Vec<String> = crate::rollups::SUM_COLUMNS
+        .iter()
+        .map(|c| format!("least(sum({c}), 9223372036854775807)::int8 AS {c}"))
+        .collect();
+    format!(
+        "(SELECT tenant_id, bucket, ''::text AS user_id, ''::text AS device_id, ''::text AS colony_id,
+            ''::text AS session_id, model, runtime, {}
+        FROM usage_rollups_colony_monthly GROUP BY tenant_id, bucket, model, runtime)",
+        sums.join(", ")
+    )
+});
 
 /// The stored sums of the rows `keys` of `table` (a table or a parenthesised query with its columns).
 async fn read(
@@ -435,19 +456,43 @@ mod tests {
         assert_eq!(fit.finish().unwrap_err(), vec![b]);
     }
 
-    /// The exact check alone, event by event: each of the six rows (stored + admitted + the event)
+    #[test]
+    fn the_tenants_month_of_a_model_sums_users_so_it_can_fill_first() {
+        // Each user's month of the model has room; the tenant's month of it (what its colony rows hold,
+        // every user and colony together) has room for one more turn.
+        let turn = |user: &str| RollupKey {
+            user_id: user.into(),
+            ..key(0)
+        };
+        let mut bases = Bases::default();
+        bases.coarser[3].insert(monthly_of(&turn("u")), cost(MAX / 2));
+        bases.coarser[3].insert(monthly_of(&turn("v")), cost(MAX / 2 - 3));
+        bases.coarser[5].insert(tenant_model_monthly_of(&turn("u")), cost(MAX - 3));
+        let mut fit = Fit::new(&bases);
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        fit.add(turn("v"), &cost(2), a);
+        fit.add(turn("u"), &cost(2), b); // the tenant's month of the model is full
+        let other_model = RollupKey {
+            model: "other".into(),
+            ..turn("u")
+        };
+        fit.add(other_model, &cost(2), c); // its month of another model is empty
+        assert_eq!(fit.finish().unwrap_err(), vec![b]);
+    }
+
+    /// The exact check alone, event by event: each of the seven rows (stored + admitted + the event)
     /// within bigint. What [`Fit`] must decide, whether or not it took the shortcut.
     fn exact_only(
         bases: &Bases,
         events: &[(RollupKey, Usage, Uuid)],
     ) -> (BTreeMap<RollupKey, Usage>, Vec<Uuid>) {
         let mut quarter: BTreeMap<RollupKey, Usage> = BTreeMap::new();
-        let mut coarser: [BTreeMap<RollupKey, Usage>; 5] = Default::default();
+        let mut coarser: [BTreeMap<RollupKey, Usage>; 6] = Default::default();
         let mut rejected = vec![];
         for (key, usage, id) in events {
             let rows = COARSER.map(|to| to(key));
             let fits = with(bases.quarter.get(key), quarter.get(key), usage).fits_row()
-                && (0..5).all(|i| {
+                && (0..COARSER.len()).all(|i| {
                     with(
                         bases.coarser[i].get(&rows[i]),
                         coarser[i].get(&rows[i]),
@@ -475,7 +520,7 @@ mod tests {
         #[test]
         fn the_shortcut_decides_every_event_as_the_exact_check_does(
             stored in proptest::collection::vec(
-                (0usize..4, 0u32..3000, 0usize..6, prop_oneof![0i128..=MAX, (MAX - 200_000_000_000_000_000)..=MAX]),
+                (0usize..4, 0u32..3000, 0usize..7, prop_oneof![0i128..=MAX, (MAX - 200_000_000_000_000_000)..=MAX]),
                 0..6,
             ),
             events in proptest::collection::vec((0usize..4, 0u32..3000, 0i128..=1_000_000_000_000_000, 0i128..=1_000_000), 1..300),

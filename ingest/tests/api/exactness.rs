@@ -425,30 +425,30 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
             .map(|c| format!("sum({c}) = 0"))
             .join(" AND ")
     );
-    let colony_keys = "colony_id, fork_session_id, user_id, model, runtime";
+    let colony_keys = "colony_id, fork_session_id, model, runtime";
     let colony_pairs = [
         (
             format!(
                 "SELECT h.tenant_id, date_bin('1 day', h.bucket, '2000-01-01 00:00:00+00'), h.colony_id,
-                CASE WHEN f.session_id IS NULL THEN '' ELSE h.session_id END, h.user_id, h.model, h.runtime,
+                CASE WHEN f.session_id IS NULL THEN '' ELSE h.session_id END, h.model, h.runtime,
                 {SUMS} FROM usage_rollups_hourly h LEFT JOIN colony_runs f ON f.tenant_id = h.tenant_id
                 AND f.session_id = h.session_id AND f.parent_session_id IS NOT NULL
-                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+                GROUP BY 1, 2, 3, 4, 5, 6 {nonzero}"
             )
             .replace("sum(", "sum(h."),
             format!(
                 "SELECT tenant_id, bucket, {colony_keys}, {SUMS} FROM usage_rollups_colony_daily
-                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+                GROUP BY 1, 2, 3, 4, 5, 6 {nonzero}"
             ),
         ),
         (
             format!(
                 "SELECT tenant_id, {month}, {colony_keys}, {SUMS} FROM usage_rollups_colony_daily
-                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+                GROUP BY 1, 2, 3, 4, 5, 6 {nonzero}"
             ),
             format!(
                 "SELECT tenant_id, bucket, {colony_keys}, {SUMS} FROM usage_rollups_colony_monthly
-                GROUP BY 1, 2, 3, 4, 5, 6, 7 {nonzero}"
+                GROUP BY 1, 2, 3, 4, 5, 6 {nonzero}"
             ),
         ),
     ];

@@ -30,15 +30,9 @@ const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session
 /// hours there.
 const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime];
 /// The dimensions the colony rollups keep (daily and monthly; the colony as its id and forked session,
-/// whose key is resolved at read time): a split query grouped by colony and these reads its whole days
-/// and months there, its whole hours from the wide hourly rollup.
-const COLONY_DIMS: [Dim; 5] = [
-    Dim::Tenant,
-    Dim::User,
-    Dim::Model,
-    Dim::Runtime,
-    Dim::Colony,
-];
+/// whose key is resolved at read time; no user): a split query of a whole tenant's usage grouped by
+/// colony and these reads its whole days and months there, its whole hours from the wide hourly rollup.
+const COLONY_DIMS: [Dim; 4] = [Dim::Tenant, Dim::Model, Dim::Runtime, Dim::Colony];
 /// The `tool_rollups` columns a query grouped by tool reads.
 const TOOL_COLUMNS: &str =
     "bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, \
@@ -51,8 +45,8 @@ const NARROW_TOOL_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Runtime, Dim::T
 const TENANT_TOOL_DIMS: [Dim; 3] = [Dim::Tenant, Dim::Runtime, Dim::Tool];
 
 /// Which key the table a source reads has: the wide key, the narrow one (device, colony and session
-/// empty, as that key has them), the tenant's (the user empty too) or the colony rollups' (no device;
-/// the session only where it is a forked colony run, which is all the colony key reads of it).
+/// empty, as that key has them), the tenant's (the user empty too) or the colony rollups' (no user or
+/// device; the session only where it is a forked colony run, which is all the colony key reads of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Keys {
     Wide,
@@ -74,7 +68,7 @@ impl Keys {
                  ''::text AS session_id"
             }
             Keys::Colony => {
-                "user_id, ''::text AS device_id, colony_id, fork_session_id AS session_id"
+                "''::text AS user_id, ''::text AS device_id, colony_id, fork_session_id AS session_id"
             }
         }
     }
@@ -303,8 +297,9 @@ pub struct Plan {
     /// Grouped by tool (and tenant or runtime at most) over a whole tenant's usage: whole hours, days
     /// and months come from `tool_rollups_tenant_hourly`, `_daily` and `_monthly` instead.
     pub tenant_tools: bool,
-    /// Grouped by colony (and tenant, user, model or runtime at most): whole days and months come from
-    /// `usage_rollups_colony_daily` and `_monthly`, whole hours from `usage_rollups_hourly`.
+    /// Grouped by colony (and tenant, model or runtime at most) over a whole tenant's usage: whole days
+    /// and months come from `usage_rollups_colony_daily` and `_monthly`, whole hours from
+    /// `usage_rollups_hourly`.
     pub colony: bool,
 }
 
@@ -318,6 +313,7 @@ impl Plan {
             false => q.group_by.iter().all(|d| NARROW_DIMS.contains(d)),
         };
         let colony_dims = !tools
+            && filter.user.is_none()
             && q.group_by.contains(&Dim::Colony)
             && q.group_by.iter().all(|d| COLONY_DIMS.contains(d));
         let split = match (&filter.tenant, &filter.part) {
@@ -527,7 +523,7 @@ mod tests {
             assert_eq!(plan.colony, wide == Dim::Colony, "{wide:?}");
             let sql = plan.query(false).into_sql();
             let table = match wide {
-                Dim::Colony => "SELECT bucket, tenant_id, user_id, ''::text AS device_id, colony_id, fork_session_id AS session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns FROM usage_rollups_colony_daily",
+                Dim::Colony => "SELECT bucket, tenant_id, ''::text AS user_id, ''::text AS device_id, colony_id, fork_session_id AS session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns FROM usage_rollups_colony_daily",
                 _ => "FROM usage_rollups_hourly",
             };
             assert!(
