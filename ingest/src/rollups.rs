@@ -51,7 +51,7 @@
 //! statement, the same for every transaction, so their order is the same too), so that order is global
 //! too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Datelike, DurationRound, TimeDelta, TimeZone, Utc};
@@ -263,8 +263,13 @@ pub async fn upsert_many(
     for rows in [&narrow, &daily, &monthly] {
         q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
-    // The colony rows from the hourly ones (the statement sums them per day) and the moves: in where
-    // the session's state puts it now, out of where it was stored.
+    // The colony rows from the hourly ones (the statement sums them per day), each under its session
+    // when that is a forked run, and the moves: in where the session's state puts it now, out of where
+    // it was stored.
+    let mut forked: Vec<HashSet<String>> = Vec::with_capacity(hourly.len());
+    for (t, rows) in &hourly {
+        forked.push(forked_sessions(tx, *t, rows).await?);
+    }
     let taken_out: Vec<Vec<Usage>> = tenants
         .iter()
         .map(|(_, _, moves)| {
@@ -275,20 +280,61 @@ pub async fn upsert_many(
         })
         .collect();
     let mut inputs: Vec<ColonyInput> = vec![];
-    for (((t, rows), (_, _, moves)), out) in hourly.iter().zip(tenants).zip(&taken_out) {
-        inputs.extend(rows.iter().map(|(k, u)| (*t, k, None, u)));
+    for ((((t, rows), (_, _, moves)), out), forked) in
+        hourly.iter().zip(tenants).zip(&taken_out).zip(&forked)
+    {
+        inputs.extend(rows.iter().map(|(k, u)| {
+            let fork = match forked.contains(&k.session_id) {
+                true => k.session_id.as_str(),
+                false => "",
+            };
+            (*t, k, fork, u)
+        }));
         for (m, out) in moves.iter().zip(out) {
-            inputs.push((*t, &m.key, None, &m.usage));
-            inputs.push((*t, &m.key, Some(m.stored_fork.as_str()), out));
+            let now = match m.stored_fork.is_empty() {
+                true => m.key.session_id.as_str(),
+                false => "",
+            };
+            inputs.push((*t, &m.key, now, &m.usage));
+            inputs.push((*t, &m.key, m.stored_fork.as_str(), out));
         }
     }
     bind_colony_rows(q, &inputs)?.execute(&mut **tx).await?;
     Ok(())
 }
 
-/// One input row of the colony statement: tenant, key (an hourly one or a move's day), the
-/// `fork_session_id` when it is given rather than decided from the session, sums.
-type ColonyInput<'a> = (Uuid, &'a RollupKey, Option<&'a str>, &'a Usage);
+/// One input row of the colony statement: tenant, key (an hourly one or a move's day), its
+/// `fork_session_id`, sums.
+type ColonyInput<'a> = (Uuid, &'a RollupKey, &'a str, &'a Usage);
+
+/// The sessions of `rows` that are forked colony runs (runs with a parent) as this transaction sees
+/// `colony_runs` (after the batch's own runs): one statement per tenant with rows of a session, which
+/// on Citus goes to the tenant's shard alone.
+async fn forked_sessions(
+    tx: &mut Transaction<'_, Postgres>,
+    tenant_id: Uuid,
+    rows: &BTreeMap<RollupKey, Usage>,
+) -> Result<HashSet<String>, sqlx::Error> {
+    let mut sessions: Vec<&str> = rows
+        .keys()
+        .map(|k| k.session_id.as_str())
+        .filter(|s| !s.is_empty())
+        .collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+    if sessions.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let forked: Vec<String> = sqlx::query_scalar(
+        "SELECT session_id FROM colony_runs WHERE tenant_id = $1 AND session_id = ANY($2)
+         AND parent_session_id IS NOT NULL",
+    )
+    .bind(tenant_id)
+    .bind(&sessions)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(forked.into_iter().collect())
+}
 
 /// Binds the colony statement's input rows as the arrays of its `unnest`.
 fn bind_colony_rows<'q>(q: Query<'q>, rows: &[ColonyInput<'q>]) -> Result<Query<'q>, sqlx::Error> {
@@ -455,9 +501,9 @@ const COLONY_KEYS: &str = "colony_id, fork_session_id, model, runtime";
 
 /// The colony daily and monthly upserts, as `WITH` items, their input arrays bound from `$first` on
 /// ([`bind_colony_rows`]' order). Each input row is an hour of one session's usage (or a move of a
-/// day's, [`ColonyMove`]), summed into its UTC day; its `fork_session_id` is the given one, else its
-/// session when that is a forked colony run (`colony_runs` as this transaction sees it: after the batch's own runs), else ''. The rows
-/// are summed per key and written in key order, the days before the months.
+/// day's, [`ColonyMove`]) with its `fork_session_id` ([`forked_sessions`]: read before, not by a
+/// subquery here, which Citus does not plan next to `unnest`), summed into its UTC day. The rows are
+/// summed per key and written in key order, the days before the months.
 fn colony_sql(first: usize) -> String {
     let sums: Vec<String> = SUM_COLUMNS
         .iter()
@@ -482,39 +528,30 @@ fn colony_sql(first: usize) -> String {
         .iter()
         .map(|c| format!("{c} = r.{c} + EXCLUDED.{c}"))
         .collect();
-    let upsert = |table: &str, bucket: &str, from: &str, group: bool| {
+    // Each upsert reads the arrays itself (no shared WITH item: Citus would send its rows to every
+    // worker as an intermediate result, making each group a transaction across workers).
+    let upsert = |table: &str, bucket: &str| {
         format!(
             "INSERT INTO {table} AS r (tenant_id, bucket, {COLONY_KEYS}, {cols}) \
-             SELECT tenant_id, {bucket}, {COLONY_KEYS}, {sums} FROM {from} {group} ORDER BY 1, 2, 3, 4, 5, 6 \
+             SELECT u.tenant_id, {bucket}, u.colony_id, u.fork, u.model, u.runtime, {sums} \
+             FROM unnest({arrays}) AS u(tenant_id, bucket, colony_id, session_id, fork, model, runtime, \
+             {cols}) GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6 \
              ON CONFLICT (tenant_id, bucket, {COLONY_KEYS}) DO UPDATE SET {sets}",
             cols = SUM_COLUMNS.join(", "),
-            sums = match group {
-                true => sums.join(", "),
-                false => SUM_COLUMNS.join(", "),
-            },
-            group = if group { "GROUP BY 1, 2, 3, 4, 5, 6" } else { "" },
+            sums = sums.join(", "),
+            arrays = arrays.join(", "),
             sets = sets.join(", "),
         )
     };
     format!(
-        "colony_in AS (SELECT u.tenant_id, date_bin('1 day', u.bucket, '2000-01-01 00:00:00+00') AS bucket, \
-         u.colony_id, COALESCE(u.fork, CASE WHEN EXISTS (\
-         SELECT 1 FROM colony_runs c WHERE c.tenant_id = u.tenant_id AND c.session_id = u.session_id \
-         AND c.parent_session_id IS NOT NULL) THEN u.session_id ELSE '' END) AS fork_session_id, \
-         u.model, u.runtime, {cols} FROM unnest({arrays}) AS u(tenant_id, bucket, colony_id, session_id, \
-         fork, model, runtime, {cols})), \
-         colony_day AS (SELECT tenant_id, bucket, {COLONY_KEYS}, {sums} FROM colony_in \
-         GROUP BY 1, 2, 3, 4, 5, 6), \
-         colony_daily AS ({daily}), colony_monthly AS ({monthly})",
-        cols = SUM_COLUMNS.join(", "),
-        arrays = arrays.join(", "),
-        sums = sums.join(", "),
-        daily = upsert("usage_rollups_colony_daily", "bucket", "colony_day", false),
-        monthly = upsert(
+        "colony_daily AS ({}), colony_monthly AS ({})",
+        upsert(
+            "usage_rollups_colony_daily",
+            "date_bin('1 day', u.bucket, '2000-01-01 00:00:00+00')"
+        ),
+        upsert(
             "usage_rollups_colony_monthly",
-            "date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
-            "colony_day",
-            true
+            "date_trunc('month', u.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
         ),
     )
 }
@@ -650,7 +687,7 @@ mod tests {
         assert!(sql.contains("$60::int8[]) AS u"), "{sql}");
         // The colony rows' arrays after the three narrow tables': tenant, hour, colony, session, the
         // given fork, model, runtime, the sums.
-        let colony = &sql[sql.find("colony_in AS").unwrap()..];
+        let colony = &sql[sql.find("colony_daily AS").unwrap()..];
         assert!(colony.contains("unnest($61::uuid[], $62::timestamptz[], $63::text[], $64::text[], $65::text[], $66::text[], $67::text[], $68::int8[]"), "{sql}");
         assert!(colony.contains("$82::int8[]) AS u(tenant_id"), "{sql}");
         assert!(!sql.contains("$83"), "{sql}");

@@ -27,7 +27,8 @@
 //! 4. `events`: the group's new events, with the identity the session row holds and each LLM turn's
 //!    estimated cost (one `COPY`, see [`EventRows`]).
 //! 5. `usage_rollups` (sorted by tenant and key; then `usage_rollups_hourly`, `usage_rollups_narrow`,
-//!    `_daily`, `_monthly` and the colony rows, `usage_rollups_colony_daily` and `_monthly`):
+//!    `_daily`, `_monthly` and the colony rows, `usage_rollups_colony_daily` and `_monthly`, after one
+//!    read per tenant of which of its sessions are forked colony runs):
 //!    the new *runtime* events pre-aggregated per rollup key, plus the active time the sessions' new
 //!    histories add or take away ([`super::active`]); then `tool_rollups` (sorted by tenant and key): the
 //!    completed tool calls per tool name ([`crate::tool_rollups`]).

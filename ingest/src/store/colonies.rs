@@ -178,26 +178,29 @@ async fn upsert_runs(
     let ats: Vec<DateTime<Utc>> = runs.values().map(|f| f.at).collect();
     let ids: Vec<Uuid> = runs.values().map(|f| f.event_id).collect();
     let names: Vec<Option<&str>> = runs.values().map(|f| f.name.as_deref()).collect();
-    sqlx::query_as(
-        "WITH old AS (
-            SELECT session_id, parent_session_id IS NOT NULL AS forked FROM colony_runs
-            WHERE tenant_id = $1 AND session_id = ANY($2)
-         ), up AS (
-            INSERT INTO colony_runs AS c (tenant_id, session_id, colony_key, parent_session_id, user_id,
-                created_at, event_id, colony_name)
-            SELECT $1, u.s, u.k, u.p, u.u, u.t, u.e, u.n
-            FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::uuid[],
-                $8::text[]) AS u(s, k, p, u, t, e, n)
-            ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-                colony_key = EXCLUDED.colony_key, parent_session_id = EXCLUDED.parent_session_id,
-                user_id = EXCLUDED.user_id, created_at = EXCLUDED.created_at, event_id = EXCLUDED.event_id,
-                colony_name = EXCLUDED.colony_name
-            WHERE (EXCLUDED.created_at, EXCLUDED.event_id) < (c.created_at, c.event_id)
-            RETURNING session_id, parent_session_id IS NOT NULL AS forked
-         )
-         SELECT up.session_id, up.forked FROM up LEFT JOIN old ON old.session_id = up.session_id
-         WHERE up.forked <> COALESCE(old.forked, false)
-         ORDER BY 1",
+    // The runs' forked state before the upsert, read by a statement of its own (on Citus a CTE's read
+    // beside the upsert's would see the upsert's rows).
+    let before: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT session_id, parent_session_id IS NOT NULL FROM colony_runs
+         WHERE tenant_id = $1 AND session_id = ANY($2)",
+    )
+    .bind(tenant_id)
+    .bind(&sessions)
+    .fetch_all(&mut **tx)
+    .await?;
+    let before: HashMap<String, bool> = before.into_iter().collect();
+    let after: Vec<(String, bool)> = sqlx::query_as(
+        "INSERT INTO colony_runs AS c (tenant_id, session_id, colony_key, parent_session_id, user_id,
+            created_at, event_id, colony_name)
+         SELECT $1, u.s, u.k, u.p, u.u, u.t, u.e, u.n
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::uuid[],
+            $8::text[]) AS u(s, k, p, u, t, e, n)
+         ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+            colony_key = EXCLUDED.colony_key, parent_session_id = EXCLUDED.parent_session_id,
+            user_id = EXCLUDED.user_id, created_at = EXCLUDED.created_at, event_id = EXCLUDED.event_id,
+            colony_name = EXCLUDED.colony_name
+         WHERE (EXCLUDED.created_at, EXCLUDED.event_id) < (c.created_at, c.event_id)
+         RETURNING session_id, parent_session_id IS NOT NULL",
     )
     .bind(tenant_id)
     .bind(&sessions)
@@ -208,7 +211,13 @@ async fn upsert_runs(
     .bind(&ids)
     .bind(&names)
     .fetch_all(&mut **tx)
-    .await
+    .await?;
+    let mut flips: Vec<(String, bool)> = after
+        .into_iter()
+        .filter(|(s, forked)| *forked != before.get(s).copied().unwrap_or(false))
+        .collect();
+    flips.sort();
+    Ok(flips)
 }
 
 /// The usage stored for each session of `flips` before its forked state changed, per UTC day, colony
