@@ -276,10 +276,16 @@ pub async fn record(
     Ok(())
 }
 
+/// How long a replica holds the notifications it claimed: long enough for the slowest send (DNS +
+/// connect + `delivery_timeout_secs`) and the write after it. A replica that dies mid-send lets them go
+/// after it; one still sending when it lapses may be joined by a second sender.
+fn lease(settings: &AlertSettings) -> Duration {
+    Duration::from_secs(settings.delivery_timeout_secs * 2 + 10)
+}
+
 /// Claims, sends and records until the process stops; the sends of one round run concurrently.
 pub async fn run(pool: PgPool, settings: Arc<AlertSettings>) {
-    // Long enough for the slowest send (DNS + connect + timeout) and the write after it.
-    let lease = Duration::from_secs(settings.delivery_timeout_secs * 2 + 10);
+    let lease = lease(&settings);
     loop {
         let claimed = match claim(&pool, lease).await {
             Ok(c) => c,
@@ -432,6 +438,51 @@ mod tests {
         let url = Url::parse(&format!("http://{addr}/hook")).unwrap();
         let outcome = post_checked(&url, &local(), Default::default(), b"{}".to_vec()).await;
         assert_eq!(outcome, Outcome::Retry(None, "timed out".into()));
+    }
+
+    /// Two timeouts and ten seconds: the tests' one-second timeout holds a claim 12 s, the default
+    /// (10 s) 30 s.
+    #[test]
+    fn a_claim_is_held_for_two_delivery_timeouts_and_ten_seconds() {
+        let held = |secs| {
+            lease(&AlertSettings {
+                delivery_timeout_secs: secs,
+                ..AlertSettings::default()
+            })
+        };
+        assert_eq!(held(1), Duration::from_secs(12));
+        assert_eq!(held(10), Duration::from_secs(30));
+        assert_eq!(held(60), Duration::from_secs(130));
+    }
+
+    /// While the database refuses the claim, the deliverer tries again after a pause of two seconds
+    /// (four polls), not in a tight loop: here the "database" takes each connection and closes it at
+    /// once, and the attempts are counted for two and a half seconds.
+    #[tokio::test]
+    async fn a_refused_claim_is_tried_again_only_after_a_pause() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = tries.clone();
+        tokio::spawn(async move {
+            while let Ok((refused, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(refused);
+            }
+        });
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(1))
+            .connect_lazy(&format!("postgres://apiary@{addr}/apiary?sslmode=disable"))
+            .unwrap();
+        let watched = Duration::from_millis(2500);
+        let ended = tokio::time::timeout(watched, run(pool, Arc::new(local()))).await;
+        assert!(ended.is_err(), "the deliverer runs until the process stops");
+        let n = tries.load(Ordering::SeqCst);
+        assert!(
+            (1..=2).contains(&n),
+            "{n} claims tried in {watched:?}: one at once, one after the pause"
+        );
     }
 
     #[tokio::test]
