@@ -1,6 +1,7 @@
 //! Alerts: each rule kind fires once per episode and resolves; notifications reach a real HTTP receiver
 //! (in this test) exactly once with two replicas delivering, signed, through failures, `Retry-After` and
-//! timeouts; dead letters; destinations checked against server-side request forgery.
+//! timeouts; dead letters; destinations checked against server-side request forgery; a round claims at
+//! most 16 notifications across tenants.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -738,4 +739,59 @@ async fn private_destinations_are_refused_at_creation_and_again_at_delivery(pool
             "{body}: {err}"
         );
     }
+}
+
+/// Queues `n` firing notifications for `tenant` (a destination, a rule and an alert for them to belong
+/// to), due since `due_mins` minutes.
+async fn queue(pool: &sqlx::PgPool, tenant: uuid::Uuid, n: i64, due_mins: i32) {
+    for sql in [
+        "INSERT INTO alert_destinations (tenant_id, destination_id, kind, url, secret)
+         VALUES ($1, 'ad_1', 'webhook', 'http://127.0.0.1:9/hook', 'secret')",
+        "INSERT INTO alert_rules (tenant_id, rule_id, kind, destination_id, statuses)
+         VALUES ($1, 'ar_1', 'session_status', 'ad_1', ARRAY['failed'])",
+        "INSERT INTO alerts (tenant_id, alert_id, rule_id, episode, subject, state, summary)
+         VALUES ($1, 'al_1', 'ar_1', 's1', 's1', 'firing', 'session s1 failed')",
+    ] {
+        sqlx::query(sql).bind(tenant).execute(pool).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO notifications (tenant_id, notification_id, alert_id, destination_id, event,
+             idempotency_key, payload, next_attempt_at)
+         SELECT $1, 'an_' || g, 'al_1', 'ad_1', 'firing', 'al_1:firing:' || g, '{}',
+             now() - make_interval(mins => $3)
+         FROM generate_series(1, $2) AS g",
+    )
+    .bind(tenant)
+    .bind(n)
+    .bind(due_mins)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// A round claims at most 16 notifications however many tenants have some due: the longest-due
+/// tenant's first, then as many of the next one's as there is room left; the rest wait for the next
+/// round, and what was claimed is not claimed again while its lease holds. No server runs here, so no
+/// deliverer claims alongside the test.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_round_claims_at_most_sixteen_notifications_across_tenants(pool: sqlx::PgPool) {
+    use apiary_ingest::store::admin::create_tenant;
+    citus_prepare(&pool).await;
+    let acme = create_tenant(&pool, "acme").await.unwrap();
+    let globex = create_tenant(&pool, "globex").await.unwrap();
+    queue(&pool, acme, 12, 10).await;
+    queue(&pool, globex, 12, 5).await;
+    let lease = Duration::from_secs(60);
+    let per_tenant = |claimed: &[deliver::Claimed]| {
+        [acme, globex].map(|t| claimed.iter().filter(|c| c.tenant_id == t).count())
+    };
+    let first = deliver::claim(&pool, lease).await.unwrap();
+    assert_eq!(per_tenant(&first), [12, 4], "the first round");
+    let second = deliver::claim(&pool, lease).await.unwrap();
+    assert_eq!(per_tenant(&second), [0, 8], "the second round");
+    let third = deliver::claim(&pool, lease).await.unwrap();
+    assert!(
+        third.is_empty(),
+        "claimed again within the lease: {third:?}"
+    );
 }
