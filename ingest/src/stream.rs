@@ -535,7 +535,7 @@ pub async fn run_upkeep(pool: PgPool, offline_after_secs: i64, mut stopped: watc
 
 #[cfg(test)]
 mod tests {
-    use super::Cursor;
+    use super::*;
 
     #[test]
     fn cursors_read_back_what_they_write_and_refuse_anything_else() {
@@ -555,5 +555,83 @@ mod tests {
             assert_eq!(Cursor::parse(bad), None, "{bad}");
         }
         assert!(Cursor { xid: 9, id: 100 } < Cursor { xid: 10, id: 1 });
+    }
+
+    /// Limits of 4 streams on the server and 2 per tenant: a tenant's third is refused while another
+    /// tenant still gets one, a closed stream gives its place back to its tenant (once), and when every
+    /// stream is closed nothing is counted any more.
+    #[test]
+    fn open_streams_are_counted_per_tenant_and_in_all_and_a_closed_one_frees_its_place() {
+        let hub = StreamHub::new(4, 2);
+        let (acme, globex, initech) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let a1 = hub.subscribe(acme, None).unwrap();
+        let a2 = hub.subscribe(acme, Some("alice")).unwrap();
+        assert_eq!(
+            hub.subscribe(acme, None).unwrap_err(),
+            StreamFull::Tenant(2)
+        );
+        let g1 = hub.subscribe(globex, None).unwrap();
+        assert_eq!(hub.subscribers(), 3);
+        drop(a1);
+        let a3 = hub.subscribe(acme, None).unwrap();
+        assert_eq!(
+            hub.subscribe(acme, None).unwrap_err(),
+            StreamFull::Tenant(2),
+            "one closed stream frees one place"
+        );
+        let g2 = hub.subscribe(globex, Some("bob")).unwrap();
+        assert_eq!(
+            hub.subscribe(initech, None).unwrap_err(),
+            StreamFull::Server(4)
+        );
+        assert_eq!(hub.subscribers(), 4);
+        drop((a2, a3, g1, g2));
+        assert_eq!(hub.subscribers(), 0);
+        assert_eq!(*hub.slots.open.lock().unwrap(), (0, HashMap::new()));
+    }
+
+    fn row(tenant: Uuid, user: &str, id: i64) -> StreamRow {
+        let at = Cursor { xid: 7, id };
+        StreamRow {
+            tenant_id: tenant,
+            user_id: user.into(),
+            at,
+            sse: encode("status", &at.to_string(), "{}"),
+        }
+    }
+
+    /// The hub sends a row to its tenant's tenant-wide subscribers and to its user's own, to no one
+    /// else; a channel whose subscribers all left is dropped at the next rows.
+    #[test]
+    fn rows_reach_their_tenant_and_their_user_only() {
+        let hub = StreamHub::default();
+        let (acme, globex) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut all = hub.subscribe(acme, None).unwrap();
+        let mut alice = hub.subscribe(acme, Some("alice")).unwrap();
+        let mut bob = hub.subscribe(acme, Some("bob")).unwrap();
+        let mut other = hub.subscribe(globex, None).unwrap();
+        hub.send(vec![
+            row(acme, "alice", 1),
+            row(acme, "", 2),
+            row(globex, "alice", 3),
+        ]);
+        let ids = |s: &mut Subscription| {
+            std::iter::from_fn(|| s.rows.try_recv().ok())
+                .map(|r| r.at.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&mut all), [1, 2]);
+        assert_eq!(ids(&mut alice), [1]);
+        assert_eq!(ids(&mut bob), Vec::<i64>::new());
+        assert_eq!(ids(&mut other), [3]);
+        drop((all, alice, bob));
+        hub.send(vec![]);
+        let open: Vec<ChannelKey> = hub.channels.lock().unwrap().keys().cloned().collect();
+        assert_eq!(
+            open,
+            [(globex, None)],
+            "the channels nobody reads are dropped"
+        );
+        drop(other);
     }
 }
