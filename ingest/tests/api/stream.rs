@@ -1,6 +1,7 @@
 //! The live stream (`GET /v1/stream`): a batch's transitions, usage totals and device liveness arrive;
-//! tenant and user scoping; resume with `Last-Event-ID` / `?after=` gets exactly what was missed;
-//! transactions committing out of order are delivered without a gap; refusals like the other reads.
+//! tenant and user scoping, live and in a resume's backlog; resume with `Last-Event-ID` / `?after=` gets
+//! exactly what was missed; transactions committing out of order are delivered without a gap; refusals
+//! like the other reads; shutdown ends the open streams; the upkeep prunes what is past the window.
 
 use std::time::Duration;
 
@@ -770,4 +771,185 @@ async fn on_citus_the_stream_waits_for_transactions_still_prepared_on_a_worker(p
         .collect_until(|e| has(e, "status", "q1") && has(e, "usage", "q1"))
         .await;
     assert!(held_for.elapsed() < Duration::from_secs(5), "{got:?}");
+}
+
+/// A resume reads what it missed from the table, and there too only the reader's tenant, and for a
+/// user-bound reader only its user's rows: each reader's backlog from a position is exactly what it got
+/// live after that position.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_resume_reads_only_the_readers_tenant_and_user_from_the_table(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let other = app.tenant("globex").await;
+    let alice = app.tenant_token_for_user(t.id, "alice").await;
+    let readers = [
+        ("acme", t.read.clone()),
+        ("alice", alice),
+        ("globex", other.read.clone()),
+    ];
+    let mut live = vec![];
+    let mut start = None;
+    for (_, token) in &readers {
+        let mut s = open(&app, token, None, "").await;
+        let at = s.ready().await;
+        start.get_or_insert(at);
+        live.push(s);
+    }
+    let start = start.unwrap();
+    let now = Utc::now();
+    for (tenant, events, owners) in [
+        (
+            &t,
+            vec![
+                llm("a1", now, "m", 1, 1, 0.1),
+                llm("b1", now, "m", 2, 2, 0.2),
+            ],
+            vec![binding("a1", "alice"), binding("b1", "bob")],
+        ),
+        (
+            &other,
+            vec![llm("g1", now, "m", 3, 3, 0.3)],
+            vec![binding("g1", "alice")],
+        ),
+    ] {
+        let (code, v) = app.post_batch(&tenant.ingest, &batch(events, owners)).await;
+        assert_eq!(code, StatusCode::OK, "{v}");
+    }
+    let done = |sessions: &'static [&'static str]| {
+        move |e: &[Sse]| {
+            has(e, "device", "dev-1")
+                && sessions
+                    .iter()
+                    .all(|s| has(e, "status", s) && has(e, "usage", s))
+        }
+    };
+    let mut seen = vec![
+        live[0].collect_until(done(&["a1", "b1"])).await,
+        live[1].drain(Duration::from_millis(1500)).await,
+        live[2].collect_until(done(&["g1"])).await,
+    ];
+    for (got, s) in seen.iter_mut().zip(&mut live) {
+        got.extend(s.drain(Duration::from_millis(500)).await);
+    }
+    assert_eq!(
+        brief(&seen[1]),
+        vec![
+            ("status".into(), "a1".into(), "\"active\"".into()),
+            ("usage".into(), "a1".into(), "1".into())
+        ]
+    );
+    for ((who, token), want) in readers.iter().zip(&seen) {
+        let mut again = open(&app, token, Some(&start), "").await;
+        assert_eq!(again.ready().await, start, "{who}");
+        let got = again.drain(Duration::from_millis(1500)).await;
+        assert_eq!(brief(&got), brief(want), "{who}'s backlog");
+    }
+}
+
+/// Shutting down ends every open stream (its client reconnects elsewhere with its Last-Event-ID) and
+/// the replica's stream reader, so that the server's run returns.
+#[sqlx::test(migrations = "../migrations")]
+async fn shutting_down_ends_the_open_streams_and_the_stream_reader(pool: sqlx::PgPool) {
+    citus_prepare(&pool).await;
+    let server = apiary_ingest::startup::Application::build(test_settings(), pool.clone())
+        .await
+        .unwrap();
+    let app = TestApp {
+        base: format!("http://127.0.0.1:{}", server.port()),
+        pool,
+        client: reqwest::Client::new(),
+    };
+    let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run_until_stopped(async {
+        let _ = stopping.await;
+    }));
+    let t = app.tenant("acme").await;
+    let mut s = open(&app, &t.read, None, "").await;
+    s.ready().await;
+    let (code, _) = app
+        .post_batch(
+            &t.ingest,
+            &batch(vec![llm("q1", Utc::now(), "m", 1, 1, 0.1)], vec![]),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    s.collect_until(|e| has(e, "usage", "q1")).await;
+    stop.send(()).unwrap();
+    let end = loop {
+        match s.try_next(Duration::from_secs(5)).await {
+            Ok(Some(_)) => continue,
+            other => break other,
+        }
+    };
+    assert_eq!(end, Err(tests::sse::Ended::Closed), "the open stream ends");
+    let ran = tokio::time::timeout(Duration::from_secs(10), running).await;
+    assert!(
+        matches!(ran, Ok(Ok(Ok(())))),
+        "the server's run returns: {ran:?}"
+    );
+}
+
+/// Each replica's reader waits on `LISTEN apiary_stream`, woken by the commits that wrote rows, so an
+/// event goes out as soon as it is deliverable rather than at the next poll (every second).
+#[sqlx::test(migrations = "../migrations")]
+async fn the_stream_reader_listens_for_new_rows(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    for _ in 0..100 {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query = 'LISTEN \"apiary_stream\"'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        if listening == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no connection of this database listens on apiary_stream");
+}
+
+/// The upkeep prunes the rows older than the window (24 hours) as it starts (then every ten minutes),
+/// and only those, and records the tenant's horizon so that a resume from before it is told to reload.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_upkeep_prunes_the_rows_older_than_the_window_and_only_those(pool: sqlx::PgPool) {
+    citus_prepare(&pool).await;
+    let tenant = apiary_ingest::store::admin::create_tenant(&pool, "acme")
+        .await
+        .unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO stream_events (tenant_id, xid, at, kind, data)
+         SELECT $1, 10, now() - make_interval(hours => h), 'status', '{}'
+         FROM unnest(ARRAY[25, 1]) AS h
+         RETURNING id",
+    )
+    .bind(tenant)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let _app = spawn_app(pool.clone()).await;
+    let mut left: Vec<i64> = vec![];
+    for _ in 0..100 {
+        left = sqlx::query_scalar("SELECT id FROM stream_events ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        if left.len() < 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        left,
+        ids[1..],
+        "the row of an hour ago stays, the older one goes"
+    );
+    let horizon: (i64, i64) =
+        sqlx::query_as("SELECT xid, id FROM stream_horizon WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(horizon, (10, ids[0]));
 }
