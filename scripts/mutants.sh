@@ -10,11 +10,12 @@
 # mutants, caught, missed, and what was decided for each miss: a test that kills it, or why it is
 # equivalent).
 #
-# MUTANTS_TEST_ARGS replaces the test arguments of every package (e.g. `--lib scrub policy`: the lib tests
-# whose names hold one of the words); MUTANTS_ARGS adds
-# cargo-mutants options (e.g. `--list` to see the mutants without running them, `-F REGEX` to pick some,
-# `--in-place` to mutate and build in this tree: its target directory's dependencies are reused instead
-# of built again in a copy, and the tree must be left alone until the run ends).
+# MUTANTS_TEST_ARGS replaces the test arguments of every package (e.g. `--lib -- scrub policy`: the lib
+# tests whose names hold one of the words; cargo takes one name, the test binary after `--` several);
+# MUTANTS_ARGS adds cargo-mutants options (e.g. `--list` to see the mutants without running them,
+# `-F REGEX` to pick some, `--cargo-arg=--lib --cargo-arg=--test=api` to build only the test targets that
+# run, `--in-place` to mutate and build in this tree: its target directory's dependencies are reused
+# instead of built again in a copy, and the tree must be left alone until the run ends).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_INCREMENTAL=0
