@@ -526,6 +526,47 @@ async fn a_position_the_stream_never_gave_is_told_to_reload(pool: sqlx::PgPool) 
     assert_eq!(again.ready().await, head);
 }
 
+/// The `ready` event's id is the head itself: a client that resumes from it before anything else
+/// happened is `ready` again at the same position, not told to reload. A transaction held open keeps the
+/// head where it is (once every older one has ended, the head is its id until it ends; were the head to
+/// move on regardless, the resume would be `ready` at the same id all the same).
+#[sqlx::test(migrations = "../migrations")]
+async fn a_resume_from_the_head_itself_is_ready_not_reset(pool: sqlx::PgPool) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut pin = pool.begin().await.unwrap();
+    let xid: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+        .fetch_one(&mut *pin)
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        let xmin: i64 =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        if xmin == xid {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut first = open(&app, &t.read, None, "").await;
+    let head = first.ready().await;
+    for (last_id, query) in [
+        (Some(head.as_str()), String::new()),
+        (None, format!("?after={head}")),
+    ] {
+        let mut again = open(&app, &t.read, last_id, &query).await;
+        let e = again.next(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(
+            (e.event.as_str(), e.id.as_str()),
+            ("ready", head.as_str()),
+            "{query}"
+        );
+    }
+    pin.rollback().await.unwrap();
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn the_stream_is_refused_like_the_other_reads(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
