@@ -6,6 +6,7 @@ mod helpers;
 mod alert_destinations;
 mod alerts;
 mod bad_input;
+mod batch_writer;
 mod batches;
 mod budgets;
 mod cadence;
