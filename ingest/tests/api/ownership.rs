@@ -1,6 +1,7 @@
 //! Who may write into a session (`store::owners`): the first authenticated sender fixes its owner; a
 //! token bound to another user or device is refused per event, through the session, its parent or its
-//! colony; tokens bound to no user are tenant-wide trusted senders.
+//! colony; tokens bound to no user are tenant-wide trusted senders. A heartbeat's runtime report marks
+//! only its sender's user's sessions of its device as gone.
 
 use apiary_ingest::auth::Scope;
 use apiary_ingest::store::admin::{create_token, TokenSpec};
@@ -278,4 +279,55 @@ async fn a_tenant_wide_sender_writes_any_session_and_workers_inherit_their_paren
         "a registration without events is kept: {v}"
     );
     assert_eq!(input_tokens(&app, &t.read, "q-alice").await, 101);
+}
+
+/// The sessions marked gone by a heartbeat's runtime report: (session, gone).
+async fn runtime_gone(app: &TestApp) -> Vec<(String, bool)> {
+    sqlx::query_as("SELECT session_id, runtime_gone_at IS NOT NULL FROM sessions ORDER BY 1")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// A heartbeat's runtime report reaches the sessions of its device, and only its own user's when its
+/// token is bound to a user: on a device two users share, alice's agent cannot mark bob's session as
+/// gone, while a sender bound to no user speaks for every user of the device.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_runtime_report_marks_only_its_users_sessions_of_its_device_gone(pool: sqlx::PgPool) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let alice = ingest_token(&app, t.id, Some("alice"), None).await;
+    let bob = ingest_token(&app, t.id, Some("bob"), None).await;
+    let now = Utc::now();
+    // Both send from the batch's device, dev-1.
+    send(&app, &alice, vec![llm("qa", now, "m", 1, 1, 0.1)], vec![]).await;
+    send(&app, &bob, vec![llm("qb", now, "m", 1, 1, 0.1)], vec![]).await;
+    let gone = |sessions: &[&str]| {
+        let runtimes: Vec<Value> = sessions
+            .iter()
+            .map(|s| json!({ "session_id": s, "alive": false, "evidence": "pid_exited" }))
+            .collect();
+        event(
+            "agent.heartbeat",
+            None,
+            now,
+            json!({ "runtimes": runtimes }),
+        )
+    };
+    assert_eq!(
+        send(&app, &alice, vec![gone(&["qa", "qb"])], vec![])
+            .await
+            .0,
+        1
+    );
+    assert_eq!(
+        runtime_gone(&app).await,
+        vec![("qa".into(), true), ("qb".into(), false)]
+    );
+    let fleet = ingest_token(&app, t.id, None, None).await;
+    assert_eq!(send(&app, &fleet, vec![gone(&["qb"])], vec![]).await.0, 1);
+    assert_eq!(
+        runtime_gone(&app).await,
+        vec![("qa".into(), true), ("qb".into(), true)]
+    );
 }
