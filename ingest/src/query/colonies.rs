@@ -112,12 +112,13 @@ pub async fn list(
     let q = UsageQuery::from_params(params, Utc::now())?;
     let runs: Vec<RunRow> = sqlx::query_as(
         "SELECT r.colony_key, r.session_id, r.parent_session_id, r.user_id, r.created_at, r.colony_name,
-            (SELECT max(s.last_event_at) FROM sessions s WHERE s.tenant_id = r.tenant_id
+            m.last_event_at, m.workers
+         FROM colony_runs r CROSS JOIN LATERAL (
+            SELECT max(s.last_event_at) AS last_event_at,
+                count(*) FILTER (WHERE s.session_id <> r.session_id) AS workers
+            FROM sessions s WHERE s.tenant_id = r.tenant_id
                 AND (s.session_id = r.session_id OR s.colony_id = r.session_id
-                     OR s.parent_session_id = r.session_id)) AS last_event_at,
-            (SELECT count(*) FROM sessions s WHERE s.tenant_id = r.tenant_id AND s.session_id <> r.session_id
-                AND (s.colony_id = r.session_id OR s.parent_session_id = r.session_id)) AS workers
-         FROM colony_runs r
+                     OR s.parent_session_id = r.session_id)) m
          WHERE r.tenant_id = $1 AND ($2::text IS NULL OR r.user_id = $2)
          ORDER BY r.colony_key, r.created_at, r.session_id",
     )
