@@ -225,7 +225,8 @@ pub async fn upsert(
 pub type TenantRows<'a> = (Uuid, &'a BTreeMap<RollupKey, Usage>, &'a [ColonyMove]);
 
 /// [`upsert`] for several tenants' rows (a group's, [`crate::store::batch`]) in one statement per
-/// table: rows in (tenant, key) order, `tenants` sorted by id and distinct.
+/// table (and, before the colony rows, one read per tenant of its forked sessions): rows in (tenant,
+/// key) order, `tenants` sorted by id and distinct.
 pub async fn upsert_many(
     tx: &mut Transaction<'_, Postgres>,
     tenants: &[TenantRows<'_>],

@@ -62,17 +62,14 @@ impl Fact {
     }
 }
 
-/// The session a `colony.created` event names as the colony's, and the session that made it.
+/// The session a `colony.created` event names as the colony's (a forked run, [`forked_run_named`], else
+/// the event's own session), and the session that made it when that is another.
 fn run_of(e: &apiary_schema::CanonicalEvent) -> Option<(String, Option<String>)> {
     let own = e.session_id.clone()?;
-    let run = e
-        .data_str("forked_session_id")
-        .or_else(|| e.data_str("queen_session_id"))
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .unwrap_or_else(|| own.clone());
-    let parent = (run != own).then_some(own);
-    Some((run, parent))
+    Some(match forked_run_named(e) {
+        Some(run) => (run.to_string(), Some(own)),
+        None => (own, None),
+    })
 }
 
 /// The session a `colony.created` event names as a colony run when that is not the event's own session
