@@ -5,7 +5,9 @@
 //!
 //! Knobs: BENCH_FLEETS (device counts, `100,500,1000,2000,5000`), BENCH_SECS per fleet (60), BENCH_TENANTS
 //! (10), BENCH_EVENT_RATE (events per second of an active device, 1.0), BENCH_TRACE (set: print every
-//! five seconds what was stored and refused, and the interval asked).
+//! five seconds what was stored and refused, and the interval asked), BENCH_CITUS_URL (a Citus
+//! coordinator with workers, e.g. from `scripts/citus.sh start`: every fleet runs on `DATABASE_URL`'s
+//! server and then on the cluster, each in a fresh database).
 //!
 //! A device's day, compressed: it alternates working stretches (exponential, mean 120 s) with idle ones
 //! (mean 60 s); while it works, LLM turns and tool calls arrive as a Poisson stream at BENCH_EVENT_RATE over
@@ -16,12 +18,18 @@
 //! (sent in batches of up to 1000); 10% of the batches are sent twice (an agent retrying after a lost
 //! answer: duplicates). Every device has its own device-bound token.
 //!
+//! When the run's time is up a device stops working and pushes what it still holds at its own cadence (an
+//! agent whose user stops), not at once with the whole fleet.
+//!
 //! Reported per fleet: events/s accepted, batches/s, mean batch size, latency p50/p99, 429 and 5xx
 //! counts, freshness (an event's arrival on an online device to the answer that stored it: from then on it
-//! is in `/v1/usage`, exactly; the offline devices' backlog is late by design and not counted) p50/p99, the interval the ingest asked for at the end, and CPU seconds of this
-//! process (the ingest and the clients) and of PostgreSQL. Then the same run's baseline, 1000-event batches
-//! over 4 connections, and the ratio. At the end of each fleet every tenant's `/v1/usage` totals are
-//! compared with a raw scan of its stored events.
+//! is in `/v1/usage`, exactly; the offline devices' backlog is late by design and not counted) p50/p99,
+//! the interval the ingest asked for at the end, CPU seconds of this process (the ingest and the clients)
+//! and of the database servers, and both per 1000 events stored. Then the same run's baseline, 1000-event
+//! batches over 4 connections (events/s and CPU per 1000 events), and the ratios: events/s (bounded by
+//! what the fleet offers, about 0.67 events/s a device) and CPU per event (what a fleet's event costs
+//! against a large batch's). At the end of each fleet every tenant's `/v1/usage` totals are compared
+//! with a raw scan of its stored events.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -196,9 +204,9 @@ async fn device(
             next_event += exp(&mut rng, 1.0 / rate);
         }
         let online = now >= offline_until;
-        let due = pending
-            .first()
-            .is_some_and(|(t, _)| now >= *t + interval || now >= end);
+        // At the end of the run a device stops working but pushes what it holds at its own cadence, as
+        // an agent whose user stops does: no flush of the whole fleet in one second.
+        let due = pending.first().is_some_and(|(t, _)| now >= *t + interval);
         if online && (pending.len() >= 100 || due) {
             let take = pending.len().min(1_000);
             let sent: Vec<(Instant, Value)> = pending.drain(..take).collect();
@@ -229,8 +237,12 @@ async fn device(
             continue;
         }
         // Sleep until the next thing: an event, the oldest's due time, or a phase change.
-        let mut wake = phase_end.min(end);
-        if working {
+        let mut wake = if now < end {
+            phase_end.min(end)
+        } else {
+            now + interval
+        };
+        if working && now < end {
             wake = wake.min(next_event);
         }
         if let Some((t, _)) = pending.first() {
@@ -249,7 +261,7 @@ fn exp(rng: &mut StdRng, mean: f64) -> Duration {
 }
 
 /// Large batches in the same run: 4 connections, 1000 events each, for `batches` batches.
-async fn large_rate(db: &BenchDb, base: &str, tenant: Uuid, batches: usize) -> f64 {
+async fn large_rate(db: &BenchDb, base: &str, tenant: Uuid, batches: usize) -> (u64, f64) {
     let mut tasks = Vec::new();
     let t0 = Instant::now();
     for c in 0..4 {
@@ -284,7 +296,7 @@ async fn large_rate(db: &BenchDb, base: &str, tenant: Uuid, batches: usize) -> f
     for t in tasks {
         events += t.await.unwrap();
     }
-    events as f64 / t0.elapsed().as_secs_f64()
+    (events, events as f64 / t0.elapsed().as_secs_f64())
 }
 
 /// Every tenant's `/v1/usage` totals against a raw scan of its stored events.
@@ -336,113 +348,157 @@ async fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1.0);
+    let mut engines = vec![("PostgreSQL", std::env::var("DATABASE_URL")?)];
+    if let Ok(url) = std::env::var("BENCH_CITUS_URL") {
+        engines.push(("Citus", url));
+    }
     println!("fleet with the ingest's cadence: {secs} s per fleet, {rate} events/s per working device, {tenants_n} tenants");
-    println!("| devices | events/s | batches/s | events per batch | p50 | p99 | 429 | 5xx | freshness p50 | p99 | interval asked at the end | CPU this process / PostgreSQL | 1000-event batches events/s | ratio | exact |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| engine | devices | events/s | batches/s | events per batch | p50 | p99 | 429 | 5xx | freshness p50 | p99 | interval asked at the end | CPU this process / PostgreSQL | CPU ms per 1000 events | 1000-event batches: events/s | CPU ms per 1000 events | ratio events/s | ratio of CPU per event (1000-event batches / fleet) | exact |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for n in fleets {
-        let db = BenchDb::create("fleet_cadence", 64).await?;
-        let servers = common::servers(&db.pool).await?;
-        let base = db.serve(IngestSettings::default()).await?;
-        let mut tenants = Vec::new();
-        for t in 0..tenants_n {
-            tenants.push(db.tenant(&format!("tenant-{t}")).await?);
+        for (engine, url) in &engines {
+            fleet(engine, url, n, secs, tenants_n, rate).await?;
         }
-        let mut devices = Vec::new();
-        for i in 0..n {
-            let name = format!("desk-{i:05}");
-            let token = db.ingest_token(tenants[i % tenants_n], Some(&name)).await?;
-            devices.push(Device {
-                user: format!("user-{}", i / 2),
-                name,
-                token,
-            });
-        }
-        let tally = Arc::new(Tally::default());
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            .build()?;
-        let url = format!("{base}/v1/batches");
-        let (cpu0, pg0) = (common::own_cpu(), pg_cpu(&servers));
-        let t0 = Instant::now();
-        // BENCH_TRACE=1: every five seconds, what was stored, refused and asked in them.
-        let trace = std::env::var_os("BENCH_TRACE").map(|_| {
-            let tally = tally.clone();
-            tokio::spawn(async move {
-                let (mut a0, mut r0) = (0, 0);
-                loop {
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    let (a, r) = (
-                        tally.accepted.load(Ordering::Relaxed),
-                        tally.too_many.load(Ordering::Relaxed),
-                    );
-                    println!(
-                        "  {:>4.0} s: {:>6} stored, {:>5} refused (429), {} ms asked",
-                        t0.elapsed().as_secs_f64(),
-                        a - a0,
-                        r - r0,
-                        tally.asked_ms.load(Ordering::Relaxed)
-                    );
-                    (a0, r0) = (a, r);
-                }
-            })
-        });
-        let tasks: Vec<_> = devices
-            .into_iter()
-            .enumerate()
-            .map(|(i, d)| {
-                tokio::spawn(device(
-                    client.clone(),
-                    url.clone(),
-                    d,
-                    i as u64,
-                    secs,
-                    rate,
-                    tally.clone(),
-                ))
-            })
-            .collect();
-        for t in tasks {
-            t.await?;
-        }
-        if let Some(t) = trace {
-            t.abort();
-        }
-        let wall = t0.elapsed().as_secs_f64();
-        let (cpu1, pg1) = (common::own_cpu(), pg_cpu(&servers));
-        let mut lat = std::mem::take(&mut *tally.latencies.lock().unwrap());
-        let mut fresh = std::mem::take(&mut *tally.freshness.lock().unwrap());
-        lat.sort();
-        fresh.sort();
-        let batches = tally.batches.load(Ordering::Relaxed);
-        let accepted = tally.accepted.load(Ordering::Relaxed);
-        let large = large_rate(&db, &base, tenants[0], 24).await;
-        let ok = exact(&db, &base, &tenants).await;
-        let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
-        let cpu = |a: Option<f64>, b: Option<f64>| {
-            a.zip(b)
-                .map_or("?".into(), |(a, b)| format!("{:.1}", b - a))
-        };
-        println!(
-            "| {n} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} ms | {} / {} s | {:.0} | {:.2} | {} |",
-            accepted as f64 / wall,
-            batches as f64 / wall,
-            accepted as f64 / batches.max(1) as f64,
-            ms(percentile(&lat, 0.5)),
-            ms(percentile(&lat, 0.99)),
-            tally.too_many.load(Ordering::Relaxed),
-            tally.server_errors.load(Ordering::Relaxed),
-            ms(percentile(&fresh, 0.5)),
-            ms(percentile(&fresh, 0.99)),
-            tally.asked_ms.load(Ordering::Relaxed),
-            cpu(cpu0, cpu1),
-            cpu(pg0, pg1),
-            large,
-            (accepted as f64 / wall) / large,
-            if ok { "yes" } else { "NO" },
-        );
-        db.drop().await?;
     }
     Ok(())
+}
+
+/// One fleet of `n` devices on the server `url` names (a fresh database), then the same run's 1000-event
+/// batches, then the exactness check; prints one row.
+async fn fleet(
+    engine: &str,
+    url: &str,
+    n: usize,
+    secs: f64,
+    tenants_n: usize,
+    rate: f64,
+) -> anyhow::Result<()> {
+    let db = BenchDb::create_at(url, "fleet_cadence", 64).await?;
+    let servers = common::servers(&db.pool).await?;
+    let base = db.serve(IngestSettings::default()).await?;
+    let mut tenants = Vec::new();
+    for t in 0..tenants_n {
+        tenants.push(db.tenant(&format!("tenant-{t}")).await?);
+    }
+    let mut devices = Vec::new();
+    for i in 0..n {
+        let name = format!("desk-{i:05}");
+        let token = db.ingest_token(tenants[i % tenants_n], Some(&name)).await?;
+        devices.push(Device {
+            user: format!("user-{}", i / 2),
+            name,
+            token,
+        });
+    }
+    let tally = Arc::new(Tally::default());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
+    let url = format!("{base}/v1/batches");
+    let (cpu0, pg0) = (common::own_cpu(), pg_cpu(&servers));
+    let t0 = Instant::now();
+    // BENCH_TRACE=1: every five seconds, what was stored, refused and asked in them.
+    let trace = std::env::var_os("BENCH_TRACE").map(|_| {
+        let tally = tally.clone();
+        tokio::spawn(async move {
+            let (mut a0, mut r0) = (0, 0);
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let (a, r) = (
+                    tally.accepted.load(Ordering::Relaxed),
+                    tally.too_many.load(Ordering::Relaxed),
+                );
+                println!(
+                    "  {:>4.0} s: {:>6} stored, {:>5} refused (429), {} ms asked",
+                    t0.elapsed().as_secs_f64(),
+                    a - a0,
+                    r - r0,
+                    tally.asked_ms.load(Ordering::Relaxed)
+                );
+                (a0, r0) = (a, r);
+            }
+        })
+    });
+    let tasks: Vec<_> = devices
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            tokio::spawn(device(
+                client.clone(),
+                url.clone(),
+                d,
+                i as u64,
+                secs,
+                rate,
+                tally.clone(),
+            ))
+        })
+        .collect();
+    for t in tasks {
+        t.await?;
+    }
+    if let Some(t) = trace {
+        t.abort();
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let (cpu1, pg1) = (common::own_cpu(), pg_cpu(&servers));
+    let mut lat = std::mem::take(&mut *tally.latencies.lock().unwrap());
+    let mut fresh = std::mem::take(&mut *tally.freshness.lock().unwrap());
+    lat.sort();
+    fresh.sort();
+    let batches = tally.batches.load(Ordering::Relaxed);
+    let accepted = tally.accepted.load(Ordering::Relaxed);
+    let (large, large_cpu) = {
+        let (c0, p0) = (common::own_cpu(), pg_cpu(&servers));
+        let (events, eps) = large_rate(&db, &base, tenants[0], 24).await;
+        let (c1, p1) = (common::own_cpu(), pg_cpu(&servers));
+        (eps, per_1000(c0, c1, p0, p1, events))
+    };
+    let ok = exact(&db, &base, &tenants).await;
+    let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
+    let cpu = |a: Option<f64>, b: Option<f64>| {
+        a.zip(b)
+            .map_or("?".into(), |(a, b)| format!("{:.1}", b - a))
+    };
+    let fleet_cpu = per_1000(cpu0, cpu1, pg0, pg1, accepted);
+    let f1 = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.1}"));
+    println!(
+        "| {engine} | {n} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} ms | {} / {} s | {} | {:.0} | {} | {:.2} | {} | {} |",
+        accepted as f64 / wall,
+        batches as f64 / wall,
+        accepted as f64 / batches.max(1) as f64,
+        ms(percentile(&lat, 0.5)),
+        ms(percentile(&lat, 0.99)),
+        tally.too_many.load(Ordering::Relaxed),
+        tally.server_errors.load(Ordering::Relaxed),
+        ms(percentile(&fresh, 0.5)),
+        ms(percentile(&fresh, 0.99)),
+        tally.asked_ms.load(Ordering::Relaxed),
+        cpu(cpu0, cpu1),
+        cpu(pg0, pg1),
+        f1(fleet_cpu),
+        large,
+        f1(large_cpu),
+        (accepted as f64 / wall) / large,
+        large_cpu
+            .zip(fleet_cpu)
+            .map_or("?".into(), |(l, f)| format!("{:.2}", l / f)),
+        if ok { "yes" } else { "NO" },
+    );
+    db.drop().await?;
+    Ok(())
+}
+
+/// CPU milliseconds (this process and the database servers) per 1000 of `events`.
+fn per_1000(
+    c0: Option<f64>,
+    c1: Option<f64>,
+    p0: Option<f64>,
+    p1: Option<f64>,
+    events: u64,
+) -> Option<f64> {
+    let used = (c1? - c0?) + (p1? - p0?);
+    (events > 0).then(|| used * 1e6 / events as f64)
 }
 
 fn pg_cpu(servers: &[(String, String)]) -> Option<f64> {
