@@ -217,7 +217,13 @@ pub async fn upsert(
     tenant_id: Uuid,
     rows: &BTreeMap<RollupKey, Usage>,
 ) -> Result<(), sqlx::Error> {
-    upsert_many(tx, &[(tenant_id, rows, &[])]).await
+    let colony = upsert_many(tx, &[(tenant_id, rows, &[])]).await?;
+    if !colony.is_empty() {
+        bind_colony_rows(sqlx::query(UPSERT_COLONY_SQL.as_str()), &colony)?
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }
 
 /// One tenant's rows for [`upsert_many`]: its id, its 15-minute rows, and the colony usage its batch
@@ -225,17 +231,19 @@ pub async fn upsert(
 pub type TenantRows<'a> = (Uuid, &'a BTreeMap<RollupKey, Usage>, &'a [ColonyMove]);
 
 /// [`upsert`] for several tenants' rows (a group's, [`crate::store::batch`]) in one statement per
-/// table (and, before the colony rows, one read per tenant of its forked sessions): rows in (tenant,
-/// key) order, `tenants` sorted by id and distinct.
+/// table, rows in (tenant, key) order, `tenants` sorted by id and distinct — all but the colony rows,
+/// which it returns to be written last (one read per tenant of its forked sessions decides them): they
+/// sum every user of a tenant, so concurrent transactions of one tenant meet on them, and a row lock
+/// taken last is held only until the commit ([`crate::store::tenant_wide`]).
 pub async fn upsert_many(
     tx: &mut Transaction<'_, Postgres>,
     tenants: &[TenantRows<'_>],
-) -> Result<(), sqlx::Error> {
+) -> Result<ColonyRows, sqlx::Error> {
     if tenants
         .iter()
         .all(|(_, rows, moves)| rows.is_empty() && moves.is_empty())
     {
-        return Ok(());
+        return Ok(ColonyRows::default());
     }
     let regroup_all = |to: fn(&RollupKey) -> RollupKey| -> Vec<_> {
         tenants
@@ -258,12 +266,12 @@ pub async fn upsert_many(
             .execute(&mut **tx)
             .await?;
     }
-    // Narrow, daily, monthly and colony rows in one statement (see UPSERT_CALENDAR_SQL): bound in that
-    // order.
+    // Narrow, daily and monthly rows in one statement (see UPSERT_CALENDAR_SQL): bound in that order.
     let mut q = sqlx::query(UPSERT_CALENDAR_SQL.as_str());
     for rows in [&narrow, &daily, &monthly] {
         q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
+    q.execute(&mut **tx).await?;
     // The colony rows from the hourly ones (the statement sums them per day), each under its session
     // when that is a forked run, and the moves: in where the session's state puts it now, out of where
     // it was stored.
@@ -280,33 +288,41 @@ pub async fn upsert_many(
                 .collect()
         })
         .collect();
-    let mut inputs: Vec<ColonyInput> = vec![];
+    let mut inputs = ColonyRows::default();
     for ((((t, rows), (_, _, moves)), out), forked) in
-        hourly.iter().zip(tenants).zip(&taken_out).zip(&forked)
+        hourly.into_iter().zip(tenants).zip(taken_out).zip(&forked)
     {
-        inputs.extend(rows.iter().map(|(k, u)| {
+        inputs.0.extend(rows.into_iter().map(|(k, u)| {
             let fork = match forked.contains(&k.session_id) {
-                true => k.session_id.as_str(),
-                false => "",
+                true => k.session_id.clone(),
+                false => String::new(),
             };
-            (*t, k, fork, u)
+            (t, k, fork, u)
         }));
         for (m, out) in moves.iter().zip(out) {
             let now = match m.stored_fork.is_empty() {
-                true => m.key.session_id.as_str(),
-                false => "",
+                true => m.key.session_id.clone(),
+                false => String::new(),
             };
-            inputs.push((*t, &m.key, now, &m.usage));
-            inputs.push((*t, &m.key, m.stored_fork.as_str(), out));
+            inputs.0.push((t, m.key.clone(), now, m.usage));
+            inputs
+                .0
+                .push((t, m.key.clone(), m.stored_fork.clone(), out));
         }
     }
-    bind_colony_rows(q, &inputs)?.execute(&mut **tx).await?;
-    Ok(())
+    Ok(inputs)
 }
 
-/// One input row of the colony statement: tenant, key (an hourly one or a move's day), its
-/// `fork_session_id`, sums.
-type ColonyInput<'a> = (Uuid, &'a RollupKey, &'a str, &'a Usage);
+/// The input rows of the colony upserts ([`upsert_many`]' answer): tenant, key (an hourly one or a
+/// move's day), its `fork_session_id`, sums.
+#[derive(Debug, Default)]
+pub struct ColonyRows(Vec<(Uuid, RollupKey, String, Usage)>);
+
+impl ColonyRows {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// The sessions of `rows` that are forked colony runs (runs with a parent) as this transaction sees
 /// `colony_runs` (after the batch's own runs): one statement per tenant with rows of a session, which
@@ -337,8 +353,10 @@ async fn forked_sessions(
     Ok(forked.into_iter().collect())
 }
 
-/// Binds the colony statement's input rows as the arrays of its `unnest`.
-fn bind_colony_rows<'q>(q: Query<'q>, rows: &[ColonyInput<'q>]) -> Result<Query<'q>, sqlx::Error> {
+/// Binds the colony upserts' input rows as the arrays of their `unnest` ([`colony_sql`]' order,
+/// [`COLONY_PARAMS`] of them).
+pub fn bind_colony_rows<'q>(q: Query<'q>, rows: &'q ColonyRows) -> Result<Query<'q>, sqlx::Error> {
+    let rows = &rows.0;
     let too_big = || sqlx::Error::Encode("a rollup sum exceeds the bigint range".into());
     let mut ids = Vec::with_capacity(rows.len());
     let mut buckets = Vec::with_capacity(rows.len());
@@ -348,7 +366,7 @@ fn bind_colony_rows<'q>(q: Query<'q>, rows: &[ColonyInput<'q>]) -> Result<Query<
     for (t, k, fork, u) in rows {
         ids.push(*t);
         buckets.push(k.bucket);
-        forks.push(*fork);
+        forks.push(fork.as_str());
         for (col, v) in dims
             .iter_mut()
             .zip([&k.colony_id, &k.session_id, &k.model, &k.runtime])
@@ -382,7 +400,7 @@ enum Key {
     Narrow,
 }
 
-type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+pub type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// Binds `tenants`' rows to `q` as the arrays of one `unnest` ([`upsert_sql`]'s order).
 fn bind_rows<'q>(
@@ -500,12 +518,16 @@ static UPSERT_HOURLY_SQL: LazyLock<String> =
 /// The colony tables' key columns after tenant and bucket.
 const COLONY_KEYS: &str = "colony_id, fork_session_id, model, runtime";
 
-/// The colony daily and monthly upserts, as `WITH` items, their input arrays bound from `$first` on
-/// ([`bind_colony_rows`]' order). Each input row is an hour of one session's usage (or a move of a
+/// The parameters of the colony upserts ([`bind_colony_rows`]): tenant, hour, colony, session, fork,
+/// model, runtime and the sums.
+pub const COLONY_PARAMS: usize = 7 + COLUMNS;
+
+/// The colony daily and monthly upserts, their input arrays bound from `$first` on
+/// ([`bind_colony_rows`]' order; both read the same arrays). Each input row is an hour of one session's usage (or a move of a
 /// day's, [`ColonyMove`]) with its `fork_session_id` ([`forked_sessions`]: read before, not by a
 /// subquery here, which Citus does not plan next to `unnest`), summed into its UTC day. The rows are
 /// summed per key and written in key order, the days before the months.
-fn colony_sql(first: usize) -> String {
+pub fn colony_sql(first: usize) -> [String; 2] {
     let sums: Vec<String> = SUM_COLUMNS
         .iter()
         .map(|c| format!("sum({c})::int8 AS {c}"))
@@ -544,17 +566,16 @@ fn colony_sql(first: usize) -> String {
             sets = sets.join(", "),
         )
     };
-    format!(
-        "colony_daily AS ({}), colony_monthly AS ({})",
+    [
         upsert(
             "usage_rollups_colony_daily",
-            "date_bin('1 day', u.bucket, '2000-01-01 00:00:00+00')"
+            "date_bin('1 day', u.bucket, '2000-01-01 00:00:00+00')",
         ),
         upsert(
             "usage_rollups_colony_monthly",
-            "date_trunc('month', u.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+            "date_trunc('month', u.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
         ),
-    )
+    ]
 }
 
 /// The colony daily and monthly rows computed from `usage_rollups_hourly` and `colony_runs` as they
@@ -586,17 +607,23 @@ pub fn colony_rollups_from_hourly() -> [String; 2] {
     ]
 }
 
-/// The narrow hourly, daily and monthly upserts and the colony daily and monthly ones as one statement
-/// (their parameters bound in that order): one round trip, and the same statement in every transaction,
-/// so the tables' rows are always locked in the same order.
+/// The narrow hourly, daily and monthly upserts as one statement (their parameters bound in that
+/// order): one round trip, and the same statement in every transaction, so the tables' rows are always
+/// locked in the same order.
 static UPSERT_CALENDAR_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH daily AS ({}), monthly AS ({}), {} {}",
+        "WITH daily AS ({}), monthly AS ({}) {}",
         upsert_sql("usage_rollups_daily", Key::Narrow, 1 + NARROW_PARAMS),
         upsert_sql("usage_rollups_monthly", Key::Narrow, 1 + 2 * NARROW_PARAMS),
-        colony_sql(1 + 3 * NARROW_PARAMS),
         upsert_sql("usage_rollups_narrow", Key::Narrow, 1),
     )
+});
+
+/// The colony upserts alone (days, then months), for [`upsert`]; a group's batches write them with the
+/// tenant's tool rows ([`crate::store::tenant_wide`]).
+static UPSERT_COLONY_SQL: LazyLock<String> = LazyLock::new(|| {
+    let [daily, monthly] = colony_sql(1);
+    format!("WITH colony_daily AS ({daily}) {monthly}")
 });
 
 #[cfg(test)]
@@ -686,12 +713,17 @@ mod tests {
         let daily = &sql[sql.find("usage_rollups_daily").unwrap()..];
         assert!(daily.contains("unnest($21::uuid[], $22::timestamptz[], $23::text[], $24::text[], $25::text[], $26::int8[]"), "{sql}");
         assert!(sql.contains("$60::int8[]) AS u"), "{sql}");
-        // The colony rows' arrays after the three narrow tables': tenant, hour, colony, session, the
-        // given fork, model, runtime, the sums.
-        let colony = &sql[sql.find("colony_daily AS").unwrap()..];
-        assert!(colony.contains("unnest($61::uuid[], $62::timestamptz[], $63::text[], $64::text[], $65::text[], $66::text[], $67::text[], $68::int8[]"), "{sql}");
-        assert!(colony.contains("$82::int8[]) AS u(tenant_id"), "{sql}");
-        assert!(!sql.contains("$83"), "{sql}");
+        assert!(!sql.contains("$61") && !sql.contains("colony"), "{sql}");
+        // The colony rows' arrays on their own: tenant, hour, colony, session, the given fork, model,
+        // runtime, the sums; days and months read the same arrays.
+        let colony = UPSERT_COLONY_SQL.as_str();
+        for table in ["usage_rollups_colony_daily", "usage_rollups_colony_monthly"] {
+            let at = &colony[colony.find(table).unwrap()..];
+            assert!(at.contains("unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[]"), "{colony}");
+            assert!(at.contains("$22::int8[]) AS u(tenant_id"), "{colony}");
+        }
+        assert_eq!(COLONY_PARAMS, 22);
+        assert!(!colony.contains("$23"), "{colony}");
         let wide = UPSERT_QUARTER_SQL.as_str();
         assert!(wide.contains("$8::text[], $9::int8[]"), "{wide}");
         assert!(wide.contains("$23::int8[]) AS u"), "{wide}");

@@ -214,16 +214,16 @@ fn over_users(rows: &ToolRows) -> ToolRows {
     })
 }
 
-/// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups`, their narrow
-/// sums to `tool_rollups_hourly`, `_daily` and `_monthly` and those summed over users to the tenant's
-/// tables ([`TENANT_TABLES`]), in one statement, each in (tenant, key) order: `tenants` sorted by id
-/// and distinct.
+/// Adds several tenants' rows (a group's, [`crate::store::batch`]) to `tool_rollups` and their narrow
+/// sums to `tool_rollups_hourly`, `_daily` and `_monthly`, in one statement, each in (tenant, key)
+/// order: `tenants` sorted by id and distinct. Answers those sums summed over users, for the tenant's
+/// tables ([`TENANT_TABLES`]), which the caller writes last ([`TenantToolRows`]).
 pub async fn upsert(
     tx: &mut Transaction<'_, Postgres>,
     tenants: &[(Uuid, &ToolRows)],
-) -> Result<(), sqlx::Error> {
+) -> Result<TenantToolRows, sqlx::Error> {
     if tenants.iter().all(|(_, r)| r.0.is_empty()) {
-        return Ok(());
+        return Ok(TenantToolRows::default());
     }
     let grains: Vec<Vec<(Uuid, ToolRows)>> = TABLES
         .iter()
@@ -238,17 +238,44 @@ pub async fn upsert(
     for rows in &grains {
         q = bind_rows(q, rows.iter().map(|(t, r)| (*t, r)), Key::Narrow)?;
     }
-    // The three tenant tables' rows in one set of arrays, each row marked with its table's grain.
-    let q = bind_rows(
+    q.execute(&mut **tx).await?;
+    Ok(TenantToolRows(tenant_rows))
+}
+
+/// The tenant's tool rows of a group, per grain ([`TENANT_TABLES`]' order), as [`upsert`] answers them:
+/// they sum every user of a tenant, so concurrent transactions of one tenant meet on them, and they are
+/// written last, with the colony rows ([`crate::store::tenant_wide`]).
+#[derive(Debug, Default)]
+pub struct TenantToolRows(Vec<Vec<(Uuid, ToolRows)>>);
+
+impl TenantToolRows {
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().flatten().all(|(_, r)| r.0.is_empty())
+    }
+}
+
+/// The parameters of the tenant tables' upserts ([`bind_tenant_rows`], one set of arrays for the three).
+pub const TENANT_PARAMS: usize = 2 + 1 + 2 + 4 + 3;
+
+/// The tenant's hourly, daily and monthly tool upserts, each taking its grain's rows from one set of
+/// arrays bound from `$first` on ([`bind_tenant_rows`]).
+pub fn tenant_sql(first: usize) -> [String; 3] {
+    std::array::from_fn(|g| upsert_sql_of(TENANT_TABLES[g], Key::Tenant, first, Some(g)))
+}
+
+/// Binds the three tenant tables' rows in one set of arrays, each row marked with its table's grain.
+pub fn bind_tenant_rows<'q>(
+    q: rollups::Query<'q>,
+    rows: &'q TenantToolRows,
+) -> Result<rollups::Query<'q>, sqlx::Error> {
+    bind_rows(
         q,
-        tenant_rows
+        rows.0
             .iter()
             .enumerate()
             .flat_map(|(g, rows)| rows.iter().map(move |(t, r)| (g as i32, *t, r))),
         Key::Tenant,
-    )?;
-    q.execute(&mut **tx).await?;
-    Ok(())
+    )
 }
 
 /// The key of a tool rollup: the 15-minute table's, the narrow one (no device, colony or session) or
@@ -296,7 +323,7 @@ impl<'q> Rows<'q> for (i32, Uuid, &'q ToolRows) {
     }
 }
 
-type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+use rollups::Query;
 
 /// Binds `tenants`' rows as the arrays of one [`upsert_sql`]: tenant, bucket, (for the tenant tables
 /// the grain,) the key's columns, the four sums, where each row's histogram starts and ends (1-based,
@@ -431,12 +458,10 @@ const TENANT_TABLES: [&str; 3] = [
     "tool_rollups_tenant_monthly",
 ];
 
-/// The 15-minute rows (parameters 1–15), the hourly, daily and monthly ones (12 parameters each, from
-/// 16) and the tenant's hourly, daily and monthly ones (12 parameters together, from 52: each table
-/// takes the rows of its grain) as one statement: one round trip, and the same statement in every
-/// transaction, so the seven tables' rows are always locked in the same order.
+/// The 15-minute rows (parameters 1–15) and the hourly, daily and monthly ones (12 parameters each,
+/// from 16) as one statement: one round trip, and the same statement in every transaction, so the four
+/// tables' rows are always locked in the same order.
 static UPSERT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let tenant_first = 1 + params(Key::Wide) + TABLES.len() * params(Key::Narrow);
     let parts: Vec<String> = TABLES
         .iter()
         .enumerate()
@@ -448,13 +473,6 @@ static UPSERT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                 upsert_sql(table, Key::Narrow, first)
             )
         })
-        .chain(TENANT_TABLES.iter().enumerate().map(|(g, table)| {
-            format!(
-                "{} AS ({})",
-                table.trim_start_matches("tool_rollups_"),
-                upsert_sql_of(table, Key::Tenant, tenant_first, Some(g))
-            )
-        }))
         .collect();
     format!(
         "WITH {} {}",
@@ -489,9 +507,20 @@ mod tests {
         let monthly = &sql[sql.find("INSERT INTO tool_rollups_monthly").unwrap()..];
         assert!(monthly.contains("unnest($40::uuid[]"), "{sql}");
         assert!(monthly.contains("($51::int8[])"), "{sql}");
+        assert!(
+            !sql.contains("$52") && !sql.contains("tool_rollups_tenant"),
+            "{sql}"
+        );
         // The tenant's three tables share one set of arrays, each taking its grain's rows.
+        assert_eq!(TENANT_PARAMS, params(Key::Tenant));
+        let parts = tenant_sql(52);
         for (g, table) in TENANT_TABLES.iter().enumerate() {
-            let part = &sql[sql.find(&format!("INSERT INTO {table} AS r")).unwrap()..];
+            let part = &parts[g];
+            assert!(
+                part.starts_with(&format!("INSERT INTO {table} AS r")),
+                "{part}"
+            );
+            let sql = part;
             assert!(
                 part.contains("(tenant_id, bucket, runtime, tool_name, calls, errors"),
                 "{sql}"
@@ -506,8 +535,8 @@ mod tests {
                 part.contains("ON CONFLICT (tenant_id, bucket, runtime, tool_name)"),
                 "{sql}"
             );
+            assert!(!part.contains("$64"), "{sql}");
         }
-        assert!(!sql.contains("$64"), "{sql}");
     }
 
     #[test]

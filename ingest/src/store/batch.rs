@@ -27,16 +27,19 @@
 //! 4. `events`: the group's new events, with the identity the session row holds and each LLM turn's
 //!    estimated cost (one `COPY`, see [`EventRows`]).
 //! 5. `usage_rollups` (sorted by tenant and key; then `usage_rollups_hourly`, `usage_rollups_narrow`,
-//!    `_daily`, `_monthly` and the colony rows, `usage_rollups_colony_daily` and `_monthly`, after one
-//!    read per tenant of which of its sessions are forked colony runs):
-//!    the new *runtime* events pre-aggregated per rollup key, plus the active time the sessions' new
-//!    histories add or take away ([`super::active`]); then `tool_rollups` (sorted by tenant and key): the
-//!    completed tool calls per tool name ([`crate::tool_rollups`]).
+//!    `_daily` and `_monthly`, and one read per tenant of which of its sessions are forked colony runs,
+//!    for step 8): the new *runtime* events pre-aggregated per rollup key, plus the active time the
+//!    sessions' new histories add or take away ([`super::active`]); then `tool_rollups` and its hourly,
+//!    daily and monthly sums (sorted by tenant and key): the completed tool calls per tool name
+//!    ([`crate::tool_rollups`]).
 //! 6. `devices` (sorted by tenant and device_id, one statement, [`super::devices`]): liveness, the latest
 //!    heartbeat and the reported drops.
 //! 7. the live stream ([`super::stream`]): the transitions, the sessions' new usage totals and the
 //!    devices' liveness, in `stream_sessions` (sorted by tenant and session_id) then `stream_devices`
 //!    order.
+//! 8. the rows that sum every user of a tenant, which concurrent transactions of a tenant share: the
+//!    colony days and months and the tenant's tool hours, days and months, by one statement, last, so
+//!    their locks are held only for the commit ([`super::tenant_wide`]).
 //!
 //! Every step takes its locks in (tenant, key) order after the previous step's, so the locks of a
 //! transaction come in (step, tenant, key) order: with 10 tenants in a group of small batches this is one
@@ -81,8 +84,9 @@ use super::sessions::{self, SessionUpdate};
 use super::Store;
 use crate::error::ApiError;
 use crate::intake::{CheckedBatch, ReadyEvent};
+use crate::rollups::ColonyRows;
 use crate::rollups::{self, bucket_of, RollupKey, Usage};
-use crate::tool_rollups::ToolRows;
+use crate::tool_rollups::{TenantToolRows, ToolRows};
 
 /// Attempts of one group's transaction before giving up with a retryable 503 (overflowing rows found
 /// on the second, a concurrent batch growing the same rows meanwhile may take more).
@@ -331,11 +335,16 @@ async fn write_once(
             .await?,
         );
     }
-    write_shared(&mut tx, rows, &mut tails).await?;
+    let (colony, tenant_tools) = write_shared(&mut tx, rows, &mut tails).await?;
     let mut stream = super::stream::TxStream::default();
     let live: Vec<super::stream::TenantStream> = tails.iter().map(Tail::stream).collect();
     super::stream::write_batches(&mut tx, &mut stream, &live).await?;
     stream.finish(&mut tx).await?;
+    // Last: the rows every batch of a tenant adds to, locked only until the commit.
+    match super::tenant_wide::upsert(&mut tx, &colony, &tenant_tools).await {
+        Err(e) if headroom::is_out_of_range(&e) => return Err(stale(&tails)),
+        r => r?,
+    }
     tx.commit().await?;
     parts.sort_by_key(|p| p.index);
     Ok(parts.into_iter().map(Part::answer).collect())
@@ -603,37 +612,38 @@ async fn write_shared(
     tx: &mut Transaction<'_, Postgres>,
     rows: EventRows,
     tails: &mut [Tail],
-) -> Result<(), Retry> {
+) -> Result<(ColonyRows, TenantToolRows), Retry> {
     rows.insert(tx).await?;
     let rollups: Vec<rollups::TenantRows> = tails
         .iter()
         .map(|t| (t.tenant, &t.rollup, t.colony_moves.as_slice()))
         .collect();
-    // Either upsert meets "out of range" only when a stored row was fuller than the first attempt
-    // assumed: the tenant's tool rows are bounded by its month, which headroom checks once it is read.
-    let stale = |tails: &[Tail]| {
-        Retry::Stale(
-            tails
-                .iter()
-                .map(|t| (t.tenant, t.rollup.keys().cloned().collect()))
-                .collect(),
-        )
+    let colony = match rollups::upsert_many(tx, &rollups).await {
+        Err(e) if headroom::is_out_of_range(&e) => return Err(stale(tails)),
+        r => r?,
     };
-    match rollups::upsert_many(tx, &rollups).await {
-        Err(e) if headroom::is_out_of_range(&e) => return Err(stale(tails)),
-        r => r?,
-    }
     let tools: Vec<(Uuid, &ToolRows)> = tails.iter().map(|t| (t.tenant, &t.tools)).collect();
-    match crate::tool_rollups::upsert(tx, &tools).await {
+    let tenant_tools = match crate::tool_rollups::upsert(tx, &tools).await {
         Err(e) if headroom::is_out_of_range(&e) => return Err(stale(tails)),
         r => r?,
-    }
+    };
     let mut facts: Vec<DeviceFacts> = tails
         .iter_mut()
         .flat_map(|t| std::mem::take(&mut t.facts))
         .collect();
     devices::upsert(tx, &mut facts).await?;
-    Ok(())
+    Ok((colony, tenant_tools))
+}
+
+/// A rollup upsert met "out of range": only when a stored row was fuller than the first attempt assumed
+/// (the tenant's tool and colony rows are bounded by its month, which headroom checks once it is read).
+fn stale(tails: &[Tail]) -> Retry {
+    Retry::Stale(
+        tails
+            .iter()
+            .map(|t| (t.tenant, t.rollup.keys().cloned().collect()))
+            .collect(),
+    )
 }
 
 /// The rest of step 3 for one tenant of the group (after the group's session upsert returned its

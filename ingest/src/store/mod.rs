@@ -35,6 +35,7 @@ pub mod runtime;
 pub mod series_colours;
 pub mod sessions;
 pub mod stream;
+pub mod tenant_wide;
 pub mod work;
 
 use std::collections::HashSet;
