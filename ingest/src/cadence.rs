@@ -11,12 +11,12 @@
 //! - **Slow batches.** A batch is slow when its server time passed `cadence_target_ms` for each started
 //!   hundred events it carried (the agent's coalesced batch is up to a hundred; a backlog's thousand-event
 //!   batch takes longer without the ingest being loaded).
-//! - **Load, per one-second window** of the batches answered in it: *loaded* when more than 5% of them
-//!   were slow (the window's p95 above the target) and at least [`MIN_SLOW`] were, or the batches in
-//!   flight passed half of `max_batches_in_flight`; *calm* when at most 1% were slow, or only one, and the
-//!   batches in flight stayed under a quarter of the bound. A window with no batch at all (also a quiet
+//! - **Load, per one-second window** of the batches answered in it: *loaded* when more than 1% of them
+//!   were slow (the window's p99 above the target) and at least [`MIN_SLOW`] were, or the batches in
+//!   flight passed half of `max_batches_in_flight`; *calm* when at most one in four hundred were slow, or
+//!   only one, and the batches in flight stayed under a quarter of the bound. A window with no batch at all (also a quiet
 //!   stretch of several seconds, counted per second) is calm. At a light load (twenty batches a second)
-//!   one or two slow batches are outliers, not load: the window's p95 is then one batch, and counting it
+//!   one or two slow batches are outliers, not load: the window's p99 is then one batch, and counting it
 //!   as load would stretch a small fleet's interval for a single hiccup.
 //! - **Levels.** The interval is `cadence_base_ms` at level 0 and doubles per level, up to
 //!   `cadence_max_ms`. A loaded window raises the level by one, but not again before the new interval
@@ -46,7 +46,7 @@ use crate::config::IngestSettings;
 
 /// Calm windows in a row before the level comes down by one.
 pub const CALM_WINDOWS: u32 = 5;
-/// Slow batches a window needs, beyond the 5%, to be loaded.
+/// Slow batches a window needs, beyond the 1%, to be loaded.
 pub const MIN_SLOW: u64 = 3;
 /// Events a batch may carry per `cadence_target_ms` of server time before it counts as slow.
 const EVENTS_PER_TARGET: u64 = 100;
@@ -216,8 +216,8 @@ impl Cadence {
         let in_flight = self.in_flight.load(Ordering::Acquire);
         let peak = st.peak_in_flight.max(in_flight);
         let (batches, slow) = (st.batches, st.slow);
-        let loaded = (slow >= MIN_SLOW && slow * 20 > batches) || peak * 2 > self.max_in_flight;
-        let calm = (slow * 100 <= batches || slow <= 1) && peak * 4 < self.max_in_flight;
+        let loaded = (slow >= MIN_SLOW && slow * 100 > batches) || peak * 2 > self.max_in_flight;
+        let calm = (slow * 400 <= batches || slow <= 1) && peak * 4 < self.max_in_flight;
         // Decisions are dated by the end of the window they judge, however late it is rolled.
         let window_end = st.window_start + WINDOW;
         if loaded {
@@ -388,9 +388,12 @@ mod tests {
     fn a_few_slow_batches_are_not_load() {
         let t0 = Instant::now();
         let c = cadence(t0);
-        let t = window(&c, t0, 100, 5); // 5%: not above
+        let t = window(&c, t0, 300, 3); // 1%: not above
         c.interval_for_at(None, t);
         assert_eq!(c.lock().level, 0);
+        let t = window(&c, t, 300, 4); // above 1%: the window's p99 is slow
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 1);
     }
 
     #[test]
@@ -400,7 +403,7 @@ mod tests {
         let mut t = loaded_for(&c, t0, 5);
         c.interval_for_at(None, t);
         assert_eq!(c.lock().level, 2);
-        // Four calm windows, then one neither calm nor loaded (2%): the run starts again.
+        // Four calm windows, then one neither calm nor loaded (two of a hundred): the run starts again.
         for _ in 0..4 {
             t = window(&c, t, 100, 0);
         }
@@ -412,6 +415,30 @@ mod tests {
         }
         c.interval_for_at(None, t);
         assert_eq!(c.lock().level, 1);
+    }
+
+    #[test]
+    fn a_window_is_calm_while_its_slow_batches_stay_within_one_in_four_hundred() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let mut t = loaded_for(&c, t0, 1);
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 1);
+        // Two slow of 800 each second: calm, the level comes down after the run of calm windows.
+        for _ in 0..CALM_WINDOWS {
+            t = window(&c, t, 800, 2);
+        }
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 0);
+        // Two slow of 400 is calm too; three of 400 is neither: a raised level is held.
+        t = loaded_for(&c, t + Duration::from_secs(10), 1);
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 1);
+        for _ in 0..CALM_WINDOWS {
+            t = window(&c, t, 400, 3);
+        }
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 1, "held");
     }
 
     #[test]

@@ -85,8 +85,8 @@ pub struct IngestSettings {
     pub cadence_base_ms: u64,
     /// The longest push interval the ingest asks for under load (milliseconds).
     pub cadence_max_ms: u64,
-    /// Server time of a batch above which it counts as slow: more than 5% slow batches in a second is
-    /// load (milliseconds).
+    /// Server time of a batch (per started hundred events) above which it counts as slow: more than 1%
+    /// slow batches in a second, and at least three, is load (milliseconds).
     pub cadence_target_ms: u64,
     /// Most batches this replica handles at once; one more is answered 429 with `Retry-After` before
     /// its body is read (past capacity, the fleet waits instead of the latency growing). Half of it in
