@@ -3,12 +3,12 @@
 //! ([`crate::tool_rollups::TenantToolRows`]) — written by one statement, the last of a group's
 //! transaction ([`super::batch`]).
 //!
-//! Group commit keeps the batches of concurrent groups apart by session and device, so their other rows
-//! never meet; these do: every group with usage of a tenant adds to its day of a model and of a tool. A
-//! row lock is held until the commit, so a transaction that took them in the middle of its work made
-//! every concurrent transaction of the tenant wait for the rest of it (the live stream's rows, the
-//! devices, the commit): at 2,000 devices in the fleet bench most of the ingest's statements in flight
-//! were waiting on them. Taken last, they are held only for the commit. The statement locks the five
+//! Group commit keeps the batches of concurrent groups apart by session and device, so their rows keyed
+//! by session or device never meet; these do: every group with usage of a tenant adds to its day of a
+//! model and of a tool. A row lock is held until the commit, so a transaction that took them in the
+//! middle of its work made every concurrent transaction of the tenant wait for the rest of it (the
+//! devices, the live stream's rows, the commit): at 2,000 devices in the fleet bench a third of the
+//! ingest's statements in flight were waiting on them. Taken last, they are held only for the commit. The statement locks the five
 //! tables' rows in one order (colony days, colony months, tool hours, days, months; each in key
 //! order), the same in every transaction.
 
