@@ -13,7 +13,10 @@
 //! boundary cuts ([`split::Split`]). Grouped by nothing, user, model or runtime (no colony, session or
 //! device): whole UTC months from `usage_rollups_monthly`, whole days from `usage_rollups_daily`, whole
 //! hours from `usage_rollups_narrow` (the hourly sums without device, colony and session) — a year is
-//! about twelve rows per user and model — and the rest from the 15-minute `usage_rollups`. Grouped by a
+//! about twelve rows per user and model — and the rest from the 15-minute `usage_rollups`. Not grouped
+//! by user and not limited to one user's usage, whole days and months come from the colony rollups
+//! instead (`usage_rollups_colony_daily`, `_monthly`: no user in their key, a row per colony, model and
+//! runtime), summed over their colonies. Grouped by a
 //! wide dimension: whole hours from `usage_rollups_hourly` and the rest from the 15-minute rows. In a
 //! whole-hour zone that leaves quarter rows only at the range's edges; a day or month in a half- or
 //! quarter-hour zone cuts one hour per bucket (read as quarters); hour buckets in such a zone, and

@@ -33,6 +33,11 @@ const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime]
 /// whose key is resolved at read time; no user): a split query of a whole tenant's usage grouped by
 /// colony and these reads its whole days and months there, its whole hours from the wide hourly rollup.
 const COLONY_DIMS: [Dim; 4] = [Dim::Tenant, Dim::Model, Dim::Runtime, Dim::Colony];
+/// The dimensions of a whole tenant's usage (no user) the colony rollups also answer, summed over their
+/// colonies: a split query grouped by these alone reads its whole days and months there (a row per
+/// colony, model and runtime a day, against a row per user, model and runtime in the daily rollup) and
+/// its whole hours from `usage_rollups_narrow`.
+const TENANT_DIMS: [Dim; 3] = [Dim::Tenant, Dim::Model, Dim::Runtime];
 /// The `tool_rollups` columns a query grouped by tool reads.
 const TOOL_COLUMNS: &str =
     "bucket, tenant_id, user_id, device_id, colony_id, session_id, runtime, tool_name, \
@@ -301,6 +306,9 @@ pub struct Plan {
     /// and months come from `usage_rollups_colony_daily` and `_monthly`, whole hours from
     /// `usage_rollups_hourly`.
     pub colony: bool,
+    /// Grouped by tenant, model or runtime at most over a whole tenant's usage: whole days and months
+    /// come from the colony rollups too (summed over colonies), whole hours from `usage_rollups_narrow`.
+    pub tenant_days: bool,
 }
 
 impl Plan {
@@ -316,16 +324,27 @@ impl Plan {
             && filter.user.is_none()
             && q.group_by.contains(&Dim::Colony)
             && q.group_by.iter().all(|d| COLONY_DIMS.contains(d));
+        let tenant_dims =
+            !tools && filter.user.is_none() && q.group_by.iter().all(|d| TENANT_DIMS.contains(d));
         let split = match (&filter.tenant, &filter.part) {
             // The tool rollups have no wide hourly rows: a wide tool grouping reads quarters.
             (Some(_), Part::Whole) if narrow_dims || !tools => {
                 let starts = buckets.as_ref().map_or(vec![from], |b| b.starts.clone());
-                Split::of(from, to, &starts, narrow_dims || colony_dims)
+                Split::moving(
+                    from,
+                    to,
+                    &starts,
+                    narrow_dims || colony_dims,
+                    // Days come from rows without the user: few against the hours a day's short
+                    // side reads.
+                    tenant_dims || colony_dims,
+                )
             }
             _ => None,
         };
         let narrow = split.is_some() && narrow_dims;
         let split_colony = split.is_some() && colony_dims;
+        let tenant_days = split.is_some() && tenant_dims;
         let tenant_tools = narrow
             && tools
             && filter.user.is_none()
@@ -341,6 +360,7 @@ impl Plan {
             tools,
             tenant_tools,
             colony: split_colony,
+            tenant_days,
         }
     }
 
@@ -410,15 +430,20 @@ impl Plan {
                     }
                 };
                 for level in &s.levels {
+                    let calendar = matches!(level.grain, Grain::Day | Grain::Month);
                     let table = match (self.tools, self.colony) {
                         (true, _) => level.grain.tool_table(self.tenant_tools),
                         (false, true) => level.grain.colony_table(),
+                        (false, false) if calendar && self.tenant_days => {
+                            level.grain.colony_table()
+                        }
                         (false, false) => level.grain.table(self.narrow),
                     };
                     // The narrow tables have no device, colony or session, the tenant's no user either:
                     // empty, as their key has them; the colony tables no device.
                     let keys = match (level.grain, self.narrow, self.tenant_tools) {
-                        (Grain::Day | Grain::Month, _, _) if self.colony => Keys::Colony,
+                        _ if calendar && self.colony => Keys::Colony,
+                        _ if calendar && self.tenant_days => Keys::Tenant,
                         (Grain::Quarter, ..) | (_, false, _) => Keys::Wide,
                         (_, true, false) => Keys::Narrow,
                         (_, true, true) => Keys::Tenant,
@@ -552,9 +577,21 @@ mod tests {
             &[Dim::Model],
         );
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        assert!(plan.tenant_days, "a whole tenant by model");
         let sql = plan.query(false).into_sql();
-        assert!(sql.contains("FROM usage_rollups_monthly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
+        assert!(
+            sql.contains("''::text AS session_id, model, runtime, input_tokens"),
+            "{sql}"
+        );
+        assert!(sql.contains("FROM usage_rollups_colony_monthly WHERE TRUE AND tenant_id = $2 AND bucket >= $3 AND bucket < $4) AS r"), "{sql}");
         assert!(!sql.contains("UNION ALL"), "{sql}");
+        // One user's usage (a token limited to alice) reads her rows of the monthly rollup.
+        let alice = TenantRead::for_user(Uuid::nil(), "alice");
+        let mine = Filter::of(Within::Tenant(&alice, &Part::Whole), &[]).unwrap();
+        let plan = Plan::new(mine, &q, q.from, q.to);
+        assert!(!plan.tenant_days);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("FROM usage_rollups_monthly WHERE TRUE AND tenant_id = $2 AND user_id = $3 AND bucket >= $4 AND bucket < $5) AS r"), "{sql}");
         // New York's months start at 04:00 or 05:00 UTC: each UTC month from February on is moved to
         // the New York month holding all but its first hours, which are taken back out of it; January
         // (the range starts at its 05:00) by the day and its first day's hours.
@@ -584,6 +621,55 @@ mod tests {
         let sql = plan.query(false).into_sql();
         assert!(!sql.contains("usage_rollups_daily"), "{sql}");
         assert!(sql.contains("FROM usage_rollups_hourly"), "{sql}");
+    }
+
+    #[test]
+    fn a_whole_tenants_usage_by_model_reads_days_and_months_summed_over_colonies() {
+        // A year by month from January 15th, 10:00 UTC: the rest of January by day, then whole months, from
+        // the colony rollups (no user in their key); the first day's hours from the narrow rollup.
+        for group_by in [vec![], vec![Dim::Model], vec![Dim::Runtime, Dim::Tenant]] {
+            let q = query(
+                "2026-01-15T10:00:00Z",
+                "2027-01-01T00:00:00Z",
+                Granularity::Month,
+                "UTC",
+                &group_by,
+            );
+            let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+            assert!(
+                plan.tenant_days && plan.narrow && !plan.colony,
+                "{group_by:?}"
+            );
+            let sql = plan.query(false).into_sql();
+            for table in [
+                "usage_rollups_colony_monthly",
+                "usage_rollups_colony_daily",
+                "usage_rollups_narrow",
+            ] {
+                assert!(
+                    sql.contains(&format!("FROM {table} WHERE")),
+                    "{table}: {sql}"
+                );
+            }
+            assert!(!sql.contains("FROM usage_rollups_daily"), "{sql}");
+            assert!(!sql.contains("FROM usage_rollups_monthly"), "{sql}");
+            assert!(!sql.contains("colony_runs"), "not grouped by colony: {sql}");
+            let days = "SELECT bucket, tenant_id, ''::text AS user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id, model, runtime, input_tokens";
+            assert!(sql.contains(days), "{sql}");
+        }
+        // Grouped by user (or read by a user's token) the daily and monthly rollups keep the user.
+        let q = query(
+            "2026-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+            Granularity::Day,
+            "UTC",
+            &[Dim::User, Dim::Model],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        assert!(!plan.tenant_days && plan.narrow);
+        let sql = plan.query(false).into_sql();
+        assert!(sql.contains("FROM usage_rollups_daily WHERE"), "{sql}");
+        assert!(!sql.contains("usage_rollups_colony"), "{sql}");
     }
 
     #[test]
