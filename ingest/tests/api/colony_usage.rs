@@ -232,6 +232,34 @@ async fn usage_by_colony_and_user_model_or_tool_gives_each_row_its_runs_colony(p
     // Colony-scoped budgets (evaluated together, by the same joins) spend what `/v1/usage` answers for
     // their colony over their period: in UTC (hourly rows) and in a zone whose month starts at 18:30 UTC
     // (its cut hours from quarter rows), in both units.
+    // A budget's period is the current one, whatever the clock: turns of each colony inside both
+    // zones' current month (between the later of the two months' starts and now), so that every
+    // budget has usage to spend even on a month's first days or after 18:30 UTC on its last.
+    let utc_month = |t: chrono::DateTime<Utc>| {
+        t.date_naive()
+            .with_day(1)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc()
+    };
+    let kolkata = Duration::minutes(330);
+    let latest = utc_month(now).max(utc_month(now + kolkata) - kolkata);
+    let at = latest + (now - latest) / 2;
+    let turns: Vec<Value> = (0..3)
+        .map(|i| {
+            let mut e = llm(&format!("w-{i}-0"), at, "m1", 1000 + i as u64, 10, 0.001);
+            e["colony_id"] = json!(format!("run-{i}"));
+            e["parent_session_id"] = json!(format!("run-{i}"));
+            e["agent_role"] = json!("worker");
+            e
+        })
+        .collect();
+    let (s, v) = app
+        .post_batch(&t.ingest, &batch(turns, bindings.clone()))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["rejected"], json!([]), "{v}");
     let admin = app.token(t.id, &["admin"]).await;
     for tz in ["UTC", "Asia/Kolkata"] {
         for (i, key) in keys.iter().enumerate() {
