@@ -762,6 +762,11 @@ async fn main() -> anyhow::Result<()> {
         .fetch_one(&mut admin)
         .await?
         .is_some_and(|d| d.starts_with(&tag));
+    // On a Citus coordinator with workers (`scripts/citus.sh`), the new database joins the cluster: its
+    // tables distributed by tenant, as the ingest's own migration leaves them there.
+    let nodes = apiary_ingest::store::citus::cluster_nodes(&mut admin)
+        .await?
+        .filter(|n| n.iter().any(|node| node.2 != 0));
     let end = if !same || o.reload {
         if exists {
             sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
@@ -777,6 +782,9 @@ async fn main() -> anyhow::Result<()> {
             .connect(&db_url)
             .await?;
         apiary_ingest::store::migrate(&pool).await?;
+        if let Some(nodes) = &nodes {
+            apiary_ingest::store::citus::join_cluster(&pool, nodes).await?;
+        }
         generate(&pool, &o, end).await?;
         pool.close().await;
         sqlx::query(&format!(

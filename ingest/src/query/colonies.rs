@@ -116,7 +116,7 @@ pub async fn list(
          FROM colony_runs r CROSS JOIN LATERAL (
             SELECT max(s.last_event_at) AS last_event_at,
                 count(*) FILTER (WHERE s.session_id <> r.session_id) AS workers
-            FROM sessions s WHERE s.tenant_id = r.tenant_id
+            FROM sessions s WHERE s.tenant_id = $1
                 AND (s.session_id = r.session_id OR s.colony_id = r.session_id
                      OR s.parent_session_id = r.session_id)) m
          WHERE r.tenant_id = $1 AND ($2::text IS NULL OR r.user_id = $2)

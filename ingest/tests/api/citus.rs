@@ -213,19 +213,12 @@ async fn multi_worker_transactions(pool: &PgPool) -> i64 {
 /// of tenants whose shards live on different workers — the load that makes groups — never make a
 /// transaction that commits on two workers, and each tenant's usage is exact. The probe is checked as
 /// well: one transaction that writes two of those tenants is seen.
-#[sqlx::test(migrations = "../migrations")]
-async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
-    if !helpers::on_citus().await {
-        eprintln!("skipped: DATABASE_URL is plain PostgreSQL (scripts/citus.sh start for Citus)");
-        return;
-    }
-    // The routes and the group commit's writers without the server's background work (partitions ahead,
-    // retention, the live stream's upkeep, budgets, alerts), whose statements span every worker on
-    // purpose: only the batches' transactions are counted.
-    helpers::citus_prepare(&pool).await;
-    // The writers' connections count the statements Citus runs on one shard and on several
-    // (`citus_stat_counters`): a batch's statement that is not pruned to its tenant's shard runs on
-    // every worker, and only sometimes does that show as a two-phase commit across workers.
+/// The database distributed ([`helpers::citus_prepare`]) and an ingest serving it whose connections
+/// count the statements Citus runs on one shard and on several (`citus.enable_stat_counters`, read by
+/// [`shard_counts`]): the routes without the server's background work (partitions ahead, retention,
+/// the live stream's upkeep, budgets, alerts), whose statements span every worker on purpose.
+async fn counted_app(pool: &PgPool) -> (helpers::TestApp, apiary_ingest::state::AppState) {
+    helpers::citus_prepare(pool).await;
     let counted = sqlx::postgres::PgPoolOptions::new()
         .max_connections(8)
         .after_connect(|c, _| {
@@ -237,7 +230,7 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
         .connect_with((*pool.connect_options()).clone())
         .await
         .unwrap();
-    let state = apiary_ingest::state::AppState::new(helpers::test_settings(), counted.clone());
+    let state = apiary_ingest::state::AppState::new(helpers::test_settings(), counted);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = apiary_ingest::startup::router(state.clone())
@@ -248,6 +241,176 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
         pool: pool.clone(),
         client: reqwest::Client::new(),
     };
+    (app, state)
+}
+
+/// The statements the counted connections ran on one shard and on several, so far.
+async fn shard_counts(pool: &PgPool) -> (i64, i64) {
+    sqlx::query_as::<_, (i64, i64)>(
+        "SELECT query_execution_single_shard, query_execution_multi_shard
+         FROM citus_stat_counters WHERE name = current_database()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn on_citus_every_read_of_one_tenant_runs_on_its_shard_alone(pool: PgPool) {
+    if !helpers::on_citus().await {
+        eprintln!("skipped: DATABASE_URL is plain PostgreSQL (scripts/citus.sh start for Citus)");
+        return;
+    }
+    let (app, _state) = counted_app(&pool).await;
+    let t = app.tenant("acme").await;
+    let key = format!("ck_{}", "7".repeat(32));
+    // A queen with a colony run and two workers, usage over three days, a tool call, a budget.
+    let now = Utc::now();
+    let day0 = now - chrono::Duration::days(2);
+    let mut events = vec![helpers::event(
+        "colony.created",
+        Some("q1"),
+        day0 - chrono::Duration::minutes(5),
+        json!({ "source": "created", "colony_id": "q1", "queen_session_id": "q1", "colony_key": key }),
+    )];
+    for d in 0..3 {
+        let at = day0 + chrono::Duration::days(d);
+        events.push(helpers::llm("q1", at, "m1", 100, 5, 0.01));
+        events.push(helpers::tool("q1", at, false));
+        for w in ["w1", "w2"] {
+            let mut e = helpers::llm(w, at, "m2", 10, 1, 0.001);
+            e["agent_role"] = json!("worker");
+            e["colony_id"] = json!("q1");
+            e["parent_session_id"] = json!("q1");
+            events.push(e);
+        }
+    }
+    let sessions = vec![
+        helpers::binding("q1", "alice"),
+        helpers::binding("w1", "alice"),
+        helpers::binding("w2", "bob"),
+    ];
+    let (s, v) = app
+        .post_batch(&t.ingest, &helpers::batch(events, sessions))
+        .await;
+    assert_eq!((s, &v["rejected"]), (StatusCode::OK, &json!([])), "{v}");
+    let admin = app.token(t.id, &["admin"]).await;
+    let (s, v) = app
+        .post_json(
+            &admin,
+            "/v1/budgets",
+            json!({"period": "month", "limit_usd": "10"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let alice = app.tenant_token_for_user(t.id, "alice").await;
+
+    let day = |d: i64| {
+        (now - chrono::Duration::days(d))
+            .format("%Y-%m-%d")
+            .to_string()
+    };
+    let mut reads: Vec<String> = vec![];
+    for group_by in [
+        "",
+        "user",
+        "model",
+        "colony",
+        "tool",
+        "runtime",
+        "device",
+        "session",
+        "user,model",
+        "colony,model",
+        "user,tool",
+        "device,runtime",
+    ] {
+        for (from, gran, tz) in [
+            (1, "hour", "UTC"),
+            (30, "day", "UTC"),
+            (30, "day", "America/New_York"),
+            (365, "month", "UTC"),
+            (365, "month", "America/New_York"),
+        ] {
+            reads.push(format!(
+                "/v1/usage?group_by={group_by}&granularity={gran}&tz={tz}&from={}",
+                day(from)
+            ));
+        }
+    }
+    reads.extend(
+        [
+            "/v1/colonies",
+            "/v1/sessions",
+            "/v1/sessions?status=active",
+            "/v1/sessions?user=alice",
+            "/v1/sessions/q1",
+            "/v1/sessions/q1/tree",
+            "/v1/sessions/q1/history",
+            "/v1/sessions/q1/usage",
+            "/v1/status/transitions",
+            "/v1/budgets",
+            "/v1/devices",
+        ]
+        .map(String::from),
+    );
+    reads.push("/v1/colonies/q1/usage".into());
+    reads.push("/v1/metrics".into());
+    reads.push(format!("/v1/sessions?colony={key}"));
+    let mut checked = 0;
+    let mut spread = vec![];
+    for token in [&t.read, &alice] {
+        for path in &reads {
+            let (single, multi) = shard_counts(&pool).await;
+            let (s, v) = app.get(token, path).await;
+            assert_eq!(s, StatusCode::OK, "{path}: {v}");
+            let (single_after, multi_after) = shard_counts(&pool).await;
+            if multi_after > multi {
+                spread.push(path.clone());
+            }
+            checked += i64::from(single_after > single);
+        }
+        // The dashboard's pages, signed in with the same token.
+        let cookie = app.cookie(token).await;
+        for path in [
+            "/",
+            "/sessions",
+            "/sessions/q1",
+            "/colonies",
+            "/devices",
+            "/budgets",
+        ] {
+            let (_, multi) = shard_counts(&pool).await;
+            let page = app.page(Some(&cookie), path).await;
+            assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+            if shard_counts(&pool).await.1 > multi {
+                spread.push(format!("page {path}"));
+            }
+        }
+    }
+    assert!(
+        checked > 2 * reads.len() as i64 / 2,
+        "the counters did not count the reads' statements ({checked} reads counted)"
+    );
+    assert!(
+        spread.is_empty(),
+        "reads of one tenant ran statements on several shards: {spread:?}"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
+    if !helpers::on_citus().await {
+        eprintln!("skipped: DATABASE_URL is plain PostgreSQL (scripts/citus.sh start for Citus)");
+        return;
+    }
+    // The routes and the group commit's writers without the server's background work (partitions ahead,
+    // retention, the live stream's upkeep, budgets, alerts), whose statements span every worker on
+    // purpose: only the batches' transactions are counted.
+    // The writers' connections count the statements Citus runs on one shard and on several
+    // (`citus_stat_counters`): a batch's statement that is not pruned to its tenant's shard runs on
+    // every worker, and only sometimes does that show as a two-phase commit across workers.
+    let (app, state) = counted_app(&pool).await;
     // Tenants on both workers (4 shards on 2 workers: a few tenants are enough, more if not).
     let mut tenants = vec![];
     let mut workers = std::collections::BTreeSet::new();
@@ -277,16 +440,7 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(before, 0, "the set-up's transactions were not recovered");
-    let shard_counts = || async {
-        sqlx::query_as::<_, (i64, i64)>(
-            "SELECT query_execution_single_shard, query_execution_multi_shard
-             FROM citus_stat_counters WHERE name = current_database()",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
-    let (single_before, multi_before) = shard_counts().await;
+    let (single_before, multi_before) = shard_counts(&pool).await;
 
     let now = Utc::now();
     let mut requests = vec![];
@@ -319,7 +473,7 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
             (&json!(5), &json!(0), &json!([]))
         );
     }
-    let (single_after, multi_after) = shard_counts().await;
+    let (single_after, multi_after) = shard_counts(&pool).await;
     assert!(
         single_after > single_before,
         "the counters did not count the batches' statements"
