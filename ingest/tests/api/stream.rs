@@ -751,7 +751,7 @@ async fn try_open(app: &TestApp, token: &str, query: &str) -> (StatusCode, Value
 /// while the transaction is still prepared).
 #[sqlx::test(migrations = "../migrations")]
 async fn on_citus_the_stream_waits_for_transactions_still_prepared_on_a_worker(pool: sqlx::PgPool) {
-    use sqlx::{ConnectOptions, Connection};
+    use sqlx::Connection;
     if !on_citus().await {
         return;
     }
@@ -760,29 +760,8 @@ async fn on_citus_the_stream_waits_for_transactions_still_prepared_on_a_worker(p
     let mut s = open(&app, &t.read, None, "").await;
     s.ready().await;
 
-    let (host, port): (String, i32) = sqlx::query_as(
-        "SELECT nodename::text, nodeport FROM pg_dist_node WHERE groupid <> 0 ORDER BY groupid LIMIT 1",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    let db: String = sqlx::query_scalar("SELECT current_database()::text")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let mut worker = (*pool.connect_options())
-        .clone()
-        .host(&host)
-        .port(u16::try_from(port).unwrap())
-        .database(&db)
-        .connect()
-        .await
-        .unwrap();
-    let gid = format!("apiary_test_{}", uuid::Uuid::new_v4().simple());
-    sqlx::raw_sql(&format!("BEGIN; PREPARE TRANSACTION '{gid}'"))
-        .execute(&mut worker)
-        .await
-        .unwrap();
+    let mut worker = first_worker(&pool).await;
+    let gid = prepare(&mut worker).await;
 
     let now = Utc::now();
     let events = vec![llm(
@@ -935,20 +914,10 @@ async fn shutting_down_ends_the_open_streams_and_the_stream_reader(pool: sqlx::P
 #[sqlx::test(migrations = "../migrations")]
 async fn the_stream_reader_listens_for_new_rows(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
-    for _ in 0..100 {
-        let listening: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND query = 'LISTEN \"apiary_stream\"'",
-        )
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-        if listening == 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no connection of this database listens on apiary_stream");
+    assert!(
+        reader_listens(&app.pool).await,
+        "no connection of this database listens on apiary_stream"
+    );
 }
 
 /// The upkeep prunes the rows older than the window (24 hours) as it starts (then every ten minutes),
@@ -993,4 +962,327 @@ async fn the_upkeep_prunes_the_rows_older_than_the_window_and_only_those(pool: s
             .await
             .unwrap();
     assert_eq!(horizon, (10, ids[0]));
+}
+
+/// The statements the replica sends, as sqlx logs each one it runs (target `sqlx::query`: a summary and
+/// the text). A test's runtime is one thread, the app's tasks (the stream reader, the upkeep) included,
+/// so a subscriber set for that thread sees every statement of the test's replica and of no other test.
+#[derive(Clone, Default)]
+struct Statements(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Statements {
+    /// Records this thread's statements until the guard is dropped.
+    fn record() -> (Statements, tracing::subscriber::DefaultGuard) {
+        let s = Statements::default();
+        let guard = tracing::subscriber::set_default(s.clone());
+        (s, guard)
+    }
+
+    /// How many statements so far hold every one of `texts`.
+    fn count(&self, texts: &[&str]) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| texts.iter().all(|t| s.contains(t)))
+            .count()
+    }
+}
+
+impl tracing::Subscriber for Statements {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        m.target() == "sqlx::query"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_str(&mut self, _: &tracing::field::Field, v: &str) {
+                self.0.push_str(v);
+                self.0.push('\n');
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{v:?}\n"));
+            }
+        }
+        let mut text = Text(String::new());
+        e.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The stream reader's head read (`xmin` in `ingest/src/stream.rs`: the snapshot's xmin, and whether the
+/// database is a Citus coordinator, in one statement).
+const HEAD_READ: &[&str] = &["pg_snapshot_xmin", "pg_extension"];
+
+/// While no stream is open, the replica's reader reads the head about once a second however often
+/// batches commit: not on every notification (that was one statement per group commit per replica), and
+/// not never (its cursor follows the head, so a first subscriber's first read does not go through every
+/// row written since the replica started). Here a notification, as a committing batch sends it, comes
+/// every 50 ms for 4 s: one to six head reads (reads start at least a second apart; a slow one may
+/// finish late), not one per notification, not none.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_idle_reader_reads_the_head_about_once_a_second_however_often_batches_commit(
+    pool: sqlx::PgPool,
+) {
+    let (statements, _recording) = Statements::record();
+    let _app = spawn_app(pool.clone()).await;
+    assert!(reader_listens(&pool).await, "the reader listens");
+    let mut before = 0;
+    for _ in 0..200 {
+        before = statements.count(HEAD_READ);
+        if before > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(before > 0, "the reader reads the head as it starts");
+    let started = std::time::Instant::now();
+    let mut sent = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        sqlx::query("SELECT pg_notify('apiary_stream', '')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reads = statements.count(HEAD_READ) - before;
+    assert!(
+        (1..=6).contains(&reads),
+        "{reads} head reads in 4 s of {sent} notifications"
+    );
+}
+
+/// Waits (up to 5 s) until one connection of this database listens on `apiary_stream`.
+async fn reader_listens(pool: &sqlx::PgPool) -> bool {
+    for _ in 0..100 {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query = 'LISTEN \"apiary_stream\"'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if listening == 1 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The upkeep flushes due usage every 250 ms, looks for silent devices every 5 s and prunes every ten
+/// minutes, each first as it starts: in the 3 s after its first pass, about a dozen more flushes, no
+/// other sweep or prune (a sweep or a prune on every quarter-second tick would scan their tables 20
+/// and 2,400 times as often).
+#[sqlx::test(migrations = "../migrations")]
+async fn the_upkeep_flushes_every_quarter_second_sweeps_every_five_seconds_and_prunes_every_ten_minutes(
+    pool: sqlx::PgPool,
+) {
+    const FLUSH: &[&str] = &["FROM stream_sessions WHERE usage_due_at <= now()"];
+    const SWEEP: &[&str] = &["SELECT DISTINCT sd.tenant_id FROM stream_devices sd"];
+    const PRUNE: &[&str] = &["DELETE FROM stream_events WHERE at < $1"];
+    let (statements, _recording) = Statements::record();
+    let _app = spawn_app(pool).await;
+    for _ in 0..200 {
+        if statements.count(PRUNE) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = statements.count(FLUSH);
+    assert_eq!(
+        (statements.count(SWEEP), statements.count(PRUNE)),
+        (1, 1),
+        "the first pass sweeps and prunes once ({first} flushes so far)"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let flushes = statements.count(FLUSH) - first;
+    let sweeps = statements.count(SWEEP) - 1;
+    let prunes = statements.count(PRUNE) - 1;
+    assert!(
+        (2..=14).contains(&flushes) && (sweeps, prunes) == (0, 0),
+        "in the next 3 s: {flushes} flushes, {sweeps} sweeps, {prunes} prunes"
+    );
+}
+
+/// Waits up to `within` for a notification on `listener`.
+async fn woken(listener: &mut sqlx::postgres::PgListener, within: Duration) -> bool {
+    tokio::time::timeout(within, listener.recv())
+        .await
+        .is_ok_and(|n| n.is_ok())
+}
+
+/// Every transaction that wrote stream rows wakes the readers (`NOTIFY apiary_stream`, delivered at its
+/// commit), whichever rows they were — a device now online alone, a status transition alone, a session's
+/// usage alone — and one that wrote none does not (a heartbeat from a device already online). Without
+/// the notification, events would still arrive, at the readers' next poll: up to a second late.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_commit_that_streams_rows_wakes_the_readers_and_one_that_streams_nothing_does_not(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
+    listener.listen("apiary_stream").await.unwrap();
+    let beat = || {
+        batch(
+            vec![event(
+                "agent.heartbeat",
+                None,
+                Utc::now(),
+                json!({ "backlog_events": 0 }),
+            )],
+            vec![],
+        )
+    };
+    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    assert!(
+        woken(&mut listener, Duration::from_secs(5)).await,
+        "a device's first heartbeat (the device online)"
+    );
+    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    assert!(
+        !woken(&mut listener, Duration::from_secs(1)).await,
+        "another heartbeat streams nothing"
+    );
+
+    let mut tx = pool.begin().await.unwrap();
+    write_batch(
+        &mut tx,
+        t.id,
+        &Default::default(),
+        &transition("s", 0, "active"),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        woken(&mut listener, Duration::from_secs(5)).await,
+        "a status transition alone"
+    );
+
+    let llm_now = || batch(vec![llm("q", Utc::now(), "m", 1, 1, 0.1)], vec![]);
+    assert_eq!(
+        app.post_batch(&t.ingest, &llm_now()).await.0,
+        StatusCode::OK
+    );
+    assert!(
+        woken(&mut listener, Duration::from_secs(5)).await,
+        "a new session's status and usage"
+    );
+    // Over a second after the session's last usage row: its new totals go out at once, alone.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        app.post_batch(&t.ingest, &llm_now()).await.0,
+        StatusCode::OK
+    );
+    assert!(
+        woken(&mut listener, Duration::from_secs(5)).await,
+        "a session's usage alone"
+    );
+}
+
+/// A connection to the first Citus worker, in this test's database.
+async fn first_worker(pool: &sqlx::PgPool) -> sqlx::PgConnection {
+    use sqlx::ConnectOptions;
+    let (host, port): (String, i32) = sqlx::query_as(
+        "SELECT nodename::text, nodeport FROM pg_dist_node WHERE groupid <> 0 ORDER BY groupid LIMIT 1",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    (*pool.connect_options())
+        .clone()
+        .host(&host)
+        .port(u16::try_from(port).unwrap())
+        .database(&db)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Prepares an empty transaction on `worker` (as the first phase of a Citus commit leaves one); its
+/// global id, for `COMMIT PREPARED`.
+async fn prepare(worker: &mut sqlx::PgConnection) -> String {
+    let gid = format!("apiary_test_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(&format!("BEGIN; PREPARE TRANSACTION '{gid}'"))
+        .execute(&mut *worker)
+        .await
+        .unwrap();
+    gid
+}
+
+/// On Citus a stream's own reads (its backlog) wait for the transactions prepared on a worker too: a
+/// stream opened while one is prepared for a moment carries on once it is committed. One that stays
+/// prepared (its coordinator failed mid-commit; Citus recovers it, by default within a minute) is given
+/// up on after 5 s: the stream ends — its client reconnects with its Last-Event-ID — rather than wait for
+/// it without end.
+#[sqlx::test(migrations = "../migrations")]
+async fn on_citus_a_streams_reads_wait_for_a_prepared_transaction_and_give_up_after_five_seconds(
+    pool: sqlx::PgPool,
+) {
+    use sqlx::Connection;
+    if !on_citus().await {
+        eprintln!("skipped: DATABASE_URL is plain PostgreSQL (scripts/citus.sh start for Citus)");
+        return;
+    }
+    let app = spawn_app(pool.clone()).await;
+    let t = app.tenant("acme").await;
+    let mut worker = first_worker(&pool).await;
+
+    let gid = prepare(&mut worker).await;
+    let mut s = open(&app, &t.read, None, "").await;
+    let ready = s.next(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sqlx::raw_sql(&format!("COMMIT PREPARED '{gid}'"))
+        .execute(&mut worker)
+        .await
+        .unwrap();
+    assert_eq!(ready.map(|e| e.event).as_deref(), Some("ready"));
+    let (code, v) = app
+        .post_batch(
+            &t.ingest,
+            &batch(vec![llm("q1", Utc::now(), "m", 1, 1, 0.1)], vec![]),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    s.collect_until(|e| has(e, "usage", "q1")).await;
+
+    let gid = prepare(&mut worker).await;
+    let started = std::time::Instant::now();
+    let mut stuck = open(&app, &t.read, None, "").await;
+    let ready = stuck.next(Duration::from_secs(5)).await;
+    let end = loop {
+        match stuck.try_next(Duration::from_secs(10)).await {
+            Ok(Some(_)) => continue,
+            other => break other,
+        }
+    };
+    let took = started.elapsed();
+    sqlx::raw_sql(&format!("COMMIT PREPARED '{gid}'"))
+        .execute(&mut worker)
+        .await
+        .unwrap();
+    worker.close().await.unwrap();
+    assert_eq!(ready.map(|e| e.event).as_deref(), Some("ready"));
+    assert_eq!(
+        end,
+        Err(tests::sse::Ended::Closed),
+        "the stream ends (after {took:?})"
+    );
+    assert!(took >= Duration::from_secs(5), "{took:?}");
 }
