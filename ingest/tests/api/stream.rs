@@ -971,11 +971,26 @@ async fn the_upkeep_prunes_the_rows_older_than_the_window_and_only_those(pool: s
 struct Statements(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
 impl Statements {
-    /// Records this thread's statements until the guard is dropped.
-    fn record() -> (Statements, tracing::subscriber::DefaultGuard) {
+    /// Records this thread's statements until the guard is dropped; returns once a statement on `pool`
+    /// was seen. tracing caches, for each call site, whether any subscriber wants its events, the
+    /// first time the site is reached: reached on another test's thread while this subscriber was
+    /// being set, sqlx's site can be cached as wanted by no one, so the cache is rebuilt until a probe
+    /// shows up.
+    async fn record(pool: &sqlx::PgPool) -> (Statements, tracing::subscriber::DefaultGuard) {
         let s = Statements::default();
         let guard = tracing::subscriber::set_default(s.clone());
-        (s, guard)
+        for _ in 0..100 {
+            tracing::callsite::rebuild_interest_cache();
+            sqlx::query("SELECT 'statements probe'")
+                .execute(pool)
+                .await
+                .unwrap();
+            if s.count(&["statements probe"]) > 0 {
+                return (s, guard);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("sqlx's statements never reached this thread's subscriber");
     }
 
     /// How many statements so far hold every one of `texts`.
@@ -1031,7 +1046,7 @@ const HEAD_READ: &[&str] = &["pg_snapshot_xmin", "pg_extension"];
 async fn an_idle_reader_reads_the_head_about_once_a_second_however_often_batches_commit(
     pool: sqlx::PgPool,
 ) {
-    let (statements, _recording) = Statements::record();
+    let (statements, _recording) = Statements::record(&pool).await;
     let _app = spawn_app(pool.clone()).await;
     assert!(reader_listens(&pool).await, "the reader listens");
     let mut before = 0;
@@ -1089,7 +1104,7 @@ async fn the_upkeep_flushes_every_quarter_second_sweeps_every_five_seconds_and_p
     const FLUSH: &[&str] = &["FROM stream_sessions WHERE usage_due_at <= now()"];
     const SWEEP: &[&str] = &["SELECT DISTINCT sd.tenant_id FROM stream_devices sd"];
     const PRUNE: &[&str] = &["DELETE FROM stream_events WHERE at < $1"];
-    let (statements, _recording) = Statements::record();
+    let (statements, _recording) = Statements::record(&pool).await;
     let _app = spawn_app(pool).await;
     for _ in 0..200 {
         if statements.count(PRUNE) > 0 {
