@@ -1,7 +1,8 @@
 //! How a tenant-wide usage query divides its range between the rollups (see [`super`]'s notes): whole
-//! UTC months from `usage_rollups_monthly`, whole UTC days from `usage_rollups_daily`, whole UTC hours
-//! from `usage_rollups_narrow` (or `usage_rollups_hourly`), and the rest from the 15-minute
-//! `usage_rollups` — each unit taken at the coarsest grain that no bucket boundary cuts.
+//! UTC months from `usage_rollups_monthly`, whole UTC days from `usage_rollups_daily` (or both from the
+//! colony rollups, where the grouping has no user), whole UTC hours from `usage_rollups_narrow` (or
+//! `usage_rollups_hourly`), and the rest from the 15-minute `usage_rollups` — each unit taken at the
+//! coarsest grain that no bucket boundary cuts.
 //!
 //! A UTC month that exactly one boundary cuts near one of its ends (a month of New York starts at 04:00
 //! or 05:00 UTC on the first, a month of Kolkata at 18:30 UTC on the last day of the one before) is
