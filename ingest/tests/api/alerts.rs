@@ -503,19 +503,7 @@ async fn device_offline_backlog_and_silence_rules_fire_and_resolve(pool: sqlx::P
         "worked {worked_days} days"
     );
     // The device speaks again: offline and silence resolve.
-    app.post_batch(
-        &t.ingest,
-        &batch(
-            vec![event(
-                "agent.heartbeat",
-                None,
-                Utc::now(),
-                json!({ "backlog_events": 0 }),
-            )],
-            vec![],
-        ),
-    )
-    .await;
+    app.post_batch(&t.ingest, &heartbeat_batch()).await;
     let c = eval(Utc::now()).await;
     assert_eq!(c.resolved, 1 + usize::from(worked_days >= 2));
     let (_, firing) = app.get(&t.read, "/v1/alerts?state=firing").await;

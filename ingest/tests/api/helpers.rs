@@ -238,6 +238,19 @@ pub fn event(kind: &str, session: Option<&str>, at: DateTime<Utc>, data: Value) 
     tests::events::canonical(kind, "test_event", session, at, data)
 }
 
+/// A batch of one heartbeat of the batch's device (`dev-1`), sent now, with nothing waiting.
+pub fn heartbeat_batch() -> Value {
+    batch(
+        vec![event(
+            "agent.heartbeat",
+            None,
+            Utc::now(),
+            json!({ "backlog_events": 0 }),
+        )],
+        vec![],
+    )
+}
+
 pub fn ts(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
 }

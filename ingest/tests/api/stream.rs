@@ -415,18 +415,10 @@ async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool
     let t = app.tenant("acme").await;
     let mut s = open(&app, &t.read, None, "").await;
     s.ready().await;
-    let beat = || {
-        batch(
-            vec![event(
-                "agent.heartbeat",
-                None,
-                Utc::now(),
-                json!({ "backlog_events": 0 }),
-            )],
-            vec![],
-        )
-    };
-    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    assert_eq!(
+        app.post_batch(&t.ingest, &heartbeat_batch()).await.0,
+        StatusCode::OK
+    );
     let got = s
         .collect_until(|e| e.iter().filter(|x| x.event == "device").count() == 2)
         .await;
@@ -436,7 +428,10 @@ async fn a_silent_device_is_streamed_offline_and_online_again(pool: sqlx::PgPool
         .map(|e| &e.data["online"])
         .collect();
     assert_eq!(online, [&json!(true), &json!(false)]);
-    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    assert_eq!(
+        app.post_batch(&t.ingest, &heartbeat_batch()).await.0,
+        StatusCode::OK
+    );
     let back = s
         .collect_until(|e| e.iter().any(|x| x.event == "device"))
         .await;
@@ -1149,23 +1144,18 @@ async fn a_commit_that_streams_rows_wakes_the_readers_and_one_that_streams_nothi
         .await
         .unwrap();
     listener.listen("apiary_stream").await.unwrap();
-    let beat = || {
-        batch(
-            vec![event(
-                "agent.heartbeat",
-                None,
-                Utc::now(),
-                json!({ "backlog_events": 0 }),
-            )],
-            vec![],
-        )
-    };
-    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    assert_eq!(
+        app.post_batch(&t.ingest, &heartbeat_batch()).await.0,
+        StatusCode::OK
+    );
     assert!(
         woken(&mut listener, Duration::from_secs(5)).await,
         "a device's first heartbeat (the device online)"
     );
-    assert_eq!(app.post_batch(&t.ingest, &beat()).await.0, StatusCode::OK);
+    assert_eq!(
+        app.post_batch(&t.ingest, &heartbeat_batch()).await.0,
+        StatusCode::OK
+    );
     assert!(
         !woken(&mut listener, Duration::from_secs(1)).await,
         "another heartbeat streams nothing"
