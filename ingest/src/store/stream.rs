@@ -383,9 +383,9 @@ async fn notify<'e, E: sqlx::PgExecutor<'e>>(e: E) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// Writes the usage totals of sessions whose coalesced usage is due; returns how many. One transaction
-/// per tenant (see the module notes).
-pub async fn flush_usage(pool: &PgPool) -> Result<u64, sqlx::Error> {
+/// Writes the usage totals of sessions whose coalesced usage is due. One transaction per tenant (see
+/// the module notes).
+pub async fn flush_usage(pool: &PgPool) -> Result<(), sqlx::Error> {
     let tenants: Vec<Uuid> = sqlx::query_scalar(
         "SELECT DISTINCT tenant_id FROM stream_sessions WHERE usage_due_at <= now()
          ORDER BY tenant_id LIMIT $1",
@@ -393,14 +393,13 @@ pub async fn flush_usage(pool: &PgPool) -> Result<u64, sqlx::Error> {
     .bind(UPKEEP_LIMIT)
     .fetch_all(pool)
     .await?;
-    let mut total = 0;
     for tenant in tenants {
-        total += flush_tenant_usage(pool, tenant).await?;
+        flush_tenant_usage(pool, tenant).await?;
     }
-    Ok(total)
+    Ok(())
 }
 
-async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Error> {
+async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     let xid = own_xid(&mut tx).await?;
     // The due sessions, marked sent at their new positions; then their totals, as a batch writes
@@ -426,13 +425,12 @@ async fn flush_tenant_usage(pool: &PgPool, tenant: Uuid) -> Result<u64, sqlx::Er
     if done > 0 {
         notify(&mut *tx).await?;
     }
-    tx.commit().await?;
-    Ok(done)
+    tx.commit().await
 }
 
-/// Streams `online: false` for the devices silent longer than `offline_after_secs`; returns how many.
-/// One transaction per tenant (see the module notes).
-pub async fn sweep_devices(pool: &PgPool, offline_after_secs: i64) -> Result<u64, sqlx::Error> {
+/// Streams `online: false` for the devices silent longer than `offline_after_secs`. One transaction per
+/// tenant (see the module notes).
+pub async fn sweep_devices(pool: &PgPool, offline_after_secs: i64) -> Result<(), sqlx::Error> {
     let tenants: Vec<Uuid> = sqlx::query_scalar(
         "SELECT DISTINCT sd.tenant_id FROM stream_devices sd
          JOIN devices d ON d.tenant_id = sd.tenant_id AND d.device_id = sd.device_id
@@ -445,18 +443,17 @@ pub async fn sweep_devices(pool: &PgPool, offline_after_secs: i64) -> Result<u64
     .bind(UPKEEP_LIMIT)
     .fetch_all(pool)
     .await?;
-    let mut total = 0;
     for tenant in tenants {
-        total += sweep_tenant_devices(pool, tenant, offline_after_secs).await?;
+        sweep_tenant_devices(pool, tenant, offline_after_secs).await?;
     }
-    Ok(total)
+    Ok(())
 }
 
 async fn sweep_tenant_devices(
     pool: &PgPool,
     tenant: Uuid,
     offline_after_secs: i64,
-) -> Result<u64, sqlx::Error> {
+) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     let xid = own_xid(&mut tx).await?;
     let done = sqlx::query(
@@ -490,15 +487,14 @@ async fn sweep_tenant_devices(
     if done.rows_affected() > 0 {
         notify(&mut *tx).await?;
     }
-    tx.commit().await?;
-    Ok(done.rows_affected())
+    tx.commit().await
 }
 
 /// Deletes stream rows older than `cutoff` (recording each tenant's greatest pruned position, so an
 /// older resume is told to reload), and sessions' stream state untouched since then.
-pub async fn prune(pool: &PgPool, cutoff: DateTime<Utc>) -> Result<u64, sqlx::Error> {
+pub async fn prune(pool: &PgPool, cutoff: DateTime<Utc>) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let done = sqlx::query(
+    sqlx::query(
         "WITH gone AS (DELETE FROM stream_events WHERE at < $1 RETURNING tenant_id, xid, id),
          top AS (SELECT DISTINCT ON (tenant_id) tenant_id, xid, id FROM gone
                  ORDER BY tenant_id, xid DESC, id DESC)
@@ -513,6 +509,5 @@ pub async fn prune(pool: &PgPool, cutoff: DateTime<Utc>) -> Result<u64, sqlx::Er
         .bind(cutoff)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
-    Ok(done.rows_affected())
+    tx.commit().await
 }
