@@ -1197,6 +1197,72 @@ async fn a_commit_that_streams_rows_wakes_the_readers_and_one_that_streams_nothi
     );
 }
 
+/// The upkeep's writes wake the readers as a batch's do: a session's usage held back by the one-a-second
+/// rule and written when due (the batch that marked it due streamed nothing, so no notification of its
+/// own), and a silent device streamed offline by the sweep. Without the notification, both would reach
+/// the readers only at their next poll.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_upkeeps_due_usage_and_offline_devices_wake_the_readers(pool: sqlx::PgPool) {
+    let settings = apiary_ingest::config::IngestSettings {
+        offline_after_secs: 1,
+        ..test_settings()
+    };
+    let app = spawn_app_with(pool.clone(), settings).await;
+    let t = app.tenant("acme").await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
+    listener.listen("apiary_stream").await.unwrap();
+    let llm_now = || batch(vec![llm("q", Utc::now(), "m", 1, 1, 0.1)], vec![]);
+    assert_eq!(
+        app.post_batch(&t.ingest, &llm_now()).await.0,
+        StatusCode::OK
+    );
+    assert!(
+        woken(&mut listener, Duration::from_secs(5)).await,
+        "a new session's status and usage (and its device online)"
+    );
+    while woken(&mut listener, Duration::from_millis(100)).await {}
+    // Within a second of the session's usage row: marked due, streamed by the upkeep when due.
+    assert_eq!(
+        app.post_batch(&t.ingest, &llm_now()).await.0,
+        StatusCode::OK
+    );
+    let due_at = std::time::Instant::now();
+    assert!(
+        woken(&mut listener, Duration::from_secs(5)).await,
+        "the due usage written by the upkeep"
+    );
+    let rows = |kind: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM stream_events WHERE tenant_id = $1 AND kind = $2
+                   AND (kind <> 'device' OR data->>'online' = 'false')",
+            )
+            .bind(t.id)
+            .bind(kind)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    // The wake was the flush's, not the sweep's (the first sweep after start finds the device at 5 s).
+    assert_eq!(
+        (rows("usage").await, rows("device").await),
+        (2, 0),
+        "usage rows and devices offline when woken, {} ms after the batch",
+        due_at.elapsed().as_millis()
+    );
+    // Nothing more is posted: the sweep (every 5 s) finds the device silent past its second.
+    assert!(
+        woken(&mut listener, Duration::from_secs(8)).await,
+        "the device streamed offline by the sweep"
+    );
+    assert_eq!(rows("device").await, 1, "devices offline when woken");
+}
+
 /// A connection to the first Citus worker, in this test's database.
 async fn first_worker(pool: &sqlx::PgPool) -> sqlx::PgConnection {
     use sqlx::ConnectOptions;
