@@ -494,7 +494,11 @@ async fn a_full_outbox_answers_503_with_retry_after_under_reject() {
         st.stored.pending_events, ok,
         "every acknowledged event is kept"
     );
-    assert!(st.stored.counters.refused > 0 && st.stored.balanced);
+    assert_eq!(
+        (st.stored.counters.refused, st.stored.balanced),
+        (100, true),
+        "the refused body's 100 events counted as refused"
+    );
     assert!(
         st.stored.used_bytes <= 1024 * 1024 + 64 * 1024,
         "{}",
