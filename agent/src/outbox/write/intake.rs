@@ -454,3 +454,26 @@ fn try_save_checkpoint(ctx: &mut Ctx<'_>, cp: &Checkpoint) -> rusqlite::Result<(
         ])?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The writer closes a group once its jobs weigh [`super::super::writer::GROUP_MAX_EVENTS`]; a
+    /// submission weighs one per item (a filtered item stands for its whole count), and a submission of
+    /// nothing but a checkpoint still one.
+    #[test]
+    fn a_submission_weighs_one_per_item_and_at_least_one() {
+        let filtered = |count| Item::Filtered {
+            reason: "delta".into(),
+            count,
+        };
+        let submit = |items| Submit {
+            items,
+            checkpoint: None,
+        };
+        assert_eq!(submit(vec![]).weight(), 1);
+        assert_eq!(submit(vec![filtered(500)]).weight(), 1);
+        assert_eq!(submit((0..7).map(|_| filtered(1)).collect()).weight(), 7);
+    }
+}
