@@ -46,20 +46,22 @@ pub enum LineVerdict {
 }
 
 /// Reads a native Hive line in one pass (see the module notes); `None` when the caller must take the
-/// full path ([`crate::process_owned`] of the parsed value).
-pub fn process_line(line: &[u8], opts: &ProcessOptions<'_>) -> Option<LineVerdict> {
-    if line.trim_ascii_start().first() != Some(&b'{') {
+/// full path ([`crate::process_owned`] of the parsed value). The line is text: its callers check UTF-8
+/// once for the whole line (and word that error themselves), so the reader does not check each string
+/// of it again.
+pub fn process_line(line: &str, opts: &ProcessOptions<'_>) -> Option<LineVerdict> {
+    if line.trim_ascii_start().as_bytes().first() != Some(&b'{') {
         return None;
     }
     // Ignored values are checked by `deserialize_any`, which counts nesting as the value parser does; but
     // `data` read raw (before `type`) is parsed again on its own, where the count starts a level lower,
     // so a line deeper than the sniff's depth is left to the full path.
-    if pipeline::openers(line) > pipeline::MAX_SNIFF_DEPTH
-        && pipeline::nesting(line) > pipeline::MAX_SNIFF_DEPTH
+    if pipeline::openers(line.as_bytes()) > pipeline::MAX_SNIFF_DEPTH
+        && pipeline::nesting(line.as_bytes()) > pipeline::MAX_SNIFF_DEPTH
     {
         return None;
     }
-    let mut de = serde_json::Deserializer::from_slice(line);
+    let mut de = serde_json::Deserializer::from_str(line);
     let read = de
         .deserialize_any(LineVisitor {
             policy: opts.policy,

@@ -209,7 +209,7 @@ fn contribution_in_range(
 /// `agent/benches/fixtures/hive-mixed-1000.jsonl`, medians of 9 rounds of 50 passes, two runs, this
 /// takes 0.64–0.65 ms a pass and the plain `from_slice` of the same fields then the same classification
 /// 0.72–0.78 ms, 1.13–1.21× more (the same verdicts on every line).
-pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
+pub fn sniff_filtered(line: &str) -> Option<(FilterReason, Cow<'_, str>)> {
     use serde::de::IgnoredAny;
 
     /// Present (whatever its value, null included) or not.
@@ -231,21 +231,24 @@ pub fn sniff_filtered(line: &[u8]) -> Option<(FilterReason, Cow<'_, str>)> {
     }
 
     // A struct also deserializes from an array: only an object is a native event.
-    if line.trim_ascii_start().first() != Some(&b'{') {
+    let bytes = line.as_bytes();
+    if line.trim_ascii_start().as_bytes().first() != Some(&b'{') {
         return None;
     }
     // A quarter of a Hive debug log is durable events, which the skim would read only to return None.
-    if first_type_is_durable(line) {
+    if first_type_is_durable(bytes) {
         return None;
     }
     // serde_json skims ignored values without its recursion limit: a line nested deeper than the value
     // parser allows is left to the full path (which refuses it).
     // Nesting is bounded by the count of opening brackets (strings included), which a vectorised count
     // finds far faster than the byte-by-byte walk: most lines hold a few dozen.
-    if openers(line) > MAX_SNIFF_DEPTH && nesting(line) > MAX_SNIFF_DEPTH {
+    if openers(bytes) > MAX_SNIFF_DEPTH && nesting(bytes) > MAX_SNIFF_DEPTH {
         return None;
     }
-    let sniff: Sniff<'_> = serde_json::from_slice(line).ok()?;
+    // The line is text (its callers check UTF-8 once for the whole line): read as such, serde_json does
+    // not check each string of it again.
+    let sniff: Sniff<'_> = serde_json::from_str(line).ok()?;
     if sniff.schema_version.0 && sniff.event_id.0 {
         return None;
     }
@@ -450,7 +453,7 @@ mod tests {
         ];
         let mut sniffed = 0;
         for line in lines {
-            let Some((reason, name)) = sniff_filtered(line.as_bytes()) else {
+            let Some((reason, name)) = sniff_filtered(line) else {
                 continue;
             };
             sniffed += 1;
@@ -469,11 +472,7 @@ mod tests {
             "[".repeat(200),
             "]".repeat(200)
         );
-        assert_eq!(
-            sniff_filtered(deep.as_bytes()),
-            None,
-            "nesting past the limit"
-        );
+        assert_eq!(sniff_filtered(&deep), None, "nesting past the limit");
     }
 
     /// The shortcut for durable lines reads the first `"type": "…"` only; anything it is unsure of goes
@@ -488,7 +487,7 @@ mod tests {
         ];
         for line in durable {
             assert!(first_type_is_durable(line.as_bytes()), "{line}");
-            assert_eq!(sniff_filtered(line.as_bytes()), None, "{line}");
+            assert_eq!(sniff_filtered(line), None, "{line}");
         }
         let not = [
             r#"{"type": "llm_text_delta"}"#,
@@ -508,7 +507,7 @@ mod tests {
             Ok(Outcome::Filtered { .. })
         ));
         // An escaped quote ends no string: the delta whose content quotes a durable type is sniffed.
-        assert!(sniff_filtered(not[4].as_bytes()).is_some());
+        assert!(sniff_filtered(not[4]).is_some());
     }
 
     /// Every line of the fixture day's Hive home, and the intake benchmark's mixed stream, comes out of

@@ -229,18 +229,21 @@ fn parse_piece(
         out.reject(piece.line, piece.index, msg);
         return true;
     }
-    if let Err(e) = std::str::from_utf8(bytes) {
-        let msg = format!("invalid UTF-8 at byte {}", e.valid_up_to());
-        out.reject(piece.line, piece.index, msg);
-        return true;
-    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let msg = format!("invalid UTF-8 at byte {}", e.valid_up_to());
+            out.reject(piece.line, piece.index, msg);
+            return true;
+        }
+    };
     // Deltas and chatty types (most of a Hive debug stream) are counted without building their value.
-    if let Some((reason, _)) = sniff_filtered(bytes) {
+    if let Some((reason, _)) = sniff_filtered(text) {
         out.count_filtered(reason);
         return true;
     }
     // A durable Hive line is read in one pass, building only what the policy can keep.
-    match process_line(bytes, opts) {
+    match process_line(text, opts) {
         Some(LineVerdict::Kept(event, contribution)) => {
             let prepared = PreparedEvent::with_contribution(&event, Ok(contribution));
             out.items.push(Item::Kept(prepared));
@@ -252,7 +255,7 @@ fn parse_piece(
         }
         None => {}
     }
-    match serde_json::from_slice::<Value>(bytes) {
+    match serde_json::from_str::<Value>(text) {
         Ok(v) => out.push_value(v, opts, piece),
         Err(e) => {
             out.reject(piece.line, piece.index, format!("invalid JSON: {e}"));

@@ -59,7 +59,7 @@ pub fn process_line(line: &RawLine, line_no: u64, ctx: &LineContext<'_>) -> Opti
         }
     };
     // Deltas and chatty types are filtered without building their value.
-    if let Some((reason, native_type)) = sniff_filtered(bytes) {
+    if let Some((reason, native_type)) = sniff_filtered(text) {
         return Some(TailItem::Processed(Outcome::Filtered {
             native_type: native_type.into_owned(),
             reason,
@@ -74,7 +74,7 @@ pub fn process_line(line: &RawLine, line_no: u64, ctx: &LineContext<'_>) -> Opti
         colony: ctx.colony,
     };
     // A durable Hive line is read in one pass, building only what the policy can keep.
-    match apiary_schema::line::process_line(bytes, &opts) {
+    match apiary_schema::line::process_line(text, &opts) {
         Some(LineVerdict::Kept(event, contribution)) => {
             return Some(TailItem::Kept(event, contribution))
         }
