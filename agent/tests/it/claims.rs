@@ -149,3 +149,71 @@ async fn eviction_passes_over_the_events_in_flight() {
     assert!(st.balanced, "{:?}", st.counters);
     outbox.close().await;
 }
+
+/// Submits 100-event batches from `from` until one is refused as full; returns where the next would
+/// start.
+async fn fill_to_the_cap(outbox: &apiary_agent::outbox::Outbox, mut from: u128) -> u128 {
+    loop {
+        match outbox
+            .submit((from..from + 100).map(support::event).collect())
+            .await
+        {
+            Ok(_) => from += 100,
+            Err(apiary_agent::outbox::OutboxError::Full { .. }) => return from,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(from < 100_000, "the cap was never reached");
+    }
+}
+
+/// Claims and acknowledges every pending event.
+async fn deliver_all(outbox: &apiary_agent::outbox::Outbox) {
+    let all = ClaimLimits {
+        max_events: 10_000,
+        max_bytes: usize::MAX,
+    };
+    loop {
+        let claimed = outbox.claim(all).await.unwrap();
+        if claimed.events.is_empty() {
+            return;
+        }
+        support::deliver(outbox, claimed.ids()).await;
+    }
+}
+
+/// At its cap under `reject`, the outbox first prunes what was delivered: a submission that fits once
+/// the delivered events are gone is admitted, one larger than the whole cap is still refused, and
+/// nothing of it is kept.
+#[tokio::test]
+async fn at_the_cap_delivered_events_make_room_but_never_more_than_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = OutboxSettings {
+        max_bytes: 1024 * 1024,
+        ..OutboxSettings::default()
+    };
+    let outbox = support::open(dir.path(), settings);
+    outbox.set_sync(enable(false)).await.unwrap();
+    let next = fill_to_the_cap(&outbox, 0).await;
+    deliver_all(&outbox).await;
+    let report = outbox
+        .submit((next..next + 100).map(support::event).collect())
+        .await
+        .expect("the delivered events make room");
+    assert_eq!(report.accepted, 100);
+
+    let next = fill_to_the_cap(&outbox, next + 100).await;
+    deliver_all(&outbox).await;
+    let pending = outbox.status().await.unwrap().stored.pending_events;
+    assert_eq!(pending, 0);
+    // Far more than the cap holds, even empty: refused after the delivered events are pruned.
+    let refused = outbox
+        .submit((next..next + 4000).map(support::event).collect())
+        .await;
+    assert!(
+        matches!(refused, Err(apiary_agent::outbox::OutboxError::Full { .. })),
+        "{refused:?}"
+    );
+    let st = outbox.status().await.unwrap().stored;
+    assert_eq!((st.pending_events, st.balanced), (0, true));
+    outbox.close().await;
+}
