@@ -217,3 +217,37 @@ async fn at_the_cap_delivered_events_make_room_but_never_more_than_the_cap() {
     assert_eq!((st.pending_events, st.balanced), (0, true));
     outbox.close().await;
 }
+
+/// Under `drop_oldest` at the cap, a submission evicts about what it adds — the oldest pending events
+/// whose bytes cover its own estimate — not a multiple of it.
+#[tokio::test]
+async fn at_the_cap_drop_oldest_evicts_about_as_much_as_a_submission_adds() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = OutboxSettings {
+        max_bytes: 1024 * 1024,
+        overflow: apiary_agent::outbox::Overflow::DropOldest,
+        ..OutboxSettings::default()
+    };
+    let outbox = support::open(dir.path(), settings);
+    let mut from = 0u128;
+    let mut evicted = Vec::new();
+    while from < 8000 {
+        let report = outbox
+            .submit((from..from + 100).map(support::event).collect())
+            .await
+            .unwrap();
+        assert_eq!(report.accepted, 100);
+        evicted.push(report.evicted);
+        from += 100;
+    }
+    let at_the_cap: Vec<u64> = evicted.into_iter().skip_while(|n| *n == 0).collect();
+    assert!(
+        at_the_cap.len() > 10,
+        "the cap was reached late: {at_the_cap:?}"
+    );
+    assert!(
+        at_the_cap.iter().all(|n| (100..=200).contains(n)),
+        "events evicted by each 100-event submission at the cap: {at_the_cap:?}"
+    );
+    outbox.close().await;
+}
