@@ -16,6 +16,10 @@
 # `-F REGEX` to pick some, `--cargo-arg=--lib --cargo-arg=--test=api` to build only the test targets that
 # run, `--in-place` to mutate and build in this tree: its target directory's dependencies are reused
 # instead of built again in a copy, and the tree must be left alone until the run ends).
+# One run at a time per target directory, and no other build of the same package into it meanwhile:
+# cargo names a workspace member's test binaries the same from any checkout, so a second worktree
+# sharing CARGO_TARGET_DIR (or a build in this tree) overwrites the binary a run is about to test, and
+# that mutant is then judged by the other build's code.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_INCREMENTAL=0
