@@ -249,5 +249,16 @@ async fn at_the_cap_drop_oldest_evicts_about_as_much_as_a_submission_adds() {
         at_the_cap.iter().all(|n| (100..=200).contains(n)),
         "events evicted by each 100-event submission at the cap: {at_the_cap:?}"
     );
+    // The pending bytes counted are those of the events still pending (all the same size here).
+    let apiary_agent::outbox::Item::Kept(one) = support::event(0) else {
+        unreachable!()
+    };
+    let st = outbox.status().await.unwrap().stored;
+    assert_eq!(
+        st.pending_bytes,
+        st.pending_events * one.body.len() as u64,
+        "pending bytes after evictions ({} events pending)",
+        st.pending_events
+    );
     outbox.close().await;
 }

@@ -694,3 +694,35 @@ async fn airgapped_mode_refuses_to_enable_sync() {
     assert_eq!(r.status(), StatusCode::CONFLICT);
     app.stop().await;
 }
+
+/// The answer counts what became of every line — accepted, duplicates, filtered, rejected — past the
+/// first 100 unreadable lines too (those are counted in one dead letter, not listed).
+#[tokio::test]
+async fn the_answer_counts_every_line_past_the_listed_errors_too() {
+    let app = App::spawn(|s| s.mode = Mode::Airgapped).await;
+    let mut lines: Vec<String> = (0..3)
+        .map(|i| support::hive_turn("session_counts", i))
+        .collect();
+    lines.push(support::hive_turn("session_counts", 0));
+    for _ in 0..5 {
+        lines.push(
+            r#"{"type": "llm_text_delta", "stream_id": "queen", "data": {"content": "x"}}"#.into(),
+        );
+    }
+    for i in 0..150 {
+        lines.push(format!("not json {i}"));
+    }
+    let (s, b) = app.post("/v1/events", lines.join("\n")).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    assert_eq!(
+        (
+            &b["accepted"],
+            &b["duplicates"],
+            &b["filtered"],
+            &b["rejected"]
+        ),
+        (&json!(3), &json!(1), &json!(5), &json!(150)),
+        "{b}"
+    );
+    app.stop().await;
+}

@@ -49,3 +49,31 @@ async fn a_sessions_usage_takes_the_first_parent_named_and_keeps_it() {
     assert_eq!(parent(dir.path()), (Some("q".into()), 4));
     outbox.close().await;
 }
+
+/// One group with two models interleaved in one session: each model's row sums its own calls.
+#[tokio::test]
+async fn two_models_in_one_group_each_sum_their_own_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = support::open(dir.path(), OutboxSettings::default());
+    let items: Vec<Item> = (1..=5)
+        .map(|n| {
+            let mut item = turn(n, None);
+            if let Item::Kept(e) = &mut item {
+                let model = if n % 2 == 0 { "even" } else { "odd" };
+                e.usage.as_mut().unwrap().0 = model.to_string();
+            }
+            item
+        })
+        .collect();
+    assert_eq!(accepted(&outbox, items).await, 5);
+    let conn = rusqlite::Connection::open(dir.path().join("outbox.db")).unwrap();
+    let rows: Vec<(String, i64)> = conn
+        .prepare("SELECT model, llm_calls FROM usage WHERE session_id = 'w' ORDER BY model")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, [("even".to_string(), 2), ("odd".to_string(), 3)]);
+    outbox.close().await;
+}
