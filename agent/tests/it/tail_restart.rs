@@ -143,3 +143,36 @@ async fn sink_errors_are_retried_without_skipping_lines() {
     task.await.unwrap().unwrap();
     assert_eq!(turns(&sink), (1..=26).collect::<Vec<_>>());
 }
+
+/// The outbox keeps each source's last checkpoint, committed with its lines, across a reopen: the
+/// tailer's restart reads from it.
+#[tokio::test]
+async fn the_outbox_keeps_each_sources_last_checkpoint_across_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let cp = |offset: u64| Checkpoint {
+        source_key: "event_logs/a.jsonl".into(),
+        path: "/home/u/.hive/event_logs/a.jsonl".into(),
+        file_id: "1:2".into(),
+        offset,
+        head_hash: "00".into(),
+    };
+    let outbox = crate::support::open(dir.path(), apiary_agent::outbox::OutboxSettings::default());
+    outbox
+        .submit_with_checkpoint(vec![crate::support::event(1)], cp(120))
+        .await
+        .unwrap();
+    outbox
+        .submit_with_checkpoint(vec![], cp(480))
+        .await
+        .unwrap();
+    outbox.close().await;
+    let outbox = crate::support::open(dir.path(), apiary_agent::outbox::OutboxSettings::default());
+    let kept = outbox.checkpoints().await.unwrap();
+    assert_eq!(
+        kept.iter()
+            .map(|c| (c.source_key.as_str(), c.offset))
+            .collect::<Vec<_>>(),
+        [("event_logs/a.jsonl", 480)]
+    );
+    outbox.close().await;
+}
