@@ -1123,6 +1123,18 @@ async fn the_upkeep_flushes_every_quarter_second_sweeps_every_five_seconds_and_p
     );
 }
 
+/// A connection listening on the stream's channel, as every replica's reader does.
+async fn stream_listener(pool: &sqlx::PgPool) -> sqlx::postgres::PgListener {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool)
+        .await
+        .unwrap();
+    listener
+        .listen(apiary_ingest::store::stream::CHANNEL)
+        .await
+        .unwrap();
+    listener
+}
+
 /// Waits up to `within` for a notification on `listener`.
 async fn woken(listener: &mut sqlx::postgres::PgListener, within: Duration) -> bool {
     tokio::time::timeout(within, listener.recv())
@@ -1140,10 +1152,7 @@ async fn a_commit_that_streams_rows_wakes_the_readers_and_one_that_streams_nothi
 ) {
     let app = spawn_app(pool.clone()).await;
     let t = app.tenant("acme").await;
-    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
-        .await
-        .unwrap();
-    listener.listen("apiary_stream").await.unwrap();
+    let mut listener = stream_listener(&pool).await;
     assert_eq!(
         app.post_batch(&t.ingest, &heartbeat_batch()).await.0,
         StatusCode::OK
@@ -1217,10 +1226,7 @@ async fn streamed(pool: &sqlx::PgPool, tenant: uuid::Uuid, kind: &str) -> i64 {
 async fn the_upkeeps_due_usage_wakes_the_readers(pool: sqlx::PgPool) {
     let app = spawn_app(pool.clone()).await;
     let t = app.tenant("acme").await;
-    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
-        .await
-        .unwrap();
-    listener.listen("apiary_stream").await.unwrap();
+    let mut listener = stream_listener(&pool).await;
     let llm_now = || batch(vec![llm("q", Utc::now(), "m", 1, 1, 0.1)], vec![]);
     assert_eq!(
         app.post_batch(&t.ingest, &llm_now()).await.0,
@@ -1256,10 +1262,7 @@ async fn the_upkeeps_offline_devices_wake_the_readers(pool: sqlx::PgPool) {
     };
     let app = spawn_app_with(pool.clone(), settings).await;
     let t = app.tenant("acme").await;
-    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
-        .await
-        .unwrap();
-    listener.listen("apiary_stream").await.unwrap();
+    let mut listener = stream_listener(&pool).await;
     assert_eq!(
         app.post_batch(&t.ingest, &heartbeat_batch()).await.0,
         StatusCode::OK
