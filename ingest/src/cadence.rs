@@ -31,9 +31,19 @@
 //!   of its id and the level: the devices a burst answered at once, which all hear "16 s" together, push
 //!   again spread over half an interval rather than a fifth of one, and their different periods spread
 //!   them further at each push; the fleet's mean interval is the level's, and a device's own is steady.
-//! - **Past capacity.** More than `max_batches_in_flight` batches at once are answered 429 with
-//!   `Retry-After` before their bodies are read, so neither latency nor memory grows without bound; the
-//!   agent retries after it and nothing is lost. The `Retry-After` is drawn for each refusal from one
+//! - **Past capacity.** More batches at once than the bound in force are answered 429 with `Retry-After`
+//!   before their bodies are read, so neither latency nor memory grows without bound; the agent retries
+//!   after it and nothing is lost. Three refusals or more in a window are load too: the fleet is asked to
+//!   stretch, not only the refused devices.
+//! - **The bound follows the latency.** What a batch waits for is the batches ahead of it: on two cores
+//!   256 small batches in flight are most of a second for the last one. So the bound in force moves
+//!   between `min_batches_in_flight` and `max_batches_in_flight` (additive increase, multiplicative
+//!   decrease, as TCP's window): a window whose p99 is slow (the *loaded* rule above) sets it to three
+//!   quarters of what was in flight then (never below the floor), and a calm window in which the bound was reached
+//!   (a refusal, or its peak at the bound) raises it by an eighth. It starts at the ceiling, so a fleet
+//!   the ingest keeps up with never meets it; after a start wave or a slow database it settles where the
+//!   batches in flight are as many as finish within the target. `min_batches_in_flight` equal to
+//!   `max_batches_in_flight` keeps a fixed bound. The `Retry-After` is drawn for each refusal from one
 //!   second up to the current interval (rounded up to seconds): the devices refused by one burst come
 //!   back spread over an interval instead of as the same burst again one interval later.
 
@@ -52,6 +62,8 @@ pub const MIN_SLOW: u64 = 3;
 const EVENTS_PER_TARGET: u64 = 100;
 /// The length of one load window.
 const WINDOW: Duration = Duration::from_secs(1);
+/// A calm window at the bound raises it by its own share of this (an eighth), at least by one.
+const GROWTH_DIVISOR: usize = 8;
 
 /// The ingest's cadence controller and its bound on batches in flight. One per process.
 #[derive(Debug)]
@@ -60,6 +72,9 @@ pub struct Cadence {
     max: Duration,
     target: Duration,
     max_in_flight: usize,
+    min_in_flight: usize,
+    /// The bound in force: between `min_in_flight` and `max_in_flight` (see the module notes).
+    bound: AtomicUsize,
     in_flight: AtomicUsize,
     state: Mutex<State>,
 }
@@ -73,6 +88,8 @@ struct State {
     slow: u64,
     /// The most batches in flight seen in this window.
     peak_in_flight: usize,
+    /// Batches refused in this window (the bound in force was reached).
+    refused: u64,
     /// No raise before this: the interval of the last raise has not yet reached the whole fleet.
     hold_until: Instant,
 }
@@ -101,7 +118,7 @@ impl Cadence {
             Duration::from_millis(s.cadence_base_ms),
             Duration::from_millis(s.cadence_max_ms),
             Duration::from_millis(s.cadence_target_ms),
-            s.max_batches_in_flight,
+            (s.min_batches_in_flight, s.max_batches_in_flight),
             Instant::now(),
         )
     }
@@ -110,14 +127,17 @@ impl Cadence {
         base: Duration,
         max: Duration,
         target: Duration,
-        max_in_flight: usize,
+        (min_in_flight, max_in_flight): (usize, usize),
         now: Instant,
     ) -> Cadence {
+        let max_in_flight = max_in_flight.max(1);
         Cadence {
             base,
             max: max.max(base),
             target,
-            max_in_flight: max_in_flight.max(1),
+            max_in_flight,
+            min_in_flight: min_in_flight.clamp(1, max_in_flight),
+            bound: AtomicUsize::new(max_in_flight),
             in_flight: AtomicUsize::new(0),
             state: Mutex::new(State {
                 level: 0,
@@ -126,24 +146,34 @@ impl Cadence {
                 batches: 0,
                 slow: 0,
                 peak_in_flight: 0,
+                refused: 0,
                 hold_until: now,
             }),
         }
     }
 
-    /// Admits a batch, or refuses it when `max_batches_in_flight` are in flight already.
+    /// Admits a batch, or refuses it when the bound in force is in flight already.
     pub fn admit(&self) -> Result<InFlight<'_>, Overloaded> {
+        self.admit_at(Instant::now())
+    }
+
+    fn admit_at(&self, now: Instant) -> Result<InFlight<'_>, Overloaded> {
         let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
         let guard = InFlight { cadence: self };
-        if before >= self.max_in_flight {
+        let mut st = self.lock();
+        // A window that ended moves the bound before this batch is judged by it.
+        self.roll(&mut st, now);
+        if before >= self.bound.load(Ordering::Acquire) {
+            st.refused += 1;
+            let interval = self.at_level(st.level);
+            drop(st);
             drop(guard);
-            let secs = self.interval_at(Instant::now()).as_millis().div_ceil(1000) as u64;
+            let secs = interval.as_millis().div_ceil(1000) as u64;
             let secs = rand::Rng::gen_range(&mut rand::thread_rng(), 1..=secs.max(1));
             return Err(Overloaded {
                 retry_after: Duration::from_secs(secs),
             });
         }
-        let mut st = self.lock();
         st.peak_in_flight = st.peak_in_flight.max(before + 1);
         Ok(guard)
     }
@@ -182,6 +212,7 @@ impl Cadence {
         interval * permille as u32 / 1000
     }
 
+    #[cfg(test)]
     fn interval_at(&self, now: Instant) -> Duration {
         self.at_level(self.level_at(now))
     }
@@ -215,9 +246,23 @@ impl Cadence {
         }
         let in_flight = self.in_flight.load(Ordering::Acquire);
         let peak = st.peak_in_flight.max(in_flight);
-        let (batches, slow) = (st.batches, st.slow);
-        let loaded = (slow >= MIN_SLOW && slow * 100 > batches) || peak * 2 > self.max_in_flight;
+        let (batches, slow, refused) = (st.batches, st.slow, st.refused);
+        let slow_p99 = slow >= MIN_SLOW && slow * 100 > batches;
+        let loaded = slow_p99 || peak * 2 > self.max_in_flight || refused >= MIN_SLOW;
         let calm = (slow * 400 <= batches || slow <= 1) && peak * 4 < self.max_in_flight;
+        let bound = self.bound.load(Ordering::Acquire);
+        if slow_p99 {
+            // Multiplicative decrease, from what was in flight: a bound far above it would not bind.
+            // (Halving refused more at 5,000 devices in the fleet bench and stored less; see
+            // docs/scaling.md.)
+            let to = (peak.min(bound) * 3 / 4).max(self.min_in_flight);
+            self.bound.store(to.min(bound), Ordering::Release);
+        } else if (slow * 400 <= batches || slow <= 1) && (refused > 0 || peak >= bound) {
+            // Additive increase while the bound is what holds batches back.
+            let to = bound + (bound / GROWTH_DIVISOR).max(1);
+            self.bound
+                .store(to.min(self.max_in_flight), Ordering::Release);
+        }
         // Decisions are dated by the end of the window they judge, however late it is rolled.
         let window_end = st.window_start + WINDOW;
         if loaded {
@@ -248,6 +293,7 @@ impl Cadence {
         st.window_start += WINDOW * (elapsed.as_millis() / WINDOW.as_millis()) as u32;
         st.batches = 0;
         st.slow = 0;
+        st.refused = 0;
         st.peak_in_flight = in_flight;
     }
 
@@ -265,7 +311,7 @@ mod tests {
             Duration::from_secs(2),
             Duration::from_secs(30),
             Duration::from_millis(100),
-            8,
+            (8, 8),
             now,
         )
     }
@@ -520,6 +566,123 @@ mod tests {
         let (lo, hi) = (by_second[1..].iter().min(), by_second[1..].iter().max());
         assert!(lo > Some(&40) && hi < Some(&200), "{by_second:?}");
         drop(held);
+    }
+
+    /// A cadence whose bound moves between 4 and 64.
+    fn adaptive(now: Instant) -> Cadence {
+        Cadence::with(
+            Duration::from_secs(2),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            (4, 64),
+            now,
+        )
+    }
+
+    /// Holds `n` batches in flight at `now` (as many as the bound admits).
+    fn hold(c: &Cadence, n: usize, now: Instant) -> Vec<InFlight<'_>> {
+        (0..n).filter_map(|_| c.admit_at(now).ok()).collect()
+    }
+
+    #[test]
+    fn a_slow_window_sets_the_bound_to_three_quarters_of_what_was_in_flight_not_below_the_floor() {
+        let t0 = Instant::now();
+        let c = adaptive(t0);
+        assert_eq!(c.bound.load(Ordering::Acquire), 64, "starts at the ceiling");
+        // Forty in flight and a slow p99: three quarters of forty.
+        let held = hold(&c, 40, t0);
+        let t = window(&c, t0, 100, 50);
+        drop(held);
+        c.interval_for_at(None, t);
+        assert_eq!(c.bound.load(Ordering::Acquire), 30);
+        // Slow again with four in flight: three, but not below the floor of four.
+        let held = hold(&c, 4, t);
+        let t = window(&c, t, 100, 50);
+        drop(held);
+        c.interval_for_at(None, t);
+        assert_eq!(c.bound.load(Ordering::Acquire), 4);
+        // Slow but not over 1% (one of two hundred): the bound stays.
+        let t = window(&c, t, 200, 1);
+        c.interval_for_at(None, t);
+        assert_eq!(c.bound.load(Ordering::Acquire), 4);
+    }
+
+    #[test]
+    fn beyond_the_bound_in_force_a_batch_is_refused_and_refusals_are_load() {
+        let t0 = Instant::now();
+        let c = adaptive(t0);
+        let held = hold(&c, 11, t0); // three quarters: 8
+        let t = window(&c, t0, 100, 50);
+        drop(held);
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 1);
+        assert_eq!(c.bound.load(Ordering::Acquire), 8);
+        // Four quiet seconds (the raise's hold): the bound is 8, far under the ceiling of 64, and
+        // the ninth batch is refused.
+        let t = t + Duration::from_secs(4);
+        let held = hold(&c, 8, t);
+        assert_eq!(held.len(), 8);
+        let refused = (0..3).filter(|_| c.admit_at(t).is_err()).count();
+        assert_eq!(refused, 3);
+        // Three refusals in a window raise the level, though no batch was slow and the batches in
+        // flight were far under half the ceiling.
+        let t = window(&c, t, 100, 0);
+        drop(held);
+        c.interval_for_at(None, t);
+        assert_eq!(c.lock().level, 2);
+    }
+
+    #[test]
+    fn calm_windows_at_the_bound_raise_it_by_an_eighth_up_to_the_ceiling_and_others_leave_it() {
+        let t0 = Instant::now();
+        let c = adaptive(t0);
+        let held = hold(&c, 11, t0); // three quarters: 8
+        let mut t = window(&c, t0, 100, 50);
+        drop(held);
+        c.interval_for_at(None, t);
+        assert_eq!(c.bound.load(Ordering::Acquire), 8);
+        // Calm windows far below the bound: it does not grow (nothing it holds back).
+        for _ in 0..3 {
+            let held = hold(&c, 2, t);
+            t = window(&c, t, 100, 0);
+            drop(held);
+            c.interval_for_at(None, t);
+        }
+        assert_eq!(c.bound.load(Ordering::Acquire), 8);
+        // Calm windows with the bound reached: +1 (an eighth of 8), then an eighth of each.
+        let mut bounds = Vec::new();
+        for _ in 0..30 {
+            let n = c.bound.load(Ordering::Acquire);
+            let held = hold(&c, n, t);
+            let _ = c.admit_at(t);
+            t = window(&c, t, 100, 0);
+            drop(held);
+            c.interval_for_at(None, t);
+            bounds.push(c.bound.load(Ordering::Acquire));
+        }
+        assert_eq!(&bounds[..6], [9, 10, 11, 12, 13, 14]);
+        assert_eq!(
+            bounds[29], 64,
+            "up to the ceiling and no further: {bounds:?}"
+        );
+        assert!(bounds.windows(2).all(|w| w[0] <= w[1]), "{bounds:?}");
+        // A window neither calm nor slow (two slow of a hundred) at the bound: held.
+        let held = hold(&c, 64, t);
+        t = window(&c, t, 100, 2);
+        drop(held);
+        c.interval_for_at(None, t);
+        assert_eq!(c.bound.load(Ordering::Acquire), 64);
+    }
+
+    #[test]
+    fn a_bound_with_its_floor_at_the_ceiling_is_fixed() {
+        let t0 = Instant::now();
+        let c = cadence(t0);
+        let held = hold(&c, 8, t0);
+        let t = window(&c, t0, 100, 50);
+        drop(held);
+        c.interval_for_at(None, t);
+        assert_eq!(c.bound.load(Ordering::Acquire), 8);
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub struct IngestSettings {
     /// its body is read (past capacity, the fleet waits instead of the latency growing). Half of it in
     /// flight also counts as load for the cadence.
     pub max_batches_in_flight: usize,
+    /// The floor of the bound in force: while batches are slow (the cadence's loaded rule) the bound
+    /// comes down to 3/4 of what was in flight, not below this, and calm seconds at the bound raise it
+    /// back towards `max_batches_in_flight` (`crate::cadence`). Equal to it (or above): a fixed bound.
+    pub min_batches_in_flight: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
     /// Alert rules and notification delivery (`[alerts]`).
@@ -168,6 +172,7 @@ impl Default for IngestSettings {
             cadence_max_ms: 30_000,
             cadence_target_ms: 100,
             max_batches_in_flight: 256,
+            min_batches_in_flight: 16,
             log_format: LogFormat::Text,
             alerts: AlertSettings::default(),
         }
@@ -258,8 +263,11 @@ impl IngestSettings {
         if self.cadence_max_ms > 3_600_000 {
             return bad("cadence_max_ms must be at most 3600000 (an hour)");
         }
-        if self.cadence_target_ms == 0 || self.max_batches_in_flight == 0 {
-            return bad("cadence_target_ms and max_batches_in_flight must be at least 1");
+        if self.cadence_target_ms == 0
+            || self.max_batches_in_flight == 0
+            || self.min_batches_in_flight == 0
+        {
+            return bad("cadence_target_ms, max_batches_in_flight and min_batches_in_flight must be at least 1");
         }
         if self.stream_max_subscribers == 0 || self.stream_max_per_tenant == 0 {
             return bad("stream_max_subscribers and stream_max_per_tenant must be at least 1");

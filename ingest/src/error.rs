@@ -79,8 +79,8 @@ pub enum ApiError {
     /// 429: the token's rate limit is exhausted; retry after the given time.
     #[error("rate limit exceeded")]
     RateLimited(Duration),
-    /// 429: this replica has as many batches in flight as it takes (`max_batches_in_flight`); retry
-    /// after the given time (the push interval it asks for now).
+    /// 429: this replica has as many batches in flight as it takes now (the bound in force, between
+    /// `min_batches_in_flight` and `max_batches_in_flight`); retry after the given time.
     #[error("the ingest is at capacity; push again after the Retry-After interval")]
     Overloaded(Duration),
     /// 503: a bounded resource of this server is in use up to its limit (live streams); retry later.

@@ -119,3 +119,49 @@ async fn batches_in_flight_stretch_the_interval_and_past_the_bound_are_answered_
     // Nothing refused was stored, everything answered 200 was.
     assert_eq!(app.count("events").await, 6);
 }
+
+/// The bound in force follows the latency: batches that take longer than the target bring it down to
+/// three quarters of what was in flight, so the next burst is refused sooner instead of queueing.
+#[sqlx::test(migrations = "../migrations")]
+async fn slow_batches_bring_the_bound_in_flight_down_to_three_quarters_of_what_was_in_flight(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app_with(
+        pool,
+        apiary_ingest::config::IngestSettings {
+            max_batches_in_flight: 64,
+            min_batches_in_flight: 2,
+            // Every batch held half-sent is slow against 1 ms.
+            cadence_target_ms: 1,
+            ..test_settings()
+        },
+    )
+    .await;
+    let t = app.tenant("acme").await;
+    // Twelve in flight at once, each held past the target: the bound is still the ceiling.
+    let held: Vec<_> = (0..12)
+        .map(|i| held_batch(&app, &t.ingest, one_tool_batch(&format!("slow-{i}"))))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (release, task) in held {
+        let _ = release.send(());
+        let (s, v) = task.await.unwrap();
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    // The window of those twelve closes: twelve slow of twelve, so the bound is nine.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let held: Vec<_> = (0..9)
+        .map(|i| held_batch(&app, &t.ingest, one_tool_batch(&format!("next-{i}"))))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, v) = app.post_raw(&t.ingest, one_tool_batch("tenth"), None).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["error"]["code"], "overloaded", "{v}");
+    for (release, task) in held {
+        let _ = release.send(());
+        let (s, v) = task.await.unwrap();
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    // Twelve and nine stored, the refused one not.
+    assert_eq!(app.count("events").await, 21);
+}

@@ -806,6 +806,7 @@ async fn group_commit_answers_each_of_many_small_concurrent_batches_exactly(pool
         pool.clone(),
         apiary_ingest::config::IngestSettings {
             max_batches_in_flight: 10_000,
+            min_batches_in_flight: 10_000,
             ..test_settings()
         },
     )

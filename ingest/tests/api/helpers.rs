@@ -31,6 +31,10 @@ pub fn test_settings() -> IngestSettings {
         max_body_bytes: 1024 * 1024,
         max_decompressed_bytes: 4 * 1024 * 1024,
         max_batch_events: 2_000,
+        // A fixed bound on batches in flight: a debug build's batches are slow enough on a busy
+        // machine to bring the adaptive bound down under a test's own concurrency (the adaptive bound is
+        // tested in `cadence`).
+        min_batches_in_flight: IngestSettings::default().max_batches_in_flight,
         ..IngestSettings::default()
     }
 }
