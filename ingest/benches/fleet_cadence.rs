@@ -7,7 +7,8 @@
 //! (10), BENCH_EVENT_RATE (events per second of an active device, 1.0), BENCH_TRACE (set: print every
 //! five seconds what was stored and refused, and the interval asked), BENCH_CITUS_URL (a Citus
 //! coordinator with workers, e.g. from `scripts/citus.sh start`: every fleet runs on `DATABASE_URL`'s
-//! server and then on the cluster, each in a fresh database).
+//! server and then on the cluster, each in a fresh database). The ingest reads its settings from the
+//! environment as a deployment does (`APIARY_CADENCE_BASE_MS`, `APIARY_MIN_BATCHES_IN_FLIGHT`, ...).
 //!
 //! A device's day, compressed: it alternates working stretches (exponential, mean 120 s) with idle ones
 //! (mean 60 s); while it works, LLM turns and tool calls arrive as a Poisson stream at BENCH_EVENT_RATE over
@@ -375,7 +376,11 @@ async fn fleet(
 ) -> anyhow::Result<()> {
     let db = BenchDb::create_at(url, "fleet_cadence", 64).await?;
     let servers = common::servers(&db.pool).await?;
-    let base = db.serve(IngestSettings::default()).await?;
+    // The ingest's own settings from the environment (`APIARY_CADENCE_BASE_MS=1000`, ...), as a
+    // deployment reads them.
+    let settings = IngestSettings::load(None)?;
+    settings.validate()?;
+    let base = db.serve(settings).await?;
     let mut tenants = Vec::new();
     for t in 0..tenants_n {
         tenants.push(db.tenant(&format!("tenant-{t}")).await?);
