@@ -39,8 +39,8 @@
 //!   256 small batches in flight are most of a second for the last one. So the bound in force moves
 //!   between `min_batches_in_flight` and `max_batches_in_flight` (additive increase, multiplicative
 //!   decrease, as TCP's window): a window whose p99 is slow (the *loaded* rule above) sets it to three
-//!   quarters of what was in flight then (never below the floor), and a calm window in which the bound was reached
-//!   (a refusal, or its peak at the bound) raises it by an eighth. It starts at the ceiling, so a fleet
+//!   quarters of what was in flight then (never below the floor), and a calm window in which the bound
+//!   was reached (a refusal, or its peak at the bound) raises it by an eighth. It starts at the ceiling, so a fleet
 //!   the ingest keeps up with never meets it; after a start wave or a slow database it settles where the
 //!   batches in flight are as many as finish within the target. `min_batches_in_flight` equal to
 //!   `max_batches_in_flight` keeps a fixed bound. The `Retry-After` is drawn for each refusal from one
