@@ -212,9 +212,18 @@ impl Cadence {
         interval * permille as u32 / 1000
     }
 
-    #[cfg(test)]
     fn interval_at(&self, now: Instant) -> Duration {
         self.at_level(self.level_at(now))
+    }
+
+    /// The interval of the load's level now (before each device's own share of it).
+    pub fn level_interval(&self) -> Duration {
+        self.interval_at(Instant::now())
+    }
+
+    /// The bound on batches in flight in force now.
+    pub fn bound(&self) -> usize {
+        self.bound.load(Ordering::Acquire)
     }
 
     /// The level at `now` (0 = at rest), after closing the windows that ended before it.

@@ -10,7 +10,10 @@
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -37,6 +40,11 @@ pub struct Metrics {
     pub rate_limited: Counter,
     /// Time to check and store a batch.
     pub batch_seconds: Histogram,
+    /// The bound on batches in flight in force (`crate::cadence`: between `min_batches_in_flight` and
+    /// `max_batches_in_flight`, lower while batches are slow).
+    in_flight_bound: Gauge,
+    /// The push interval the ingest asks for at the load's level (each device gets 75–125% of it).
+    push_interval_seconds: Gauge<f64, AtomicU64>,
     /// Where the metrics above are registered, for [`Metrics::render`].
     registry: Registry,
 }
@@ -51,6 +59,8 @@ impl Default for Metrics {
             batches_refused: Counter::default(),
             rate_limited: Counter::default(),
             batch_seconds: Histogram::new(BOUNDS),
+            in_flight_bound: Gauge::default(),
+            push_interval_seconds: Gauge::default(),
             registry: Registry::default(),
         };
         metrics.registered()
@@ -95,7 +105,24 @@ impl Metrics {
             "Time to store a batch.",
             self.batch_seconds.clone(),
         );
+        self.registry.register(
+            "apiary_ingest_batches_in_flight_bound",
+            "Batches taken at once before 429 (lower while batches are slow).",
+            self.in_flight_bound.clone(),
+        );
+        self.registry.register(
+            "apiary_ingest_push_interval_seconds",
+            "The push interval asked of agents at the current load (each device 75-125% of it).",
+            self.push_interval_seconds.clone(),
+        );
         self
+    }
+
+    /// Records the cadence in force: the bound on batches in flight and the interval asked.
+    pub fn observe_cadence(&self, bound: usize, interval: Duration) {
+        self.in_flight_bound
+            .set(i64::try_from(bound).unwrap_or(i64::MAX));
+        self.push_interval_seconds.set(interval.as_secs_f64());
     }
 
     /// Records one stored batch's time.
@@ -121,7 +148,16 @@ mod tests {
         m.batches.inc();
         m.events_accepted.inc_by(5);
         m.observe_batch(Duration::from_millis(30));
+        m.observe_cadence(48, Duration::from_millis(4_000));
         let text = m.render();
+        assert!(
+            text.contains("\napiary_ingest_batches_in_flight_bound 48\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\napiary_ingest_push_interval_seconds 4.0\n"),
+            "{text}"
+        );
         assert!(
             text.contains("# TYPE apiary_ingest_batches counter\n"),
             "{text}"

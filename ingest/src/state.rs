@@ -83,8 +83,11 @@ impl AppState {
         let group_commit = settings
             .group_commit
             .then(|| GroupCommit::start(store.clone(), &settings));
+        let cadence = Arc::new(Cadence::new(&settings));
+        let metrics = Arc::new(Metrics::default());
+        metrics.observe_cadence(cadence.bound(), cadence.level_interval());
         AppState {
-            cadence: Arc::new(Cadence::new(&settings)),
+            cadence,
             auth_guard: Arc::new(auth_guard),
             store,
             group_commit,
@@ -93,7 +96,7 @@ impl AppState {
             rules: Arc::new(IntakeRules::from_settings(&settings)),
             settings: Arc::new(settings),
             tokens: Arc::new(tokens),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             policy: Arc::new(Policy::default_policy().with_colony_names()),
             stream,
             budgets: Arc::new(BudgetWatch::new()),

@@ -55,6 +55,9 @@ pub async fn post_batch(
         Ok(admitted) => admitted,
         Err(over) => {
             state.metrics.batches_refused.inc();
+            state
+                .metrics
+                .observe_cadence(state.cadence.bound(), state.cadence.level_interval());
             return Err(ApiError::Overloaded(over.retry_after));
         }
     };
@@ -65,6 +68,9 @@ pub async fn post_batch(
         .map_or(0, |r| r.accepted + r.duplicates + r.rejected.len() as u64);
     state.cadence.observe(started.elapsed(), events);
     drop(admitted);
+    state
+        .metrics
+        .observe_cadence(state.cadence.bound(), state.cadence.level_interval());
     match &result {
         Ok(r) => {
             state.metrics.batches.inc();

@@ -157,6 +157,24 @@ async fn slow_batches_bring_the_bound_in_flight_down_to_three_quarters_of_what_w
     let (s, v) = app.post_raw(&t.ingest, one_tool_batch("tenth"), None).await;
     assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["error"]["code"], "overloaded", "{v}");
+    // Operators see the bound in force (and the level's interval: one loaded second, 4 s).
+    let text = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("\napiary_ingest_batches_in_flight_bound 9\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\napiary_ingest_push_interval_seconds 4.0\n"),
+        "{text}"
+    );
     for (release, task) in held {
         let _ = release.send(());
         let (s, v) = task.await.unwrap();
