@@ -26,7 +26,8 @@
 //! counts, freshness (an event's arrival on an online device to the answer that stored it: from then on it
 //! is in `/v1/usage`, exactly; the offline devices' backlog is late by design and not counted) p50/p99,
 //! the interval the ingest asked for at the end, CPU seconds of this process (the ingest and the clients)
-//! and of the database servers, and both per 1000 events stored. Then the same run's baseline, 1000-event
+//! and of the database servers, and both per 1000 events stored, the peak RSS of this process so far
+//! (the ingest and the clients; fleets run in ascending size). Then the same run's baseline, 1000-event
 //! batches over 4 connections (events/s and CPU per 1000 events), and the ratios: events/s (bounded by
 //! what the fleet offers, about 0.67 events/s a device) and CPU per event (what a fleet's event costs
 //! against a large batch's). At the end of each fleet every tenant's `/v1/usage` totals are compared
@@ -354,8 +355,8 @@ async fn main() -> anyhow::Result<()> {
         engines.push(("Citus", url));
     }
     println!("fleet with the ingest's cadence: {secs} s per fleet, {rate} events/s per working device, {tenants_n} tenants");
-    println!("| engine | devices | events/s | batches/s | events per batch | p50 | p99 | 429 | 5xx | freshness p50 | p99 | interval asked at the end | CPU this process / PostgreSQL | CPU ms per 1000 events | 1000-event batches: events/s | CPU ms per 1000 events | ratio events/s | ratio of CPU per event (1000-event batches / fleet) | exact |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| engine | devices | events/s | batches/s | events per batch | p50 | p99 | 429 | 5xx | freshness p50 | p99 | interval asked at the end | CPU this process / PostgreSQL | peak RSS of this process | CPU ms per 1000 events | 1000-event batches: events/s | CPU ms per 1000 events | ratio events/s | ratio of CPU per event (1000-event batches / fleet) | exact |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for n in fleets {
         for (engine, url) in &engines {
             fleet(engine, url, n, secs, tenants_n, rate).await?;
@@ -447,6 +448,9 @@ async fn fleet(
     }
     let wall = t0.elapsed().as_secs_f64();
     let (cpu1, pg1) = (common::own_cpu(), pg_cpu(&servers));
+    // The ingest and the simulated devices together, over the process's life so far (fleets run in
+    // ascending size): what the bound on batches in flight keeps from growing past capacity.
+    let peak_rss = peak_rss_kib();
     let mut lat = std::mem::take(&mut *tally.latencies.lock().unwrap());
     let mut fresh = std::mem::take(&mut *tally.freshness.lock().unwrap());
     lat.sort();
@@ -468,7 +472,7 @@ async fn fleet(
     let fleet_cpu = per_1000(cpu0, cpu1, pg0, pg1, accepted);
     let f1 = |v: Option<f64>| v.map_or("?".into(), |v| format!("{v:.1}"));
     println!(
-        "| {engine} | {n} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} ms | {} / {} s | {} | {:.0} | {} | {:.2} | {} | {} |",
+        "| {engine} | {n} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} ms | {} / {} s | {} | {} | {:.0} | {} | {:.2} | {} | {} |",
         accepted as f64 / wall,
         batches as f64 / wall,
         accepted as f64 / batches.max(1) as f64,
@@ -481,6 +485,7 @@ async fn fleet(
         tally.asked_ms.load(Ordering::Relaxed),
         cpu(cpu0, cpu1),
         cpu(pg0, pg1),
+        peak_rss.map_or("?".into(), |kib| format!("{} MiB", kib / 1024)),
         f1(fleet_cpu),
         large,
         f1(large_cpu),
@@ -504,6 +509,13 @@ fn per_1000(
 ) -> Option<f64> {
     let used = (c1? - c0?) + (p1? - p0?);
     (events > 0).then(|| used * 1e6 / events as f64)
+}
+
+/// This process's peak resident set (`VmHWM`), KiB; None where `/proc` does not have it.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn pg_cpu(servers: &[(String, String)]) -> Option<f64> {
