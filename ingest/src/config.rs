@@ -92,9 +92,9 @@ pub struct IngestSettings {
     /// its body is read (past capacity, the fleet waits instead of the latency growing). Half of it in
     /// flight also counts as load for the cadence.
     pub max_batches_in_flight: usize,
-    /// The floor of the bound in force: while batches are slow (the cadence's loaded rule) the bound
-    /// comes down to 3/4 of what was in flight, not below this, and calm seconds at the bound raise it
-    /// back towards `max_batches_in_flight` (`crate::cadence`). Equal to it (or above): a fixed bound.
+    /// The floor of the bound in force: a second whose batches are slow (the cadence's loaded rule)
+    /// brings it to 3/4 of what was in flight, by at most half and not below this; seconds on time raise
+    /// it back towards `max_batches_in_flight` (`crate::cadence`). Equal to it (or above): a fixed bound.
     pub min_batches_in_flight: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,

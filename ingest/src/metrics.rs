@@ -7,6 +7,7 @@
 //! `apiary_ingest_batch_duration_seconds_bucket{le="0.05"}`, ...). Values are atomics: recording never
 //! takes a lock.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -16,6 +17,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::cadence::Cadence;
 
 /// The `Content-Type` of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -45,6 +48,8 @@ pub struct Metrics {
     in_flight_bound: Gauge,
     /// The push interval the ingest asks for at the load's level (each device gets 75–125% of it).
     push_interval_seconds: Gauge<f64, AtomicU64>,
+    /// Where the two gauges above are read from at each scrape (none in unit tests).
+    cadence: Option<Arc<Cadence>>,
     /// Where the metrics above are registered, for [`Metrics::render`].
     registry: Registry,
 }
@@ -61,6 +66,7 @@ impl Default for Metrics {
             batch_seconds: Histogram::new(BOUNDS),
             in_flight_bound: Gauge::default(),
             push_interval_seconds: Gauge::default(),
+            cadence: None,
             registry: Registry::default(),
         };
         metrics.registered()
@@ -118,6 +124,15 @@ impl Metrics {
         self
     }
 
+    /// Metrics whose cadence gauges are read from `cadence` at each scrape (a replica that stopped
+    /// getting batches shows its level coming down, not the last one a batch saw).
+    pub fn with_cadence(cadence: Arc<Cadence>) -> Metrics {
+        Metrics {
+            cadence: Some(cadence),
+            ..Metrics::default()
+        }
+    }
+
     /// Records the cadence in force: the bound on batches in flight and the interval asked.
     pub fn observe_cadence(&self, bound: usize, interval: Duration) {
         self.in_flight_bound
@@ -132,6 +147,11 @@ impl Metrics {
 
     /// The OpenMetrics text exposition ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
+        if let Some(c) = &self.cadence {
+            // The interval first: reading it closes the windows that ended, which moves the bound.
+            let interval = c.level_interval();
+            self.observe_cadence(c.bound(), interval);
+        }
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

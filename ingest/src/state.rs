@@ -84,8 +84,7 @@ impl AppState {
             .group_commit
             .then(|| GroupCommit::start(store.clone(), &settings));
         let cadence = Arc::new(Cadence::new(&settings));
-        let metrics = Arc::new(Metrics::default());
-        metrics.observe_cadence(cadence.bound(), cadence.level_interval());
+        let metrics = Arc::new(Metrics::with_cadence(cadence.clone()));
         AppState {
             cadence,
             auth_guard: Arc::new(auth_guard),

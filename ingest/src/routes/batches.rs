@@ -1,6 +1,6 @@
 //! `POST /v1/batches`: the agent's batches (scope `ingest`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use apiary_schema::BatchResponse;
 use axum::body::Body;
@@ -55,22 +55,20 @@ pub async fn post_batch(
         Ok(admitted) => admitted,
         Err(over) => {
             state.metrics.batches_refused.inc();
-            state
-                .metrics
-                .observe_cadence(state.cadence.bound(), state.cadence.level_interval());
             return Err(ApiError::Overloaded(over.retry_after));
         }
     };
-    let result = handle(&state, &principal, &headers, body).await;
+    // The cadence judges the server's time: from the body in hand (a device's slow upload is its link,
+    // not this node's load) to the answer.
+    let mut body_read = None;
+    let result = handle(&state, &principal, &headers, body, &mut body_read).await;
     // An error answer's batch is timed as one of the agent's usual size (its events were not counted).
     let events = result
         .as_ref()
         .map_or(0, |r| r.accepted + r.duplicates + r.rejected.len() as u64);
-    state.cadence.observe(started.elapsed(), events);
+    let server_time = body_read.map_or(Duration::ZERO, |at: Instant| at.elapsed());
+    state.cadence.observe(server_time, events);
     drop(admitted);
-    state
-        .metrics
-        .observe_cadence(state.cadence.bound(), state.cadence.level_interval());
     match &result {
         Ok(r) => {
             state.metrics.batches.inc();
@@ -94,10 +92,12 @@ async fn handle(
     principal: &Principal,
     headers: &HeaderMap,
     body: Body,
+    body_read: &mut Option<Instant>,
 ) -> Result<BatchResponse, ApiError> {
     principal.require(Scope::Ingest)?;
     check_content_type(headers)?;
     let bytes = read_body(body, state.settings.max_body_bytes).await?;
+    *body_read = Some(Instant::now());
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
