@@ -39,6 +39,8 @@ pub struct Metrics {
     pub events_rejected: Counter,
     /// Whole batches refused (4xx).
     pub batches_refused: Counter,
+    /// Of those, batches answered 429 `overloaded` (beyond the bound on batches in flight).
+    pub batches_overloaded: Counter,
     /// Requests answered 429 by the per-token rate limit.
     pub rate_limited: Counter,
     /// Time to check and store a batch.
@@ -62,6 +64,7 @@ impl Default for Metrics {
             events_duplicate: Counter::default(),
             events_rejected: Counter::default(),
             batches_refused: Counter::default(),
+            batches_overloaded: Counter::default(),
             rate_limited: Counter::default(),
             batch_seconds: Histogram::new(BOUNDS),
             in_flight_bound: Gauge::default(),
@@ -96,6 +99,11 @@ impl Metrics {
                 "apiary_ingest_batches_refused",
                 "Whole batches refused (4xx).",
                 &self.batches_refused,
+            ),
+            (
+                "apiary_ingest_batches_overloaded",
+                "Batches answered 429 overloaded (beyond the bound in flight; also in batches_refused).",
+                &self.batches_overloaded,
             ),
             (
                 "apiary_ingest_rate_limited",
@@ -189,6 +197,10 @@ mod tests {
         );
         assert!(
             text.contains("\napiary_ingest_rate_limited_total 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\napiary_ingest_batches_overloaded_total 0\n"),
             "{text}"
         );
         assert!(

@@ -55,6 +55,7 @@ pub async fn post_batch(
         Ok(admitted) => admitted,
         Err(over) => {
             state.metrics.batches_refused.inc();
+            state.metrics.batches_overloaded.inc();
             return Err(ApiError::Overloaded(over.retry_after));
         }
     };

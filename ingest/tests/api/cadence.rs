@@ -220,6 +220,11 @@ async fn batches_held_up_by_the_database_bring_the_bound_in_flight_down(pool: sq
         .count();
     let stored = statuses.iter().filter(|s| **s == StatusCode::OK).count();
     assert!(refused >= 1 && refused + stored == 12, "{statuses:?}");
+    let text = scrape().await;
+    assert_eq!(
+        metric(&text, "apiary_ingest_batches_overloaded_total"),
+        refused as f64
+    );
     // Nothing refused was stored, everything answered 200 was.
     assert_eq!(app.count("events").await, 12 + stored as i64);
 }
