@@ -65,7 +65,7 @@ pub const MIN_SLOW: u64 = 3;
 const EVENTS_PER_TARGET: u64 = 100;
 /// The length of one load window.
 const WINDOW: Duration = Duration::from_secs(1);
-/// A calm window at the bound raises it by its own share of this (an eighth), at least by one.
+/// A window on time (or quiet) raises the bound by its own share of this (an eighth), at least by one.
 const GROWTH_DIVISOR: usize = 8;
 
 /// The ingest's cadence controller and its bound on batches in flight. One per process.
@@ -261,7 +261,9 @@ impl Cadence {
         let (batches, slow, refused) = (st.batches, st.slow, st.refused);
         let slow_p99 = slow >= MIN_SLOW && slow * 100 > batches;
         let loaded = slow_p99 || peak * 2 > self.max_in_flight || refused >= MIN_SLOW;
-        let calm = (slow * 400 <= batches || slow <= 1) && peak * 4 < self.max_in_flight;
+        // At most one slow batch in four hundred, or a single one: the batches were on time.
+        let on_time = slow * 400 <= batches || slow <= 1;
+        let calm = on_time && peak * 4 < self.max_in_flight;
         // Whole windows with no batch at all after this one.
         let quiet = (elapsed.as_millis() / WINDOW.as_millis()).saturating_sub(1);
         let bound = self.bound.load(Ordering::Acquire);
@@ -279,7 +281,7 @@ impl Cadence {
                 .max(bound / 2)
                 .max(self.min_in_flight)
                 .min(bound);
-        } else if slow * 400 <= batches || slow <= 1 {
+        } else if on_time {
             // Additive increase in a window whose batches were on time.
             to = grow(to);
         }

@@ -88,9 +88,9 @@ pub struct IngestSettings {
     /// Server time of a batch (per started hundred events) above which it counts as slow: more than 1%
     /// slow batches in a second, and at least three, is load (milliseconds).
     pub cadence_target_ms: u64,
-    /// Most batches this replica handles at once; one more is answered 429 with `Retry-After` before
-    /// its body is read (past capacity, the fleet waits instead of the latency growing). Half of it in
-    /// flight also counts as load for the cadence.
+    /// Most batches this replica handles at once: the ceiling of the bound in force, beyond which a
+    /// batch is answered 429 with `Retry-After` before its body is read (past capacity, the fleet waits
+    /// instead of the latency growing). Half of it in flight also counts as load for the cadence.
     pub max_batches_in_flight: usize,
     /// The floor of the bound in force: a second whose batches are slow (the cadence's loaded rule)
     /// brings it to 3/4 of what was in flight, by at most half and not below this; seconds on time raise

@@ -7,12 +7,11 @@
 //! `apiary_ingest_batch_duration_seconds_bucket{le="0.05"}`, ...). Values are atomics: recording never
 //! takes a lock.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
-use std::sync::atomic::AtomicU64;
-
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -142,7 +141,7 @@ impl Metrics {
     }
 
     /// Records the cadence in force: the bound on batches in flight and the interval asked.
-    pub fn observe_cadence(&self, bound: usize, interval: Duration) {
+    fn observe_cadence(&self, bound: usize, interval: Duration) {
         self.in_flight_bound
             .set(i64::try_from(bound).unwrap_or(i64::MAX));
         self.push_interval_seconds.set(interval.as_secs_f64());
