@@ -6,7 +6,7 @@
 //! Two arms in the same run, one after the other, each on a fresh data directory and receiver:
 //! - **immediate**: `push.coalesce_interval_ms = 0` (the push cadence before coalescing: whatever a
 //!   100 ms poll finds goes out at once);
-//! - **default**: the shipped settings (coalesced: 2 s + up to 0.5 s of jitter, or 100 events).
+//! - **default**: the shipped settings (coalesced: 1 s + up to 0.25 s of jitter, or 100 events).
 //!
 //! Per arm: freshness of each event (its ack by the agent's intake → its arrival at the receiver)
 //! p50/p95/max, batch requests per minute, events per request, and heartbeats that went as requests of
@@ -28,7 +28,7 @@ use apiary_schema::hive::Zone;
 use apiary_schema::{process_value, Outcome, Policy, ProcessOptions};
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::routing::post;
+use axum::routing::{get, post};
 use common::{env_usize, percentile, Agent};
 use rand::Rng;
 use serde_json::{json, Value};
@@ -88,6 +88,15 @@ async fn batches(
 async fn receiver(seen: Shared) -> String {
     let app = axum::Router::new()
         .route("/v1/batches", post(batches))
+        // `sync enable` asks the ingest who the token is before it stores them.
+        .route(
+            "/v1/whoami",
+            get(|| async {
+                axum::Json(json!({
+                    "tenant_id": "bench", "scopes": ["ingest"], "user_id": null, "device_id": null
+                }))
+            }),
+        )
         .with_state(seen);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

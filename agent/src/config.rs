@@ -29,8 +29,8 @@
 //! | `push.connect_timeout_ms`, `push.request_timeout_ms` | 5000, 30000 | HTTP timeouts |
 //! | `push.backoff_base_ms`, `push.backoff_cap_ms` | 1000, 300000 | retry backoff (exponential, full jitter) |
 //! | `push.poll_interval_ms` | 100 | how often an idle push loop looks for new events |
-//! | `push.coalesce_interval_ms` | 2000 | how long claimed events may wait to go as one batch (0: at once) |
-//! | `push.coalesce_jitter_ms` | 500 | a random extra wait in [0, this) per batch |
+//! | `push.coalesce_interval_ms` | 1000 | how long claimed events may wait to go as one batch until the ingest asks for another interval (0: at once) |
+//! | `push.coalesce_jitter_ms` | 500 | a random extra wait in [0, this) per batch, at most a quarter of the interval |
 //! | `push.coalesce_events` | 100 | a batch of this many events goes without waiting (a large backlog always does) |
 //! | `push.min_interval_ms`, `push.max_interval_ms` | 1000, 30000 | bounds of the push interval the ingest asks for, adopted in place of `coalesce_interval_ms` |
 //! | `push.heartbeat_interval_secs` | 30 | heartbeat interval |

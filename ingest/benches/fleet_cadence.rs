@@ -13,8 +13,8 @@
 //! A device's day, compressed: it alternates working stretches (exponential, mean 120 s) with idle ones
 //! (mean 60 s); while it works, LLM turns and tool calls arrive as a Poisson stream at BENCH_EVENT_RATE over
 //! its three sessions. Like the agent, it gathers what arrived and pushes one batch when the oldest event
-//! has waited the interval the ingest last asked for (2 s plus up to 0.5 s of its own jitter before the
-//! first answer), or at once when 100 are there; 429/503 are retried as the agent retries them (its
+//! has waited the interval the ingest last asked for (1 s before the first answer, the agent's own) plus
+//! the agent's jitter (up to 0.5 s, at most a quarter of the interval), or at once when 100 are there; 429/503 are retried as the agent retries them (its
 //! backoff, `Retry-After` as the floor), nothing is dropped. 5% of the devices are offline for the first third of the run and come back with that backlog
 //! (sent in batches of up to 1000); 10% of the batches are sent twice (an agent retrying after a lost
 //! answer: duplicates). Every device has its own device-bound token.
@@ -181,7 +181,10 @@ async fn device(
     } else {
         start
     };
-    let mut interval = Duration::from_millis(2_000 + rng.gen_range(0..500));
+    // The agent's own interval until the ingest answers (`push.coalesce_interval_ms`), and each gather's
+    // jitter (`push.coalesce_jitter_ms`, at most a quarter of the interval), drawn when the gather starts.
+    let mut interval = Duration::from_millis(1_000);
+    let mut extra = Duration::ZERO;
     let mut pending: Vec<(Instant, Value)> = Vec::new();
     let mut working = rng.gen_bool(0.67);
     let mut phase_end = start + exp(&mut rng, if working { 120.0 } else { 60.0 });
@@ -200,18 +203,25 @@ async fn device(
                 next_event = now + exp(&mut rng, 1.0 / rate);
             }
         }
+        let was_empty = pending.is_empty();
         while working && next_event <= now && now < end {
             let s = &sessions[rng.gen_range(0..3)];
             pending.push((next_event, usage_event(&mut rng, s)));
             next_event += exp(&mut rng, 1.0 / rate);
         }
+        if was_empty && !pending.is_empty() {
+            extra = gather_jitter(&mut rng, interval);
+        }
         let online = now >= offline_until;
         // At the end of the run a device stops working but pushes what it holds at its own cadence, as
         // an agent whose user stops does: no flush of the whole fleet in one second.
-        let due = pending.first().is_some_and(|(t, _)| now >= *t + interval);
+        let due = pending
+            .first()
+            .is_some_and(|(t, _)| now >= *t + interval + extra);
         if online && (pending.len() >= 100 || due) {
             let take = pending.len().min(1_000);
             let sent: Vec<(Instant, Value)> = pending.drain(..take).collect();
+            extra = gather_jitter(&mut rng, interval);
             let events: Vec<Value> = sent.iter().map(|(_, e)| e.clone()).collect();
             let body = batch_body(&d, &sessions, &events);
             let v = push(&client, &url, &d, &body, &tally).await;
@@ -248,13 +258,19 @@ async fn device(
             wake = wake.min(next_event);
         }
         if let Some((t, _)) = pending.first() {
-            wake = wake.min((*t + interval).max(offline_until));
+            wake = wake.min((*t + interval + extra).max(offline_until));
         }
         let wait = wake
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(5));
         tokio::time::sleep(wait).await;
     }
+}
+
+/// The agent's jitter of one gather: up to 500 ms, at most a quarter of the interval.
+fn gather_jitter(rng: &mut StdRng, interval: Duration) -> Duration {
+    let cap = (interval.as_millis() as u64 / 4).min(500);
+    Duration::from_millis(if cap == 0 { 0 } else { rng.gen_range(0..cap) })
 }
 
 fn exp(rng: &mut StdRng, mean: f64) -> Duration {

@@ -168,7 +168,7 @@ impl Default for IngestSettings {
             group_commit_writers: 4,
             group_commit_wait_ms: 2,
             group_commit_max_events: 1_000,
-            cadence_base_ms: 2_000,
+            cadence_base_ms: 1_000,
             cadence_max_ms: 30_000,
             cadence_target_ms: 100,
             max_batches_in_flight: 256,

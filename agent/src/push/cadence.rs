@@ -11,7 +11,8 @@
 //!   a large backlog goes out at once, one full batch after another, up to `concurrency` in flight;
 //! - it holds a retry (an event whose backoff has run out has waited long enough);
 //! - its oldest event was claimed `coalesce_interval_ms` + a random `[0, coalesce_jitter_ms)` ago (the
-//!   jitter, drawn per gather, keeps a fleet of agents started together from pushing in step);
+//!   jitter, drawn per gather and at most a quarter of the interval, keeps a fleet of agents started
+//!   together from pushing in step);
 //! - shutdown, or sync stopped (the delivery then releases the rows).
 //!
 //! The interval is the ingest's to set: every answer to a batch or a heartbeat carries the one it wants
@@ -71,12 +72,15 @@ impl Coalesce {
         }
     }
 
-    /// The wait of a new gather: the interval plus its jitter.
+    /// The wait of a new gather: the interval plus its jitter, which is at most a quarter of the
+    /// interval (with the default 500 ms, a 1 s interval waits 1–1.25 s and a 2 s one 2–2.5 s): the
+    /// jitter spreads a fleet, it should not double a short interval's wait.
     fn wait(&self) -> Duration {
-        if self.interval.is_zero() || self.jitter.is_zero() {
+        let jitter_ms = self.jitter.min(self.interval / 4).as_millis() as u64;
+        if jitter_ms == 0 {
             return self.interval;
         }
-        let extra = rand::thread_rng().gen_range(0..self.jitter.as_millis() as u64);
+        let extra = rand::thread_rng().gen_range(0..jitter_ms);
         self.interval + Duration::from_millis(extra)
     }
 }
@@ -317,6 +321,31 @@ mod tests {
             let w = r.wait();
             assert!(w >= Duration::from_millis(2_000) && w < Duration::from_millis(2_500));
         }
+    }
+
+    #[test]
+    fn the_jitter_is_at_most_a_quarter_of_a_short_interval() {
+        let r = Coalesce {
+            jitter: Duration::from_millis(500),
+            ..rule(1_000, 50)
+        };
+        let waits: Vec<Duration> = (0..400).map(|_| r.wait()).collect();
+        assert!(waits
+            .iter()
+            .all(|w| *w >= Duration::from_millis(1_000) && *w < Duration::from_millis(1_250)));
+        assert!(
+            waits.iter().any(|w| *w >= Duration::from_millis(1_125)),
+            "the jitter is still drawn"
+        );
+        let tiny = Coalesce {
+            jitter: Duration::from_millis(500),
+            ..rule(3, 50)
+        };
+        assert_eq!(
+            tiny.wait(),
+            Duration::from_millis(3),
+            "under a millisecond of jitter: none"
+        );
     }
 
     #[test]

@@ -111,7 +111,7 @@ impl Default for PushSettings {
             backoff_base_ms: 1_000,
             backoff_cap_ms: 300_000,
             poll_interval_ms: 100,
-            coalesce_interval_ms: 2_000,
+            coalesce_interval_ms: 1_000,
             coalesce_jitter_ms: 500,
             coalesce_events: 100,
             min_interval_ms: 1_000,

@@ -21,14 +21,14 @@ async fn a_batch_is_stored_once_and_a_replay_changes_nothing(pool: sqlx::PgPool)
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(
         v,
-        json!({ "accepted": 3, "duplicates": 0, "rejected": [], "push_interval_ms": 2000 }),
+        json!({ "accepted": 3, "duplicates": 0, "rejected": [], "push_interval_ms": 1000 }),
         "at rest the ingest asks for its base interval"
     );
     let (s, v) = app.post_batch(&t.ingest, &b).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
         v,
-        json!({ "accepted": 0, "duplicates": 3, "rejected": [], "push_interval_ms": 2000 })
+        json!({ "accepted": 0, "duplicates": 3, "rejected": [], "push_interval_ms": 1000 })
     );
     assert_eq!(app.count("events").await, 3);
     let (_, u) = app.get(&t.read, "/v1/usage").await;

@@ -67,7 +67,7 @@ async fn batches_in_flight_stretch_the_interval_and_past_the_bound_are_answered_
     let (s, v) = app.post_raw(&t.ingest, one_tool_batch("calm"), None).await;
     assert_eq!(
         (s, v["push_interval_ms"].as_u64()),
-        (StatusCode::OK, Some(2000)),
+        (StatusCode::OK, Some(1000)),
         "{v}"
     );
 
@@ -96,8 +96,8 @@ async fn batches_in_flight_stretch_the_interval_and_past_the_bound_are_answered_
         .unwrap()
         .parse()
         .unwrap();
-    // Drawn from one second up to the interval in force (2 s at rest).
-    assert!((1..=2).contains(&retry), "Retry-After {retry}");
+    // Drawn from one second up to the interval in force (1 s at rest).
+    assert_eq!(retry, 1, "Retry-After {retry}");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "overloaded", "{body}");
 
@@ -115,8 +115,8 @@ async fn batches_in_flight_stretch_the_interval_and_past_the_bound_are_answered_
     let (s, v) = app.post_raw(&t.ingest, one_tool_batch("after"), None).await;
     assert_eq!(s, StatusCode::OK);
     let asked = v["push_interval_ms"].as_u64().unwrap();
-    // Level 1: 4 s, and this device's own 75–125% of it.
-    assert!((3_000..5_000).contains(&asked), "{v}");
+    // Level 1: 2 s, and this device's own 75–125% of it.
+    assert!((1_500..2_500).contains(&asked), "{v}");
     // Nothing refused was stored, everything answered 200 was.
     assert_eq!(app.count("events").await, 6);
 }
@@ -156,7 +156,7 @@ async fn batches_held_up_by_the_database_bring_the_bound_in_flight_down(pool: sq
     };
     let text = scrape().await;
     assert_eq!(metric(&text, "apiary_ingest_batches_in_flight_bound"), 16.0);
-    assert_eq!(metric(&text, "apiary_ingest_push_interval_seconds"), 2.0);
+    assert_eq!(metric(&text, "apiary_ingest_push_interval_seconds"), 1.0);
 
     // Twelve batches at once against a slow database: the events table locked for half a second while
     // they arrive; each taken waits at its insert, far past the 100 ms target. Their answers.
@@ -199,12 +199,12 @@ async fn batches_held_up_by_the_database_bring_the_bound_in_flight_down(pool: sq
     assert_eq!(burst("slow").await, [StatusCode::OK; 12]);
     // Once their window has closed the bound is three quarters of twelve (a window boundary among
     // their answers would cut it to between half the ceiling and that), and the slow second raised the
-    // level: 4 s.
+    // level: 2 s.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let text = scrape().await;
     let bound = metric(&text, "apiary_ingest_batches_in_flight_bound");
     assert!((2.0..=9.0).contains(&bound), "{text}");
-    assert_eq!(metric(&text, "apiary_ingest_push_interval_seconds"), 4.0);
+    assert_eq!(metric(&text, "apiary_ingest_push_interval_seconds"), 2.0);
 
     // The same burst against the same slow database: past the bound (it grows by one a second at
     // most from here) some are answered 429 at once; the others are stored once it is released.
