@@ -115,6 +115,12 @@ impl Principal {
         }
     }
 
+    /// The hash of the token this caller came with: whose share of the batches in flight a batch is
+    /// (`crate::cadence`), as it keys the rate limit.
+    pub fn token_key(&self) -> &[u8; 32] {
+        &self.token_hash
+    }
+
     /// Has the scope (admin implies read).
     pub fn has(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)

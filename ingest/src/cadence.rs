@@ -35,6 +35,10 @@
 //!   before their bodies are read, so neither latency nor memory grows without bound; the agent retries
 //!   after it and nothing is lost. Three refusals or more in a window are load too: the fleet is asked to
 //!   stretch, not only the refused devices.
+//! - **A token's share.** One token holds at most `max_batches_in_flight_per_token` of the batches in
+//!   flight; one more is refused the same way (before its body is read), so a token sending its bodies
+//!   slowly on purpose cannot hold the whole bound. Those refusals are the token's excess, not the node's
+//!   load: they do not raise the level.
 //! - **The bound follows the latency.** What a batch waits for is the batches ahead of it: on two cores
 //!   256 small batches in flight are most of a second for the last one. So the bound in force moves
 //!   between `min_batches_in_flight` and `max_batches_in_flight` (additive increase, multiplicative
@@ -76,6 +80,8 @@ pub struct Cadence {
     target: Duration,
     max_in_flight: usize,
     min_in_flight: usize,
+    /// Most batches in flight for one token (`max_batches_in_flight_per_token`).
+    per_token: usize,
     /// The bound in force: between `min_in_flight` and `max_in_flight` (see the module notes).
     bound: AtomicUsize,
     in_flight: AtomicUsize,
@@ -93,6 +99,8 @@ struct State {
     peak_in_flight: usize,
     /// Batches refused in this window (the bound in force was reached).
     refused: u64,
+    /// Batches in flight per token (only tokens with one at least).
+    per_token: std::collections::HashMap<TokenKey, usize>,
     /// No raise before this: the interval of the last raise has not yet reached the whole fleet.
     hold_until: Instant,
 }
@@ -101,29 +109,47 @@ struct State {
 #[derive(Debug)]
 pub struct InFlight<'a> {
     cadence: &'a Cadence,
+    token: TokenKey,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
+        {
+            let mut st = self.cadence.lock();
+            if let Some(n) = st.per_token.get_mut(&self.token) {
+                *n -= 1;
+                if *n == 0 {
+                    st.per_token.remove(&self.token);
+                }
+            }
+        }
         self.cadence.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-/// The answer to a batch beyond the bound in force: come back after this.
+/// Whose batch it is: the hash of the token it came with.
+pub type TokenKey = [u8; 32];
+
+/// The answer to a batch beyond the bound in force, or beyond its token's share of it: come back after
+/// this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Overloaded {
     pub retry_after: Duration,
+    /// Refused for its token's share (`max_batches_in_flight_per_token`), not for the node's bound.
+    pub token_share: bool,
 }
 
 impl Cadence {
     pub fn new(s: &IngestSettings) -> Cadence {
-        Cadence::with(
+        let mut c = Cadence::with(
             Duration::from_millis(s.cadence_base_ms),
             Duration::from_millis(s.cadence_max_ms),
             Duration::from_millis(s.cadence_target_ms),
             (s.min_batches_in_flight, s.max_batches_in_flight),
             Instant::now(),
-        )
+        );
+        c.per_token = s.max_batches_in_flight_per_token.clamp(1, c.max_in_flight);
+        c
     }
 
     fn with(
@@ -140,6 +166,7 @@ impl Cadence {
             target,
             max_in_flight,
             min_in_flight: min_in_flight.clamp(1, max_in_flight),
+            per_token: max_in_flight,
             bound: AtomicUsize::new(max_in_flight),
             in_flight: AtomicUsize::new(0),
             state: Mutex::new(State {
@@ -150,35 +177,47 @@ impl Cadence {
                 slow: 0,
                 peak_in_flight: 0,
                 refused: 0,
+                per_token: std::collections::HashMap::new(),
                 hold_until: now,
             }),
         }
     }
 
-    /// Admits a batch, or refuses it when the bound in force is in flight already.
-    pub fn admit(&self) -> Result<InFlight<'_>, Overloaded> {
-        self.admit_at(Instant::now())
+    /// Admits a batch that came with `token`, or refuses it when the bound in force is in flight
+    /// already, or when that token has its share of it in flight.
+    pub fn admit(&self, token: &TokenKey) -> Result<InFlight<'_>, Overloaded> {
+        self.admit_at(token, Instant::now())
     }
 
-    fn admit_at(&self, now: Instant) -> Result<InFlight<'_>, Overloaded> {
+    fn admit_at(&self, token: &TokenKey, now: Instant) -> Result<InFlight<'_>, Overloaded> {
         let mut st = self.lock();
         // A window that ended moves the bound before this batch is judged by it.
         self.roll(&mut st, now);
         // Taken under the lock: a refused batch never counts as in flight, even for an instant.
         let before = self.in_flight.load(Ordering::Acquire);
-        if before >= self.bound.load(Ordering::Acquire) {
-            st.refused += 1;
+        let whole = before >= self.bound.load(Ordering::Acquire);
+        let mine = st.per_token.get(token).copied().unwrap_or(0);
+        if whole || mine >= self.per_token {
+            // One token past its share is not the node's load: only the bound's refusals count.
+            if whole {
+                st.refused += 1;
+            }
             let interval = self.at_level(st.level);
             drop(st);
             let secs = interval.as_millis().div_ceil(1000) as u64;
             let secs = rand::Rng::gen_range(&mut rand::thread_rng(), 1..=secs.max(1));
             return Err(Overloaded {
                 retry_after: Duration::from_secs(secs),
+                token_share: !whole,
             });
         }
+        *st.per_token.entry(*token).or_insert(0) += 1;
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         st.peak_in_flight = st.peak_in_flight.max(before + 1);
-        Ok(InFlight { cadence: self })
+        Ok(InFlight {
+            cadence: self,
+            token: *token,
+        })
     }
 
     /// Records one answered batch of `events` events and the server time it took.
@@ -563,14 +602,54 @@ mod tests {
     fn beyond_the_bound_in_flight_a_batch_is_refused_with_the_interval() {
         let t0 = Instant::now();
         let c = cadence(t0);
-        let held: Vec<_> = (0..8).map(|_| c.admit().unwrap()).collect();
+        let held: Vec<_> = (0..8).map(|_| c.admit(&[0; 32]).unwrap()).collect();
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..100 {
-            seen.insert(c.admit().unwrap_err().retry_after.as_secs());
+            seen.insert(c.admit(&[0; 32]).unwrap_err().retry_after.as_secs());
         }
         assert_eq!(seen, [1, 2].into(), "one second up to the 2 s interval");
         drop(held);
-        assert!(c.admit().is_ok(), "room again once they end");
+        assert!(c.admit(&[0; 32]).is_ok(), "room again once they end");
+    }
+
+    #[test]
+    fn a_token_past_its_share_is_refused_while_others_are_taken_and_that_is_not_load() {
+        let t = Instant::now();
+        let mut c = Cadence::with(
+            Duration::from_secs(1),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            (16, 16),
+            t,
+        );
+        c.per_token = 2;
+        let (a, b) = ([1; 32], [2; 32]);
+        let held: Vec<_> = (0..2).map(|_| c.admit_at(&a, t).unwrap()).collect();
+        for _ in 0..5 {
+            let refused = c.admit_at(&a, t).unwrap_err();
+            assert!(refused.token_share, "{refused:?}");
+            assert_eq!(refused.retry_after, Duration::from_secs(1));
+        }
+        let other = c.admit_at(&b, t).unwrap();
+        assert_eq!(
+            c.in_flight.load(Ordering::Acquire),
+            3,
+            "the refused never count"
+        );
+        // Five refusals of one token's share in a window: not the node's load.
+        assert_eq!(c.interval_at(t + WINDOW), Duration::from_secs(1));
+        assert_eq!(c.bound(), 16);
+        drop(held);
+        assert!(
+            c.admit_at(&a, t).is_ok(),
+            "its share is free once its batches end"
+        );
+        drop(other);
+        assert!(
+            c.lock().per_token.is_empty(),
+            "nothing kept of a token without batches"
+        );
+        assert_eq!(c.in_flight.load(Ordering::Acquire), 0);
     }
 
     #[test]
@@ -581,10 +660,10 @@ mod tests {
         c.interval_for_at(None, t);
         assert_eq!(c.interval_at(t), Duration::from_secs(30));
         // (The test's windows end 29 s ahead of the clock `admit` reads: it rolls none of them.)
-        let held: Vec<_> = (0..8).map(|_| c.admit().unwrap()).collect();
+        let held: Vec<_> = (0..8).map(|_| c.admit(&[0; 32]).unwrap()).collect();
         let mut by_second = [0u32; 31];
         for _ in 0..3000 {
-            let s = c.admit().unwrap_err().retry_after.as_secs() as usize;
+            let s = c.admit(&[0; 32]).unwrap_err().retry_after.as_secs() as usize;
             assert!((1..=30).contains(&s), "{s}");
             by_second[s] += 1;
         }
@@ -607,7 +686,9 @@ mod tests {
 
     /// Holds `n` batches in flight at `now` (as many as the bound admits).
     fn hold(c: &Cadence, n: usize, now: Instant) -> Vec<InFlight<'_>> {
-        (0..n).filter_map(|_| c.admit_at(now).ok()).collect()
+        (0..n)
+            .filter_map(|_| c.admit_at(&[0; 32], now).ok())
+            .collect()
     }
 
     #[test]
@@ -657,7 +738,7 @@ mod tests {
         // thirty-third is refused, and never counted in flight.
         let held = hold(&c, 32, t);
         assert_eq!(held.len(), 32);
-        let refused = (0..3).filter(|_| c.admit_at(t).is_err()).count();
+        let refused = (0..3).filter(|_| c.admit_at(&[0; 32], t).is_err()).count();
         assert_eq!(refused, 3);
         assert_eq!(c.in_flight.load(Ordering::Acquire), 32);
         // Three refusals in a window raise the level, though no batch was slow.
@@ -713,7 +794,7 @@ mod tests {
     fn many_batches_in_flight_are_load_even_when_each_is_fast() {
         let t0 = Instant::now();
         let c = cadence(t0);
-        let held: Vec<_> = (0..5).map(|_| c.admit().unwrap()).collect();
+        let held: Vec<_> = (0..5).map(|_| c.admit(&[0; 32]).unwrap()).collect();
         let t = window(&c, t0, 10, 0);
         c.interval_for_at(None, t);
         assert_eq!(c.lock().level, 1);

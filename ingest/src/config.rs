@@ -96,6 +96,11 @@ pub struct IngestSettings {
     /// brings it to 3/4 of what was in flight, by at most half and not below this; seconds on time raise
     /// it back towards `max_batches_in_flight` (`crate::cadence`). Equal to it (or above): a fixed bound.
     pub min_batches_in_flight: usize,
+    /// Most batches in flight at once for one token (clamped to `max_batches_in_flight`): one more is
+    /// answered 429 with `Retry-After` before its body is read. An agent sends at most
+    /// `push.concurrency` (4) at once; the share keeps one token (a device's, or one shared by many
+    /// agents) from holding the whole bound, e.g. with bodies uploaded slowly on purpose.
+    pub max_batches_in_flight_per_token: usize,
     /// `json` in production, `text` for humans (`pretty` is accepted for `text`).
     pub log_format: LogFormat,
     /// Alert rules and notification delivery (`[alerts]`).
@@ -173,6 +178,7 @@ impl Default for IngestSettings {
             cadence_target_ms: 100,
             max_batches_in_flight: 256,
             min_batches_in_flight: 16,
+            max_batches_in_flight_per_token: 32,
             log_format: LogFormat::Text,
             alerts: AlertSettings::default(),
         }
@@ -265,9 +271,10 @@ impl IngestSettings {
         }
         if self.cadence_target_ms == 0
             || self.max_batches_in_flight == 0
+            || self.max_batches_in_flight_per_token == 0
             || self.min_batches_in_flight == 0
         {
-            return bad("cadence_target_ms, max_batches_in_flight and min_batches_in_flight must be at least 1");
+            return bad("cadence_target_ms, max_batches_in_flight, min_batches_in_flight and max_batches_in_flight_per_token must be at least 1");
         }
         if self.stream_max_subscribers == 0 || self.stream_max_per_tenant == 0 {
             return bad("stream_max_subscribers and stream_max_per_tenant must be at least 1");

@@ -40,6 +40,9 @@ pub struct Metrics {
     pub batches_refused: Counter,
     /// Of those, batches answered 429 `overloaded` (beyond the bound on batches in flight).
     pub batches_overloaded: Counter,
+    /// Of those, batches answered 429 `overloaded` because their token had its share of the bound in
+    /// flight (`max_batches_in_flight_per_token`).
+    pub batches_over_token_share: Counter,
     /// Requests answered 429 by the per-token rate limit.
     pub rate_limited: Counter,
     /// Time to check and store a batch.
@@ -64,6 +67,7 @@ impl Default for Metrics {
             events_rejected: Counter::default(),
             batches_refused: Counter::default(),
             batches_overloaded: Counter::default(),
+            batches_over_token_share: Counter::default(),
             rate_limited: Counter::default(),
             batch_seconds: Histogram::new(BOUNDS),
             in_flight_bound: Gauge::default(),
@@ -103,6 +107,11 @@ impl Metrics {
                 "apiary_ingest_batches_overloaded",
                 "Batches answered 429 overloaded (beyond the bound in flight; also in batches_refused).",
                 &self.batches_overloaded,
+            ),
+            (
+                "apiary_ingest_batches_over_token_share",
+                "Batches answered 429 overloaded because their token had its share of the bound in flight (also in batches_refused).",
+                &self.batches_over_token_share,
             ),
             (
                 "apiary_ingest_rate_limited",
@@ -200,6 +209,10 @@ mod tests {
         );
         assert!(
             text.contains("\napiary_ingest_batches_overloaded_total 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\napiary_ingest_batches_over_token_share_total 0\n"),
             "{text}"
         );
         assert!(

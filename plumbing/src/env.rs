@@ -87,6 +87,7 @@ pub const INGEST_KEYS: &[Key] = &[
     Key::new("cadence_target_ms", Kind::Int),
     Key::new("max_batches_in_flight", Kind::Int),
     Key::new("min_batches_in_flight", Kind::Int),
+    Key::new("max_batches_in_flight_per_token", Kind::Int),
     Key::new("log_format", Kind::Str),
     Key::new("alerts.allow_private_destinations", Kind::Bool),
     Key::new("alerts.egress_proxy", Kind::Str),

@@ -51,11 +51,14 @@ pub async fn post_batch(
     body: Body,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let started = Instant::now();
-    let admitted = match state.cadence.admit() {
+    let admitted = match state.cadence.admit(principal.token_key()) {
         Ok(admitted) => admitted,
         Err(over) => {
             state.metrics.batches_refused.inc();
-            state.metrics.batches_overloaded.inc();
+            match over.token_share {
+                true => state.metrics.batches_over_token_share.inc(),
+                false => state.metrics.batches_overloaded.inc(),
+            };
             return Err(ApiError::Overloaded(over.retry_after));
         }
     };

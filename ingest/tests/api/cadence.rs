@@ -223,3 +223,93 @@ async fn batches_held_up_by_the_database_bring_the_bound_in_flight_down(pool: sq
     // Nothing refused was stored, everything answered 200 was.
     assert_eq!(app.count("events").await, 12 + stored as i64);
 }
+
+/// One token cannot hold the whole bound (e.g. by sending its bodies slowly on purpose): past its share
+/// its batches are answered 429 before their bodies are read, another token's are taken meanwhile, and
+/// those refusals are not the node's load.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_token_past_its_share_of_the_batches_in_flight_is_refused_while_others_are_taken(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app_with(
+        pool,
+        apiary_ingest::config::IngestSettings {
+            max_batches_in_flight_per_token: 3,
+            ..test_settings()
+        },
+    )
+    .await;
+    let (t, other) = (app.tenant("acme").await, app.tenant("globex").await);
+    let held: Vec<_> = (0..3)
+        .map(|i| held_batch(&app, &t.ingest, one_tool_batch(&format!("slow-{i}"))))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..4 {
+        let resp = app
+            .client
+            .post(format!("{}/v1/batches", app.base))
+            .bearer_auth(&t.ingest)
+            .header("content-type", "application/json")
+            .body(one_tool_batch(&format!("more-{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "overloaded", "{body}");
+    }
+    let (s, v) = app
+        .post_raw(&other.ingest, one_tool_batch("other"), None)
+        .await;
+    assert_eq!(
+        (s, v["accepted"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+    // Four refusals in that second would be load if the node's bound had refused them: the interval
+    // asked after it is still the one at rest.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let (s, v) = app
+        .post_raw(&other.ingest, one_tool_batch("other-later"), None)
+        .await;
+    assert_eq!(
+        (s, v["push_interval_ms"].as_u64()),
+        (StatusCode::OK, Some(1000)),
+        "{v}"
+    );
+
+    for (release, task) in held {
+        let _ = release.send(());
+        let (s, v) = task.await.unwrap();
+        assert_eq!(
+            (s, v["accepted"].as_u64()),
+            (StatusCode::OK, Some(1)),
+            "{v}"
+        );
+    }
+    let (s, _) = app.post_raw(&t.ingest, one_tool_batch("after"), None).await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "the token's share is free once its batches end"
+    );
+    let text = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("\napiary_ingest_batches_over_token_share_total 4\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\napiary_ingest_batches_overloaded_total 0\n"),
+        "{text}"
+    );
+    assert_eq!(app.count("events").await, 6);
+}

@@ -718,6 +718,7 @@ async fn metrics_parse_as_prometheus_text_with_the_dashboard_series(pool: sqlx::
         ("apiary_ingest_batches_refused", "counter"),
         ("apiary_ingest_rate_limited", "counter"),
         ("apiary_ingest_batches_overloaded", "counter"),
+        ("apiary_ingest_batches_over_token_share", "counter"),
         ("apiary_ingest_batch_duration_seconds", "histogram"),
         ("apiary_ingest_batches_in_flight_bound", "gauge"),
         ("apiary_ingest_push_interval_seconds", "gauge"),
