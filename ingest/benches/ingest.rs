@@ -203,6 +203,8 @@ async fn run(url: &str, input: &Input) -> anyhow::Result<Figures> {
     let settings = IngestSettings {
         pool_size: 16,
         group_commit: std::env::var("BENCH_GROUP_COMMIT").map_or(true, |v| v != "0"),
+        // The clients share one token: no share of the batches in flight per token.
+        max_batches_in_flight_per_token: IngestSettings::default().max_batches_in_flight,
         ..IngestSettings::default()
     };
     // What an empty schema takes (pre-created partitions, indexes, reference rows), not counted per event.

@@ -298,6 +298,8 @@ async fn main() -> anyhow::Result<()> {
         rate_limit_per_sec: 1e9,
         rate_limit_burst: 1e9,
         pool_size: 16,
+        // The clients share one token: no share of the batches in flight per token.
+        max_batches_in_flight_per_token: IngestSettings::default().max_batches_in_flight,
         ..IngestSettings::default()
     };
     let app = Application::build(settings, pool.clone()).await?;

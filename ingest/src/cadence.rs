@@ -36,9 +36,10 @@
 //!   after it and nothing is lost. Three refusals or more in a window are load too: the fleet is asked to
 //!   stretch, not only the refused devices.
 //! - **A token's share.** One token holds at most `max_batches_in_flight_per_token` of the batches in
-//!   flight; one more is refused the same way (before its body is read), so a token sending its bodies
-//!   slowly on purpose cannot hold the whole bound. Those refusals are the token's excess, not the node's
-//!   load: they do not raise the level.
+//!   flight, and at most half the bound in force; one more is refused the same way (before its body is
+//!   read), so a token sending its bodies slowly on purpose cannot hold the whole bound. Those refusals
+//!   are the token's excess, not the node's load: they do not raise the level. The setting at or above
+//!   `max_batches_in_flight` turns the share off.
 //! - **The bound follows the latency.** What a batch waits for is the batches ahead of it: on two cores
 //!   256 small batches in flight are most of a second for the last one. So the bound in force moves
 //!   between `min_batches_in_flight` and `max_batches_in_flight` (additive increase, multiplicative
@@ -80,8 +81,9 @@ pub struct Cadence {
     target: Duration,
     max_in_flight: usize,
     min_in_flight: usize,
-    /// Most batches in flight for one token (`max_batches_in_flight_per_token`).
-    per_token: usize,
+    /// Most batches in flight for one token (`max_batches_in_flight_per_token`), at most half the
+    /// bound in force; None: no share (the setting at or above `max_batches_in_flight`).
+    per_token: Option<usize>,
     /// The bound in force: between `min_in_flight` and `max_in_flight` (see the module notes).
     bound: AtomicUsize,
     in_flight: AtomicUsize,
@@ -114,7 +116,7 @@ pub struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        {
+        if self.cadence.per_token.is_some() {
             let mut st = self.cadence.lock();
             if let Some(n) = st.per_token.get_mut(&self.token) {
                 *n -= 1;
@@ -148,7 +150,8 @@ impl Cadence {
             (s.min_batches_in_flight, s.max_batches_in_flight),
             Instant::now(),
         );
-        c.per_token = s.max_batches_in_flight_per_token.clamp(1, c.max_in_flight);
+        c.per_token = (s.max_batches_in_flight_per_token < c.max_in_flight)
+            .then_some(s.max_batches_in_flight_per_token.max(1));
         c
     }
 
@@ -166,7 +169,7 @@ impl Cadence {
             target,
             max_in_flight,
             min_in_flight: min_in_flight.clamp(1, max_in_flight),
-            per_token: max_in_flight,
+            per_token: None,
             bound: AtomicUsize::new(max_in_flight),
             in_flight: AtomicUsize::new(0),
             state: Mutex::new(State {
@@ -195,9 +198,13 @@ impl Cadence {
         self.roll(&mut st, now);
         // Taken under the lock: a refused batch never counts as in flight, even for an instant.
         let before = self.in_flight.load(Ordering::Acquire);
-        let whole = before >= self.bound.load(Ordering::Acquire);
+        let bound = self.bound.load(Ordering::Acquire);
+        let whole = before >= bound;
+        // A token's share is at most half the bound in force: with the bound brought down by a slow
+        // database, one token still cannot hold all of it.
+        let share = self.per_token.map(|p| p.min((bound / 2).max(1)));
         let mine = st.per_token.get(token).copied().unwrap_or(0);
-        if whole || mine >= self.per_token {
+        if whole || share.is_some_and(|share| mine >= share) {
             // One token past its share is not the node's load: only the bound's refusals count.
             if whole {
                 st.refused += 1;
@@ -211,7 +218,9 @@ impl Cadence {
                 token_share: !whole,
             });
         }
-        *st.per_token.entry(*token).or_insert(0) += 1;
+        if share.is_some() {
+            *st.per_token.entry(*token).or_insert(0) += 1;
+        }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         st.peak_in_flight = st.peak_in_flight.max(before + 1);
         Ok(InFlight {
@@ -622,7 +631,7 @@ mod tests {
             (16, 16),
             t,
         );
-        c.per_token = 2;
+        c.per_token = Some(2);
         let (a, b) = ([1; 32], [2; 32]);
         let held: Vec<_> = (0..2).map(|_| c.admit_at(&a, t).unwrap()).collect();
         for _ in 0..5 {
@@ -650,6 +659,16 @@ mod tests {
             "nothing kept of a token without batches"
         );
         assert_eq!(c.in_flight.load(Ordering::Acquire), 0);
+
+        // A share above half the bound in force is half of it.
+        c.per_token = Some(32);
+        let held: Vec<_> = (0..8).map(|_| c.admit_at(&a, t).unwrap()).collect();
+        assert!(
+            c.admit_at(&a, t).unwrap_err().token_share,
+            "8 of a bound of 16"
+        );
+        assert!(c.admit_at(&b, t).is_ok());
+        drop(held);
     }
 
     #[test]

@@ -38,10 +38,10 @@ pub struct Metrics {
     pub events_rejected: Counter,
     /// Whole batches refused (4xx).
     pub batches_refused: Counter,
-    /// Of those, batches answered 429 `overloaded` (beyond the bound on batches in flight).
+    /// Of those, batches answered 429 `overloaded` beyond the node's bound on batches in flight.
     pub batches_overloaded: Counter,
-    /// Of those, batches answered 429 `overloaded` because their token had its share of the bound in
-    /// flight (`max_batches_in_flight_per_token`).
+    /// Of the refused too (apart from `batches_overloaded`), batches answered 429 `overloaded` because
+    /// their token had its share of the bound in flight (`max_batches_in_flight_per_token`).
     pub batches_over_token_share: Counter,
     /// Requests answered 429 by the per-token rate limit.
     pub rate_limited: Counter,
@@ -105,7 +105,7 @@ impl Metrics {
             ),
             (
                 "apiary_ingest_batches_overloaded",
-                "Batches answered 429 overloaded (beyond the bound in flight; also in batches_refused).",
+                "Batches answered 429 overloaded (beyond the node's bound in flight, not a token's share; also in batches_refused).",
                 &self.batches_overloaded,
             ),
             (

@@ -28,7 +28,8 @@ use crate::store::batch::{self, Sender};
 ///
 /// Every answer carries `push_interval_ms`: how long the ingest wants this device's agent to let a
 /// trickle of events gather before its next push — its interval at rest, longer while it is loaded.
-/// Past its bound on batches in flight the ingest answers 429 with `Retry-After` before reading the body.
+/// Past its bound on batches in flight, or past the token's share of it, the ingest answers 429 with
+/// `Retry-After` before reading the body.
 ///
 /// With the header `X-Apiary-Quota: 1` the answer also carries `quota`: the budgets that apply to the
 /// token's user (the tenant's budgets without a user, and that user's), each in its current period,
@@ -51,6 +52,11 @@ pub async fn post_batch(
     body: Body,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let started = Instant::now();
+    // A token that may not send batches holds no place among them.
+    if let Err(e) = principal.require(Scope::Ingest) {
+        state.metrics.batches_refused.inc();
+        return Err(e);
+    }
     let admitted = match state.cadence.admit(principal.token_key()) {
         Ok(admitted) => admitted,
         Err(over) => {

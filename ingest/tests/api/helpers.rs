@@ -35,6 +35,8 @@ pub fn test_settings() -> IngestSettings {
         // machine to bring the adaptive bound down under a test's own concurrency (the adaptive bound is
         // tested in `cadence`).
         min_batches_in_flight: IngestSettings::default().max_batches_in_flight,
+        // Tests send bursts with one token: no share per token (tested in `cadence`).
+        max_batches_in_flight_per_token: IngestSettings::default().max_batches_in_flight,
         ..IngestSettings::default()
     }
 }
