@@ -14,8 +14,9 @@
 //! (mean 60 s); while it works, LLM turns and tool calls arrive as a Poisson stream at BENCH_EVENT_RATE over
 //! its three sessions. Like the agent, it gathers what arrived and pushes one batch when the oldest event
 //! has waited the interval the ingest last asked for (1 s before the first answer, the agent's own) plus
-//! the agent's jitter (up to 0.5 s, at most a quarter of the interval), or at once when 100 are there; 429/503 are retried as the agent retries them (its
-//! backoff, `Retry-After` as the floor), nothing is dropped. 5% of the devices are offline for the first third of the run and come back with that backlog
+//! the agent's jitter (up to 0.5 s, at most a quarter of the interval), or at once when 100 are there;
+//! 429/503 are retried as the agent retries them (its backoff, `Retry-After` as the floor), nothing is
+//! dropped. 5% of the devices are offline for the first third of the run and come back with that backlog
 //! (sent in batches of up to 1000); 10% of the batches are sent twice (an agent retrying after a lost
 //! answer: duplicates). Every device has its own device-bound token.
 //!

@@ -443,6 +443,12 @@ mod tests {
             ..IngestSettings::default()
         };
         assert!(s.validate().is_err());
+        let s = IngestSettings {
+            max_batches_in_flight_per_token: 0,
+            ..IngestSettings::default()
+        };
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("max_batches_in_flight_per_token"), "{err}");
         IngestSettings::default().validate().unwrap();
     }
 }
