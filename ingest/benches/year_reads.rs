@@ -660,6 +660,23 @@ fn reads(end: DateTime<Utc>, queen: &str, colony: &str) -> Vec<Read> {
             }
         }
     }
+    // The answers past the bound of rows (refused whole) as pages: the first page of 10,000 rows.
+    for g in [
+        "user",
+        "device",
+        "user,model",
+        "user,tool",
+        "device,runtime",
+    ] {
+        out.push(Read {
+            name: format!("usage {g} 365d day, a page"),
+            path: format!(
+                "/v1/usage?from={}&to={to}&group_by={g}&granularity=day&limit=10000",
+                day(365)
+            ),
+            page: false,
+        });
+    }
     // A zone whose days start at 04:00 or 05:00 UTC: each of its days cuts a UTC day.
     for g in ["", "model", "tool"] {
         for (days, gran) in [(30, "day"), (365, "day"), (365, "month")] {
@@ -951,6 +968,15 @@ async fn main() -> anyhow::Result<()> {
                 println!("{:<36} the server's request timeout (cold)", r.name);
                 continue;
             }
+            if resp.status() == reqwest::StatusCode::UNPROCESSABLE_ENTITY {
+                println!(
+                    "{:<36} refused (cold, {:.1} ms): {}",
+                    r.name,
+                    t.elapsed().as_secs_f64() * 1e3,
+                    resp.text().await.unwrap_or_default()
+                );
+                continue;
+            }
             anyhow::ensure!(resp.status().is_success(), "{}: {}", r.path, resp.status());
             resp.bytes().await?;
             cold = Some(t.elapsed());
@@ -963,12 +989,19 @@ async fn main() -> anyhow::Result<()> {
         let mut bytes = 0;
         let mut touched = None;
         let mut timed_out = false;
+        let mut refused = None;
         for i in 0..=o.repeat {
             let t = Instant::now();
             let resp = get(r).send().await?;
             // A read past the server's request timeout is a figure too (and the rest still run).
             if resp.status() == reqwest::StatusCode::REQUEST_TIMEOUT {
                 timed_out = true;
+                break;
+            }
+            // An answer past the bound of rows is refused: how fast is a figure too.
+            if resp.status() == reqwest::StatusCode::UNPROCESSABLE_ENTITY {
+                refused = Some(t.elapsed());
+                resp.bytes().await?;
                 break;
             }
             anyhow::ensure!(
@@ -991,6 +1024,14 @@ async fn main() -> anyhow::Result<()> {
         }
         if timed_out {
             println!("{:<36} the server's request timeout (warm)", r.name);
+            continue;
+        }
+        if let Some(t) = refused {
+            println!(
+                "{:<36} refused: more rows than an answer holds ({:.1} ms)",
+                r.name,
+                t.as_secs_f64() * 1e3
+            );
             continue;
         }
         times.sort();

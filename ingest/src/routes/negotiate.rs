@@ -44,8 +44,21 @@ pub fn usage_answer<T: Serialize>(
         return Json(json).into_response();
     }
     let u = usage(&json);
-    csv_answer(csv::render(u), &csv::file_name(u, what))
+    let mut r = csv_answer(csv::render(u), &csv::file_name(u, what));
+    // A page's next cursor, as the session list's CSV pages carry theirs (absent after the last page).
+    if let Some(v) = u
+        .next_cursor
+        .as_ref()
+        .and_then(|c| c.as_deref())
+        .and_then(|c| HeaderValue::from_str(c).ok())
+    {
+        r.headers_mut().insert(NEXT_CURSOR, v);
+    }
+    r
 }
+
+/// The header that carries a CSV page's `next_cursor`.
+pub const NEXT_CURSOR: header::HeaderName = header::HeaderName::from_static("x-next-cursor");
 
 /// CSV text as a download named `file_name`.
 pub fn csv_answer(text: String, file_name: &str) -> Response {

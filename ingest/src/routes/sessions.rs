@@ -4,14 +4,14 @@
 //! a user-bound `read` token) and the [`ReadDb`]. Unknown and other-tenant ids are both 404.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 
 use super::docs::ReadErrors;
 use super::extract::{Path, Query};
-use super::negotiate::{csv_answer, usage_answer, wants_csv};
+use super::negotiate::{csv_answer, usage_answer, wants_csv, NEXT_CURSOR};
 use crate::access::TenantRead;
 use crate::error::ApiError;
 use crate::query::history::{self, SessionHistory};
@@ -83,9 +83,6 @@ pub async fn list_sessions(
     }
     Ok(r)
 }
-
-/// The header that carries a CSV page's `next_cursor`.
-const NEXT_CURSOR: HeaderName = HeaderName::from_static("x-next-cursor");
 
 /// The page of sessions `params` ask for (the listing's JSON, also the dashboard's sessions page).
 pub async fn session_page(
@@ -203,13 +200,14 @@ pub async fn session_usage_json(
     Query(params): Query<UsageParams>,
 ) -> Result<Json<SessionUsage>, ApiError> {
     check_id(&id)?;
+    let paging = params.paging()?;
     let q = scoped_usage(params, Dim::Model)?;
     sessions::get(&db, &reader, &id).await?;
     let part = Part::Sessions(vec![id.clone()]);
-    let rows = usage::run(&db, Within::Tenant(&reader, &part), &q).await?;
+    let usage = usage::answer(&db, Within::Tenant(&reader, &part), &q, paging.as_ref()).await?;
     Ok(Json(SessionUsage {
         session_id: id,
-        usage: usage::UsageResponse::new(&q, &rows),
+        usage,
     }))
 }
 
@@ -263,6 +261,7 @@ pub async fn get_colony_usage(
 ) -> Result<Response, ApiError> {
     check_id(&id)?;
     let csv = wants_csv(params.format, &headers);
+    let paging = params.paging()?;
     let q = scoped_usage(params, Dim::Session)?;
     let part = if apiary_schema::colony::is_colony_key(&id) {
         if !crate::query::colonies::visible(&db, &reader, &id).await? {
@@ -275,10 +274,10 @@ pub async fn get_colony_usage(
         }
         Part::Colony(id.clone())
     };
-    let rows = usage::run(&db, Within::Tenant(&reader, &part), &q).await?;
+    let usage = usage::answer(&db, Within::Tenant(&reader, &part), &q, paging.as_ref()).await?;
     let answer = ColonyUsage {
         colony_id: id,
-        usage: usage::UsageResponse::new(&q, &rows),
+        usage,
     };
     Ok(usage_answer(csv, answer, |a| &a.usage, "colony-usage"))
 }

@@ -49,6 +49,7 @@ pub async fn usage_json(
     Query(params): Query<UsageParams>,
 ) -> Result<Json<UsageResponse>, ApiError> {
     let logged = format!("{params:?}");
+    let paging = params.paging()?;
     let q = UsageQuery::from_params(params, chrono::Utc::now())?;
     let within = match &reader {
         UsageReader::Tenant(r) => Within::Tenant(r, &Part::Whole),
@@ -58,6 +59,5 @@ pub async fn usage_json(
             Within::AllTenants(o)
         }
     };
-    let rows = usage::run(&db, within, &q).await?;
-    Ok(Json(UsageResponse::new(&q, &rows)))
+    Ok(Json(usage::answer(&db, within, &q, paging.as_ref()).await?))
 }

@@ -29,5 +29,6 @@ mod status_agreement;
 mod status_history;
 mod stream;
 mod usage;
+mod usage_pages;
 mod visibility;
 mod work;

@@ -64,7 +64,12 @@ pub struct UsageResponse {
     /// The grouped dimensions, as the rows' field names.
     pub group_by: Vec<Dim>,
     pub rows: Vec<UsageRowBody>,
+    /// The sums of the whole range (of every page, when the answer is paged).
     pub totals: UsageSums,
+    /// Asked for in pages (`limit`): the next page's `cursor`, null after the last page. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub next_cursor: Option<Option<String>>,
 }
 
 impl UsageResponse {
@@ -86,6 +91,7 @@ impl UsageResponse {
             group_by: q.group_by.clone(),
             rows,
             totals: UsageSums::from(&totals),
+            next_cursor: None,
         }
     }
 }

@@ -89,21 +89,43 @@ pub async fn run(
     within: Within<'_>,
     q: &UsageQuery,
 ) -> Result<Vec<UsageRow>, ApiError> {
+    Ok(run_at_most(db, within, q, None)
+        .await?
+        .expect("no bound, no overflow"))
+}
+
+/// The range `q` asks for, clamped to the rows' extent when the range is long (see
+/// [`plan::needs_extent`]); None when there are no rows.
+pub async fn range(
+    db: &ReadDb,
+    filter: &Filter,
+    q: &UsageQuery,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, ApiError> {
+    if !plan::needs_extent(q) {
+        return Ok(Some((q.from, q.to)));
+    }
+    let extent = filter
+        .extent_query(q.from, q.to, q.group_by.contains(&Dim::Tool))
+        .build_query_as::<(Option<DateTime<Utc>>, Option<DateTime<Utc>>)>()
+        .fetch_one(&db.pool)
+        .await?;
+    Ok(plan::clamp(q, extent))
+}
+
+/// [`run`], reading at most `max + 1` grouped rows from the database: None when there are more than
+/// `max` (so an answer past the bound is refused without being held in memory).
+pub async fn run_at_most(
+    db: &ReadDb,
+    within: Within<'_>,
+    q: &UsageQuery,
+    max: Option<usize>,
+) -> Result<Option<Vec<UsageRow>>, ApiError> {
     let filter = Filter::of(within, &q.group_by)?;
-    let (from, to) = if plan::needs_extent(q) {
-        let extent = filter
-            .extent_query(q.from, q.to, q.group_by.contains(&Dim::Tool))
-            .build_query_as::<(Option<DateTime<Utc>>, Option<DateTime<Utc>>)>()
-            .fetch_one(&db.pool)
-            .await?;
-        match plan::clamp(q, extent) {
-            Some(range) => range,
-            None => return Ok(vec![]),
-        }
-    } else {
-        (q.from, q.to)
+    let Some((from, to)) = range(db, &filter, q).await? else {
+        return Ok(Some(vec![]));
     };
     let plan = Plan::new(filter, q, from, to);
+    let limit = max.map(|m| m.saturating_add(1));
     let row = |k: &Keys, usage: Usage, tool: Option<ToolTotals>| UsageRow {
         bucket: plan.label(k.b),
         keys: plan.group_by.iter().map(|d| k.key(*d)).collect(),
@@ -113,31 +135,36 @@ pub async fn run(
     // A row whose sums are all zero is no usage: active time added and later taken away, or a group busy
     // only on the short side of a moved unit (`split::Moved`), which nets to nothing in the unit's bucket.
     let mut out: Vec<UsageRow> = if plan.tools {
-        fetch::<RawTool>(db, &plan)
-            .await?
-            .into_iter()
+        let raw = fetch::<RawTool>(db, &plan, limit).await?;
+        if limit.is_some_and(|l| raw.len() >= l) {
+            return Ok(None);
+        }
+        raw.into_iter()
             .filter(|r| !r.sums.is_zero())
             .map(|r| row(&r.keys, r.sums.usage(), Some(r.sums)))
             .collect()
     } else {
-        fetch::<Raw>(db, &plan)
-            .await?
-            .into_iter()
+        let raw = fetch::<Raw>(db, &plan, limit).await?;
+        if limit.is_some_and(|l| raw.len() >= l) {
+            return Ok(None);
+        }
+        raw.into_iter()
             .map(|r| row(&r.keys, r.sums.usage(), None))
             .filter(|r| !r.usage.is_zero())
             .collect()
     };
     out.sort_unstable_by(|a, b| (a.bucket, &a.keys).cmp(&(b.bucket, &b.keys)));
-    Ok(out)
+    Ok(Some(out))
 }
 
-/// The plan's rows, with `apiary_sum`, or with exact sums when one leaves the bigint range.
-async fn fetch<R>(db: &ReadDb, plan: &Plan) -> Result<Vec<R>, ApiError>
+/// The plan's rows (at most `limit`), with `apiary_sum`, or with exact sums when one leaves the bigint
+/// range.
+async fn fetch<R>(db: &ReadDb, plan: &Plan, limit: Option<usize>) -> Result<Vec<R>, ApiError>
 where
     R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
 {
-    match fetch_with(db, plan, false).await {
-        Err(e) if sums::is_out_of_range(&e) => Ok(fetch_with(db, plan, true).await?),
+    match fetch_with(db, plan, false, limit).await {
+        Err(e) if sums::is_out_of_range(&e) => Ok(fetch_with(db, plan, true, limit).await?),
         r => Ok(r?),
     }
 }
@@ -157,17 +184,25 @@ const SETTINGS: &str =
     "SELECT set_config('work_mem', '16MB', true), set_config('jit', 'off', true)";
 
 /// [`Plan::query`] in a transaction of its own with [`SETTINGS`].
-async fn fetch_with<R>(db: &ReadDb, plan: &Plan, wide: bool) -> Result<Vec<R>, sqlx::Error>
+async fn fetch_with<R>(
+    db: &ReadDb,
+    plan: &Plan,
+    wide: bool,
+    limit: Option<usize>,
+) -> Result<Vec<R>, sqlx::Error>
 where
     R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
 {
     let mut tx = db.pool.begin().await?;
     sqlx::query(SETTINGS).execute(&mut *tx).await?;
-    let rows = plan
-        .query(wide)
-        .build_query_as()
-        .fetch_all(&mut *tx)
-        .await?;
+    let mut statement = plan.query(wide);
+    if let Some(n) = limit {
+        // The statement ends with its GROUP BY: the bound applies to the grouped rows.
+        statement
+            .push(" LIMIT ")
+            .push_bind(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    let rows = statement.build_query_as().fetch_all(&mut *tx).await?;
     tx.commit().await?;
     Ok(rows)
 }

@@ -45,6 +45,7 @@
 pub mod body;
 pub mod csv;
 pub mod fetch;
+pub mod page;
 pub mod params;
 pub mod plan;
 pub mod split;
@@ -63,6 +64,7 @@ use crate::error::ApiError;
 
 pub use body::{UsageResponse, UsageSums};
 pub use fetch::{run, UsageRow};
+pub use page::{answer, Paging};
 pub use params::{AnswerFormat, GroupBy, TimeArg, UsageParams, Zone};
 
 /// A dimension to group by. Asked for by its word (`group_by=user`), answered by its field (`user_id`).

@@ -8,8 +8,9 @@ use chrono_tz::Tz;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::page::{Cursor, Paging, MAX_ROWS};
 use super::{Dim, Granularity};
-use crate::query::params::parsed;
+use crate::query::params::{parsed, Limit};
 
 /// The `group_by` parameter: comma-separated dimensions, each once, in the order given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,4 +135,31 @@ pub struct UsageParams {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<AnswerFormat>)]
     pub format: Option<AnswerFormat>,
+    /// Rows per page, 1 to 100000: the answer comes in pages, each with `next_cursor` (null after the
+    /// last; `totals` are the whole range's on every page). Without it the answer is whole, and refused
+    /// (422 `too_many_rows`) past 100000 rows.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100000)]
+    pub limit: Option<Limit<MAX_ROWS>>,
+    /// The `next_cursor` of the previous page (with the same other parameters).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>)]
+    pub cursor: Option<Cursor>,
+}
+
+impl UsageParams {
+    /// The page asked for, if any; a cursor without `limit` is a 400.
+    pub fn paging(&self) -> Result<Option<Paging>, crate::error::ApiError> {
+        match (self.limit, &self.cursor) {
+            (Some(Limit(limit)), after) => Ok(Some(Paging {
+                limit,
+                after: after.clone(),
+            })),
+            (None, Some(_)) => Err(crate::error::ApiError::bad_param(
+                "cursor",
+                "is only read with `limit` (the page size)",
+            )),
+            (None, None) => Ok(None),
+        }
+    }
 }

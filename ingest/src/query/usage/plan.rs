@@ -254,7 +254,7 @@ fn push_moved(
 }
 
 /// The calendar unit of a granularity (none for totals).
-fn unit(g: Granularity) -> Option<Unit> {
+pub(crate) fn unit(g: Granularity) -> Option<Unit> {
     match g {
         Granularity::Hour => Some(Unit::Hour),
         Granularity::Day => Some(Unit::Day),
