@@ -45,6 +45,13 @@ pub async fn page(
         Ok(p) => p,
         Err(e) => return layout::error_page(e),
     };
+    // The page draws its whole range: pages are for `/v1/usage` and the CSV download.
+    if params.limit.is_some() || params.cursor.is_some() {
+        return layout::error_page(crate::error::ApiError::bad_param(
+            "limit",
+            "the overview draws the whole range; read pages from /v1/usage or /usage.csv",
+        ));
+    }
     let dim = params
         .group_by
         .as_ref()

@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::docs::ReadErrors;
+use super::docs::{ReadErrors, UsageErrors};
 use super::extract::{Path, Query};
 use super::negotiate::{csv_answer, wants_csv};
 use crate::access::TenantRead;
@@ -30,7 +30,7 @@ use crate::state::AppState;
     responses((status = 200, description = "Colonies by key (as CSV with `format=csv` or `Accept: text/csv`).", content(
             (ColonyList = "application/json"),
             (String = "text/csv")
-        )), ReadErrors)
+        )), UsageErrors)
 )]
 pub async fn list_colonies(
     State(db): State<ReadDb>,

@@ -34,6 +34,16 @@ impl IntoResponses for ReadErrors {
     }
 }
 
+/// What a usage read can refuse with: a read's refusals, and 422 `too_many_rows` for an answer past
+/// the bound of rows (see `query::usage::page`).
+pub struct UsageErrors;
+
+impl IntoResponses for UsageErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        errors(&["400", "401", "403", "404", "408", "422", "429", "503"])
+    }
+}
+
 /// What a route that changes a resource in place (`PUT`, `PATCH`) can refuse with: a read's refusals,
 /// and 422 for a body that cannot do what the method asks.
 pub struct EditErrors;

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 
-use super::docs::ReadErrors;
+use super::docs::{ReadErrors, UsageErrors};
 use super::extract::{Path, Query};
 use super::negotiate::{csv_answer, usage_answer, wants_csv, NEXT_CURSOR};
 use crate::access::TenantRead;
@@ -173,11 +173,13 @@ pub async fn get_session_history(
     params(("id" = String, Path, description = "session id", max_length = 200), UsageParams),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The session's usage (as CSV with `format=csv` or `Accept: text/csv`).", content(
+        (status = 200, description = "The session's usage (as CSV with `format=csv` or `Accept: text/csv`).",
+        headers(("X-Next-Cursor" = String, description = "CSV of a page (`limit`): the next page's `cursor`; absent after the last.")),
+        content(
             (SessionUsage = "application/json"),
             (String = "text/csv")
         )),
-        ReadErrors
+        UsageErrors
     )
 )]
 pub async fn get_session_usage(
@@ -245,11 +247,13 @@ pub async fn get_session_tree(
     params(("id" = String, Path, description = "colony id", max_length = 200), UsageParams),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The colony's usage (as CSV with `format=csv` or `Accept: text/csv`).", content(
+        (status = 200, description = "The colony's usage (as CSV with `format=csv` or `Accept: text/csv`).",
+        headers(("X-Next-Cursor" = String, description = "CSV of a page (`limit`): the next page's `cursor`; absent after the last.")),
+        content(
             (ColonyUsage = "application/json"),
             (String = "text/csv")
         )),
-        ReadErrors
+        UsageErrors
     )
 )]
 pub async fn get_colony_usage(

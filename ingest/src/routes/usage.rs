@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Json;
 
-use super::docs::ReadErrors;
+use super::docs::UsageErrors;
 use super::extract::Query;
 use super::negotiate::{usage_answer, wants_csv};
 use crate::access::UsageReader;
@@ -24,11 +24,13 @@ use crate::query::ReadDb;
     params(UsageParams),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Usage (as CSV with `format=csv` or `Accept: text/csv`).", content(
+        (status = 200, description = "Usage (as CSV with `format=csv` or `Accept: text/csv`).",
+        headers(("X-Next-Cursor" = String, description = "CSV of a page (`limit`): the next page's `cursor`; absent after the last.")),
+        content(
             (UsageResponse = "application/json"),
             (String = "text/csv")
         )),
-        ReadErrors
+        UsageErrors
     )
 )]
 pub async fn get_usage(

@@ -36,39 +36,66 @@ use crate::rollups::Usage;
 /// The most rows an answer (or a page) may have.
 pub const MAX_ROWS: usize = 100_000;
 
-/// Where a page ended: the last row's bucket (its label; None for totals) and group keys.
+/// Where a page ended: the last row's bucket (its label; None for totals) and group keys, and which
+/// question it is a page of ([`query_digest`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     pub bucket: Option<DateTime<Utc>>,
     pub keys: Vec<String>,
+    /// [`query_digest`] of the query the page answered.
+    pub query: String,
+}
+
+/// The range, zone, granularity and grouping of `q`, hashed (8 bytes of SHA-256, in hex): a cursor is
+/// only read with the query it was a page of (another range or grouping would skip or repeat rows).
+fn query_digest(q: &UsageQuery) -> String {
+    use sha2::{Digest, Sha256};
+    let dims: Vec<&str> = q.group_by.iter().map(|d| d.field()).collect();
+    let text = format!(
+        "{}|{}|{}|{:?}|{}",
+        q.from.timestamp_micros(),
+        q.to.timestamp_micros(),
+        q.tz.name(),
+        q.granularity,
+        dims.join(",")
+    );
+    hex::encode(&Sha256::digest(text.as_bytes())[..8])
 }
 
 impl Cursor {
-    /// Opaque to clients: the bucket in Unix microseconds (`t` for totals), a dot, the keys as a JSON
-    /// array in hex (any text, URL- and header-safe).
+    /// Opaque to clients: the query's digest, a dot, the bucket in Unix microseconds (`t` for totals), a
+    /// dot, the keys as a JSON array in hex (any text, URL- and header-safe).
     pub fn encode(&self) -> String {
         let at = self
             .bucket
             .map_or_else(|| "t".to_string(), |b| b.timestamp_micros().to_string());
         let keys = serde_json::to_string(&self.keys).expect("strings serialise");
-        format!("{at}.{}", hex::encode(keys))
+        format!("{}.{at}.{}", self.query, hex::encode(keys))
     }
 
     pub fn decode(s: &str) -> Option<Cursor> {
-        let (at, keys) = s.split_once('.')?;
+        let mut parts = s.splitn(3, '.');
+        let (query, at, keys) = (parts.next()?, parts.next()?, parts.next()?);
+        if query.len() != 16 || !query.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
         let bucket = match at {
             "t" => None,
             micros => Some(DateTime::from_timestamp_micros(micros.parse().ok()?)?),
         };
         let keys: Vec<String> = serde_json::from_slice(&hex::decode(keys).ok()?).ok()?;
-        (keys.len() <= Dim::ALL.len() && keys.iter().all(|k| k.len() <= 1024))
-            .then_some(Cursor { bucket, keys })
+        (keys.len() <= Dim::ALL.len() && keys.iter().all(|k| k.len() <= 1024)).then(|| Cursor {
+            bucket,
+            keys,
+            query: query.to_string(),
+        })
     }
 
-    fn of(r: &UsageRow) -> Cursor {
+    fn of(q: &UsageQuery, r: &UsageRow) -> Cursor {
         Cursor {
             bucket: r.bucket,
             keys: r.keys.clone(),
+            query: query_digest(q),
         }
     }
 
@@ -108,20 +135,29 @@ pub async fn answer(
         return Ok(UsageResponse::new(q, &rows));
     };
     if let Some(c) = &p.after {
-        if c.keys.len() != q.group_by.len()
+        if c.query != query_digest(q)
+            || c.keys.len() != q.group_by.len()
             || c.bucket.is_none() != (q.granularity == Granularity::Total)
         {
             return Err(ApiError::bad_param(
                 "cursor",
-                "is not a cursor of this grouping and granularity",
+                "is a page of another question: send the same `from`, `to`, `tz`, `granularity` and \
+                 `group_by` as for the first page (an explicit `to`: its default moves with the clock)",
             ));
         }
     }
+    let mut whole_totals = None;
     let (mut rows, more) = match unit(q.granularity) {
         None => {
             let rows = fetch::run_at_most(db, within, q, Some(MAX_ROWS))
                 .await?
                 .ok_or_else(too_many)?;
+            // Every row is here: the totals are theirs.
+            let mut sum = Usage::default();
+            for r in &rows {
+                sum.add(&r.usage);
+            }
+            whole_totals = Some(super::UsageSums::from(&sum));
             let after = p.after.as_ref();
             let rows: Vec<UsageRow> = rows
                 .into_iter()
@@ -135,10 +171,12 @@ pub async fn answer(
     };
     let next = more.then(|| {
         rows.truncate(p.limit);
-        rows.last().map(Cursor::of)
+        rows.last().map(|r| Cursor::of(q, r))
     });
     let mut answer = UsageResponse::new(q, &rows);
-    if more || p.after.is_some() {
+    if let Some(t) = whole_totals {
+        answer.totals = t;
+    } else if more || p.after.is_some() {
         answer.totals = totals(db, within, q).await?;
     }
     answer.next_cursor = Some(next.flatten().map(|c| c.encode()));
@@ -178,7 +216,9 @@ async fn windows(
     };
     let want = p.limit + 1;
     let mut out: Vec<UsageRow> = Vec::new();
-    let (mut w, mut read) = (1usize, 0usize);
+    // `w`: the next window's buckets; `read`, `seen`: the buckets read so far and their rows (those
+    // before the cursor too, which are the density as much as the others).
+    let (mut w, mut read, mut seen) = (1usize, 0usize, 0usize);
     while i < n && out.len() < want {
         let j = i.saturating_add(w).min(n);
         let window = UsageQuery {
@@ -187,7 +227,7 @@ async fn windows(
             ..q.clone()
         };
         let Some(rows) = fetch::run_at_most(db, within, &window, Some(MAX_ROWS)).await? else {
-            if w == 1 {
+            if j - i == 1 {
                 return Err(ApiError::Unprocessable {
                     code: "too_many_rows",
                     message: format!(
@@ -196,25 +236,26 @@ async fn windows(
                     ),
                 });
             }
-            w = (w / 4).max(1);
+            w = ((j - i) / 4).max(1);
             continue;
         };
         let after = p.after.as_ref();
+        seen += rows.len();
         out.extend(
             rows.into_iter()
                 .filter(|r| after.is_none_or(|c| c.before(r))),
         );
         read += j - i;
-        i = j;
         // The rows a bucket held so far tell how many buckets the rest of the page needs (a fifth more,
-        // so one more window is rare); none yet, twice as many as the last window.
-        w = if out.is_empty() {
-            w.saturating_mul(2)
+        // so one more window is rare); none yet, twice as many as this window.
+        w = if seen == 0 {
+            (j - i).saturating_mul(2)
         } else {
-            let per_bucket = out.len() as f64 / read as f64;
+            let per_bucket = seen as f64 / read as f64;
             ((want - out.len().min(want)) as f64 / per_bucket * 1.2).ceil() as usize
         }
-        .clamp(1, w.saturating_mul(64));
+        .clamp(1, (j - i).saturating_mul(64));
+        i = j;
     }
     let more = out.len() > p.limit;
     out.truncate(want);
@@ -259,10 +300,12 @@ mod tests {
             Cursor {
                 bucket: Some(t),
                 keys: vec!["user.7".into(), "".into(), "a \"model\", é/?&=".into()],
+                query: "0123456789abcdef".into(),
             },
             Cursor {
                 bucket: None,
                 keys: vec![],
+                query: "fedcba9876543210".into(),
             },
         ] {
             let s = c.encode();
@@ -299,6 +342,7 @@ mod tests {
         let c = Cursor {
             bucket: t("2026-11-02T00:00:00Z"),
             keys: vec!["m".into()],
+            query: String::new(),
         };
         assert!(!c.before(&row(t("2026-11-01T00:00:00Z"), "z")));
         assert!(!c.before(&row(t("2026-11-02T00:00:00Z"), "a")));
