@@ -326,9 +326,6 @@ impl Plan {
             && q.group_by.iter().all(|d| COLONY_DIMS.contains(d));
         let tenant_dims =
             !tools && filter.user.is_none() && q.group_by.iter().all(|d| TENANT_DIMS.contains(d));
-        let tenant_tool_dims = tools
-            && filter.user.is_none()
-            && q.group_by.iter().all(|d| TENANT_TOOL_DIMS.contains(d));
         let split = match (&filter.tenant, &filter.part) {
             // The tool rollups have no wide hourly rows: a wide tool grouping reads quarters.
             (Some(_), Part::Whole) if narrow_dims || !tools => {
@@ -338,9 +335,9 @@ impl Plan {
                     to,
                     &starts,
                     narrow_dims || colony_dims,
-                    // Days come from rows without the user (the colony rollups, the tenant's tool
-                    // rollups): few against the hours a day's short side reads.
-                    tenant_dims || colony_dims || tenant_tool_dims,
+                    // Days come from rows without the user: few against the hours a day's short
+                    // side reads.
+                    tenant_dims || colony_dims,
                 )
             }
             _ => None,
@@ -348,7 +345,10 @@ impl Plan {
         let narrow = split.is_some() && narrow_dims;
         let split_colony = split.is_some() && colony_dims;
         let tenant_days = split.is_some() && tenant_dims;
-        let tenant_tools = narrow && tenant_tool_dims;
+        let tenant_tools = narrow
+            && tools
+            && filter.user.is_none()
+            && q.group_by.iter().all(|d| TENANT_TOOL_DIMS.contains(d));
         Plan {
             filter,
             from,
@@ -838,28 +838,6 @@ mod tests {
             "{sql}"
         );
         assert!(!sql.contains("FROM tool_rollups_monthly"), "{sql}");
-        // New York by day: each UTC day moved whole from the tenant's daily rows (a year read 67,000
-        // pages of hourly rows when only months were moved), its short side from the hourly rows.
-        let q = query(
-            "2026-01-01T05:00:00Z",
-            "2027-01-01T05:00:00Z",
-            Granularity::Day,
-            "America/New_York",
-            &[Dim::Tool],
-        );
-        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
-        let days = plan
-            .split
-            .as_ref()
-            .and_then(|s| s.level(Grain::Day))
-            .expect("days");
-        assert!(days.moved.len() > 300, "{}", days.moved.len());
-        let sql = plan.query(false).into_sql();
-        assert!(
-            sql.contains("FROM tool_rollups_tenant_daily JOIN unnest("),
-            "{sql}"
-        );
-        assert!(!sql.contains("FROM tool_rollups_daily"), "{sql}");
         // Grouped by user, or read by a token limited to one user: the per-user rows.
         let q = year(
             "UTC",
