@@ -5,7 +5,6 @@
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::Serialize;
 
 use crate::query::usage::{csv, AnswerFormat, UsageResponse};
@@ -41,7 +40,7 @@ pub fn usage_answer<T: Serialize>(
     what: &str,
 ) -> Response {
     if !csv_wanted {
-        return Json(json).into_response();
+        return json_sized(&json, usage(&json).rows.len());
     }
     let u = usage(&json);
     let mut r = csv_answer(csv::render(u), &csv::file_name(u, what));
@@ -59,6 +58,26 @@ pub fn usage_answer<T: Serialize>(
 
 /// The header that carries a CSV page's `next_cursor`.
 pub const NEXT_CURSOR: header::HeaderName = header::HeaderName::from_static("x-next-cursor");
+
+/// About the JSON bytes of one usage row (480–500 measured for rows by user or model and day).
+const ROW_BYTES: usize = 512;
+
+/// `value` as JSON into a buffer sized for `rows` usage rows at once. `Json` grows its buffer from 128
+/// bytes by doubling, copying what it holds each time: for a 5 MB page that is 16 copies, 10 MB moved.
+fn json_sized<T: Serialize>(value: &T, rows: usize) -> Response {
+    let mut body = Vec::with_capacity(rows.saturating_mul(ROW_BYTES).saturating_add(1024));
+    match serde_json::to_writer(&mut body, value) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => crate::error::ApiError::Internal(e.into()).into_response(),
+    }
+}
 
 /// CSV text as a download named `file_name`.
 pub fn csv_answer(text: String, file_name: &str) -> Response {
