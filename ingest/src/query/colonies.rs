@@ -139,9 +139,12 @@ pub async fn list(
         &q,
         Some(usage::page::MAX_ROWS),
     );
-    let (runs, labels, rows) = tokio::join!(runs, labels, usage);
-    let runs = runs?;
-    let rows = rows?.ok_or_else(|| ApiError::Unprocessable {
+    let (runs, labels, rows) = tokio::try_join!(
+        async { runs.await.map_err(ApiError::from) },
+        async { labels.await.map_err(ApiError::from) },
+        usage,
+    )?;
+    let rows = rows.ok_or_else(|| ApiError::Unprocessable {
         code: "too_many_rows",
         message: format!(
             "the colonies' usage has more than {} rows (a row per colony and day): ask for a shorter \
@@ -149,7 +152,7 @@ pub async fn list(
             usage::page::MAX_ROWS
         ),
     })?;
-    let labels: BTreeMap<String, String> = labels?.into_iter().collect();
+    let labels: BTreeMap<String, String> = labels.into_iter().collect();
     let mut days: BTreeMap<&str, Vec<&usage::UsageRow>> = BTreeMap::new();
     for r in &rows {
         if let Some(k) = r.keys.first() {

@@ -242,8 +242,8 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
         durations
     );
     assert_active_time_follows_the_histories(&app).await;
-    // Kolkata's days and months cut UTC's on the half hour; New York's days start at 04:00 or 05:00
-    // UTC, so a tenant's tool days and months are moved whole and their short sides read by the hour.
+    // Kolkata's days and months cut UTC's on the half hour; New York's start at 04:00 or 05:00 UTC, so
+    // a tenant's tool months are moved whole and their short sides read by the hour.
     for (tz, groups) in [
         (
             "Asia/Kolkata",

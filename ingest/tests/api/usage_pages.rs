@@ -133,7 +133,11 @@ async fn a_page_as_csv_carries_its_cursor_in_a_header_and_bad_cursors_are_refuse
         (format!("{path}&limit=4&cursor=not-a-cursor"), "cursor"),
         (format!("{path}&limit=0"), "limit"),
         (format!("{path}&limit=100001"), "limit"),
-        // A cursor of another range, grouping or granularity.
+        // A cursor of another range, zone, grouping or granularity.
+        (
+            format!("{path}&tz=Europe/Berlin&limit=4&cursor={cursor}"),
+            "cursor",
+        ),
         (
             format!("/v1/usage?from=2026-09-01&to=2026-10-02&group_by=user&granularity=day&limit=4&cursor={cursor}"),
             "cursor",

@@ -37,28 +37,22 @@ use crate::rollups::Usage;
 pub const MAX_ROWS: usize = 100_000;
 
 /// Where a page ended: the last row's bucket (its label; None for totals) and group keys, and which
-/// question it is a page of ([`query_digest`]).
+/// question it is a page of ([`question_digest`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     pub bucket: Option<DateTime<Utc>>,
     pub keys: Vec<String>,
-    /// [`query_digest`] of the query the page answered.
+    /// [`question_digest`] of the question the page answered.
     pub query: String,
 }
 
-/// The range, zone, granularity and grouping of `q`, hashed (8 bytes of SHA-256, in hex): a cursor is
-/// only read with the query it was a page of (another range or grouping would skip or repeat rows).
-fn query_digest(q: &UsageQuery) -> String {
+/// The question a client asked, hashed (8 bytes of SHA-256, in hex): its `from`, `to`, `tz`,
+/// `granularity` and `group_by` as sent (a default is the same absence on every page, so a `to` left
+/// to its default — the clock's next quarter hour — does not make the next page another question). A
+/// cursor is only read with the question it was a page of: another range or grouping would skip or
+/// repeat rows.
+pub fn question_digest(text: &str) -> String {
     use sha2::{Digest, Sha256};
-    let dims: Vec<&str> = q.group_by.iter().map(|d| d.field()).collect();
-    let text = format!(
-        "{}|{}|{}|{:?}|{}",
-        q.from.timestamp_micros(),
-        q.to.timestamp_micros(),
-        q.tz.name(),
-        q.granularity,
-        dims.join(",")
-    );
     hex::encode(&Sha256::digest(text.as_bytes())[..8])
 }
 
@@ -91,11 +85,11 @@ impl Cursor {
         })
     }
 
-    fn of(q: &UsageQuery, r: &UsageRow) -> Cursor {
+    fn of(question: &str, r: &UsageRow) -> Cursor {
         Cursor {
             bucket: r.bucket,
             keys: r.keys.clone(),
-            query: query_digest(q),
+            query: question.to_string(),
         }
     }
 
@@ -113,11 +107,13 @@ impl std::str::FromStr for Cursor {
     }
 }
 
-/// A page asked for: its size and where the previous one ended.
+/// A page asked for: its size, where the previous one ended, and the question's digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paging {
     pub limit: usize,
     pub after: Option<Cursor>,
+    /// [`question_digest`] of the parameters as sent.
+    pub question: String,
 }
 
 /// The answer to `q`: whole (`paging` None; refused past [`MAX_ROWS`] rows) or the page asked for, with
@@ -135,14 +131,14 @@ pub async fn answer(
         return Ok(UsageResponse::new(q, &rows));
     };
     if let Some(c) = &p.after {
-        if c.query != query_digest(q)
+        if c.query != p.question
             || c.keys.len() != q.group_by.len()
             || c.bucket.is_none() != (q.granularity == Granularity::Total)
         {
             return Err(ApiError::bad_param(
                 "cursor",
                 "is a page of another question: send the same `from`, `to`, `tz`, `granularity` and \
-                 `group_by` as for the first page (an explicit `to`: its default moves with the clock)",
+                 `group_by` as for the first page",
             ));
         }
     }
@@ -151,7 +147,13 @@ pub async fn answer(
         None => {
             let rows = fetch::run_at_most(db, within, q, Some(MAX_ROWS))
                 .await?
-                .ok_or_else(too_many)?;
+                .ok_or_else(|| ApiError::Unprocessable {
+                    code: "too_many_rows",
+                    message: format!(
+                        "a `granularity=total` answer is cut into pages from at most {MAX_ROWS} rows: ask \
+                         by hour, day or month, or with fewer dimensions"
+                    ),
+                })?;
             // Every row is here: the totals are theirs.
             let mut sum = Usage::default();
             for r in &rows {
@@ -171,7 +173,7 @@ pub async fn answer(
     };
     let next = more.then(|| {
         rows.truncate(p.limit);
-        rows.last().map(|r| Cursor::of(q, r))
+        rows.last().map(|r| Cursor::of(&p.question, r))
     });
     let mut answer = UsageResponse::new(q, &rows);
     if let Some(t) = whole_totals {
@@ -251,8 +253,11 @@ async fn windows(
         w = if seen == 0 {
             (j - i).saturating_mul(2)
         } else {
+            // Within nine tenths of the bound at that density, so a large `limit` does not ask for a
+            // window the bound refuses (the database would group it for nothing).
             let per_bucket = seen as f64 / read as f64;
-            ((want - out.len().min(want)) as f64 / per_bucket * 1.2).ceil() as usize
+            let needed = (want - out.len().min(want)) as f64 / per_bucket * 1.2;
+            needed.min(MAX_ROWS as f64 * 0.9 / per_bucket).ceil() as usize
         }
         .clamp(1, (j - i).saturating_mul(64));
         i = j;

@@ -8,7 +8,7 @@ use chrono_tz::Tz;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::page::{Cursor, Paging, MAX_ROWS};
+use super::page::{question_digest, Cursor, Paging, MAX_ROWS};
 use super::{Dim, Granularity};
 use crate::query::params::{parsed, Limit};
 
@@ -141,7 +141,8 @@ pub struct UsageParams {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<u32>, minimum = 1, maximum = 100000)]
     pub limit: Option<Limit<MAX_ROWS>>,
-    /// The `next_cursor` of the previous page (with the same other parameters).
+    /// The `next_cursor` of the previous page, with the same `from`, `to`, `tz`, `granularity` and
+    /// `group_by` (a cursor of another question is a 400).
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<String>)]
     pub cursor: Option<Cursor>,
@@ -154,6 +155,10 @@ impl UsageParams {
             (Some(Limit(limit)), after) => Ok(Some(Paging {
                 limit,
                 after: after.clone(),
+                question: question_digest(&format!(
+                    "{:?}|{:?}|{:?}|{:?}|{:?}",
+                    self.from, self.to, self.tz, self.granularity, self.group_by
+                )),
             })),
             (None, Some(_)) => Err(crate::error::ApiError::bad_param(
                 "cursor",
