@@ -253,16 +253,8 @@ async fn rollups_equal_a_raw_scan_after_concurrent_replays(pool: sqlx::PgPool) {
     ] {
         for gran in ["hour", "day", "month", "total"] {
             for group in groups {
-                let (s, api) = app
-                    .get(&t.read, &format!("/v1/usage?from=2020-01-01&to=2060-01-01&group_by={group}&granularity={gran}&tz={tz}"))
-                    .await;
-                assert_eq!(s, StatusCode::OK, "{api}");
-                let raw = raw_tool_scan(&app, t.id, group, gran, tz).await;
-                assert_eq!(
-                    tool_rows(&api, group, gran),
-                    raw,
-                    "tz={tz} granularity={gran} group_by={group}"
-                );
+                let range = "from=2020-01-01&to=2060-01-01";
+                assert_tool_rows_exact(&app, &t, range, group, gran, tz).await;
             }
         }
     }
@@ -489,6 +481,22 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
     );
 }
 
+/// `/v1/usage` grouped by `group` (tool and others) over `range` equals the raw scan of the tool calls.
+async fn assert_tool_rows_exact(
+    app: &TestApp,
+    t: &Tenant,
+    range: &str,
+    group: &str,
+    gran: &str,
+    tz: &str,
+) {
+    let path = format!("/v1/usage?{range}&group_by={group}&granularity={gran}&tz={tz}");
+    let (s, api) = app.get(&t.read, &path).await;
+    assert_eq!(s, StatusCode::OK, "{api}");
+    let raw = raw_tool_scan(app, t.id, group, gran, tz).await;
+    assert_eq!(tool_rows(&api, group, gran), raw, "{path}");
+}
+
 /// The tool rows of an answer: bucket, keys, calls, errors, durations, timed calls, p50, p95.
 fn tool_rows(api: &Value, group: &str, gran: &str) -> Vec<Value> {
     api["rows"]
@@ -662,14 +670,8 @@ async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::Pg
         // Per tool too: whole months and days from the narrow tool rollups, New York's November moved.
         for gran in ["hour", "day", "month", "total"] {
             for group in ["tool", "tool,user"] {
-                let (s, api) = app.get(&t.read, &format!("/v1/usage?from=2026-10-01T00:00:00Z&to=2026-12-01T00:00:00Z&group_by={group}&granularity={gran}&tz={tz}")).await;
-                assert_eq!(s, StatusCode::OK, "{api}");
-                let raw = raw_tool_scan(&app, t.id, group, gran, tz).await;
-                assert_eq!(
-                    tool_rows(&api, group, gran),
-                    raw,
-                    "tz={tz} granularity={gran} group_by={group}"
-                );
+                let range = "from=2026-10-01T00:00:00Z&to=2026-12-01T00:00:00Z";
+                assert_tool_rows_exact(&app, &t, range, group, gran, tz).await;
             }
         }
     }
