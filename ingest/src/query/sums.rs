@@ -14,9 +14,11 @@
 //! billion USD in nano-dollars) it is written as a floating-point number, the nearest JSON can carry
 //! without a string.
 
+use std::sync::LazyLock;
+
 use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgTypeInfo, PgValueRef};
-use sqlx::{Decode, Postgres, Type, ValueRef};
+use sqlx::postgres::{PgRow, PgTypeInfo, PgValueRef};
+use sqlx::{Decode, Postgres, Row, Type, ValueRef};
 
 use crate::rollups::Usage;
 use crate::tool_rollups::SLOTS;
@@ -80,27 +82,6 @@ impl ToolTotals {
     }
 }
 
-impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for ToolTotals {
-    fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<ToolTotals, sqlx::Error> {
-        use sqlx::Row;
-        let get = |name: &str| -> Result<i128, sqlx::Error> {
-            Ok(row
-                .try_get::<Option<ExactSum>, _>(name)?
-                .unwrap_or_default()
-                .0)
-        };
-        Ok(ToolTotals {
-            calls: get("calls")?,
-            errors: get("errors")?,
-            timed_calls: get("timed_calls")?,
-            duration_ms: get("duration_ms")?,
-            hist: (1..=SLOTS)
-                .map(|i| get(&format!("h{i}")))
-                .collect::<Result<_, _>>()?,
-        })
-    }
-}
-
 /// One sum as the database answers it: a bigint (`apiary_sum`) or the text of an exact `sum()`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExactSum(pub i128);
@@ -127,6 +108,57 @@ impl<'r> Decode<'r, Postgres> for ExactSum {
             ))
         }
     }
+}
+
+/// The names a usage statement gives its sums, in the order [`select`] (and, `tools`, [`tool_select`])
+/// writes them: what [`usage_at`] and [`tool_totals_at`] read by position.
+pub fn names(tools: bool) -> &'static [String] {
+    static USAGE: LazyLock<Vec<String>> =
+        LazyLock::new(|| COLUMNS.iter().map(|c| c.to_string()).collect());
+    static TOOLS: LazyLock<Vec<String>> = LazyLock::new(|| {
+        TOOL_COLUMNS
+            .iter()
+            .map(|c| c.to_string())
+            .chain((1..=SLOTS).map(|i| format!("h{i}")))
+            .collect()
+    });
+    match tools {
+        true => &TOOLS,
+        false => &USAGE,
+    }
+}
+
+/// One sum of `row` by position (absent, from no rows, is zero). Unchecked: the caller has checked the
+/// statement's types once ([`ExactSum`]'s decoding refuses anything but a bigint or a number's text).
+fn sum_at(row: &PgRow, i: usize) -> Result<i128, sqlx::Error> {
+    Ok(row
+        .try_get_unchecked::<Option<ExactSum>, _>(i)?
+        .unwrap_or_default()
+        .0)
+}
+
+/// The usage sums of `row` from column `first` on, as [`select`] names them ([`names`]; the caller has
+/// checked the statement's columns against them).
+pub fn usage_at(row: &PgRow, first: usize) -> Result<Usage, sqlx::Error> {
+    let mut columns = [0i128; COLUMNS.len()];
+    for (i, c) in columns.iter_mut().enumerate() {
+        *c = sum_at(row, first + i)?;
+    }
+    Ok(Usage::from_columns(columns))
+}
+
+/// The tool sums of `row` from column `first` on, as [`tool_select`] names them ([`names`]).
+pub fn tool_totals_at(row: &PgRow, first: usize) -> Result<ToolTotals, sqlx::Error> {
+    let hist_from = first + TOOL_COLUMNS.len();
+    Ok(ToolTotals {
+        calls: sum_at(row, first)?,
+        errors: sum_at(row, first + 1)?,
+        timed_calls: sum_at(row, first + 2)?,
+        duration_ms: sum_at(row, first + 3)?,
+        hist: (hist_from..hist_from + SLOTS)
+            .map(|i| sum_at(row, i))
+            .collect::<Result<_, _>>()?,
+    })
 }
 
 /// The sums of a row (absent ones, from no rows, are zero).

@@ -5,8 +5,8 @@
 //!
 //! The statement's shape is fixed whatever the grouping: `b` (the bucket's index), one text column per
 //! dimension of [`Dim::ALL`] (`NULL` when not grouped by it), and the sums — the usage sums, or with
-//! `group_by=tool` the tool sums and histogram slots of `tool_rollups` — so rows decode into one
-//! `FromRow` type per source ([`super::fetch`]) instead of being read by position.
+//! `group_by=tool` the tool sums and histogram slots of `tool_rollups` — so every statement's rows are
+//! read by position, their columns' names checked once per statement ([`super::fetch`]).
 
 use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::{Postgres, QueryBuilder};
