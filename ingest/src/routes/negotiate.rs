@@ -5,9 +5,8 @@
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 
-use crate::query::usage::{csv, AnswerFormat, UsageResponse};
+use crate::query::usage::{csv, AnswerFormat, UsageJson};
 
 /// Whether the caller asked for CSV.
 pub fn wants_csv(format: Option<AnswerFormat>, headers: &HeaderMap) -> bool {
@@ -32,17 +31,12 @@ pub fn wants_csv(format: Option<AnswerFormat>, headers: &HeaderMap) -> bool {
     }
 }
 
-/// The answer: `json` as JSON, or its usage part `usage` as a CSV download named after `what`.
-pub fn usage_answer<T: Serialize>(
-    csv_wanted: bool,
-    json: T,
-    usage: impl Fn(&T) -> &UsageResponse,
-    what: &str,
-) -> Response {
+/// The answer: `json` as JSON, or its usage part as a CSV download named after `what`.
+pub fn usage_answer<T: UsageJson>(csv_wanted: bool, json: T, what: &str) -> Response {
     if !csv_wanted {
-        return json_sized(&json, usage(&json).rows.len());
+        return json_sized(&json);
     }
-    let u = usage(&json);
+    let u = json.usage();
     let mut r = csv_answer(csv::render(u), &csv::file_name(u, what));
     // A page's next cursor, as the session list's CSV pages carry theirs (absent after the last page).
     if let Some(v) = u
@@ -63,11 +57,13 @@ pub const NEXT_CURSOR: header::HeaderName = header::HeaderName::from_static("x-n
 /// or tool and day), so that the buffer seldom grows.
 const ROW_BYTES: usize = 600;
 
-/// `value` as JSON into a buffer sized for `rows` usage rows at once. `Json` grows its buffer from 128
-/// bytes by doubling, copying what it holds each time: for a 5 MB page that is 16 copies, 10 MB moved.
-fn json_sized<T: Serialize>(value: &T, rows: usize) -> Response {
+/// `value` as JSON ([`UsageJson`]) into a buffer sized for its usage rows at once. `Json` grows its
+/// buffer from 128 bytes by doubling, copying what it holds each time: for a 5 MB page that is 16
+/// copies, 10 MB moved.
+fn json_sized<T: UsageJson>(value: &T) -> Response {
+    let rows = value.usage().rows.len();
     let mut body = Vec::with_capacity(rows.saturating_mul(ROW_BYTES).saturating_add(1024));
-    match serde_json::to_writer(&mut body, value) {
+    match value.write_json(&mut body) {
         Ok(()) => (
             [(
                 header::CONTENT_TYPE,

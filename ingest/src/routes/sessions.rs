@@ -191,7 +191,7 @@ pub async fn get_session_usage(
 ) -> Result<Response, ApiError> {
     let csv = wants_csv(params.format, &headers);
     let Json(answer) = session_usage_json(State(db), reader, Path(id), Query(params)).await?;
-    Ok(usage_answer(csv, answer, |a| &a.usage, "session-usage"))
+    Ok(usage_answer(csv, answer, "session-usage"))
 }
 
 /// The JSON answer of [`get_session_usage`] (the dashboard's session page calls it too).
@@ -283,5 +283,5 @@ pub async fn get_colony_usage(
         colony_id: id,
         usage,
     };
-    Ok(usage_answer(csv, answer, |a| &a.usage, "colony-usage"))
+    Ok(usage_answer(csv, answer, "colony-usage"))
 }

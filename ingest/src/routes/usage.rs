@@ -41,7 +41,7 @@ pub async fn get_usage(
 ) -> Result<Response, ApiError> {
     let csv = wants_csv(params.format, &headers);
     let Json(answer) = usage_json(State(db), reader, Query(params)).await?;
-    Ok(usage_answer(csv, answer, |a| a, "usage"))
+    Ok(usage_answer(csv, answer, "usage"))
 }
 
 /// The JSON answer of [`get_usage`] (the dashboard's pages call it too).

@@ -62,7 +62,7 @@ use uuid::Uuid;
 use crate::access::{OperatorRead, TenantRead};
 use crate::error::ApiError;
 
-pub use body::{UsageResponse, UsageSums};
+pub use body::{UsageJson, UsageResponse, UsageSums};
 pub use fetch::{run, UsageRow};
 pub use page::{answer, Paging};
 pub use params::{AnswerFormat, GroupBy, TimeArg, UsageParams, Zone};
