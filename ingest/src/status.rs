@@ -33,7 +33,9 @@ pub fn tracker_from_text(text: &str) -> Option<Tracker> {
 /// A stored tracker (`sessions.health`); an absent one is empty. An unreadable one (which only a
 /// hand-edited row can produce) is logged and read as empty rather than failing every read of the tenant.
 pub fn tracker(stored: Option<&serde_json::Value>) -> Tracker {
-    match stored.map(|v| serde_json::from_value::<Tracker>(v.clone())) {
+    // Deserialised from the value where it lies (a clone of it first cost a copy of every session's
+    // tracker on every read).
+    match stored.map(<Tracker as serde::Deserialize>::deserialize) {
         None => Tracker::default(),
         Some(Ok(t)) => t,
         Some(Err(e)) => {
