@@ -125,8 +125,9 @@ pub async fn list(
          ORDER BY r.colony_key, r.created_at, r.session_id",
     )
     .bind(reader.tenant_id())
-    .bind(reader.user())
-    .fetch_all(&db.pool);
+    .bind(reader.user());
+    // Its lateral per run is estimated past `jit_above_cost`.
+    let runs = db.fetch_all_without_jit(runs);
     let labels = sqlx::query_as::<_, (String, String)>(
         "SELECT colony_key, label FROM colony_labels WHERE tenant_id = $1",
     )

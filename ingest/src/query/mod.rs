@@ -47,4 +47,24 @@ impl ReadDb {
     pub fn rules(&self) -> &Rules {
         &self.rules
     }
+
+    /// `q`'s rows, run in a transaction of its own without JIT compilation. For a statement whose
+    /// estimates pass `jit_above_cost` though it reads little (a recursive walk, a lateral per row): the
+    /// compilation, not the reading, was most of its time (35 ms of a session list's page; see the
+    /// performance docs).
+    async fn fetch_all_without_jit<'q, T>(
+        &self,
+        q: sqlx::query::QueryAs<'q, sqlx::Postgres, T, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<T>, sqlx::Error>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT set_config('jit', 'off', true)")
+            .execute(&mut *tx)
+            .await?;
+        let rows = q.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
 }

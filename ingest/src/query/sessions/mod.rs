@@ -261,19 +261,15 @@ pub async fn below(
              LIMIT 1) s",
         heard = device_heard_at!()
     );
-    // Without JIT compilation: the recursive walk's row estimates put the statement past
-    // `jit_above_cost`, and compiling it took 35 ms of every session list's page.
-    let mut tx = db.pool.begin().await?;
-    sqlx::query("SELECT set_config('jit', 'off', true)")
-        .execute(&mut *tx)
+    // The recursive walk's row estimates put the statement past `jit_above_cost`.
+    let rows: Vec<BelowRow> = db
+        .fetch_all_without_jit(
+            sqlx::query_as(&sql)
+                .bind(r.tenant_id())
+                .bind(ids)
+                .bind(r.user()),
+        )
         .await?;
-    let rows: Vec<BelowRow> = sqlx::query_as(&sql)
-        .bind(r.tenant_id())
-        .bind(ids)
-        .bind(r.user())
-        .fetch_all(&mut *tx)
-        .await?;
-    tx.commit().await?;
     let mut out: HashMap<String, BTreeMap<Status, u64>> = HashMap::new();
     for row in rows {
         let view = status::session_view(
