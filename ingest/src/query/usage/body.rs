@@ -270,6 +270,19 @@ impl UsageResponse {
     }
 }
 
+impl UsageResponse {
+    /// The answer as an object whose first field is `id_key`: `id` (a session's or colony's usage,
+    /// which flatten the answer after their id).
+    fn write_after(&self, out: &mut Vec<u8>, id_key: &str, id: &str) -> serde_json::Result<()> {
+        out.push(b'{');
+        key(out, id_key, true);
+        serde_json::to_writer(&mut *out, id)?;
+        self.write_fields(out, false)?;
+        out.push(b'}');
+        Ok(())
+    }
+}
+
 impl UsageJson for UsageResponse {
     fn usage(&self) -> &UsageResponse {
         self
@@ -289,12 +302,7 @@ impl UsageJson for SessionUsage {
     }
 
     fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
-        out.push(b'{');
-        key(out, "session_id", true);
-        serde_json::to_writer(&mut *out, &self.session_id)?;
-        self.usage.write_fields(out, false)?;
-        out.push(b'}');
-        Ok(())
+        self.usage.write_after(out, "session_id", &self.session_id)
     }
 }
 
@@ -304,12 +312,7 @@ impl UsageJson for ColonyUsage {
     }
 
     fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
-        out.push(b'{');
-        key(out, "colony_id", true);
-        serde_json::to_writer(&mut *out, &self.colony_id)?;
-        self.usage.write_fields(out, false)?;
-        out.push(b'}');
-        Ok(())
+        self.usage.write_after(out, "colony_id", &self.colony_id)
     }
 }
 
