@@ -7,6 +7,8 @@
 #                              add-worker added), prepare the coordinator's `postgres` database
 #                              (extension, nodes registered), print `export ...` lines on stdout
 #                              (use: eval "$(scripts/citus.sh start)")
+#     scripts/citus.sh install only the first part of start: install Citus if it is missing (CI runs it
+#                              in the background while the tests run)
 #     scripts/citus.sh env     print the `export ...` lines of the running cluster; never starts anything
 #     scripts/citus.sh add-worker
 #                              with the cluster running: initdb and start one more worker (worker3, then
@@ -501,12 +503,13 @@ fi
 
 case "${1:-}" in
     start) apiary_citus_start ;;
+    install) _citus_install ;;
     env) apiary_citus_env ;;
     add-worker) apiary_citus_add_worker ;;
     stop) apiary_citus_stop ;;
     destroy) apiary_citus_destroy ;;
     *)
-        echo "usage: scripts/citus.sh start|env|add-worker|stop|destroy" >&2
+        echo "usage: scripts/citus.sh start|install|env|add-worker|stop|destroy" >&2
         exit 2
         ;;
 esac

@@ -400,9 +400,10 @@ async fn generate_tenant(
         } else {
             "completed"
         };
+        let (health, due, ended) = tracker(rng, begin, last, status);
         writeln!(
             out.sessions,
-            "{tenant}\t{sid}\tuser_{user:04}\tdevice_{device:05}\t{}\t{}\t{}\t{runtime}\t{}\t{}\t{}\t{}\t{status}\t{}\t{total_events}",
+            "{tenant}\t{sid}\tuser_{user:04}\tdevice_{device:05}\t{}\t{}\t{}\t{runtime}\t{}\t{}\t{}\t{}\t{status}\t{}\t{total_events}\t{health}\t{}\t{}",
             role.and_then(|r| r.parent.clone()).unwrap_or_else(|| "\\N".into()),
             if colony.is_empty() { "\\N" } else { colony },
             role.map_or("\\N", |r| r.role),
@@ -411,11 +412,62 @@ async fn generate_tenant(
             ts(last),
             ts(last),
             ts(last),
+            due.map_or_else(|| "\\N".to_string(), ts),
+            ended.unwrap_or("\\N"),
         )?;
         out.rows[2] += 1;
         streams.flush(out, false).await?;
     }
     Ok(())
+}
+
+/// A session's status tracker as the write path leaves it (`sessions.health`, its `stall_due_at` and
+/// `ended`, as COPY text) after a run that started at `begin` and took turns until `last`, where it
+/// ended as `status` says (`completed`, `failed`), paused, or is still running.
+fn tracker(
+    rng: &mut StdRng,
+    begin: DateTime<Utc>,
+    last: DateTime<Utc>,
+    status: &str,
+) -> (String, Option<DateTime<Utc>>, Option<&'static str>) {
+    use apiary_schema::status::{Input, Rules, Run, Tracker, What};
+    let rules = Rules::default();
+    let input = |rng: &mut StdRng, at, what| Input {
+        at,
+        id: Uuid::from_u128(rng.gen()),
+        what,
+        interactive: false,
+    };
+    let mut inputs = vec![
+        input(rng, begin, What::Run { run: Run::Started }),
+        input(
+            rng,
+            begin + (last - begin) / 2,
+            What::Llm { ends_turn: false },
+        ),
+        input(rng, last, What::Llm { ends_turn: true }),
+    ];
+    let end = match status {
+        "completed" => Some(Run::Completed),
+        "failed" => Some(Run::Failed),
+        "paused" => Some(Run::Paused),
+        _ => None,
+    };
+    if let Some(run) = end {
+        inputs.push(input(rng, last, What::Run { run }));
+    }
+    let mut t = Tracker::default();
+    let update = t.push(inputs, &rules);
+    let ended = update
+        .current
+        .status
+        .filter(|s| s.is_terminal())
+        .map(|s| s.as_str());
+    // COPY text: the JSON holds no tab or newline; a backslash is doubled.
+    let json = serde_json::to_string(&t)
+        .expect("a tracker serialises")
+        .replace('\\', "\\\\");
+    (json, update.current.due(&rules), ended)
 }
 
 /// The three open `COPY` streams, each on its own connection.
@@ -433,7 +485,7 @@ impl Streams {
         Ok(Streams {
             usage: pool.copy_in_raw("COPY usage_rollups (tenant_id, bucket, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns) FROM STDIN").await?,
             tools: pool.copy_in_raw("COPY tool_rollups (tenant_id, bucket, user_id, device_id, colony_id, session_id, runtime, tool_name, calls, errors, timed_calls, duration_ms, duration_hist) FROM STDIN").await?,
-            sessions: pool.copy_in_raw("COPY sessions (tenant_id, session_id, user_id, device_id, parent_session_id, colony_id, agent_role, runtime, first_seen_at, last_event_at, last_received_at, last_progress_at, status, status_at, events) FROM STDIN").await?,
+            sessions: pool.copy_in_raw("COPY sessions (tenant_id, session_id, user_id, device_id, parent_session_id, colony_id, agent_role, runtime, first_seen_at, last_event_at, last_received_at, last_progress_at, status, status_at, events, health, stall_due_at, ended) FROM STDIN").await?,
         })
     }
 

@@ -194,6 +194,11 @@ pub async fn prepare(
             Folded {
                 health: serde_json::to_string(&tracker).expect("a tracker serialises"),
                 stall_due_at: update.current.due(rules),
+                ended: update
+                    .current
+                    .status
+                    .filter(|s| s.is_terminal())
+                    .map(|s| s.as_str()),
             },
         );
     }

@@ -23,6 +23,8 @@ pub struct Folded {
     pub health: String,
     /// `sessions.stall_due_at`.
     pub stall_due_at: Option<DateTime<Utc>>,
+    /// `sessions.ended`: `completed` or `failed` while the tracker's current status is one of them.
+    pub ended: Option<&'static str>,
 }
 
 /// What one batch says about one session.
@@ -231,6 +233,11 @@ pub async fn upsert(
         .bind(col(|u| u.tracker.as_ref().map(|t| t.health.clone())))
         .bind(at(|u| u.tracker.as_ref().and_then(|t| t.stall_due_at)))
         .bind(col(|u| u.work.clone()))
+        .bind(
+            all()
+                .map(|u| u.tracker.as_ref().and_then(|t| t.ended))
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut **tx)
         .await?;
     let mut out: HashMap<Uuid, Identity> = HashMap::new();
@@ -241,22 +248,22 @@ pub async fn upsert(
 }
 
 /// Newer fact wins (`GREATEST` ignores NULLs); identity is kept from the first insert; the health
-/// tracker and the work are replaced when the batch folded them. A session that had no events before
+/// tracker (with its stall deadline and end) and the work are replaced when the batch folded them. A session that had no events before
 /// this batch gets an empty work (`{}`), so NULL means "stored before `sessions.work`, fold it from its
 /// events" ([`super::work`]).
 const UPSERT_SQL: &str = "
 INSERT INTO sessions AS s (tenant_id, last_received_at, session_id, user_id, device_id, parent_session_id,
     colony_id, agent_role, worker_id, runtime, first_seen_at, last_event_at, last_progress_at, phase, phase_at,
-    input_state, input_at, status, status_at, health_signal, health_at, events, health, stall_due_at, work)
+    input_state, input_at, status, status_at, health_signal, health_at, events, health, stall_due_at, work, ended)
 SELECT u.tenant, u.received, u.id, u.user_id, u.device_id, u.parent, u.colony, u.role, u.worker, u.runtime, u.first_seen,
     u.last_event, u.last_progress, u.phase, u.phase_at, u.input, u.input_at, u.status, u.status_at, u.signal,
-    u.signal_at, u.events, u.health::jsonb, u.due, u.work::jsonb
+    u.signal_at, u.events, u.health::jsonb, u.due, u.work::jsonb, u.ended
 FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::text[],
     $15::timestamptz[], $16::text[], $17::timestamptz[], $18::text[], $19::timestamptz[], $20::text[],
-    $21::timestamptz[], $22::int8[], $23::text[], $24::timestamptz[], $25::text[]) AS u(tenant, received, id,
-    user_id, device_id, parent, colony, role, worker, runtime, first_seen, last_event, last_progress, phase,
-    phase_at, input, input_at, status, status_at, signal, signal_at, events, health, due, work)
+    $21::timestamptz[], $22::int8[], $23::text[], $24::timestamptz[], $25::text[], $26::text[]) AS u(tenant, received,
+    id, user_id, device_id, parent, colony, role, worker, runtime, first_seen, last_event, last_progress,
+    phase, phase_at, input, input_at, status, status_at, signal, signal_at, events, health, due, work, ended)
 ON CONFLICT (tenant_id, session_id) DO UPDATE SET
     parent_session_id = COALESCE(s.parent_session_id, EXCLUDED.parent_session_id),
     colony_id = COALESCE(s.colony_id, EXCLUDED.colony_id),
@@ -282,5 +289,6 @@ ON CONFLICT (tenant_id, session_id) DO UPDATE SET
     events = s.events + EXCLUDED.events,
     health = COALESCE(EXCLUDED.health, s.health),
     stall_due_at = CASE WHEN EXCLUDED.health IS NULL THEN s.stall_due_at ELSE EXCLUDED.stall_due_at END,
+    ended = CASE WHEN EXCLUDED.health IS NULL THEN s.ended ELSE EXCLUDED.ended END,
     work = COALESCE(EXCLUDED.work, s.work, CASE WHEN s.events = 0 THEN '{}'::jsonb END)
 RETURNING tenant_id, session_id, user_id, device_id";

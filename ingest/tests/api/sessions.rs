@@ -274,6 +274,105 @@ async fn the_session_listing_pages_most_recent_first_and_filters(pool: sqlx::PgP
     }
 }
 
+/// `sessions.ended` of each session of the tenant, by id.
+async fn ended_of(app: &TestApp, tenant: &str) -> Vec<(String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT s.session_id, s.ended FROM sessions s JOIN tenants t USING (tenant_id)
+         WHERE t.name = $1 ORDER BY s.session_id",
+    )
+    .bind(tenant)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_status_filter_reads_ended_sessions_by_their_stored_end_and_open_ones_by_their_status(
+    pool: sqlx::PgPool,
+) {
+    let app = spawn_app(pool).await;
+    let t = app.tenant("acme").await;
+    let now = Utc::now();
+    let run = |id: &str, at, status: &str| {
+        event(
+            "execution",
+            Some(id),
+            at,
+            json!({ "scope": "execution", "status": status }),
+        )
+    };
+    let events = vec![
+        llm("open", now - Duration::seconds(30), "m", 1, 1, 0.1),
+        llm("done", now - Duration::minutes(3), "m", 1, 1, 0.1),
+        run("done", now - Duration::minutes(2), "completed"),
+        llm("broken", now - Duration::minutes(4), "m", 1, 1, 0.1),
+        run("broken", now - Duration::minutes(3), "failed"),
+        llm("again", now - Duration::minutes(6), "m", 1, 1, 0.1),
+        run("again", now - Duration::minutes(5), "completed"),
+        llm("quiet", now - Duration::minutes(20), "m", 1, 1, 0.1),
+    ];
+    let (s, v) = app.post_batch(&t.ingest, &batch(events, vec![])).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ended = |pairs: &[(&str, Option<&str>)]| -> Vec<(String, Option<String>)> {
+        pairs
+            .iter()
+            .map(|(id, e)| (id.to_string(), e.map(str::to_string)))
+            .collect()
+    };
+    assert_eq!(
+        ended_of(&app, "acme").await,
+        ended(&[
+            ("again", Some("completed")),
+            ("broken", Some("failed")),
+            ("done", Some("completed")),
+            ("open", None),
+            ("quiet", None),
+        ])
+    );
+    // A completed session started again (a later batch) is open again; a late, older input leaves an
+    // end where it was.
+    let later = vec![
+        run("again", now - Duration::seconds(10), "started"),
+        llm("again", now - Duration::seconds(5), "m", 1, 1, 0.1),
+        llm("done", now - Duration::minutes(10), "m", 1, 1, 0.1),
+    ];
+    let (s, v) = app.post_batch(&t.ingest, &batch(later, vec![])).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        ended_of(&app, "acme").await,
+        ended(&[
+            ("again", None),
+            ("broken", Some("failed")),
+            ("done", Some("completed")),
+            ("open", None),
+            ("quiet", None),
+        ])
+    );
+    for (status, want) in [
+        ("active", vec!["again", "open"]),
+        ("stalled", vec!["quiet"]),
+        ("completed", vec!["done"]),
+        ("failed", vec!["broken"]),
+        ("failed,active", vec!["again", "open", "broken"]),
+        ("completed,stalled", vec!["done", "quiet"]),
+    ] {
+        for limit in ["1", "100"] {
+            let (got, _) = list_all(&app, &t.read, &[("status", status), ("limit", limit)]).await;
+            assert_eq!(got, want, "status={status} limit={limit}");
+        }
+    }
+    // A row whose end is not stored (a tracker stored before the column, not yet backfilled) is read as
+    // possibly open: its derived status still decides.
+    sqlx::query("UPDATE sessions SET ended = NULL WHERE session_id = 'done'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let (got, _) = list_all(&app, &t.read, &[("status", "completed")]).await;
+    assert_eq!(got, ["done"]);
+    let (got, _) = list_all(&app, &t.read, &[("status", "active")]).await;
+    assert_eq!(got, ["again", "open"]);
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn the_session_list_filters_by_colony_key(pool: sqlx::PgPool) {
     let app = spawn_app(pool).await;
@@ -350,4 +449,100 @@ async fn the_session_list_filters_by_colony_key(pool: sqlx::PgPool) {
     assert_eq!(p.status, StatusCode::OK, "{}", p.body);
     assert!(p.body.contains("data-session=\"wa\""), "{}", p.body);
     assert!(!p.body.contains("data-session=\"wb\""), "{}", p.body);
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_ended_migration_reads_each_stored_trackers_end(pool: sqlx::PgPool) {
+    use apiary_schema::status::{Input, Rules, Run, Tracker, What, REORDER_WINDOW};
+    // Every migration before the one adding `sessions.ended`, then trackers the old code stored.
+    let all = sqlx::migrate!("../migrations");
+    let is_ended = |m: &&sqlx::migrate::Migration| m.description.contains("sessions ended");
+    assert_eq!(all.iter().filter(is_ended).count(), 1);
+    for m in all.iter().take_while(|m| !is_ended(m)) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+    let tenant = uuid::Uuid::new_v4();
+    sqlx::query("INSERT INTO tenants (tenant_id, name) VALUES ($1, 'acme')")
+        .bind(tenant)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let r = |run| What::Run { run };
+    let turn = || What::Llm { ends_turn: true };
+    let many = |what: fn() -> What| (0..REORDER_WINDOW + 8).map(move |_| what());
+    let cases: Vec<(&str, Vec<What>)> = vec![
+        (
+            "completed",
+            vec![r(Run::Started), turn(), r(Run::Completed)],
+        ),
+        ("failed", vec![r(Run::Started), r(Run::Failed)]),
+        ("reopened", vec![r(Run::Completed), r(Run::Started), turn()]),
+        ("paused", vec![r(Run::Started), r(Run::Paused)]),
+        ("failed-then-paused", vec![r(Run::Failed), r(Run::Paused)]),
+        ("stepped", vec![r(Run::Completed), r(Run::Step), turn()]),
+        // The end left the re-order window: it is in the settled health only.
+        (
+            "settled-end",
+            [r(Run::Completed)].into_iter().chain(many(turn)).collect(),
+        ),
+        (
+            "settled-start",
+            [r(Run::Completed), r(Run::Started)]
+                .into_iter()
+                .chain(many(turn))
+                .collect(),
+        ),
+        (
+            "long",
+            [r(Run::Started)]
+                .into_iter()
+                .chain(many(turn))
+                .chain([r(Run::Failed)])
+                .collect(),
+        ),
+        ("no-run", vec![turn()]),
+    ];
+    let rules = Rules::default();
+    let start = Utc::now() - Duration::hours(1);
+    let mut want = vec![("untracked".to_string(), None)];
+    for (id, whats) in cases {
+        let mut t = Tracker::default();
+        let inputs = whats.into_iter().enumerate().map(|(i, what)| Input {
+            at: start + Duration::seconds(i as i64),
+            id: uuid::Uuid::new_v4(),
+            what,
+            interactive: false,
+        });
+        t.push(inputs, &rules);
+        let end = t.current(&rules).status.filter(|s| s.is_terminal());
+        want.push((id.to_string(), end.map(|s| s.as_str().to_string())));
+        sqlx::query(
+            "INSERT INTO sessions (tenant_id, session_id, first_seen_at, health)
+             VALUES ($1, $2, now(), $3::jsonb)",
+        )
+        .bind(tenant)
+        .bind(id)
+        .bind(serde_json::to_string(&t).unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("INSERT INTO sessions (tenant_id, session_id, first_seen_at) VALUES ($1, 'untracked', now())")
+        .bind(tenant)
+        .execute(&pool)
+        .await
+        .unwrap();
+    for m in all.iter().skip_while(|m| !is_ended(m)) {
+        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    }
+    want.sort();
+    let got: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT session_id, ended FROM sessions ORDER BY session_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(got, want);
+    // The cases cover both ends, from the window and from the settled health, and open runs.
+    let ends = |e: &str| want.iter().filter(|w| w.1.as_deref() == Some(e)).count();
+    assert_eq!((ends("completed"), ends("failed")), (3, 2), "{want:?}");
 }

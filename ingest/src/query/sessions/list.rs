@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use apiary_schema::status::Rules;
+use apiary_schema::status::{Rules, Status};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use sqlx::{Postgres, QueryBuilder};
@@ -178,6 +178,24 @@ pub fn page_query(
         }
         q.push(")");
     }
+    if let Some(statuses) = &f.statuses {
+        // An ended session's status is its end, whatever the time and its device (`sessions.ended`,
+        // written with its tracker); an open one's is derived at read time, so open sessions all stay in
+        // and `list` keeps those that match. Without `completed`, the literal predicate lets the planner
+        // walk the index of the sessions not completed (`sessions_not_completed_recent`) instead of the
+        // tenant's history.
+        if !statuses.contains(&Status::Completed) {
+            q.push(" AND s.ended IS DISTINCT FROM 'completed'");
+        }
+        let ended: Vec<&str> = statuses
+            .iter()
+            .filter(|s| s.is_terminal())
+            .map(|s| s.as_str())
+            .collect();
+        q.push(" AND (s.ended IS NULL OR s.ended = ANY(")
+            .push_bind(ended)
+            .push("))");
+    }
     if let Some(since) = f.since {
         q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
             .push_bind(since);
@@ -196,7 +214,8 @@ pub fn page_query(
 
 /// The sessions the reader may see, most recently active first: ordered by the last event's
 /// time (the first-seen time for a session registered without events), then by id, both descending.
-/// Status is derived here, at `now`, so the status filter runs after the query. Returns the page and,
+/// Status is derived here, at `now`, so the status filter runs after the query (which leaves out only
+/// the sessions whose stored end rules them out). Returns the page and,
 /// when there may be more, the cursor to pass on.
 pub async fn list(
     db: &ReadDb,
@@ -264,6 +283,27 @@ mod tests {
         );
         assert!(sql.contains("s.session_id) < ($5, $6)"), "{sql}");
         assert!(sql.ends_with("s.session_id DESC LIMIT $7"), "{sql}");
+    }
+
+    #[test]
+    fn a_status_filter_leaves_out_only_sessions_whose_stored_end_rules_them_out() {
+        let r = TenantRead::tenant_wide(Uuid::nil());
+        let sql = |statuses: &str| {
+            let params: ListParams =
+                crate::routes::extract::query_params(&format!("status={statuses}")).unwrap();
+            page_query(&r, &ListFilter::from(params), None, 500).into_sql()
+        };
+        let open =
+            " AND s.ended IS DISTINCT FROM 'completed' AND (s.ended IS NULL OR s.ended = ANY($2))";
+        assert!(sql("active,stalled").contains(open), "{}", sql("active"));
+        assert!(sql("failed").contains(open), "{}", sql("failed"));
+        let any = " AND (s.ended IS NULL OR s.ended = ANY($2))";
+        for statuses in ["completed", "completed,active"] {
+            let q = sql(statuses);
+            assert!(q.contains(any) && !q.contains("DISTINCT"), "{q}");
+        }
+        let unfiltered = page_query(&r, &ListFilter::default(), None, 500).into_sql();
+        assert!(!unfiltered.contains("ended"), "{unfiltered}");
     }
 
     #[test]
