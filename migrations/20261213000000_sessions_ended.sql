@@ -5,19 +5,20 @@
 -- device's liveness move an open session between active, idle, stalled, offline…), so the list read the
 -- tenant's sessions newest first and kept those whose derived status matched: for a status no recent
 -- session had, every request looked at 10,000 sessions (the scan's bound) and returned a short page. An
--- ended session's status does not move with time or liveness (`completed` and `failed` take no overlay;
--- only a new input starts a new run, and that input rewrites this column), so the list now asks the
--- database only for sessions that can match: open ones (`ended IS NULL`) and those ended as asked. The
--- status is still derived for each of them; a NULL is "may be open", never a wrong answer.
+-- ended session's status is its end whatever the time and its device (`completed` and `failed` take no
+-- overlay; only a new input starts a new run, and the batch that brings it rewrites this column), and an
+-- open one's is neither, so the list now asks the database only for the sessions that can match: the
+-- open ones when any other status is asked for (their status is still derived at read time), the
+-- completed or failed ones when those are (ingest/src/query/sessions/list.rs).
 --
--- The partial index holds the sessions that are not completed — open and failed, a small part of a
--- tenant's history — by recency, so a filter for open or failed statuses walks only them.
+-- Two partial indexes, by recency: the open sessions and the failed ones, each a small part of a tenant's
+-- history, so a filter walks only them; completed sessions are read through `sessions_recent`.
 ALTER TABLE sessions ADD COLUMN ended text CHECK (ended IN ('completed', 'failed'));
 
 -- Existing trackers: the current run is the last lifecycle input of the re-order window (`pending`,
 -- sorted as it is folded; a `step` changes nothing), else the settled one; the status is completed or
 -- failed exactly when that run is (shared-schema/src/status/health.rs, `derive`). Sessions without a
--- tracker stay NULL until their next batch rebuilds it: read as possibly open.
+-- tracker (read as `idle` until a batch rebuilds it) stay NULL.
 UPDATE sessions s
 SET ended = r.run
 FROM (
@@ -36,6 +37,9 @@ FROM (
 ) r
 WHERE s.tenant_id = r.tenant_id AND s.session_id = r.session_id AND r.run IN ('completed', 'failed');
 
-CREATE INDEX sessions_not_completed_recent
+CREATE INDEX sessions_open_recent
     ON sessions (tenant_id, (COALESCE(last_event_at, first_seen_at)), session_id)
-    WHERE ended IS DISTINCT FROM 'completed';
+    WHERE ended IS NULL;
+CREATE INDEX sessions_failed_recent
+    ON sessions (tenant_id, (COALESCE(last_event_at, first_seen_at)), session_id)
+    WHERE ended = 'failed';

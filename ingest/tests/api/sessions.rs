@@ -355,22 +355,30 @@ async fn a_status_filter_reads_ended_sessions_by_their_stored_end_and_open_ones_
         ("failed", vec!["broken"]),
         ("failed,active", vec!["again", "open", "broken"]),
         ("completed,stalled", vec!["done", "quiet"]),
+        ("completed,failed,stalled", vec!["done", "broken", "quiet"]),
     ] {
         for limit in ["1", "100"] {
             let (got, _) = list_all(&app, &t.read, &[("status", status), ("limit", limit)]).await;
             assert_eq!(got, want, "status={status} limit={limit}");
         }
     }
-    // A row whose end is not stored (a tracker stored before the column, not yet backfilled) is read as
-    // possibly open: its derived status still decides.
-    sqlx::query("UPDATE sessions SET ended = NULL WHERE session_id = 'done'")
-        .execute(&app.pool)
-        .await
-        .unwrap();
-    let (got, _) = list_all(&app, &t.read, &[("status", "completed")]).await;
-    assert_eq!(got, ["done"]);
-    let (got, _) = list_all(&app, &t.read, &[("status", "active")]).await;
-    assert_eq!(got, ["again", "open"]);
+    // The stored end is the derived status exactly when that is completed or failed, for every session.
+    let (s, v) = app.get(&t.read, "/v1/sessions").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let mut derived: Vec<(String, Option<String>)> = v["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let status = s["status"].as_str().unwrap();
+            let end = ["completed", "failed"]
+                .contains(&status)
+                .then(|| status.to_string());
+            (s["session_id"].as_str().unwrap().to_string(), end)
+        })
+        .collect();
+    derived.sort();
+    assert_eq!(ended_of(&app, "acme").await, derived);
 }
 
 #[sqlx::test(migrations = "../migrations")]

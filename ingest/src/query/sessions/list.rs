@@ -137,14 +137,62 @@ const LIST_SCAN_MAX: usize = 10_000;
 /// Sessions fetched per query while a status filter is on.
 const LIST_CHUNK: usize = 500;
 
+/// The sessions a status filter can match, by their stored end (`sessions.ended`, written with the
+/// tracker: NULL exactly while the status is neither `completed` nor `failed`): open ones for any other
+/// status (derived at read time by [`list`], so all of them are read), and the ended ones whose end is
+/// asked for. Each is an arm of the page statement walked through its own index: the open and the failed
+/// sessions have a partial index each (`sessions_open_recent`, `sessions_failed_recent`), a small part of
+/// a tenant's history; completed ones the tenant's (`sessions_recent`).
+fn arms(statuses: &[Status]) -> Vec<&'static str> {
+    let mut arms = Vec::new();
+    if statuses.iter().any(|s| !s.is_terminal()) {
+        arms.push(" AND s.ended IS NULL");
+    }
+    if statuses.contains(&Status::Failed) {
+        arms.push(" AND s.ended = 'failed'");
+    }
+    if statuses.contains(&Status::Completed) {
+        arms.push(" AND s.ended = 'completed'");
+    }
+    arms
+}
+
 /// Up to `fetch` sessions the reader may see matching `f`, after `after`, most recently active first.
+/// With a status filter, only those whose stored end does not rule them out ([`arms`]; several arms are
+/// each ordered and limited, then merged).
 pub fn page_query(
     r: &TenantRead,
     f: &ListFilter,
     after: Option<&Cursor>,
     fetch: usize,
 ) -> QueryBuilder<'static, Postgres> {
-    let mut q = QueryBuilder::new(SELECT);
+    let arms = f.statuses.as_deref().map_or(vec![""], arms);
+    if let [arm] = arms[..] {
+        let mut q = QueryBuilder::new("");
+        push_arm(&mut q, r, f, after, fetch, arm);
+        return q;
+    }
+    let mut q = QueryBuilder::new("SELECT * FROM (");
+    for (i, arm) in arms.into_iter().enumerate() {
+        q.push(if i == 0 { "(" } else { ") UNION ALL (" });
+        push_arm(&mut q, r, f, after, fetch, arm);
+    }
+    q.push(")) AS s ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT ")
+        .push_bind(fetch as i64);
+    q
+}
+
+/// One statement of [`page_query`]: the filters of `f` and `arm`, ordered, limited. Its first bind is
+/// the tenant (`$1`, which [`SELECT`]'s device subquery names), whatever arm it is.
+fn push_arm(
+    q: &mut QueryBuilder<'static, Postgres>,
+    r: &TenantRead,
+    f: &ListFilter,
+    after: Option<&Cursor>,
+    fetch: usize,
+    arm: &'static str,
+) {
+    q.push(SELECT);
     q.push(" WHERE s.tenant_id = ").push_bind(r.tenant_id());
     for (col, v) in [
         ("s.user_id", r.user()),
@@ -178,24 +226,7 @@ pub fn page_query(
         }
         q.push(")");
     }
-    if let Some(statuses) = &f.statuses {
-        // An ended session's status is its end, whatever the time and its device (`sessions.ended`,
-        // written with its tracker); an open one's is derived at read time, so open sessions all stay in
-        // and `list` keeps those that match. Without `completed`, the literal predicate lets the planner
-        // walk the index of the sessions not completed (`sessions_not_completed_recent`) instead of the
-        // tenant's history.
-        if !statuses.contains(&Status::Completed) {
-            q.push(" AND s.ended IS DISTINCT FROM 'completed'");
-        }
-        let ended: Vec<&str> = statuses
-            .iter()
-            .filter(|s| s.is_terminal())
-            .map(|s| s.as_str())
-            .collect();
-        q.push(" AND (s.ended IS NULL OR s.ended = ANY(")
-            .push_bind(ended)
-            .push("))");
-    }
+    q.push(arm);
     if let Some(since) = f.since {
         q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
             .push_bind(since);
@@ -209,13 +240,12 @@ pub fn page_query(
     }
     q.push(" ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT ")
         .push_bind(fetch as i64);
-    q
 }
 
 /// The sessions the reader may see, most recently active first: ordered by the last event's
 /// time (the first-seen time for a session registered without events), then by id, both descending.
 /// Status is derived here, at `now`, so the status filter runs after the query (which leaves out only
-/// the sessions whose stored end rules them out). Returns the page and,
+/// the sessions whose stored end rules them out, [`arms`]). Returns the page and,
 /// when there may be more, the cursor to pass on.
 pub async fn list(
     db: &ReadDb,
@@ -286,22 +316,37 @@ mod tests {
     }
 
     #[test]
-    fn a_status_filter_leaves_out_only_sessions_whose_stored_end_rules_them_out() {
+    fn a_status_filter_reads_the_open_sessions_and_those_ended_as_asked_each_by_its_arm() {
         let r = TenantRead::tenant_wide(Uuid::nil());
         let sql = |statuses: &str| {
             let params: ListParams =
                 crate::routes::extract::query_params(&format!("status={statuses}")).unwrap();
             page_query(&r, &ListFilter::from(params), None, 500).into_sql()
         };
-        let open =
-            " AND s.ended IS DISTINCT FROM 'completed' AND (s.ended IS NULL OR s.ended = ANY($2))";
-        assert!(sql("active,stalled").contains(open), "{}", sql("active"));
-        assert!(sql("failed").contains(open), "{}", sql("failed"));
-        let any = " AND (s.ended IS NULL OR s.ended = ANY($2))";
-        for statuses in ["completed", "completed,active"] {
-            let q = sql(statuses);
-            assert!(q.contains(any) && !q.contains("DISTINCT"), "{q}");
-        }
+        let arms = |q: &str| {
+            [
+                "s.ended IS NULL",
+                "s.ended = 'failed'",
+                "s.ended = 'completed'",
+            ]
+            .into_iter()
+            .filter(|a| q.contains(a))
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(arms(&sql("active,stalled,offline")), ["s.ended IS NULL"]);
+        assert_eq!(arms(&sql("failed")), ["s.ended = 'failed'"]);
+        assert_eq!(arms(&sql("completed")), ["s.ended = 'completed'"]);
+        let all = sql("completed,failed,crashed");
+        assert_eq!(arms(&all).len(), 3, "{all}");
+        // Each arm binds the tenant first (`$1`, `$2`, ...: one statement's binds), is ordered and
+        // limited; the merge is ordered and limited again.
+        assert!(
+            all.starts_with("SELECT * FROM ((SELECT s.session_id"),
+            "{all}"
+        );
+        assert_eq!(all.matches(" UNION ALL ").count(), 2, "{all}");
+        assert_eq!(all.matches("s.session_id DESC LIMIT $").count(), 4, "{all}");
+        assert!(all.ends_with(")) AS s ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT $7"), "{all}");
         let unfiltered = page_query(&r, &ListFilter::default(), None, 500).into_sql();
         assert!(!unfiltered.contains("ended"), "{unfiltered}");
     }
