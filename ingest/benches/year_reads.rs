@@ -763,6 +763,11 @@ fn reads(end: DateTime<Utc>, queen: &str, colony: &str) -> Vec<Read> {
         ("sessions", String::new()),
         ("sessions status=active", "status=active".into()),
         ("sessions status=failed", "status=failed".into()),
+        (
+            "sessions status=stalled,failed",
+            "status=stalled,failed".into(),
+        ),
+        ("sessions status=idle", "status=idle".into()),
         ("sessions user", "user=user_0007".into()),
         ("sessions colony", format!("colony={colony}")),
     ] {

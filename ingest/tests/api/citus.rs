@@ -343,6 +343,8 @@ async fn on_citus_every_read_of_one_tenant_runs_on_its_shard_alone(pool: PgPool)
             "/v1/colonies",
             "/v1/sessions",
             "/v1/sessions?status=active",
+            "/v1/sessions?status=stalled,failed",
+            "/v1/sessions?status=completed",
             "/v1/sessions?user=alice",
             "/v1/sessions/q1",
             "/v1/sessions/q1/tree",

@@ -154,6 +154,10 @@ fn arms(statuses: &[Status]) -> Vec<&'static str> {
     if statuses.contains(&Status::Completed) {
         arms.push(" AND s.ended = 'completed'");
     }
+    if arms.is_empty() {
+        // No status asked for: nothing matches.
+        arms.push(" AND false");
+    }
     arms
 }
 
@@ -169,21 +173,22 @@ pub fn page_query(
     let arms = f.statuses.as_deref().map_or(vec![""], arms);
     if let [arm] = arms[..] {
         let mut q = QueryBuilder::new("");
-        push_arm(&mut q, r, f, after, fetch, arm);
+        push_arm(&mut q, r, f, after, fetch, arm, true);
         return q;
     }
     let mut q = QueryBuilder::new("SELECT * FROM (");
     for (i, arm) in arms.into_iter().enumerate() {
         q.push(if i == 0 { "(" } else { ") UNION ALL (" });
-        push_arm(&mut q, r, f, after, fetch, arm);
+        push_arm(&mut q, r, f, after, fetch, arm, i == 0);
     }
     q.push(")) AS s ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT ")
         .push_bind(fetch as i64);
     q
 }
 
-/// One statement of [`page_query`]: the filters of `f` and `arm`, ordered, limited. Its first bind is
-/// the tenant (`$1`, which [`SELECT`]'s device subquery names), whatever arm it is.
+/// One statement of [`page_query`]: the filters of `f` and `arm`, ordered, limited. The tenant is `$1`
+/// (which [`SELECT`]'s device subquery names): bound by the `first` arm, named by the others, so that
+/// every arm visibly reads one tenant (Citus routes the whole statement to its shard).
 fn push_arm(
     q: &mut QueryBuilder<'static, Postgres>,
     r: &TenantRead,
@@ -191,9 +196,15 @@ fn push_arm(
     after: Option<&Cursor>,
     fetch: usize,
     arm: &'static str,
+    first: bool,
 ) {
     q.push(SELECT);
-    q.push(" WHERE s.tenant_id = ").push_bind(r.tenant_id());
+    q.push(" WHERE s.tenant_id = ");
+    if first {
+        q.push_bind(r.tenant_id());
+    } else {
+        q.push("$1");
+    }
     for (col, v) in [
         ("s.user_id", r.user()),
         ("s.user_id", f.user.as_deref()),
@@ -338,17 +349,18 @@ mod tests {
         assert_eq!(arms(&sql("completed")), ["s.ended = 'completed'"]);
         let all = sql("completed,failed,crashed");
         assert_eq!(arms(&all).len(), 3, "{all}");
-        // Each arm binds the tenant first (`$1`, `$2`, ...: one statement's binds), is ordered and
-        // limited; the merge is ordered and limited again.
+        // Every arm reads the tenant `$1`, is ordered and limited; the merge is ordered and limited again.
         assert!(
             all.starts_with("SELECT * FROM ((SELECT s.session_id"),
             "{all}"
         );
         assert_eq!(all.matches(" UNION ALL ").count(), 2, "{all}");
         assert_eq!(all.matches("s.session_id DESC LIMIT $").count(), 4, "{all}");
-        assert!(all.ends_with(")) AS s ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT $7"), "{all}");
+        assert!(all.ends_with(")) AS s ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT $5"), "{all}");
+        assert_eq!(all.matches("WHERE s.tenant_id = $1 ").count(), 3, "{all}");
         let unfiltered = page_query(&r, &ListFilter::default(), None, 500).into_sql();
         assert!(!unfiltered.contains("ended"), "{unfiltered}");
+        assert_eq!(super::arms(&[]), [" AND false"]);
     }
 
     #[test]
