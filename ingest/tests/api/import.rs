@@ -135,13 +135,29 @@ fn every_byte_of_a_sealed_bundle_file_changed_is_refused_with_the_reason() {
     std::fs::write(&path, &bytes).unwrap();
     let ok = import::verify(&path).unwrap();
     assert_eq!(ok.key, Some(key.public()));
+    let content = |b: &[u8]| {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(b), &mut out).unwrap();
+        out
+    };
     let mut reasons = std::collections::BTreeSet::new();
     for i in 0..bytes.len() {
         let mut changed = bytes.clone();
         changed[i] ^= 0xff;
         std::fs::write(&path, &changed).unwrap();
         match import::verify(&path) {
-            Ok(_) => panic!("byte {i} of {} flipped was accepted", bytes.len()),
+            // What the seal protects is the content: a changed byte may still decode to the same bytes
+            // (seen about once in twenty runs: a byte in the middle of the compressed stream of three
+            // alike events, flipped whole, decoded to the same text), and then nothing a reader reads
+            // was changed.
+            Ok(_) => {
+                assert_eq!(
+                    content(&changed),
+                    content(&bytes),
+                    "byte {i} of {} flipped was accepted with other content",
+                    bytes.len()
+                );
+            }
             Err(e) => {
                 let text = e.to_string();
                 assert!(!text.is_empty(), "byte {i}: an empty reason");
@@ -162,11 +178,6 @@ fn every_byte_of_a_sealed_bundle_file_changed_is_refused_with_the_reason() {
     // Single bits: the only ones that pass are padding bits after a deflate stream's last block (in the
     // byte before a gzip member's 8-byte trailer; a bundle is several members), which no reader reads —
     // the content is the same bytes.
-    let content = |b: &[u8]| {
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(b), &mut out).unwrap();
-        out
-    };
     for i in 0..bytes.len() {
         for bit in 0..8 {
             let mut changed = bytes.clone();
