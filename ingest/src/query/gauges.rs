@@ -68,7 +68,7 @@ pub async fn sessions_by_status(
     let mut groups: BTreeMap<Vec<String>, BTreeMap<Status, i64>> = BTreeMap::new();
     let mut after: Option<Cursor> = None;
     loop {
-        let rows: Vec<SessionRow> = page_query(r, &filter, after.as_ref(), CHUNK)
+        let rows: Vec<SessionRow> = page_query(r, &filter, after.as_ref(), CHUNK, None)
             .build_query_as()
             .fetch_all(&db.pool)
             .await?;

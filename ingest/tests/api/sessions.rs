@@ -310,6 +310,8 @@ async fn a_status_filter_reads_ended_sessions_by_their_stored_end_and_open_ones_
         llm("again", now - Duration::minutes(6), "m", 1, 1, 0.1),
         run("again", now - Duration::minutes(5), "completed"),
         llm("quiet", now - Duration::minutes(20), "m", 1, 1, 0.1),
+        // Active still, near the end of the no-progress window (300 s).
+        llm("late", now - Duration::seconds(200), "m", 1, 1, 0.1),
     ];
     let (s, v) = app.post_batch(&t.ingest, &batch(events, vec![])).await;
     assert_eq!(s, StatusCode::OK, "{v}");
@@ -325,6 +327,7 @@ async fn a_status_filter_reads_ended_sessions_by_their_stored_end_and_open_ones_
             ("again", Some("completed")),
             ("broken", Some("failed")),
             ("done", Some("completed")),
+            ("late", None),
             ("open", None),
             ("quiet", None),
         ])
@@ -344,16 +347,17 @@ async fn a_status_filter_reads_ended_sessions_by_their_stored_end_and_open_ones_
             ("again", None),
             ("broken", Some("failed")),
             ("done", Some("completed")),
+            ("late", None),
             ("open", None),
             ("quiet", None),
         ])
     );
     for (status, want) in [
-        ("active", vec!["again", "open"]),
+        ("active", vec!["again", "open", "late"]),
         ("stalled", vec!["quiet"]),
         ("completed", vec!["done"]),
         ("failed", vec!["broken"]),
-        ("failed,active", vec!["again", "open", "broken"]),
+        ("failed,active", vec!["again", "open", "broken", "late"]),
         ("completed,stalled", vec!["done", "quiet"]),
         ("completed,failed,stalled", vec!["done", "broken", "quiet"]),
     ] {

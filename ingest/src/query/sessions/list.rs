@@ -146,7 +146,7 @@ const LIST_CHUNK: usize = 500;
 fn arms(statuses: &[Status]) -> Vec<&'static str> {
     let mut arms = Vec::new();
     if statuses.iter().any(|s| !s.is_terminal()) {
-        arms.push(" AND s.ended IS NULL");
+        arms.push(OPEN);
     }
     if statuses.contains(&Status::Failed) {
         arms.push(" AND s.ended = 'failed'");
@@ -161,32 +161,49 @@ fn arms(statuses: &[Status]) -> Vec<&'static str> {
     arms
 }
 
+/// The arm of the open sessions ([`arms`]).
+const OPEN: &str = " AND s.ended IS NULL";
+
+/// The earliest last event an open session can have and still be in one of `statuses` at `now`, when
+/// that bounds them: `active` and `degraded` need progress within the rules' `stall_after_secs` (past it
+/// the no-progress rule has made the session idle or stalled, and only a new input moves it back), and
+/// a session's last event is never before its last progress (both are its events' effective times).
+/// None when any other open status is asked for, or none is.
+pub fn open_since(statuses: &[Status], now: DateTime<Utc>, rules: &Rules) -> Option<DateTime<Utc>> {
+    let mut open = statuses.iter().filter(|s| !s.is_terminal()).peekable();
+    (open.peek().is_some() && open.all(|s| matches!(s, Status::Active | Status::Degraded)))
+        .then(|| now - chrono::TimeDelta::seconds(rules.stall_after_secs))
+}
+
 /// Up to `fetch` sessions the reader may see matching `f`, after `after`, most recently active first.
 /// With a status filter, only those whose stored end does not rule them out ([`arms`]; several arms are
-/// each ordered and limited, then merged).
+/// each ordered and limited, then merged), the open ones from `open_since` on when given ([`open_since`]).
 pub fn page_query(
     r: &TenantRead,
     f: &ListFilter,
     after: Option<&Cursor>,
     fetch: usize,
+    open_since: Option<DateTime<Utc>>,
 ) -> QueryBuilder<'static, Postgres> {
     let arms = f.statuses.as_deref().map_or(vec![""], arms);
+    let since = |arm: &str| open_since.filter(|_| arm == OPEN);
     if let [arm] = arms[..] {
         let mut q = QueryBuilder::new("");
-        push_arm(&mut q, r, f, after, fetch, arm, true);
+        push_arm(&mut q, r, f, after, fetch, (arm, since(arm)), true);
         return q;
     }
     let mut q = QueryBuilder::new("SELECT * FROM (");
     for (i, arm) in arms.into_iter().enumerate() {
         q.push(if i == 0 { "(" } else { ") UNION ALL (" });
-        push_arm(&mut q, r, f, after, fetch, arm, i == 0);
+        push_arm(&mut q, r, f, after, fetch, (arm, since(arm)), i == 0);
     }
     q.push(")) AS s ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT ")
         .push_bind(fetch as i64);
     q
 }
 
-/// One statement of [`page_query`]: the filters of `f` and `arm`, ordered, limited. The tenant is `$1`
+/// One statement of [`page_query`]: the filters of `f` and `arm` (its condition, and the earliest last
+/// event it reads when bounded), ordered, limited. The tenant is `$1`
 /// (which [`SELECT`]'s device subquery names): bound by the `first` arm, named by the others, so that
 /// every arm visibly reads one tenant (Citus routes the whole statement to its shard).
 fn push_arm(
@@ -195,7 +212,7 @@ fn push_arm(
     f: &ListFilter,
     after: Option<&Cursor>,
     fetch: usize,
-    arm: &'static str,
+    (arm, since): (&'static str, Option<DateTime<Utc>>),
     first: bool,
 ) {
     q.push(SELECT);
@@ -238,6 +255,10 @@ fn push_arm(
         q.push(")");
     }
     q.push(arm);
+    if let Some(since) = since {
+        q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
+            .push_bind(since);
+    }
     if let Some(since) = f.since {
         q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
             .push_bind(since);
@@ -273,7 +294,11 @@ pub async fn list(
             None => f.limit + 1 - out.len(),
             Some(_) => LIST_CHUNK,
         };
-        let rows: Vec<SessionRow> = page_query(r, f, after.as_ref(), fetch)
+        let since = f
+            .statuses
+            .as_deref()
+            .and_then(|s| open_since(s, now, rules));
+        let rows: Vec<SessionRow> = page_query(r, f, after.as_ref(), fetch, since)
             .build_query_as()
             .fetch_all(&db.pool)
             .await?;
@@ -315,7 +340,7 @@ mod tests {
         let f = ListFilter::from(params);
         assert_eq!(f.limit, 5);
         let cursor = Cursor::decode("1700000000000000.s9").unwrap();
-        let sql = page_query(&r, &f, Some(&cursor), 6).into_sql();
+        let sql = page_query(&r, &f, Some(&cursor), 6, None).into_sql();
         assert!(
             sql.contains(
                 "WHERE s.tenant_id = $1 AND s.user_id = $2 AND s.user_id = $3 AND s.device_id = $4"
@@ -332,7 +357,7 @@ mod tests {
         let sql = |statuses: &str| {
             let params: ListParams =
                 crate::routes::extract::query_params(&format!("status={statuses}")).unwrap();
-            page_query(&r, &ListFilter::from(params), None, 500).into_sql()
+            page_query(&r, &ListFilter::from(params), None, 500, None).into_sql()
         };
         let arms = |q: &str| {
             [
@@ -358,9 +383,38 @@ mod tests {
         assert_eq!(all.matches("s.session_id DESC LIMIT $").count(), 4, "{all}");
         assert!(all.ends_with(")) AS s ORDER BY COALESCE(s.last_event_at, s.first_seen_at) DESC, s.session_id DESC LIMIT $5"), "{all}");
         assert_eq!(all.matches("WHERE s.tenant_id = $1 ").count(), 3, "{all}");
-        let unfiltered = page_query(&r, &ListFilter::default(), None, 500).into_sql();
+        let unfiltered = page_query(&r, &ListFilter::default(), None, 500, None).into_sql();
         assert!(!unfiltered.contains("ended"), "{unfiltered}");
         assert_eq!(super::arms(&[]), [" AND false"]);
+    }
+
+    #[test]
+    fn only_active_and_degraded_bound_the_open_sessions_by_their_last_event() {
+        let now = DateTime::parse_from_rfc3339("2026-06-01T12:00:00Z")
+            .unwrap()
+            .to_utc();
+        let rules = Rules::default();
+        let bound = Some(now - chrono::TimeDelta::seconds(rules.stall_after_secs));
+        for (statuses, want) in [
+            (&[Status::Active][..], bound),
+            (&[Status::Degraded, Status::Active, Status::Failed], bound),
+            (&[Status::Active, Status::Stalled], None),
+            (&[Status::Idle], None),
+            (&[Status::Offline, Status::Active], None),
+            (&[Status::Completed, Status::Failed], None),
+        ] {
+            assert_eq!(open_since(statuses, now, &rules), want, "{statuses:?}");
+        }
+        // Only the open arm is bounded.
+        let r = TenantRead::tenant_wide(Uuid::nil());
+        let params: ListParams =
+            crate::routes::extract::query_params("status=active,failed").unwrap();
+        let sql = page_query(&r, &ListFilter::from(params), None, 500, bound).into_sql();
+        assert!(
+            sql.contains("s.ended IS NULL AND COALESCE(s.last_event_at, s.first_seen_at) >= $2"),
+            "{sql}"
+        );
+        assert_eq!(sql.matches("first_seen_at) >= $").count(), 1, "{sql}");
     }
 
     #[test]
