@@ -458,11 +458,7 @@ fn tracker(
     }
     let mut t = Tracker::default();
     let update = t.push(inputs, &rules);
-    let ended = update
-        .current
-        .status
-        .filter(|s| s.is_terminal())
-        .map(|s| s.as_str());
+    let ended = update.current.end().map(|s| s.as_str());
     // COPY text: the JSON holds no tab or newline; a backslash is doubled.
     let json = serde_json::to_string(&t)
         .expect("a tracker serialises")

@@ -194,11 +194,7 @@ pub async fn prepare(
             Folded {
                 health: serde_json::to_string(&tracker).expect("a tracker serialises"),
                 stall_due_at: update.current.due(rules),
-                ended: update
-                    .current
-                    .status
-                    .filter(|s| s.is_terminal())
-                    .map(|s| s.as_str()),
+                ended: update.current.end().map(|s| s.as_str()),
             },
         );
     }

@@ -248,9 +248,9 @@ pub async fn upsert(
 }
 
 /// Newer fact wins (`GREATEST` ignores NULLs); identity is kept from the first insert; the health
-/// tracker (with its stall deadline and end) and the work are replaced when the batch folded them. A session that had no events before
-/// this batch gets an empty work (`{}`), so NULL means "stored before `sessions.work`, fold it from its
-/// events" ([`super::work`]).
+/// tracker (with its stall deadline and end) and the work are replaced when the batch folded them. A
+/// session that had no events before this batch gets an empty work (`{}`), so NULL means "stored before
+/// `sessions.work`, fold it from its events" ([`super::work`]).
 const UPSERT_SQL: &str = "
 INSERT INTO sessions AS s (tenant_id, last_received_at, session_id, user_id, device_id, parent_session_id,
     colony_id, agent_role, worker_id, runtime, first_seen_at, last_event_at, last_progress_at, phase, phase_at,

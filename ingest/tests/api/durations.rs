@@ -262,12 +262,7 @@ async fn active_time_in_the_rollups_is_the_sessions_time_in_active_whatever_the_
 
 #[sqlx::test(migrations = false)]
 async fn the_durations_migration_backfills_what_was_stored_before_it(pool: sqlx::PgPool) {
-    let all = sqlx::migrate!("../migrations");
-    let is_mine = |m: &&sqlx::migrate::Migration| m.description.contains("tool durations");
-    assert_eq!(all.iter().filter(is_mine).count(), 1);
-    for m in all.iter().take_while(|m| !is_mine(m)) {
-        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
-    }
+    let rest = migrate_before(&pool, "tool durations").await;
     let tenant = uuid::Uuid::new_v4();
     sqlx::raw_sql(&format!(
         "SELECT apiary_ensure_event_partitions('2026-11-03', '2026-11-04');
@@ -296,8 +291,7 @@ async fn the_durations_migration_backfills_what_was_stored_before_it(pool: sqlx:
     .execute(&pool)
     .await
     .unwrap();
-    let m = all.iter().find(is_mine).unwrap();
-    sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    apply(&pool, &rest[..1]).await;
     let rows: Vec<(chrono::DateTime<chrono::Utc>, i64, i64, i64)> = sqlx::query_as(
         "SELECT bucket, events, tool_duration_ms, active_ms FROM usage_rollups ORDER BY bucket",
     )

@@ -21,6 +21,29 @@ pub struct Tenant {
     pub read: String,
 }
 
+/// For a migration test: applies every migration before the one whose description contains `name`
+/// (exactly one does), so that the test can write rows as the code before it did; returns that
+/// migration and every one after it, to [`apply`] then.
+pub async fn migrate_before(pool: &PgPool, name: &str) -> Vec<sqlx::migrate::Migration> {
+    let all = sqlx::migrate!("../migrations");
+    let is_it = |m: &&sqlx::migrate::Migration| m.description.contains(name);
+    assert_eq!(
+        all.iter().filter(is_it).count(),
+        1,
+        "migrations named {name:?}"
+    );
+    let at = all.iter().position(|m| is_it(&m)).unwrap();
+    apply(pool, &all.migrations[..at]).await;
+    all.migrations[at..].to_vec()
+}
+
+/// Applies `migrations`, in order, as their SQL.
+pub async fn apply(pool: &PgPool, migrations: &[sqlx::migrate::Migration]) {
+    for m in migrations {
+        sqlx::raw_sql(&m.sql).execute(pool).await.unwrap();
+    }
+}
+
 /// Settings for tests: any port, generous rate limit, retention long enough for fixed historical dates.
 pub fn test_settings() -> IngestSettings {
     IngestSettings {

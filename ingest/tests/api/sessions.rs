@@ -467,12 +467,7 @@ async fn the_session_list_filters_by_colony_key(pool: sqlx::PgPool) {
 async fn the_ended_migration_reads_each_stored_trackers_end(pool: sqlx::PgPool) {
     use apiary_schema::status::{Input, Rules, Run, Tracker, What, REORDER_WINDOW};
     // Every migration before the one adding `sessions.ended`, then trackers the old code stored.
-    let all = sqlx::migrate!("../migrations");
-    let is_ended = |m: &&sqlx::migrate::Migration| m.description.contains("sessions ended");
-    assert_eq!(all.iter().filter(is_ended).count(), 1);
-    for m in all.iter().take_while(|m| !is_ended(m)) {
-        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
-    }
+    let rest = migrate_before(&pool, "sessions ended").await;
     let tenant = uuid::Uuid::new_v4();
     sqlx::query("INSERT INTO tenants (tenant_id, name) VALUES ($1, 'acme')")
         .bind(tenant)
@@ -526,7 +521,7 @@ async fn the_ended_migration_reads_each_stored_trackers_end(pool: sqlx::PgPool) 
             interactive: false,
         });
         t.push(inputs, &rules);
-        let end = t.current(&rules).status.filter(|s| s.is_terminal());
+        let end = t.current(&rules).end();
         want.push((id.to_string(), end.map(|s| s.as_str().to_string())));
         sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, first_seen_at, health)
@@ -544,9 +539,7 @@ async fn the_ended_migration_reads_each_stored_trackers_end(pool: sqlx::PgPool) 
         .execute(&pool)
         .await
         .unwrap();
-    for m in all.iter().skip_while(|m| !is_ended(m)) {
-        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
-    }
+    apply(&pool, &rest).await;
     want.sort();
     let got: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT session_id, ended FROM sessions ORDER BY session_id")

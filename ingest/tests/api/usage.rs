@@ -343,12 +343,7 @@ async fn group_by_runtime_answers_each_runtime_from_both_rollups(pool: sqlx::PgP
 #[sqlx::test(migrations = false)]
 async fn the_runtime_migration_backfills_rollups_from_their_sessions(pool: sqlx::PgPool) {
     // Every migration before the runtime one, as its SQL, then rows written by the old code.
-    let all = sqlx::migrate!("../migrations");
-    let is_runtime = |m: &&sqlx::migrate::Migration| m.description.contains("rollup runtime");
-    assert_eq!(all.iter().filter(is_runtime).count(), 1);
-    for m in all.iter().take_while(|m| !is_runtime(m)) {
-        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
-    }
+    let rest = migrate_before(&pool, "rollup runtime").await;
     let tenant = uuid::Uuid::new_v4();
     sqlx::query("INSERT INTO tenants (tenant_id, name) VALUES ($1, 'acme')")
         .bind(tenant)
@@ -375,8 +370,7 @@ async fn the_runtime_migration_backfills_rollups_from_their_sessions(pool: sqlx:
         .await
         .unwrap();
     }
-    let m = all.iter().find(is_runtime).unwrap();
-    sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    apply(&pool, &rest[..1]).await;
     for table in ["usage_rollups", "usage_rollups_hourly"] {
         let rows: Vec<(String, String, i64)> = sqlx::query_as(&format!(
             "SELECT session_id, runtime, events FROM {table} ORDER BY session_id"
@@ -400,12 +394,7 @@ async fn the_runtime_migration_backfills_rollups_from_their_sessions(pool: sqlx:
 async fn the_narrow_rollup_migration_sums_the_hourly_rows_without_sessions(pool: sqlx::PgPool) {
     // Every migration before the narrow rollup, then hourly rows the old code wrote: two sessions and
     // two devices of one user and model in one hour, another model, another hour.
-    let all = sqlx::migrate!("../migrations");
-    let is_narrow = |m: &&sqlx::migrate::Migration| m.description.contains("usage rollups narrow");
-    assert_eq!(all.iter().filter(is_narrow).count(), 1);
-    for m in all.iter().take_while(|m| !is_narrow(m)) {
-        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
-    }
+    let rest = migrate_before(&pool, "usage rollups narrow").await;
     let tenant = uuid::Uuid::new_v4();
     sqlx::raw_sql(&format!(
         "INSERT INTO tenants (tenant_id, name) VALUES ('{tenant}', 'acme');
@@ -420,8 +409,7 @@ async fn the_narrow_rollup_migration_sums_the_hourly_rows_without_sessions(pool:
     .execute(&pool)
     .await
     .unwrap();
-    let m = all.iter().find(is_narrow).unwrap();
-    sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
+    apply(&pool, &rest[..1]).await;
     type Row = (
         chrono::DateTime<chrono::Utc>,
         String,
@@ -454,9 +442,7 @@ async fn the_narrow_rollup_migration_sums_the_hourly_rows_without_sessions(pool:
         ]
     );
     // The rest of the migrations still apply on top.
-    for m in all.iter().skip_while(|m| !is_narrow(m)).skip(1) {
-        sqlx::raw_sql(&m.sql).execute(&pool).await.unwrap();
-    }
+    apply(&pool, &rest[1..]).await;
 }
 
 #[sqlx::test(migrations = false)]

@@ -130,6 +130,12 @@ impl Health {
         Some((Status::Active, "progress"))
     }
 
+    /// How the session ended: its status while that is `completed` or `failed` (no time passing and no
+    /// overlay moves it; only a new input can), None while it is open (`sessions.ended` stores it).
+    pub fn end(&self) -> Option<Status> {
+        self.status.filter(|s| s.is_terminal())
+    }
+
     /// When the no-progress rule will change the status if no input arrives first.
     pub fn due(&self, rules: &Rules) -> Option<DateTime<Utc>> {
         let d = self.quiet_deadline(rules)?;

@@ -203,9 +203,9 @@ pub fn page_query(
 }
 
 /// One statement of [`page_query`]: the filters of `f` and `arm` (its condition, and the earliest last
-/// event it reads when bounded), ordered, limited. The tenant is `$1`
-/// (which [`SELECT`]'s device subquery names): bound by the `first` arm, named by the others, so that
-/// every arm visibly reads one tenant (Citus routes the whole statement to its shard).
+/// event it reads when bounded), ordered, limited. The tenant is `$1` (which [`SELECT`]'s device
+/// subquery names): bound by the `first` arm, named by the others, so that every arm visibly reads one
+/// tenant (Citus routes the whole statement to its shard).
 fn push_arm(
     q: &mut QueryBuilder<'static, Postgres>,
     r: &TenantRead,
@@ -255,11 +255,8 @@ fn push_arm(
         q.push(")");
     }
     q.push(arm);
-    if let Some(since) = since {
-        q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
-            .push_bind(since);
-    }
-    if let Some(since) = f.since {
+    // The later of the reader's `since` and the arm's own bound.
+    if let Some(since) = since.max(f.since) {
         q.push(" AND COALESCE(s.last_event_at, s.first_seen_at) >= ")
             .push_bind(since);
     }
@@ -289,15 +286,15 @@ pub async fn list(
     let mut out = Vec::new();
     let mut after = f.after.clone();
     let mut scanned = 0usize;
+    let since = f
+        .statuses
+        .as_deref()
+        .and_then(|s| open_since(s, now, rules));
     loop {
         let fetch = match f.statuses {
             None => f.limit + 1 - out.len(),
             Some(_) => LIST_CHUNK,
         };
-        let since = f
-            .statuses
-            .as_deref()
-            .and_then(|s| open_since(s, now, rules));
         let rows: Vec<SessionRow> = page_query(r, f, after.as_ref(), fetch, since)
             .build_query_as()
             .fetch_all(&db.pool)
