@@ -81,12 +81,12 @@ FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
 
 /// The narrow hourly rollup from the hourly rows (likewise written in the same transaction).
 const ROLL_UP_NARROW: &str = "
-INSERT INTO usage_rollups_narrow (tenant_id, bucket, user_id, model, runtime, input_tokens, output_tokens,
+INSERT INTO usage_rollups_narrow (tenant_id, bucket, user_id, device_id, model, runtime, input_tokens, output_tokens,
     cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
-SELECT tenant_id, bucket, user_id, model, runtime, sum(input_tokens), sum(output_tokens), sum(cached_tokens),
+SELECT tenant_id, bucket, user_id, device_id, model, runtime, sum(input_tokens), sum(output_tokens), sum(cached_tokens),
     sum(cache_creation_tokens), sum(cost_nanos), sum(llm_calls), sum(unpriced_turns), sum(tool_calls),
     sum(tool_errors), sum(events)
-FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5";
+FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5, 6";
 
 /// Every usage rollup table.
 const ROLLUP_TABLES: [&str; 7] = [
@@ -101,18 +101,20 @@ const ROLLUP_TABLES: [&str; 7] = [
 
 /// The daily and monthly rollups from the narrow rows (likewise written in the same transaction).
 const ROLL_UP_CALENDAR: [&str; 2] = [
-    "INSERT INTO usage_rollups_daily (tenant_id, bucket, user_id, model, runtime, input_tokens, output_tokens,
+    "INSERT INTO usage_rollups_daily (tenant_id, bucket, user_id, device_id, model, runtime, input_tokens, output_tokens,
         cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
-     SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, model, runtime, sum(input_tokens),
+     SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, device_id, model,
+        runtime, sum(input_tokens),
         sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos), sum(llm_calls),
         sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
-     FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5",
-    "INSERT INTO usage_rollups_monthly (tenant_id, bucket, user_id, model, runtime, input_tokens, output_tokens,
+     FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5, 6",
+    "INSERT INTO usage_rollups_monthly (tenant_id, bucket, user_id, device_id, model, runtime, input_tokens, output_tokens,
         cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events)
-     SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, model, runtime,
+     SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, device_id, model,
+        runtime,
         sum(input_tokens), sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos),
         sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events)
-     FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5",
+     FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5, 6",
 ];
 
 async fn generate(

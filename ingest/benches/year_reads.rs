@@ -533,26 +533,32 @@ const DERIVED: [&str; 10] = [
         sum(cost_nanos), sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events),
         sum(tool_duration_ms), sum(active_ms), sum(cost_reported_nanos), sum(cost_estimated_nanos), sum(estimated_turns)
      FROM usage_rollups GROUP BY 1, 2, 3, 4, 5, 6, 7, 8",
-    "INSERT INTO usage_rollups_narrow (tenant_id, bucket, user_id, model, runtime, input_tokens, output_tokens,
-        cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events,
-        tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns)
-     SELECT tenant_id, bucket, user_id, model, runtime, sum(input_tokens), sum(output_tokens), sum(cached_tokens),
+    "INSERT INTO usage_rollups_narrow (tenant_id, bucket, user_id, device_id, model, runtime, input_tokens,
+        output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls,
+        tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns)
+     SELECT tenant_id, bucket, user_id, device_id, model, runtime, sum(input_tokens), sum(output_tokens), sum(cached_tokens),
         sum(cache_creation_tokens), sum(cost_nanos), sum(llm_calls), sum(unpriced_turns), sum(tool_calls),
         sum(tool_errors), sum(events), sum(tool_duration_ms), sum(active_ms), sum(cost_reported_nanos),
         sum(cost_estimated_nanos), sum(estimated_turns)
-     FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5",
-    "INSERT INTO usage_rollups_daily
-     SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, model, runtime, sum(input_tokens),
+     FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5, 6",
+    "INSERT INTO usage_rollups_daily (tenant_id, bucket, user_id, device_id, model, runtime, input_tokens,
+        output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls,
+        tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns)
+     SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, device_id, model, runtime,
+        sum(input_tokens),
         sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos), sum(llm_calls),
         sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events), sum(tool_duration_ms), sum(active_ms),
         sum(cost_reported_nanos), sum(cost_estimated_nanos), sum(estimated_turns)
-     FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5",
-    "INSERT INTO usage_rollups_monthly
-     SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, model, runtime,
+     FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5, 6",
+    "INSERT INTO usage_rollups_monthly (tenant_id, bucket, user_id, device_id, model, runtime, input_tokens,
+        output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls,
+        tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns)
+     SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, device_id, model,
+        runtime,
         sum(input_tokens), sum(output_tokens), sum(cached_tokens), sum(cache_creation_tokens), sum(cost_nanos),
         sum(llm_calls), sum(unpriced_turns), sum(tool_calls), sum(tool_errors), sum(events), sum(tool_duration_ms),
         sum(active_ms), sum(cost_reported_nanos), sum(cost_estimated_nanos), sum(estimated_turns)
-     FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5",
+     FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5, 6",
     "INSERT INTO tool_rollups_hourly
      SELECT tenant_id, date_bin('1 hour', bucket, '2000-01-01 00:00:00+00'), user_id, runtime, tool_name, sum(calls),
         sum(errors), sum(timed_calls), sum(duration_ms), apiary_hist_sum(duration_hist)

@@ -18,8 +18,8 @@
 //!   counts twice, whatever its timestamps say.
 //! - Rollups equal a scan of the stored *runtime* events (tested), at a 15-minute grain that makes hour /
 //!   day / month buckets exact in every IANA zone, plus the same sums per UTC hour (`usage_rollups_hourly`,
-//!   and per user, model and runtime only in `usage_rollups_narrow`) and per user, model and runtime per
-//!   UTC day and month (`usage_rollups_daily`, `usage_rollups_monthly`), written in the same transaction,
+//!   and per user, device, model and runtime only in `usage_rollups_narrow`) and per user, device, model
+//!   and runtime per UTC day and month (`usage_rollups_daily`, `usage_rollups_monthly`), written in the same transaction,
 //!   that answer the whole hours, days and months of a query. Device-level events
 //!   (`agent.heartbeat`, `outbox.dropped`) are stored and deduped but never counted as usage: they update
 //!   `devices` (liveness, backlog, `dropped_events`).

@@ -34,13 +34,13 @@
 //! floored to 15 minutes (see the migration for why 15 minutes makes day buckets exact in every zone).
 //! The same rows summed per UTC hour go to `usage_rollups_hourly`, which answers the whole hours of a
 //! query (see `query::usage`); it is written from the same pre-aggregated map, so an hourly row is always
-//! the sum of its quarter rows. And summed per UTC hour without device, colony and session (key
-//! `(tenant_id, bucket, user_id, model, runtime)`, [`narrow_of`]) to `usage_rollups_narrow`, which
-//! answers the whole hours of tenant-wide queries grouped by nothing, user, model or runtime: a tenant's
-//! month there is hours × users × models rows, however many sessions it ran. The narrow rows summed per
+//! the sum of its quarter rows. And summed per UTC hour without colony and session (key
+//! `(tenant_id, bucket, user_id, device_id, model, runtime)`, [`narrow_of`]) to `usage_rollups_narrow`,
+//! which answers the whole hours of tenant-wide queries grouped by nothing, user, device, model or
+//! runtime: a tenant's month there is hours × users' devices × models rows, however many sessions it ran. The narrow rows summed per
 //! UTC day ([`daily_of`]) and per UTC month ([`monthly_of`]) go to `usage_rollups_daily` and
 //! `usage_rollups_monthly`, which answer the whole days and months of those queries (a year is then
-//! about 12 rows per user and model instead of one per busy hour).
+//! about 12 rows per user's device and model instead of one per busy hour).
 //!
 //! ## Exactness under concurrency
 //! Only events whose key was newly inserted into `event_keys` in the same transaction reach [`upsert`], so a
@@ -131,14 +131,14 @@ pub fn hourly_of(k: &RollupKey) -> RollupKey {
     }
 }
 
-/// The `usage_rollups_narrow` row a 15-minute (or hourly) row adds to: its hour, user, model and runtime,
-/// with device, colony and session empty. Sorted like the table's key, since the empty columns compare
-/// equal.
+/// The `usage_rollups_narrow` row a 15-minute (or hourly) row adds to: its hour, user, device, model
+/// and runtime, with colony and session empty. Sorted like the table's key, since the empty columns
+/// compare equal.
 pub fn narrow_of(k: &RollupKey) -> RollupKey {
     RollupKey {
         bucket: hour_of(k.bucket),
         user_id: k.user_id.clone(),
-        device_id: String::new(),
+        device_id: k.device_id.clone(),
         colony_id: String::new(),
         session_id: String::new(),
         model: k.model.clone(),
@@ -170,6 +170,7 @@ pub fn tenant_monthly_of(k: &RollupKey) -> RollupKey {
     RollupKey {
         bucket: month_of(k.bucket),
         user_id: String::new(),
+        device_id: String::new(),
         model: String::new(),
         ..narrow_of(k)
     }
@@ -192,6 +193,7 @@ pub struct ColonyMove {
 pub fn tenant_model_monthly_of(k: &RollupKey) -> RollupKey {
     RollupKey {
         user_id: String::new(),
+        device_id: String::new(),
         ..monthly_of(k)
     }
 }
@@ -393,7 +395,7 @@ pub fn bind_colony_rows<'q>(q: Query<'q>, rows: &'q ColonyRows) -> Result<Query<
 }
 
 /// The key of a rollup table: the wide one (15-minute and hourly tables), or the narrow one (narrow
-/// hourly, daily and monthly tables: no device, colony or session).
+/// hourly, daily and monthly tables: no colony or session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Key {
     Wide,
@@ -435,7 +437,7 @@ fn bind_rows<'q>(
     }
     let [users, devices, colonies, sessions, models, runtimes] = dims;
     let dims = match key {
-        Key::Narrow => vec![users, models, runtimes],
+        Key::Narrow => vec![users, devices, models, runtimes],
         Key::Wide => vec![users, devices, colonies, sessions, models, runtimes],
     };
     let mut q = q.bind(ids).bind(buckets);
@@ -478,7 +480,7 @@ fn key_columns(key: Key) -> &'static [&'static str] {
             "model",
             "runtime",
         ],
-        Key::Narrow => &["user_id", "model", "runtime"],
+        Key::Narrow => &["user_id", "device_id", "model", "runtime"],
     }
 }
 
@@ -509,7 +511,7 @@ fn upsert_sql(table: &str, key: Key, first: usize) -> String {
 }
 
 /// The parameters one [`upsert_sql`] binds: tenant, bucket, the narrow key, the sums.
-const NARROW_PARAMS: usize = 2 + 3 + COLUMNS;
+const NARROW_PARAMS: usize = 2 + 4 + COLUMNS;
 
 static UPSERT_QUARTER_SQL: LazyLock<String> =
     LazyLock::new(|| upsert_sql("usage_rollups", Key::Wide, 1));
@@ -711,9 +713,13 @@ mod tests {
     fn the_calendar_statement_numbers_each_tables_parameters_after_the_last() {
         let sql = UPSERT_CALENDAR_SQL.as_str();
         let daily = &sql[sql.find("usage_rollups_daily").unwrap()..];
-        assert!(daily.contains("unnest($21::uuid[], $22::timestamptz[], $23::text[], $24::text[], $25::text[], $26::int8[]"), "{sql}");
-        assert!(sql.contains("$60::int8[]) AS u"), "{sql}");
-        assert!(!sql.contains("$61") && !sql.contains("colony"), "{sql}");
+        assert!(daily.contains("unnest($22::uuid[], $23::timestamptz[], $24::text[], $25::text[], $26::text[], $27::text[], $28::int8[]"), "{sql}");
+        assert!(
+            daily.contains("ON CONFLICT (tenant_id, bucket, user_id, device_id, model, runtime)"),
+            "{sql}"
+        );
+        assert!(sql.contains("$63::int8[]) AS u"), "{sql}");
+        assert!(!sql.contains("$64") && !sql.contains("colony"), "{sql}");
         // The colony rows' arrays on their own: tenant, hour, colony, session, the given fork, model,
         // runtime, the sums; days and months read the same arrays.
         let colony = UPSERT_COLONY_SQL.as_str();
@@ -821,11 +827,10 @@ mod tests {
     }
 
     #[test]
-    fn coarser_rows_keep_the_user_model_and_runtime_at_their_utc_hour_day_and_month() {
+    fn coarser_rows_keep_the_user_device_model_and_runtime_at_their_utc_hour_day_and_month() {
         let k = key("2026-11-03T10:45:00Z", "s1", "m");
         let narrow = |bucket: &str| RollupKey {
             bucket: bucket.parse().unwrap(),
-            device_id: String::new(),
             colony_id: String::new(),
             session_id: String::new(),
             ..k.clone()
@@ -834,6 +839,14 @@ mod tests {
         assert_eq!(narrow_of(&k), narrow("2026-11-03T10:00:00Z"));
         assert_eq!(daily_of(&k), narrow("2026-11-03T00:00:00Z"));
         assert_eq!(monthly_of(&k), narrow("2026-11-01T00:00:00Z"));
+        assert_eq!(narrow_of(&k).device_id, "d1");
+        // The rows that bound every user's sums keep neither the user nor the device.
+        for tenant_wide in [tenant_monthly_of(&k), tenant_model_monthly_of(&k)] {
+            assert_eq!(
+                (tenant_wide.user_id.as_str(), tenant_wide.device_id.as_str()),
+                ("", "")
+            );
+        }
     }
 
     #[test]
@@ -849,6 +862,13 @@ mod tests {
             (key("2026-11-03T10:30:00Z", "s1", "n"), cost(100, 1)),
             (key("2026-11-03T10:45:00Z", "s1", "m"), cost(1000, 1)),
             (key("2026-11-03T11:00:00Z", "s1", "m"), cost(10000, 1)),
+            (
+                RollupKey {
+                    device_id: "d2".into(),
+                    ..key("2026-11-03T10:30:00Z", "s3", "m")
+                },
+                cost(100000, 1),
+            ),
         ]);
         // Per hour, one session's quarters of one model meet; other sessions and models stay apart.
         assert_eq!(
@@ -857,10 +877,17 @@ mod tests {
                 (key("2026-11-03T10:00:00Z", "s1", "m"), cost(1001, 2)),
                 (key("2026-11-03T10:00:00Z", "s1", "n"), cost(100, 1)),
                 (key("2026-11-03T10:00:00Z", "s2", "m"), cost(10, 1)),
+                (
+                    RollupKey {
+                        device_id: "d2".into(),
+                        ..key("2026-11-03T10:00:00Z", "s3", "m")
+                    },
+                    cost(100000, 1)
+                ),
                 (key("2026-11-03T11:00:00Z", "s1", "m"), cost(10000, 1)),
             ])
         );
-        // Narrow, every session of a model in an hour meets.
+        // Narrow, every session of a device and model in an hour meets; another device stays apart.
         assert_eq!(
             regroup(&rows, narrow_of),
             BTreeMap::from([
@@ -871,6 +898,13 @@ mod tests {
                 (
                     narrow_of(&key("2026-11-03T10:00:00Z", "", "n")),
                     cost(100, 1)
+                ),
+                (
+                    narrow_of(&RollupKey {
+                        device_id: "d2".into(),
+                        ..key("2026-11-03T10:00:00Z", "", "m")
+                    }),
+                    cost(100000, 1)
                 ),
                 (
                     narrow_of(&key("2026-11-03T11:00:00Z", "", "m")),

@@ -164,8 +164,9 @@ async fn usage_sums_past_the_bigint_range_are_refused_per_event_and_reads_stay_e
         "{v}"
     );
 
-    // Another session of the same user and model in that hour: its own 15-minute and hourly rows are
-    // empty, but the per-user-and-model hourly row (`usage_rollups_narrow`) holds session_big_a's sum.
+    // Another session of the same user, device and model in that hour: its own 15-minute and hourly
+    // rows are empty, but the hourly row of that user, device and model (`usage_rollups_narrow`) holds
+    // session_big_a's sum.
     let body = fixture::batch_body(
         &costly_turns("session_big_c", 5, hour + chrono::Duration::minutes(40)),
         DEVICE,

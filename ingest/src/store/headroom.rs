@@ -231,12 +231,10 @@ type SumsRow = (
     Vec<i64>,
 );
 
-/// A table with the narrow key (narrow hourly, daily, monthly) with the wide key's columns (device,
-/// colony and session empty, as `narrow_of` gives them), so one statement reads every table.
+/// A table with the narrow key (narrow hourly, daily, monthly) with the wide key's columns (colony and
+/// session empty, as `narrow_of` gives them), so one statement reads every table.
 fn narrow_source(table: &str) -> String {
-    format!(
-        "(SELECT *, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id FROM {table})"
-    )
+    format!("(SELECT *, ''::text AS colony_id, ''::text AS session_id FROM {table})")
 }
 
 /// The tenant's months per runtime ([`tenant_monthly_of`]) as rows with the usage rollups' columns: the

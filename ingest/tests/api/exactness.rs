@@ -360,22 +360,22 @@ pub(crate) async fn assert_rollups_agree(pool: &sqlx::PgPool) {
                 FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"),
         ),
         (
-            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_hourly
-                GROUP BY 1, 2, 3, 4, 5"),
-            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_narrow
-                GROUP BY 1, 2, 3, 4, 5"),
+            format!("SELECT tenant_id, bucket, user_id, device_id, model, runtime, {SUMS}
+                FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5, 6"),
+            format!("SELECT tenant_id, bucket, user_id, device_id, model, runtime, {SUMS}
+                FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5, 6"),
         ),
         (
-            format!("SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id, model,
-                runtime, {SUMS} FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5"),
-            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_daily
-                GROUP BY 1, 2, 3, 4, 5"),
+            format!("SELECT tenant_id, date_bin('1 day', bucket, '2000-01-01 00:00:00+00'), user_id,
+                device_id, model, runtime, {SUMS} FROM usage_rollups_narrow GROUP BY 1, 2, 3, 4, 5, 6"),
+            format!("SELECT tenant_id, bucket, user_id, device_id, model, runtime, {SUMS}
+                FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5, 6"),
         ),
         (
             format!("SELECT tenant_id, date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id,
-                model, runtime, {SUMS} FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5"),
-            format!("SELECT tenant_id, bucket, user_id, model, runtime, {SUMS} FROM usage_rollups_monthly
-                GROUP BY 1, 2, 3, 4, 5"),
+                device_id, model, runtime, {SUMS} FROM usage_rollups_daily GROUP BY 1, 2, 3, 4, 5, 6"),
+            format!("SELECT tenant_id, bucket, user_id, device_id, model, runtime, {SUMS}
+                FROM usage_rollups_monthly GROUP BY 1, 2, 3, 4, 5, 6"),
         ),
     ];
     // Histograms compared slot by slot: a row holds its slots up to its last non-zero one.

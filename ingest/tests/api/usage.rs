@@ -531,6 +531,132 @@ async fn the_calendar_rollup_migration_sums_narrow_rows_per_utc_day_and_month(po
 }
 
 #[sqlx::test(migrations = false)]
+async fn the_device_migration_splits_the_narrow_daily_and_monthly_rows_by_device(
+    pool: sqlx::PgPool,
+) {
+    // Every migration before the device joined the narrow key, then what the old code wrote: hourly rows
+    // of alice on two devices in one hour (two sessions on d1), on d2 the next day and the next month, bob
+    // on d3; and their narrow, daily and monthly sums without the device.
+    let rest = migrate_before(&pool, "usage rollups by device").await;
+    let tenant = uuid::Uuid::new_v4();
+    let hourly = [
+        ("2026-11-03T10:00:00Z", "alice", "d1", "s1", "m1", 10, 100),
+        ("2026-11-03T10:00:00Z", "alice", "d1", "s2", "m1", 20, 200),
+        ("2026-11-03T10:00:00Z", "alice", "d2", "s3", "m1", 3, 30),
+        ("2026-11-04T23:00:00Z", "alice", "d2", "s3", "m1", 4, 40),
+        ("2026-12-01T00:00:00Z", "alice", "d2", "s4", "m1", 5, 50),
+        ("2026-11-03T10:00:00Z", "bob", "d3", "s5", "m2", 6, 60),
+    ];
+    let mut sql = format!("INSERT INTO tenants (tenant_id, name) VALUES ('{tenant}', 'acme');");
+    for (bucket, user, device, session, model, tokens, cost) in hourly {
+        sql += &format!(
+            "INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id,
+                 model, runtime, input_tokens, cost_nanos, llm_calls, events)
+             VALUES ('{tenant}', '{bucket}', '{user}', '{device}', '', '{session}', '{model}', 'hive',
+                 {tokens}, {cost}, 1, 1);"
+        );
+    }
+    for (table, unit) in [
+        (
+            "usage_rollups_narrow",
+            "date_bin('1 hour', bucket, '2000-01-01 00:00:00+00')",
+        ),
+        (
+            "usage_rollups_daily",
+            "date_bin('1 day', bucket, '2000-01-01 00:00:00+00')",
+        ),
+        (
+            "usage_rollups_monthly",
+            "date_trunc('month', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'",
+        ),
+    ] {
+        sql += &format!(
+            "INSERT INTO {table} (tenant_id, bucket, user_id, model, runtime, input_tokens, cost_nanos,
+                 llm_calls, events)
+             SELECT tenant_id, {unit}, user_id, model, runtime, sum(input_tokens), sum(cost_nanos),
+                 sum(llm_calls), sum(events)
+             FROM usage_rollups_hourly GROUP BY 1, 2, 3, 4, 5;"
+        );
+    }
+    sqlx::raw_sql(&sql).execute(&pool).await.unwrap();
+    apply(&pool, &rest[..1]).await;
+    type Row = (
+        chrono::DateTime<chrono::Utc>,
+        String,
+        String,
+        String,
+        i64,
+        i64,
+        i64,
+    );
+    let read = |table: &str| {
+        format!(
+            "SELECT bucket, user_id, device_id, model, input_tokens, cost_nanos, llm_calls FROM {table}
+             WHERE tenant_id = '{tenant}' AND runtime = 'hive' ORDER BY bucket, user_id, device_id, model"
+        )
+    };
+    let at = |s: &str| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let row = |b: &str, user: &str, device: &str, model: &str, sums: [i64; 3]| -> Row {
+        let [i, c, l] = sums;
+        (at(b), user.into(), device.into(), model.into(), i, c, l)
+    };
+    let rows = |table: &str| {
+        let q = read(table);
+        let pool = pool.clone();
+        async move { sqlx::query_as::<_, Row>(&q).fetch_all(&pool).await.unwrap() }
+    };
+    assert_eq!(
+        rows("usage_rollups_narrow").await,
+        vec![
+            row("2026-11-03T10:00:00Z", "alice", "d1", "m1", [30, 300, 2]),
+            row("2026-11-03T10:00:00Z", "alice", "d2", "m1", [3, 30, 1]),
+            row("2026-11-03T10:00:00Z", "bob", "d3", "m2", [6, 60, 1]),
+            row("2026-11-04T23:00:00Z", "alice", "d2", "m1", [4, 40, 1]),
+            row("2026-12-01T00:00:00Z", "alice", "d2", "m1", [5, 50, 1]),
+        ]
+    );
+    assert_eq!(
+        rows("usage_rollups_daily").await,
+        vec![
+            row("2026-11-03T00:00:00Z", "alice", "d1", "m1", [30, 300, 2]),
+            row("2026-11-03T00:00:00Z", "alice", "d2", "m1", [3, 30, 1]),
+            row("2026-11-03T00:00:00Z", "bob", "d3", "m2", [6, 60, 1]),
+            row("2026-11-04T00:00:00Z", "alice", "d2", "m1", [4, 40, 1]),
+            row("2026-12-01T00:00:00Z", "alice", "d2", "m1", [5, 50, 1]),
+        ]
+    );
+    assert_eq!(
+        rows("usage_rollups_monthly").await,
+        vec![
+            row("2026-11-01T00:00:00Z", "alice", "d1", "m1", [30, 300, 2]),
+            row("2026-11-01T00:00:00Z", "alice", "d2", "m1", [7, 70, 2]),
+            row("2026-11-01T00:00:00Z", "bob", "d3", "m2", [6, 60, 1]),
+            row("2026-12-01T00:00:00Z", "alice", "d2", "m1", [5, 50, 1]),
+        ]
+    );
+    // The device is in each table's key: a second row of a key is refused, another device's is not.
+    for table in [
+        "usage_rollups_narrow",
+        "usage_rollups_daily",
+        "usage_rollups_monthly",
+    ] {
+        let insert = |device: &str| {
+            format!(
+                "INSERT INTO {table} (tenant_id, bucket, user_id, device_id, model, runtime)
+                 VALUES ('{tenant}', '2026-12-01T00:00:00Z', 'alice', '{device}', 'm1', 'hive')"
+            )
+        };
+        assert!(
+            sqlx::query(&insert("d2")).execute(&pool).await.is_err(),
+            "{table}"
+        );
+        sqlx::query(&insert("d9")).execute(&pool).await.unwrap();
+    }
+    // The rest of the migrations still apply on top.
+    apply(&pool, &rest[1..]).await;
+}
+
+#[sqlx::test(migrations = false)]
 async fn the_tool_rollup_migration_sums_sessions_and_histograms_per_utc_hour_day_and_month(
     pool: sqlx::PgPool,
 ) {

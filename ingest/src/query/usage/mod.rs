@@ -10,10 +10,10 @@
 //! so the array stays short.
 //!
 //! Five rollups: a tenant-wide query reads each UTC unit of its range at the coarsest grain no bucket
-//! boundary cuts ([`split::Split`]). Grouped by nothing, user, model or runtime (no colony, session or
-//! device): whole UTC months from `usage_rollups_monthly`, whole days from `usage_rollups_daily`, whole
-//! hours from `usage_rollups_narrow` (the hourly sums without device, colony and session) — a year is
-//! about twelve rows per user and model — and the rest from the 15-minute `usage_rollups`. Not grouped
+//! boundary cuts ([`split::Split`]). Grouped by nothing, user, device, model or runtime (no colony or
+//! session): whole UTC months from `usage_rollups_monthly`, whole days from `usage_rollups_daily`, whole
+//! hours from `usage_rollups_narrow` (the hourly sums without colony and session) — a year is about
+//! twelve rows per user's device and model — and the rest from the 15-minute `usage_rollups`. Not grouped
 //! by user and not limited to one user's usage, whole days and months come from the colony rollups
 //! instead (`usage_rollups_colony_daily`, `_monthly`: no user in their key, a row per colony, model and
 //! runtime), summed over their colonies. Grouped by a

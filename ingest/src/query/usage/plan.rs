@@ -26,9 +26,15 @@ pub const MAX_UNCLAMPED: TimeDelta = TimeDelta::days(62);
 const COLUMNS: &str = "bucket, tenant_id, user_id, device_id, colony_id, session_id, model, runtime, input_tokens, \
     output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, \
     tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns";
-/// The dimensions `usage_rollups_narrow` keeps: a split query grouped by these alone reads its whole
-/// hours there.
-const NARROW_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Model, Dim::Runtime];
+/// The dimensions `usage_rollups_narrow` (and the daily and monthly rollups) keep: a split query
+/// grouped by these alone reads its whole hours, days and months there.
+const NARROW_DIMS: [Dim; 5] = [
+    Dim::Tenant,
+    Dim::User,
+    Dim::Device,
+    Dim::Model,
+    Dim::Runtime,
+];
 /// The dimensions the colony rollups keep (daily and monthly; the colony as its id and forked session,
 /// whose key is resolved at read time; no user): a split query of a whole tenant's usage grouped by
 /// colony and these reads its whole days and months there, its whole hours from the wide hourly rollup.
@@ -49,13 +55,14 @@ const NARROW_TOOL_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Runtime, Dim::T
 /// (not one user's usage), reads its whole units there.
 const TENANT_TOOL_DIMS: [Dim; 3] = [Dim::Tenant, Dim::Runtime, Dim::Tool];
 
-/// Which key the table a source reads has: the wide key, the narrow one (device, colony and session
-/// empty, as that key has them), the tenant's (the user empty too) or the colony rollups' (no user or
+/// Which key the table a source reads has: the wide key, the narrow one (colony and session empty, as
+/// that key has them), the narrow tool rollups' (the device empty too), the tenant's (the user empty too) or the colony rollups' (no user or
 /// device; the session only where it is a forked colony run, which is all the colony key reads of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Keys {
     Wide,
     Narrow,
+    User,
     Tenant,
     Colony,
 }
@@ -65,7 +72,8 @@ impl Keys {
     fn select(self) -> &'static str {
         match self {
             Keys::Wide => "user_id, device_id, colony_id, session_id",
-            Keys::Narrow => {
+            Keys::Narrow => "user_id, device_id, ''::text AS colony_id, ''::text AS session_id",
+            Keys::User => {
                 "user_id, ''::text AS device_id, ''::text AS colony_id, ''::text AS session_id"
             }
             Keys::Tenant => {
@@ -292,8 +300,8 @@ pub struct Plan {
     /// Some when whole hours (days, months) come from the coarser rollups.
     pub split: Option<Split>,
     /// The split reads the narrow rollups: whole hours from `usage_rollups_narrow`, whole days and
-    /// months from `usage_rollups_daily` and `usage_rollups_monthly` (grouped by tenant, user, model or
-    /// runtime only); otherwise whole hours from `usage_rollups_hourly` and nothing coarser.
+    /// months from `usage_rollups_daily` and `usage_rollups_monthly` (grouped by tenant, user, device,
+    /// model or runtime only); otherwise whole hours from `usage_rollups_hourly` and nothing coarser.
     pub narrow: bool,
     /// Grouped by tool: the rows come from `tool_rollups` (and, grouped by tenant, user or runtime
     /// besides at most, whole hours, days and months from `tool_rollups_hourly`, `_daily` and
@@ -439,12 +447,14 @@ impl Plan {
                         }
                         (false, false) => level.grain.table(self.narrow),
                     };
-                    // The narrow tables have no device, colony or session, the tenant's no user either:
-                    // empty, as their key has them; the colony tables no device.
+                    // The narrow tables have no colony or session (the narrow tool tables no device
+                    // either), the tenant's no user or device: empty, as their key has them; the colony
+                    // tables no device.
                     let keys = match (level.grain, self.narrow, self.tenant_tools) {
                         _ if calendar && self.colony => Keys::Colony,
                         _ if calendar && self.tenant_days => Keys::Tenant,
                         (Grain::Quarter, ..) | (_, false, _) => Keys::Wide,
+                        (_, true, false) if self.tools => Keys::User,
                         (_, true, false) => Keys::Narrow,
                         (_, true, true) => Keys::Tenant,
                     };
@@ -533,9 +543,9 @@ mod tests {
             .into_sql()
             .contains("sum(events)::text AS events"));
 
-        // A session or device grouping needs the wide hourly rows; a colony grouping reads whole days
-        // from the colony rollup, hours from the wide hourly rows.
-        for wide in [Dim::Colony, Dim::Session, Dim::Device] {
+        // A session grouping needs the wide hourly rows; a colony grouping reads whole days from the
+        // colony rollup, hours from the wide hourly rows.
+        for wide in [Dim::Colony, Dim::Session] {
             let q = query(
                 "2026-11-01T00:00:00Z",
                 "2026-11-04T00:00:00Z",
@@ -565,6 +575,32 @@ mod tests {
                 "{sql}"
             );
         }
+    }
+
+    #[test]
+    fn a_device_grouping_reads_the_narrow_hourly_daily_and_monthly_rows_with_their_device() {
+        let q = query(
+            "2026-01-15T10:00:00Z",
+            "2027-01-01T00:00:00Z",
+            Granularity::Month,
+            "UTC",
+            &[Dim::Device, Dim::Runtime],
+        );
+        let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
+        assert!(plan.narrow && !plan.tenant_days && !plan.colony);
+        let sql = plan.query(false).into_sql();
+        for table in [
+            "usage_rollups_monthly",
+            "usage_rollups_daily",
+            "usage_rollups_narrow",
+        ] {
+            assert!(
+                sql.contains(&format!("SELECT bucket, tenant_id, user_id, device_id, ''::text AS colony_id, ''::text AS session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns FROM {table} WHERE")),
+                "{table}: {sql}"
+            );
+        }
+        assert!(!sql.contains("usage_rollups_hourly"), "{sql}");
+        assert!(sql.contains("device_id AS device_id"), "{sql}");
     }
 
     #[test]
@@ -612,15 +648,15 @@ mod tests {
         assert!(months.ranges.is_empty());
         let days = split.level(Grain::Day).unwrap();
         assert_eq!(days.units().len(), 30, "January 2nd to 31st");
-        // Grouped by device: no daily rollup has one.
+        // Grouped by device: the same rollups, which keep the device.
         let q = UsageQuery {
             group_by: vec![Dim::Device],
             ..q
         };
         let plan = Plan::new(tenant_filter(Part::Whole), &q, q.from, q.to);
         let sql = plan.query(false).into_sql();
-        assert!(!sql.contains("usage_rollups_daily"), "{sql}");
-        assert!(sql.contains("FROM usage_rollups_hourly"), "{sql}");
+        assert!(sql.contains("tenant_id, user_id, device_id, ''::text AS colony_id, ''::text AS session_id, model, runtime, input_tokens, output_tokens, cached_tokens, cache_creation_tokens, cost_nanos, llm_calls, unpriced_turns, tool_calls, tool_errors, events, tool_duration_ms, active_ms, cost_reported_nanos, cost_estimated_nanos, estimated_turns FROM usage_rollups_daily WHERE TRUE"), "{sql}");
+        assert!(!sql.contains("FROM usage_rollups_hourly"), "{sql}");
     }
 
     #[test]

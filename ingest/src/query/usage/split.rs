@@ -51,7 +51,7 @@ impl Grain {
         }
     }
 
-    /// The rollup holding this grain's rows: the narrow ones (no device, colony or session) when
+    /// The rollup holding this grain's rows: the narrow ones (no colony or session) when
     /// `narrow`, else the wide hourly one for hours. Months and days exist only narrow.
     pub fn table(self, narrow: bool) -> &'static str {
         match (self, narrow) {
