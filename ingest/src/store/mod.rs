@@ -387,8 +387,9 @@ pub async fn create_database_if_missing(url: &str, timeout: Duration) -> Result<
     }
 }
 
-/// Applies the migrations; on a database with the `citus` extension, then distributes the tables by
-/// tenant ([`citus::distribute`], idempotent).
+/// Applies the migrations (on a database with the `citus` extension one statement at a time,
+/// [`citus::migrate_by_statement`]); on Citus, then distributes the tables by tenant
+/// ([`citus::distribute`], idempotent).
 pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
     migrate_with(pool, false).await
 }
@@ -399,6 +400,12 @@ pub async fn migrate_with(pool: &PgPool, require_citus: bool) -> Result<(), Stor
     let on_citus = citus::is_citus(pool).await?;
     if require_citus && !on_citus {
         return Err(StoreError::Citus(citus::CitusError::NotCitus));
+    }
+    if on_citus {
+        // Tables distributed by an earlier release take DDL only one command per query string.
+        citus::migrate_by_statement(pool, &MIGRATOR)
+            .await
+            .map_err(StoreError::Migrate)?;
     }
     MIGRATOR.run(pool).await.map_err(StoreError::Migrate)?;
     if on_citus {

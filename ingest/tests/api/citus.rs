@@ -535,3 +535,70 @@ async fn on_citus_group_commit_writes_one_tenant_per_transaction(pool: PgPool) {
         "the probe missed a transaction across two workers"
     );
 }
+
+#[sqlx::test(migrations = false)]
+async fn on_citus_a_cluster_distributed_by_an_earlier_release_takes_every_later_migration(
+    pool: PgPool,
+) {
+    if !helpers::on_citus().await {
+        eprintln!("skipped: DATABASE_URL is plain PostgreSQL (scripts/citus.sh start for Citus)");
+        return;
+    }
+    // A cluster as the release before the sessions' stored end left it: its migrations applied (and
+    // recorded) by sqlx's migrator, its tables distributed, usage stored.
+    let all = sqlx::migrate!("../migrations");
+    let at = all
+        .iter()
+        .position(|m| m.description.contains("sessions ended"))
+        .unwrap();
+    let earlier = sqlx::migrate::Migrator {
+        migrations: std::borrow::Cow::Owned(all.migrations[..at].to_vec()),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    earlier.run(&pool).await.unwrap();
+    helpers::citus_prepare(&pool).await;
+    let tenant = Uuid::new_v4();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO tenants (tenant_id, name) VALUES ('{tenant}', 'acme');
+         INSERT INTO usage_rollups_hourly (tenant_id, bucket, user_id, device_id, colony_id, session_id,
+             model, runtime, input_tokens, llm_calls, events)
+         VALUES ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd1', '', 's1', 'm1', 'hive', 10, 1, 1),
+                ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'd2', '', 's2', 'm1', 'hive', 20, 2, 2);
+         INSERT INTO usage_rollups_narrow (tenant_id, bucket, user_id, model, runtime, input_tokens,
+             llm_calls, events)
+         VALUES ('{tenant}', '2026-11-03T10:00:00Z', 'alice', 'm1', 'hive', 30, 3, 3);"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    // The ingest's migrate: the later migrations (indexes on distributed tables among them) apply.
+    store::migrate(&pool).await.unwrap();
+    let recorded: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM _sqlx_migrations WHERE success AND execution_time >= 0",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(recorded, all.iter().count() as i64);
+    let narrow: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT device_id, input_tokens FROM usage_rollups_narrow WHERE tenant_id = $1 ORDER BY 1",
+    )
+    .bind(tenant)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(narrow, vec![("d1".into(), 10), ("d2".into(), 20)]);
+    for table in ["usage_rollups_narrow", "sessions"] {
+        let kind: Option<String> = sqlx::query_scalar(
+            "SELECT partmethod::text FROM pg_dist_partition WHERE logicalrelid = to_regclass($1)",
+        )
+        .bind(table)
+        .fetch_optional(&pool)
+        .await
+        .unwrap();
+        assert_eq!(kind.as_deref(), Some("h"), "{table}");
+    }
+    // Migrating again changes nothing.
+    store::migrate(&pool).await.unwrap();
+}
