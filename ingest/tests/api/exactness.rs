@@ -632,10 +632,13 @@ async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::Pg
     let sessions: Vec<Value> = (0..12)
         .map(|i| binding(&format!("s{i}"), &format!("u{}", i % 4)))
         .collect();
-    for chunk in events.chunks(500) {
-        let b = batch_sent_at(chunk.to_vec(), sessions.clone(), Utc::now());
+    // From two devices, one after the other: every user's usage lands on both.
+    for (i, chunk) in events.chunks(500).enumerate() {
+        let mut b = batch_sent_at(chunk.to_vec(), sessions.clone(), Utc::now());
+        b["agent"]["device_id"] = json!(format!("laptop-{}", i % 2));
         let (s, v) = app.post_batch(&t.ingest, &b).await;
         assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["rejected"].as_array().map(Vec::len), Some(0), "{v}");
     }
     // UTC too: its months and days are whole, so they come from the monthly and daily rollups.
     for tz in [
@@ -646,7 +649,8 @@ async fn rollups_equal_a_raw_scan_across_dst_changes_in_odd_zones(pool: sqlx::Pg
         "Pacific/Chatham",
     ] {
         for gran in ["hour", "day", "month"] {
-            for mask in [0usize, 1, 6] {
+            // Nothing; user; model and colony; device; user and device.
+            for mask in [0usize, 1, 6, 16, 17] {
                 let dims: Vec<(&str, &str)> = DIMS
                     .iter()
                     .enumerate()
