@@ -27,6 +27,7 @@ pub mod devices;
 pub mod event_rows;
 pub mod headroom;
 pub mod health;
+pub mod migrations;
 pub mod notifications;
 pub mod owners;
 pub mod prices;
@@ -388,7 +389,7 @@ pub async fn create_database_if_missing(url: &str, timeout: Duration) -> Result<
 }
 
 /// Applies the migrations (on a database with the `citus` extension one statement at a time,
-/// [`citus::migrate_by_statement`]); on Citus, then distributes the tables by tenant
+/// [`migrations::migrate_by_statement`]); on Citus, then distributes the tables by tenant
 /// ([`citus::distribute`], idempotent).
 pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
     migrate_with(pool, false).await
@@ -403,7 +404,7 @@ pub async fn migrate_with(pool: &PgPool, require_citus: bool) -> Result<(), Stor
     }
     if on_citus {
         // Tables distributed by an earlier release take DDL only one command per query string.
-        citus::migrate_by_statement(pool, &MIGRATOR)
+        migrations::migrate_by_statement(pool, &MIGRATOR)
             .await
             .map_err(StoreError::Migrate)?;
     }
