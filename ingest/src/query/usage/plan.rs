@@ -56,8 +56,9 @@ const NARROW_TOOL_DIMS: [Dim; 4] = [Dim::Tenant, Dim::User, Dim::Runtime, Dim::T
 const TENANT_TOOL_DIMS: [Dim; 3] = [Dim::Tenant, Dim::Runtime, Dim::Tool];
 
 /// Which key the table a source reads has: the wide key, the narrow one (colony and session empty, as
-/// that key has them), the narrow tool rollups' (the device empty too), the tenant's (the user empty too) or the colony rollups' (no user or
-/// device; the session only where it is a forked colony run, which is all the colony key reads of it).
+/// that key has them), the narrow tool rollups' (the device empty too), the tenant's (the user empty
+/// too) or the colony rollups' (no user or device; the session only where it is a forked colony run,
+/// which is all the colony key reads of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Keys {
     Wide,
