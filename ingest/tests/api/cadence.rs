@@ -205,13 +205,16 @@ async fn batches_held_up_by_the_database_bring_the_bound_in_flight_down(pool: sq
     };
     // The first: each is taken (the bound is 16).
     assert_eq!(burst("slow").await, [StatusCode::OK; 12]);
+    let answered = std::time::Instant::now();
     // Once their window has closed the bound is three quarters of twelve (a window boundary among
     // their answers would cut it to between half the ceiling and that), and the slow second raised the
-    // level: 4 s.
+    // level: 4 s. The bound grows back by one a second at most: a scrape that a busy machine delays
+    // past the 1.1 s may see it grown by as many.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let text = scrape(&app).await;
+    let late = (answered.elapsed().as_secs_f64() - 1.1).max(0.0).ceil();
     let bound = metric(&text, "apiary_ingest_batches_in_flight_bound");
-    assert!((2.0..=9.0).contains(&bound), "{text}");
+    assert!((2.0..=9.0 + late).contains(&bound), "{text}");
     assert_eq!(metric(&text, "apiary_ingest_push_interval_seconds"), 4.0);
 
     // The same burst against the same slow database: past the bound (it grows by one a second at
